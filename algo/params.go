@@ -1,0 +1,141 @@
+// Package algo holds sluice's rate-limiting algorithms as pure steps over small
+// integer state.
+//
+// Each algorithm of SEMANTICS.md is a function Step(params, state, now, cost)
+// that returns the next state and the decision. There is no clock, no I/O and no
+// floating point: time is an integer number of microseconds passed in by the
+// caller, and every rational quantity of the contract (the emission interval
+// T = Period/Rate is one) is kept as scaled integers. Params.Validate bounds
+// every intermediate below 2^53, so the same arithmetic is exact in Go's int64
+// and in Lua's doubles; that is what lets the memory store and the Redis store
+// give identical decisions.
+//
+// A store keeps the State somewhere (a map, a Redis key) and makes the step
+// atomic; it adds nothing to the decision.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+)
+
+// Kind names an algorithm.
+type Kind uint8
+
+// The algorithms. The zero Kind is no algorithm; a State of the zero Kind is the
+// fresh state of every algorithm.
+const (
+	TokenBucket   Kind = iota + 1 // burst B passes, then one unit per T
+	GCRA                          // token bucket kept as one timestamp (TAT)
+	LeakyBucket                   // a queue: admitted units leave one per T, up to Burst wait
+	FixedWindow                   // Rate units per window opened by the first request
+	SlidingWindow                 // counter approximation over epoch-aligned windows
+	SlidingLog                    // exact: Rate units per trailing Period
+)
+
+var kindNames = [...]string{
+	TokenBucket:   "token-bucket",
+	GCRA:          "gcra",
+	LeakyBucket:   "leaky-bucket",
+	FixedWindow:   "fixed-window",
+	SlidingWindow: "sliding-window",
+	SlidingLog:    "sliding-log",
+}
+
+// Kinds lists every algorithm, in a fixed order.
+func Kinds() []Kind {
+	return []Kind{TokenBucket, GCRA, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
+}
+
+// String returns the algorithm's name as the command line spells it.
+func (k Kind) String() string {
+	if k.Valid() {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Valid reports whether k names an algorithm.
+func (k Kind) Valid() bool { return k >= TokenBucket && k <= SlidingLog }
+
+// ParseKind returns the algorithm named s ("token-bucket", "gcra", ...).
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds() {
+		if kindNames[k] == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of token-bucket, gcra, leaky-bucket, fixed-window, sliding-window, sliding-log)", s)
+}
+
+// Bounds that keep every intermediate of every step below 2^53, the range in
+// which both int64 and a Lua double are exact.
+const (
+	// MaxTime is the largest time (µs since the epoch) a step accepts: 2^52 µs,
+	// about the year 2112.
+	MaxTime = int64(1) << 52
+	// MaxScaled bounds (Capacity+1)·Period, Rate and Period.
+	MaxScaled = int64(1) << 50
+)
+
+// ErrInvalid is wrapped by every error Params.Validate returns.
+var ErrInvalid = errors.New("invalid limit")
+
+// Params is a validated limit: Rate units per Period microseconds, and Burst,
+// whose meaning depends on Kind (the bucket's capacity for token-bucket and gcra,
+// the units that may wait for leaky-bucket, unused by the windows).
+type Params struct {
+	Kind   Kind
+	Rate   int64
+	Period int64 // µs
+	Burst  int64
+}
+
+// Capacity is the largest cost that can ever pass on a fresh key; a larger cost
+// is an error, not a denial.
+func (p Params) Capacity() int64 {
+	switch p.Kind {
+	case TokenBucket, GCRA:
+		return p.Burst
+	case LeakyBucket:
+		return p.Burst + 1
+	default:
+		return p.Rate
+	}
+}
+
+// Validate reports why p cannot be used, or nil. The bounds are those that keep
+// every step exact in int64 and in a Lua double.
+func (p Params) Validate() error {
+	switch {
+	case !p.Kind.Valid():
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalid, p.Kind)
+	case p.Rate <= 0:
+		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalid, p.Rate)
+	case p.Period <= 0:
+		return fmt.Errorf("%w: period must be at least 1µs, got %dµs", ErrInvalid, p.Period)
+	case p.Burst < 0:
+		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalid, p.Burst)
+	case (p.Kind == TokenBucket || p.Kind == GCRA) && p.Burst == 0:
+		return fmt.Errorf("%w: %s needs a burst of at least 1", ErrInvalid, p.Kind)
+	case p.Rate > MaxScaled:
+		return fmt.Errorf("%w: rate %d is over the exact range (at most 2^50)", ErrInvalid, p.Rate)
+	case p.Period > MaxScaled:
+		return fmt.Errorf("%w: period %dµs is over the exact range (at most 2^50µs)", ErrInvalid, p.Period)
+	}
+	c := p.Capacity()
+	if hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period)); hi != 0 || lo > uint64(MaxScaled) {
+		return fmt.Errorf("%w: capacity %d over a period of %dµs could overflow exact arithmetic ((capacity+1)·period must be at most 2^50)", ErrInvalid, c, p.Period)
+	}
+	return nil
+}
+
+// CheckTime reports whether now (µs since the epoch) is in the range a step
+// accepts.
+func CheckTime(now int64) error {
+	if now < 0 || now > MaxTime {
+		return fmt.Errorf("time %dµs is outside [0, 2^52]", now)
+	}
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/sluice-go/sluice
+
+go 1.26

@@ -1,0 +1,183 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+)
+
+// Algorithm names the shape of a limit's budget. See the README's trade-off
+// table for when to reach for each.
+type Algorithm uint8
+
+// The algorithms of SEMANTICS.md.
+const (
+	// TokenBucket lets a saved-up burst of Burst units pass, then one unit per
+	// Period/Rate.
+	TokenBucket = Algorithm(algo.TokenBucket)
+	// GCRA makes exactly the token bucket's decisions from one timestamp.
+	GCRA = Algorithm(algo.GCRA)
+	// LeakyBucket queues: an admitted request waits Result.Delay so units leave
+	// one per Period/Rate; up to Burst units may wait, more are refused.
+	LeakyBucket = Algorithm(algo.LeakyBucket)
+	// FixedWindow admits Rate units per window of Period opened by the first
+	// request; up to 2·Rate across a seam.
+	FixedWindow = Algorithm(algo.FixedWindow)
+	// SlidingWindow weighs the previous window's count by how much of it still
+	// overlaps the trailing Period: cheap, and close to exact for even traffic.
+	SlidingWindow = Algorithm(algo.SlidingWindow)
+	// SlidingLog admits exactly Rate units per trailing Period, keeping one
+	// entry per admitted microsecond.
+	SlidingLog = Algorithm(algo.SlidingLog)
+)
+
+// String returns the algorithm's name: "token-bucket", "gcra", "leaky-bucket",
+// "fixed-window", "sliding-window" or "sliding-log".
+func (a Algorithm) String() string { return algo.Kind(a).String() }
+
+// ParseAlgorithm returns the algorithm that String names s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	k, err := algo.ParseKind(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidLimit, err)
+	}
+	return Algorithm(k), nil
+}
+
+// Limit is a budget: Rate units per Period, shaped by Algorithm, with Burst
+// (the bucket's capacity for TokenBucket and GCRA, the units that may wait for
+// LeakyBucket, unused by the windows).
+//
+// A Limit travels with every call instead of being stored with the key, so a
+// changed limit needs no migration: the key's state is kept and read under the
+// new limit.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int64
+	Period    time.Duration // a whole number of microseconds
+	Burst     int64
+}
+
+// Per returns a token-bucket limit of rate units per period with a burst of
+// rate.
+func Per(rate int64, period time.Duration) Limit {
+	return Limit{Algorithm: TokenBucket, Rate: rate, Period: period, Burst: rate}
+}
+
+// PerSecond returns a token-bucket limit of rate units per second with a burst
+// of rate.
+func PerSecond(rate int64) Limit { return Per(rate, time.Second) }
+
+// PerMinute returns a token-bucket limit of rate units per minute with a burst
+// of rate.
+func PerMinute(rate int64) Limit { return Per(rate, time.Minute) }
+
+// PerHour returns a token-bucket limit of rate units per hour with a burst of
+// rate.
+func PerHour(rate int64) Limit { return Per(rate, time.Hour) }
+
+// WithBurst returns l with Burst set to burst.
+func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
+
+// Using returns l shaped by the algorithm a.
+func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
+
+// String returns the limit in the form ParseLimit reads, followed by its
+// algorithm and burst: "10/1s token-bucket burst 50".
+func (l Limit) String() string {
+	return fmt.Sprintf("%d/%s %s burst %d", l.Rate, l.Period, l.Algorithm, l.Burst)
+}
+
+// ParseLimit reads the text form RATE/PERIOD, PERIOD in Go duration syntax:
+// "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s). It returns a
+// token-bucket limit with a burst of rate; set others with WithBurst and Using.
+func ParseLimit(s string) (Limit, error) {
+	rs, ps, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("%w: %q is not RATE/PERIOD (like 10/1s)", ErrInvalidLimit, s)
+	}
+	rate, err := strconv.ParseInt(strings.TrimSpace(rs), 10, 64)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: rate %q in %q is not a whole number", ErrInvalidLimit, rs, s)
+	}
+	ps = strings.TrimSpace(ps)
+	if ps != "" && (ps[0] < '0' || ps[0] > '9') && ps[0] != '.' {
+		ps = "1" + ps
+	}
+	period, err := time.ParseDuration(ps)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: period %q in %q is not a duration (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
+	}
+	l := Per(rate, period)
+	if err := l.Validate(); err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
+// Validate reports why the limit cannot be used, or nil. A limit is refused when
+// its rate or period is not positive, its period is not a whole number of
+// microseconds, or its arithmetic could leave the exact range.
+func (l Limit) Validate() error {
+	_, err := l.params()
+	return err
+}
+
+// Params returns the limit in the form the algorithms and stores take.
+func (l Limit) Params() (algo.Params, error) { return l.params() }
+
+func (l Limit) params() (algo.Params, error) {
+	if l.Period < time.Microsecond || l.Period%time.Microsecond != 0 {
+		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, l.Period)
+	}
+	p := algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: l.Burst}
+	if err := p.Validate(); err != nil {
+		return algo.Params{}, fmt.Errorf("%w: %s", ErrInvalidLimit, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+	}
+	return p, nil
+}
+
+// Errors that callers can test for with errors.Is.
+var (
+	// ErrInvalidLimit: the limit cannot be used (see Limit.Validate).
+	ErrInvalidLimit = errors.New("sluice: invalid limit")
+	// ErrCostExceedsCapacity: the cost could never pass, even on a fresh key.
+	// Nothing is spent.
+	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")
+	// ErrInvalidCost: the cost is negative.
+	ErrInvalidCost = errors.New("sluice: invalid cost")
+	// ErrEmptyKey: the key is empty.
+	ErrEmptyKey = errors.New("sluice: empty key")
+	// ErrInvalidTime: a time outside [0, 2^52] µs since the epoch.
+	ErrInvalidTime = errors.New("sluice: invalid time")
+	// ErrStoreUnavailable: the store could not make the decision (a Redis that
+	// is gone, a deadline passed). Nothing is known to be spent.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+)
+
+// Check validates one request before a store sees it: a non-empty key, a cost
+// from 0 to the limit's capacity. Stores call it; it returns the limit's params.
+func Check(key string, l Limit, cost int64) (algo.Params, error) {
+	p, err := l.params()
+	if err != nil {
+		return p, err
+	}
+	return p, CheckParams(key, p, cost)
+}
+
+// CheckParams is Check for a limit already in its params form.
+func CheckParams(key string, p algo.Params, cost int64) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case cost < 0:
+		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	case cost > p.Capacity():
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsCapacity, cost, p.Capacity())
+	}
+	return nil
+}

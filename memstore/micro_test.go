@@ -1,0 +1,41 @@
+package memstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+func BenchmarkStep(b *testing.B) {
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e9, Period: 1e6, Burst: 1e6}
+	var s algo.State
+	now := int64(1_764_000_000_000_000)
+	for b.Loop() {
+		now++
+		algo.Step(&p, &s, now, 1, algo.Never)
+	}
+}
+
+func BenchmarkTakeAtFixed(b *testing.B) {
+	st := memstore.New()
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e9, Period: 1e6, Burst: 1e6}
+	now := int64(1_764_000_000_000_000)
+	req := sluice.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
+	for b.Loop() {
+		now++
+		st.TakeAt(req, now)
+	}
+}
+
+func BenchmarkLimiterFixedClock(b *testing.B) {
+	now := int64(1_764_000_000_000_000)
+	lim := sluice.New(memstore.New(memstore.WithMicros(func() int64 { now++; return now })))
+	l := sluice.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+	ctx := context.Background()
+	for b.Loop() {
+		lim.Take(ctx, "user:1", l, 1)
+	}
+}

@@ -1,0 +1,202 @@
+// Package sluice is a rate limiter: exact, fast, and the same in one process as
+// on a Redis/Valkey cluster.
+//
+// A Limiter spends budgets kept in a Store. Each call carries its Limit (rate
+// per period, burst, algorithm), so a changed limit needs no migration:
+//
+//	lim := sluice.New(memstore.New())
+//	res, err := lim.Take(ctx, "user:42", sluice.PerSecond(10).WithBurst(50), 1)
+//	if err != nil { ... }          // a bad limit or cost, or a store that is gone
+//	if !res.Allowed { retry after res.RetryAfter }
+//
+// The algorithms (token bucket, GCRA, leaky bucket as a queue, fixed window,
+// sliding window, sliding log) are pure integer steps in package algo; their
+// exact semantics are in SEMANTICS.md. The stores, memstore (in process) and
+// redisstore (shared), keep the state and make each step atomic; for the same
+// trace they give the same decisions, to the microsecond.
+//
+// A Limiter is safe for concurrent use.
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+)
+
+// Result is the answer to one request.
+type Result struct {
+	// Allowed reports whether the request passed (and spent its cost).
+	Allowed bool
+	// Remaining is how many whole units could still pass at this instant,
+	// after this decision.
+	Remaining int64
+	// RetryAfter is, for a denied request, the smallest wait after which the
+	// same request would pass with no other traffic; 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the key is back to its fresh state with no
+	// other traffic.
+	ResetAfter time.Duration
+	// Delay is, for an admitted LeakyBucket request, how long the caller must
+	// wait before it proceeds, so that requests leave evenly spaced; 0 for the
+	// other algorithms.
+	Delay time.Duration
+}
+
+// FromDecision converts an algorithm's decision into a Result.
+func FromDecision(d algo.Decision) Result {
+	return Result{
+		Allowed:    d.Allowed,
+		Remaining:  d.Remaining,
+		RetryAfter: micros(d.RetryAfter),
+		ResetAfter: micros(d.ResetAfter),
+		Delay:      micros(d.Delay),
+	}
+}
+
+func micros(us int64) time.Duration {
+	if us >= math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// Request is one decision as a Store receives it, already checked by
+// CheckParams.
+type Request struct {
+	Key    string
+	Params algo.Params
+	Cost   int64
+	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
+	// none); Wait sets it from the context's deadline.
+	MaxDelay int64
+}
+
+// Store keeps limiter state and applies algo.Step to it atomically.
+type Store interface {
+	// Take makes one decision for req and stores the resulting state.
+	Take(ctx context.Context, req Request) (Result, error)
+	// Reset returns key to its fresh state.
+	Reset(ctx context.Context, key string) error
+}
+
+// Clock is the time a Limiter waits by. Tests pass a fake one; the default is
+// the system clock.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits for d or until ctx is done, whichever comes first, and
+	// returns ctx's error in the second case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}
+
+// Limiter makes decisions over a Store.
+type Limiter struct {
+	store Store
+	clock Clock
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock sets the clock Wait sleeps by (default SystemClock).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// New returns a Limiter over store.
+func New(store Store, opts ...Option) *Limiter {
+	l := &Limiter{store: store, clock: SystemClock}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Take asks whether cost units for key may pass now under lim, and spends them
+// if so. Cost 0 only looks. A cost that could never pass is an error
+// (ErrCostExceedsCapacity), not a denial.
+func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
+	p, err := Check(key, lim, cost)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+}
+
+// Allow is Take with cost 1, reporting only whether the request passed.
+func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error) {
+	r, err := l.Take(ctx, key, lim, 1)
+	return r.Allowed, err
+}
+
+// ErrDeadline is returned by Wait when the request could not be admitted (or,
+// for LeakyBucket, proceed) before the context's deadline. It also matches
+// context.DeadlineExceeded. Nothing was spent.
+var ErrDeadline = errors.New("sluice: would wait past the context's deadline")
+
+// Wait blocks until cost units for key pass under lim, and for LeakyBucket
+// until the admitted request's delay has passed. When the context's deadline
+// comes before that could happen, Wait returns at once with ErrDeadline,
+// spending nothing. When the context is canceled while an admitted LeakyBucket
+// request waits out its delay, the units stay spent.
+func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
+	p, err := Check(key, lim, cost)
+	if err != nil {
+		return Result{}, err
+	}
+	for {
+		req := Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+		left := time.Duration(math.MaxInt64)
+		if dl, ok := ctx.Deadline(); ok {
+			left = dl.Sub(l.clock.Now())
+			if left < 0 {
+				return Result{}, fmt.Errorf("%w (%w)", ErrDeadline, context.DeadlineExceeded)
+			}
+			req.MaxDelay = left.Microseconds()
+		}
+		r, err := l.store.Take(ctx, req)
+		if err != nil {
+			return r, err
+		}
+		if r.Allowed {
+			return r, l.clock.Sleep(ctx, r.Delay)
+		}
+		if r.RetryAfter > left {
+			return r, fmt.Errorf("%w (%w): next chance in %v", ErrDeadline, context.DeadlineExceeded, r.RetryAfter)
+		}
+		if err := l.clock.Sleep(ctx, r.RetryAfter); err != nil {
+			return r, err
+		}
+	}
+}
+
+// Reset returns key to its fresh state.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	return l.store.Reset(ctx, key)
+}
