@@ -182,7 +182,10 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 			return r, err
 		}
 		if r.Allowed {
-			return r, l.clock.Sleep(ctx, r.Delay)
+			if r.Delay > 0 {
+				err = l.clock.Sleep(ctx, r.Delay)
+			}
+			return r, err
 		}
 		if r.RetryAfter > left {
 			return r, fmt.Errorf("%w (%w): next chance in %v", ErrDeadline, context.DeadlineExceeded, r.RetryAfter)

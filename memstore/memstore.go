@@ -9,7 +9,7 @@
 // therefore follows the keys active within their reset time, not every key ever
 // seen. Sweep drops them on demand too.
 //
-// Memory per key: about 150 bytes plus the key's bytes for the single-state
+// Memory per key: about 100 bytes plus the key's bytes for the single-state
 // algorithms (measured by TestMemoryPerKey), and 16 bytes more per admitted
 // microsecond kept by a sliding log.
 package memstore

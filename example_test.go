@@ -1,0 +1,97 @@
+package sluice_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+// Capacity 5, refill 1/s: ten requests at once pass five; the rest are told
+// when to come back.
+func Example() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store := memstore.New(memstore.WithClock(func() time.Time { return now }))
+	lim := sluice.New(store)
+	ctx := context.Background()
+	l := sluice.PerSecond(1).WithBurst(5)
+
+	for i := 1; i <= 10; i++ {
+		r, err := lim.Take(ctx, "user:42", l, 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("request %2d: allowed=%v remaining=%d retry_after=%v\n", i, r.Allowed, r.Remaining, r.RetryAfter)
+	}
+	now = now.Add(time.Second)
+	r, _ := lim.Take(ctx, "user:42", l, 1)
+	fmt.Println("one second later:", r.Allowed)
+	// Output:
+	// request  1: allowed=true remaining=4 retry_after=0s
+	// request  2: allowed=true remaining=3 retry_after=0s
+	// request  3: allowed=true remaining=2 retry_after=0s
+	// request  4: allowed=true remaining=1 retry_after=0s
+	// request  5: allowed=true remaining=0 retry_after=0s
+	// request  6: allowed=false remaining=0 retry_after=1s
+	// request  7: allowed=false remaining=0 retry_after=1s
+	// request  8: allowed=false remaining=0 retry_after=1s
+	// request  9: allowed=false remaining=0 retry_after=1s
+	// request 10: allowed=false remaining=0 retry_after=1s
+	// one second later: true
+}
+
+// A partner API allows 10 requests a second with bursts of 50; an export
+// costs 10.
+func ExampleLimiter_Take() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	ctx := context.Background()
+	partner := sluice.PerSecond(10).WithBurst(50)
+
+	for i := 0; i < 6; i++ {
+		r, _ := lim.Take(ctx, "partner", partner, 10)
+		fmt.Printf("export %d: allowed=%v remaining=%d retry_after=%v\n", i+1, r.Allowed, r.Remaining, r.RetryAfter)
+	}
+	// Output:
+	// export 1: allowed=true remaining=40 retry_after=0s
+	// export 2: allowed=true remaining=30 retry_after=0s
+	// export 3: allowed=true remaining=20 retry_after=0s
+	// export 4: allowed=true remaining=10 retry_after=0s
+	// export 5: allowed=true remaining=0 retry_after=0s
+	// export 6: allowed=false remaining=0 retry_after=1s
+}
+
+// A payment provider allows 20 calls a second: the leaky bucket delays calls
+// instead of refusing them, so they leave 50ms apart.
+func ExampleLeakyBucket() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	ctx := context.Background()
+	provider := sluice.PerSecond(20).WithBurst(3).Using(sluice.LeakyBucket)
+
+	for i := 0; i < 5; i++ {
+		r, _ := lim.Take(ctx, "provider", provider, 1)
+		fmt.Printf("call %d: allowed=%v delay=%v\n", i+1, r.Allowed, r.Delay)
+	}
+	// Output:
+	// call 1: allowed=true delay=0s
+	// call 2: allowed=true delay=50ms
+	// call 3: allowed=true delay=100ms
+	// call 4: allowed=true delay=150ms
+	// call 5: allowed=false delay=0s
+}
+
+func ExampleParseLimit() {
+	l, err := sluice.ParseLimit("20/100ms")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l.WithBurst(5).Using(sluice.GCRA))
+	_, err = sluice.ParseLimit("10/0s")
+	fmt.Println(err)
+	// Output:
+	// 20/100ms gcra burst 5
+	// sluice: invalid limit: period 0s is not a whole number of microseconds (at least 1µs)
+}

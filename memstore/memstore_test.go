@@ -1,0 +1,173 @@
+package memstore_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+const base = int64(1_764_000_000_000_000)
+
+func request(key string, l sluice.Limit, cost int64) sluice.Request {
+	p, err := l.Params()
+	if err != nil {
+		panic(err)
+	}
+	return sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+}
+
+// Many goroutines on a few keys admit exactly the burst: the shard lock makes
+// each step atomic.
+func TestConcurrentExact(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		sluice.PerHour(1).WithBurst(1000),
+		sluice.PerHour(1000).Using(sluice.FixedWindow),
+		sluice.PerHour(1000).Using(sluice.SlidingLog),
+		sluice.PerHour(1000).Using(sluice.SlidingWindow),
+		sluice.PerHour(1).WithBurst(1000).Using(sluice.GCRA),
+		sluice.PerHour(1).WithBurst(999).Using(sluice.LeakyBucket),
+	} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(base)
+			s := memstore.New(memstore.WithMicros(func() int64 { return clock.Add(1) }))
+			lim := sluice.New(s)
+			var allowed [4]atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 1000; i++ {
+						k := (g + i) % 4
+						r, err := lim.Take(context.Background(), "key:"+strconv.Itoa(k), l, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							allowed[k].Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for k := range allowed {
+				if got := allowed[k].Load(); got != 1000 {
+					t.Errorf("key %d: %d allowed, want exactly 1000", k, got)
+				}
+			}
+		})
+	}
+}
+
+// Ten million one-off keys must not stay in memory: keys whose state is fresh
+// again are swept as new keys arrive.
+func TestOneOffKeysAreDropped(t *testing.T) {
+	n := 2_000_000
+	if testing.Short() {
+		n = 200_000
+	}
+	now := base
+	s := memstore.New(memstore.WithMicros(func() int64 { return now }), memstore.WithShards(16))
+	req := request("", sluice.PerSecond(10), 1)
+	peak := 0
+	for i := 0; i < n; i++ {
+		now += 10 // 100,000 new keys a second, each fresh again after 100ms
+		req.Key = "one-off:" + strconv.Itoa(i)
+		if _, err := s.TakeAt(req, now); err != nil {
+			t.Fatal(err)
+		}
+		if i%50_000 == 0 {
+			peak = max(peak, s.Len())
+		}
+	}
+	// About 10,000 keys are live at any time (100ms of arrivals); the sweep
+	// lets a shard double before it runs.
+	if peak > 4*10_000+16*64 {
+		t.Fatalf("peak %d keys held for about 10,000 live", peak)
+	}
+	now += int64(time.Second / time.Microsecond)
+	s.Sweep()
+	if s.Len() != 0 {
+		t.Fatalf("%d keys left after all are fresh", s.Len())
+	}
+}
+
+// A key is kept until its state is equivalent to fresh, never dropped before.
+func TestSweepKeepsLiveState(t *testing.T) {
+	now := base
+	s := memstore.New(memstore.WithMicros(func() int64 { return now }))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	l := sluice.PerSecond(1).WithBurst(3)
+	lim.Take(ctx, "k", l, 3)
+	now += 2_999_999
+	s.Sweep()
+	if s.Len() != 1 {
+		t.Fatal("swept a key that was not yet fresh")
+	}
+	if r, _ := lim.Take(ctx, "k", l, 3); r.Allowed {
+		t.Fatal("the bucket refilled early")
+	}
+	now += 3_000_000
+	s.Sweep()
+	if s.Len() != 0 {
+		t.Fatal("a fresh key was kept")
+	}
+}
+
+// A query on an unknown key stores nothing.
+func TestQueryStoresNothing(t *testing.T) {
+	s := memstore.New()
+	lim := sluice.New(s)
+	r, err := lim.Take(context.Background(), "k", sluice.PerSecond(7), 0)
+	if err != nil || !r.Allowed || r.Remaining != 7 || s.Len() != 0 {
+		t.Fatalf("%+v %v, %d keys", r, err, s.Len())
+	}
+}
+
+func TestBadTime(t *testing.T) {
+	s := memstore.New()
+	if _, err := s.TakeAt(request("k", sluice.PerSecond(1), 1), -5); err == nil {
+		t.Fatal("a negative time must be an error")
+	}
+}
+
+// TestMemoryPerKey measures the heap held per key, the figure the package doc
+// gives.
+func TestMemoryPerKey(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures memory")
+	}
+	const n = 200_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(1_000_000+i) // 12 bytes each
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := memstore.New(memstore.WithMicros(func() int64 { return base }))
+	req := request("", sluice.PerMinute(10), 1)
+	for _, k := range keys {
+		req.Key = k
+		s.TakeAt(req, base)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("memory per key: %.0f bytes (keys of 12 bytes, not counted: they are the caller's)", per)
+	if per > 160 {
+		t.Errorf("memory per key %.0f bytes, documented as about 100", per)
+	}
+	runtime.KeepAlive(s)
+}
