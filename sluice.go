@@ -45,6 +45,10 @@ type Result struct {
 	// wait before it proceeds, so that requests leave evenly spaced; 0 for the
 	// other algorithms.
 	Delay time.Duration
+	// Degraded reports a decision made while the store was unavailable, by
+	// its failure policy (fail open, or a local fallback) rather than by the
+	// shared state.
+	Degraded bool
 }
 
 // FromDecision converts an algorithm's decision into a Result.

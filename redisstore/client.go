@@ -1,0 +1,92 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script is a Lua script with its SHA1, run by EVALSHA with EVAL as the
+// fallback when the server does not have it (NOSCRIPT: after SCRIPT FLUSH, a
+// restart or a failover).
+type Script struct {
+	Src string
+	SHA string
+}
+
+// NewScript returns src as a Script.
+func NewScript(src string) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{Src: src, SHA: hex.EncodeToString(h[:])}
+}
+
+// Call is one script run: its keys and arguments in, its reply or error out.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+	Reply  []int64
+	Err    error
+}
+
+// Client runs scripts on Redis or Valkey. Run sends the calls, as one pipeline
+// where it can, each as EVALSHA with EVAL on NOSCRIPT, and sets each call's
+// Reply or Err. GoRedis adapts go-redis; another client is plugged in by
+// implementing Run.
+type Client interface {
+	Run(ctx context.Context, calls []*Call)
+}
+
+// GoRedis adapts a go-redis client: *redis.Client, *redis.ClusterClient,
+// *redis.Ring, a Sentinel failover client, or any UniversalClient. On a cluster
+// a pipeline is split by node, each call going to the node of its first key.
+func GoRedis(c redis.UniversalClient) Client { return goRedis{c} }
+
+type goRedis struct{ c redis.UniversalClient }
+
+func (g goRedis) Run(ctx context.Context, calls []*Call) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.Reply, c.Err = g.c.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args...).Int64Slice()
+		if isNoScript(c.Err) {
+			c.Reply, c.Err = g.c.Eval(ctx, c.Script.Src, c.Keys, c.Args...).Int64Slice()
+		}
+		return
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args...)
+		}
+		return nil
+	})
+	var missing []int
+	for i, cmd := range cmds {
+		calls[i].Reply, calls[i].Err = cmd.Int64Slice()
+		if isNoScript(calls[i].Err) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range missing {
+			c := calls[i]
+			cmds[i] = p.Eval(ctx, c.Script.Src, c.Keys, c.Args...)
+		}
+		return nil
+	})
+	for _, i := range missing {
+		calls[i].Reply, calls[i].Err = cmds[i].Int64Slice()
+	}
+}
+
+func isNoScript(err error) bool {
+	var re redis.Error
+	return err != nil && errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
+}

@@ -1,0 +1,2 @@
+-- reset: forgets the key.
+return {redis.call('DEL', KEYS[1])}
