@@ -40,24 +40,33 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// scripts holds each algorithm's script, prelude included, by algo.Kind.
-var scripts [algo.SlidingLog + 1]*Script
+// scripts holds each algorithm's script by algo.Kind: the prelude, the
+// algorithm's step and the single-decision main. composite holds every step
+// and the composite main.
+var (
+	scripts     [algo.SlidingLog + 1]*Script
+	composite   *Script
+	resetScript *Script
+)
 
-var resetScript *Script
+var stepFiles = [...]string{
+	algo.TokenBucket:   "token_bucket.lua",
+	algo.GCRA:          "gcra.lua",
+	algo.LeakyBucket:   "leaky_bucket.lua",
+	algo.FixedWindow:   "fixed_window.lua",
+	algo.SlidingWindow: "sliding_window.lua",
+	algo.SlidingLog:    "sliding_log.lua",
+}
 
 func init() {
 	prelude := mustRead("prelude.lua")
-	files := map[algo.Kind]string{
-		algo.TokenBucket:   "token_bucket.lua",
-		algo.GCRA:          "gcra.lua",
-		algo.LeakyBucket:   "leaky_bucket.lua",
-		algo.FixedWindow:   "fixed_window.lua",
-		algo.SlidingWindow: "sliding_window.lua",
-		algo.SlidingLog:    "sliding_log.lua",
+	all := prelude
+	for _, k := range algo.Kinds() {
+		step := mustRead(stepFiles[k])
+		scripts[k] = NewScript(prelude + step + mustRead("single.lua"))
+		all += step
 	}
-	for k, f := range files {
-		scripts[k] = NewScript(prelude + mustRead(f))
-	}
+	composite = NewScript(all + mustRead("composite.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
 
@@ -206,7 +215,7 @@ func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo
 	c := Call{
 		Script: scripts[p.Kind],
 		Keys:   []string{s.prefix + req.Key},
-		Args:   []any{p.Rate, p.Period, p.Burst, req.Cost, maxDelay, now, s.margin},
+		Args:   []any{int64(p.Kind), p.Rate, p.Period, p.Burst, req.Cost, maxDelay, now, s.margin},
 	}
 	if err := s.run(ctx, &c); err != nil {
 		return algo.Decision{}, err

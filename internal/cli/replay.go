@@ -7,14 +7,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/trace"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 func init() {
@@ -38,12 +44,60 @@ func (m memDecider) TakeAt(_ context.Context, req sluice.Request, now int64) (al
 
 func (memDecider) Close() error { return nil }
 
-// openStore returns the decider a --store flag names.
-func openStore(spec string) (decider, error) {
+// openStore returns the decider a --store flag names: memory, or a Redis URL
+// (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT).
+func openStore(spec, prefix string) (decider, error) {
 	if spec == "memory" {
 		return memDecider{memstore.New()}, nil
 	}
-	return nil, fmt.Errorf("unknown store %q (want memory)", spec)
+	c, err := redisClient(spec)
+	if err != nil {
+		return nil, err
+	}
+	if prefix == "" {
+		prefix = fmt.Sprintf("sluice:replay:%d:%d:", time.Now().UnixNano(), os.Getpid())
+	}
+	// The trace's time drives every decision; the long margin keeps a key
+	// alive in real time however slowly the replay runs.
+	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
+	return redisDecider{rs, c}, nil
+}
+
+// replayTTLMargin is how long past its trace-time TTL a replay's key lives.
+const replayTTLMargin = time.Hour
+
+func redisClient(spec string) (redis.UniversalClient, error) {
+	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
+		addrs := strings.Split(rest, ",")
+		for _, a := range addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("store %q: %q is not HOST:PORT", spec, a)
+			}
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+	}
+	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") {
+		o, err := redis.ParseURL(spec)
+		if err != nil {
+			return nil, fmt.Errorf("store %q: %v", spec, err)
+		}
+		return redis.NewClient(o), nil
+	}
+	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., or redis-cluster://HOST:PORT,HOST:PORT)", spec)
+}
+
+type redisDecider struct {
+	s *redisstore.Store
+	c redis.UniversalClient
+}
+
+func (r redisDecider) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+	return r.s.TakeAt(ctx, req, now)
+}
+
+func (r redisDecider) Close() error {
+	r.s.Close()
+	return r.c.Close()
 }
 
 // limitFlags are the flags that define one limit, shared by the subcommands.
@@ -82,15 +136,17 @@ func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	var lf limitFlags
 	lf.register(fs)
-	storeSpec := fs.String("store", "memory", "where decisions are made: memory")
+	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
+	prefix := fs.String("prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
 	summary := fs.Bool("summary", false, "print totals per key and overall to stderr")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory] [--summary] < trace.jsonl > decisions.jsonl
+		fmt.Fprint(stderr, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory|redis://HOST:PORT/DB] [--prefix P] [--summary] < trace.jsonl > decisions.jsonl
 
 Reads one request a line, {"t_us": 1764000000000000, "key": "user:1", "cost": 1}
 (cost defaults to 1), decides each at its t_us, and writes one line per request:
 its fields plus allowed, remaining, retry_after_us, reset_after_us, delay_us, or
-plus "error" for a request that could never pass. Time comes from the trace only.
+plus "error" for a request that could never pass. Time comes from the trace only,
+also in Redis, where each decision runs at the trace's time.
 
 `)
 		fs.PrintDefaults()
@@ -110,7 +166,7 @@ plus "error" for a request that could never pass. Time comes from the trace only
 	if err != nil {
 		return err
 	}
-	store, err := openStore(*storeSpec)
+	store, err := openStore(*storeSpec, *prefix)
 	if err != nil {
 		return err
 	}

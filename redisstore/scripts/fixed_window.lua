@@ -1,23 +1,26 @@
 -- fixed-window: the mirror of fixedWindow in algo/step.go. Fields: the count
 -- and the window's end.
-local c, e = 0, 0
-local f = load(4)
-if f then
-  c, e = f[2], f[3]
-  now = math.max(now, e - period)
-end
-if now >= e then
-  if cost == 0 then
-    return reply(true, rate, 0, 0, 0)
+steps[4] = function(key, rate, period, burst, cost)
+  local t = now
+  local c, e = 0, 0
+  local f = load(key, 4)
+  if f then
+    c, e = f[2], f[3]
+    t = math.max(t, e - period)
   end
-  c, e = 0, now + period
+  if t >= e then
+    if cost == 0 then -- a query opens no window
+      return decision(true, rate, 0, 0, 0), nil, t
+    end
+    c, e = 0, t + period
+  end
+  local allowed, retry = false, 0
+  if c + cost <= rate then
+    allowed = true
+    c = c + cost
+  else
+    retry = e - t
+  end
+  local d = decision(allowed, math.max(0, rate - c), retry, e - t, 0)
+  return d, cost > 0 and {4, c, e, 0, 0} or nil, e
 end
-local allowed, retry = false, 0
-if c + cost <= rate then
-  allowed = true
-  c = c + cost
-else
-  retry = e - now
-end
-store(cost > 0 and {4, c, e, 0, 0} or nil, e)
-return reply(allowed, math.max(0, rate - c), retry, e - now, 0)

@@ -1,29 +1,26 @@
--- prelude.lua: what every algorithm script shares. sluice loads it in front of
--- each algorithm's body, so each script stays one EVALSHA.
+-- prelude.lua: what every script shares. sluice builds each script from this
+-- prelude, the step of one algorithm (or of all, for composites) and a main
+-- (single.lua or composite.lua), so each decision stays one EVALSHA.
 --
--- KEYS[1]  the key's state: a string of integers "kind a b c scale" (a sliding
---          log: "kind t1 n1 t2 n2 ..."), always with a TTL
--- ARGV     rate, period (µs), burst, cost, max delay (µs, -1 for none),
---          now (µs, -1 for the server's TIME), TTL margin (µs)
--- reply    {allowed (0/1), remaining, retry_after (µs, -1 for never),
---           reset_after (µs), delay (µs)}
+-- A key's state is one string of integers, "kind a b c scale" (a sliding log:
+-- "kind t1 n1 t2 n2 ..."), always with a TTL.
 --
 -- Lua numbers are doubles: every quantity stays below 2^53 (Params.Validate
 -- bounds them), where doubles hold integers exactly. Division is the one
 -- operation that rounds, so it goes through fdiv.
-local rate = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local max_delay = tonumber(ARGV[5])
-local now = tonumber(ARGV[6])
-local margin = tonumber(ARGV[7])
-if max_delay < 0 then
-  max_delay = math.huge
-end
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- now is the decision's time (µs) and margin the TTL margin (µs); the main
+-- sets them. steps[kind] is each algorithm's step.
+local now, margin
+local steps = {}
+
+-- The decision's time: the caller's, or the server's TIME when negative.
+local function clock(t)
+  if t < 0 then
+    local s = redis.call('TIME')
+    t = tonumber(s[1]) * 1000000 + tonumber(s[2])
+  end
+  return t
 end
 
 -- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.
@@ -41,9 +38,9 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
--- The stored fields of the key when they belong to kind, else nil (fresh).
-local function load(kind)
-  local raw = redis.call('GET', KEYS[1])
+-- The stored fields of key when they belong to kind, else nil (fresh).
+local function load(key, kind)
+  local raw = redis.call('GET', key)
   if not raw then
     return nil
   end
@@ -57,26 +54,28 @@ local function load(kind)
   return f
 end
 
--- Stores the fields (a list of integers) with a TTL that ends when the state
--- is equivalent to fresh, plus the margin. Without fields (a query), only a
--- key found without a TTL gets one.
-local function store(fields, fresh_at)
-  local ttl = cdiv(fresh_at - now + margin, 1000)
+-- Stores key's fields (a list of integers) with a TTL that ends when the
+-- state is equivalent to fresh (fresh_at), plus the margin. Without fields
+-- (a query, a refused composite), only a key found without a TTL gets one.
+local function store(key, fields, fresh_at)
+  local ttl = cdiv(math.max(fresh_at - now, 0) + margin, 1000)
   if fields then
     if fresh_at <= now then
-      redis.call('DEL', KEYS[1])
+      redis.call('DEL', key)
       return
     end
     for i = 1, #fields do
       fields[i] = string.format('%d', fields[i])
     end
-    redis.call('SET', KEYS[1], table.concat(fields, ' '), 'PX', ttl)
-  elseif redis.call('PTTL', KEYS[1]) == -1 then
-    redis.call('PEXPIRE', KEYS[1], math.max(ttl, 1))
+    redis.call('SET', key, table.concat(fields, ' '), 'PX', ttl)
+  elseif redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, math.max(ttl, 1))
   end
 end
 
-local function reply(allowed, remaining, retry, reset, delay)
+-- A decision as the script replies it: allowed (0/1), remaining, retry_after
+-- (µs, -1 for never), reset_after (µs), delay (µs).
+local function decision(allowed, remaining, retry, reset, delay)
   if retry == math.huge then
     retry = -1
   end
@@ -92,17 +91,17 @@ local function rescale_time(f, r)
   return f[2], f[3]
 end
 
--- Clamps u + r/rt into [now, now + limit/rt]; returns it and its distance from
--- now scaled by rt (backlog).
-local function backlog(u, r, rt, limit)
-  if u < now or (u == now and r == 0) then
-    return now, 0, 0
+-- Clamps u + r/rt into [t, t + limit/rt]; returns it and its distance from t
+-- scaled by rt (backlog).
+local function backlog(u, r, t, rt, limit)
+  if u < t or (u == t and r == 0) then
+    return t, 0, 0
   end
   local q = fdiv(limit, rt)
-  if u - now > q or (u - now == q and r > limit - q * rt) then
-    return now + q, limit - q * rt, limit
+  if u - t > q or (u - t == q and r > limit - q * rt) then
+    return t + q, limit - q * rt, limit
   end
-  return u, r, (u - now) * rt + r
+  return u, r, (u - t) * rt + r
 end
 
 -- Adds n/rt µs to u + r/rt (addTime).

@@ -1,0 +1,265 @@
+package redistest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func TestStandalone(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	s := redistest.Standalone(t)
+	t.Logf("standalone start-up took %v", time.Since(start))
+	ctx := context.Background()
+	c := s.Client()
+	if c != s.Client() {
+		t.Error("Client returned different clients")
+	}
+	if !strings.HasPrefix(s.Addr(), "127.0.0.1:") {
+		t.Errorf("Addr = %q, want 127.0.0.1:port", s.Addr())
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET k = %q, %v; want v", got, err)
+	}
+
+	addr, pid := s.Addr(), s.Pid()
+	start = time.Now()
+	s.Restart(t)
+	t.Logf("restart took %v", time.Since(start))
+	if s.Addr() != addr {
+		t.Errorf("Addr after Restart = %s, want %s", s.Addr(), addr)
+	}
+	if s.Pid() == pid || s.Pid() == 0 {
+		t.Errorf("Pid after Restart = %d, before %d", s.Pid(), pid)
+	}
+	if err := c.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET k after Restart: err = %v, want redis.Nil (data lost)", err)
+	}
+	if err := c.Set(ctx, "k2", "v2", 0).Err(); err != nil {
+		t.Fatalf("SET after Restart: %v", err)
+	}
+}
+
+func TestStopStart(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	ctx := context.Background()
+	c := s.NewClient(t, func(o *redis.Options) {
+		// Fail fast: go-redis defaults retry for ~2s against a dead server.
+		o.MaxRetries = -1
+		o.DialerRetries = 1
+	})
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop(t)
+	if s.Pid() != 0 {
+		t.Errorf("Pid after Stop = %d, want 0", s.Pid())
+	}
+	s.Stop(t) // no-op
+	// The pooled connection is broken and redialing is refused.
+	for i := range 3 {
+		start := time.Now()
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Fatalf("PING %d after Stop succeeded", i)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("PING %d after Stop took %v to fail", i, d)
+		}
+	}
+	s.Start(t)
+	s.Start(t) // no-op
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Start: %v", err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	cl := redistest.Cluster(t)
+	t.Logf("cluster start-up took %v", time.Since(start))
+	if n := len(cl.Addrs()); n != 3 {
+		t.Fatalf("Addrs() has %d addresses, want 3", n)
+	}
+	ctx := context.Background()
+	c := cl.Client()
+	slots := map[int64]bool{}
+	for i := range 30 {
+		k := fmt.Sprintf("key-%d", i)
+		slot, err := c.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+		if err := c.Set(ctx, k, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	if len(slots) < 3 {
+		t.Errorf("keys used only %d slots", len(slots))
+	}
+	for i := range 30 {
+		k := fmt.Sprintf("key-%d", i)
+		if got, err := c.Get(ctx, k).Int(); err != nil || got != i {
+			t.Fatalf("GET %s = %d, %v; want %d", k, got, err, i)
+		}
+	}
+	// Every master got some of the keys.
+	for _, addr := range cl.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		size, err := n.DBSize(ctx).Result()
+		n.Close()
+		if err != nil || size == 0 {
+			t.Errorf("DBSIZE on %s = %d, %v; want > 0", addr, size, err)
+		}
+	}
+	// Multi-key commands within one slot work.
+	if err := c.MSet(ctx, "{u1}a", 1, "{u1}b", 2).Err(); err != nil {
+		t.Errorf("MSET in one slot: %v", err)
+	}
+}
+
+func TestShared(t *testing.T) {
+	t.Parallel()
+	s := redistest.Shared(t)
+	if s2 := redistest.Shared(t); s2 != s {
+		t.Fatal("Shared returned two servers")
+	}
+	ctx := context.Background()
+	if err := s.Client().Set(ctx, "TestShared:k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Client().Get(ctx, "TestShared:k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET = %q, %v", got, err)
+	}
+}
+
+// helperEnv makes the test binary run one of the helper tests below.
+const helperEnv = "REDISTEST_HELPER"
+
+// runHelper runs this test binary with only the helper test name selected
+// and env added to the environment.
+func runHelper(t *testing.T, name string, env ...string) (string, error) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=1"}, env...)...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+func TestHelperRequire(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		t.Skip("helper for TestRequire")
+	}
+	redistest.Standalone(t)
+	t.Log("REACHED")
+}
+
+func TestRequire(t *testing.T) {
+	t.Parallel()
+	out, err := runHelper(t, "TestHelperRequire", "PATH=", redistest.RequireEnv+"=")
+	if err != nil || !strings.Contains(out, "--- SKIP") ||
+		!strings.Contains(out, "redis-server not found: SKIPPING Redis tests") || strings.Contains(out, "REACHED") {
+		t.Errorf("without redis-server: err = %v, output:\n%s", err, out)
+	}
+	out, err = runHelper(t, "TestHelperRequire", "PATH=", redistest.RequireEnv+"=1")
+	if err == nil || !strings.Contains(out, "--- FAIL") ||
+		!strings.Contains(out, "redis-server not found on PATH") || strings.Contains(out, "REACHED") {
+		t.Errorf("without redis-server, %s=1: err = %v, output:\n%s", redistest.RequireEnv, err, out)
+	}
+}
+
+func TestHelperOrphan(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		t.Skip("helper for TestNoOrphans")
+	}
+	s := redistest.Standalone(t)
+	cl := redistest.Cluster(t)
+	pids := []string{strconv.Itoa(s.Pid())}
+	for _, addr := range cl.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		info, err := n.InfoMap(context.Background(), "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, info["Server"]["process_id"])
+	}
+	fmt.Printf("PIDS %s\n", strings.Join(pids, " "))
+	// Die without running cleanups, as a crashed or killed test binary would.
+	os.Exit(3)
+}
+
+// TestNoOrphans checks that redis-server dies with the test binary even
+// when no cleanup runs.
+func TestNoOrphans(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("parent death signal is Linux-only")
+	}
+	redistest.Require(t)
+	t.Parallel()
+	out, _ := runHelper(t, "TestHelperOrphan")
+	var pids []int
+	for line := range strings.SplitSeq(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "PIDS "); ok {
+			for _, f := range strings.Fields(rest) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatalf("helper printed no pids:\n%s", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("redis-server pid %d outlived the test binary", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

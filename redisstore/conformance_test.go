@@ -1,0 +1,116 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+const base = int64(1_764_000_000_000_000)
+
+// limits covers every algorithm with integer and non-integer emission
+// intervals.
+func limits() []algo.Params {
+	var ps []algo.Params
+	for _, k := range algo.Kinds() {
+		for _, rp := range [][3]int64{{3, 1_000_000, 4}, {7, 100_000, 1}, {1, 60_000_000, 2}, {1000, 1_000_000, 50}, {5, 1_000_000, 5}} {
+			burst := rp[2]
+			if k == algo.LeakyBucket {
+				burst--
+			}
+			ps = append(ps, algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: burst})
+		}
+	}
+	return ps
+}
+
+type traceReq struct {
+	key       string
+	now, cost int64
+}
+
+// randomTrace draws n requests over a few keys: gaps from zero to several
+// periods, costs from 0 to capacity.
+func randomTrace(r *rand.Rand, p algo.Params, n int) []traceReq {
+	tr := make([]traceReq, n)
+	now := base + r.Int64N(p.Period)
+	for i := range tr {
+		switch r.IntN(4) {
+		case 0: // same instant
+		case 1:
+			now += r.Int64N(p.Period/max(p.Rate, 1) + 2)
+		case 2:
+			now += r.Int64N(p.Period + 1)
+		default:
+			now += r.Int64N(3*p.Period + 1)
+		}
+		tr[i] = traceReq{key: "k" + strconv.Itoa(r.IntN(3)), now: now, cost: r.Int64N(p.Capacity() + 1)}
+	}
+	return tr
+}
+
+// conform replays random traces through memstore, the model and the Redis
+// store, and requires every decision equal.
+func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 7))
+	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	defer rs.Close()
+	decisions := 0
+	for li, p := range limits() {
+		for ti := 0; ti < traces; ti++ {
+			ms := memstore.New()
+			m := model.New(p.Kind, p.Rate, p.Period, p.Burst)
+			prefix := fmt.Sprintf("l%d:t%d:", li, ti)
+			for i, q := range randomTrace(r, p, n) {
+				req := sluice.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
+				want, _ := ms.TakeAt(req, q.now)
+				want.FreshAt = 0
+				got, err := rs.TakeAt(ctx, req, q.now)
+				if err != nil {
+					t.Fatalf("%+v request %d: %v", p, i, err)
+				}
+				exact := m.Take(q.key, q.now, q.cost)
+				if got != want || got != exact {
+					t.Fatalf("%+v request %d %+v:\n redis  %+v\n memory %+v\n model  %+v", p, i, q, got, want, exact)
+				}
+				decisions++
+			}
+		}
+	}
+	t.Logf("%d decisions identical in Redis, memory and the model", decisions)
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	srv := redistest.Shared(t)
+	traces, n := 4, 150
+	if testing.Short() {
+		traces, n = 1, 60
+	}
+	conform(t, srv.Client(), traces, n)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.Cluster(t)
+	traces, n := 2, 100
+	if testing.Short() {
+		traces, n = 1, 40
+	}
+	conform(t, cl.Client(), traces, n)
+}
+
+func TestMain(m *testing.M) { redistest.Main(m) }
