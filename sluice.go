@@ -84,6 +84,12 @@ type Request struct {
 type Store interface {
 	// Take makes one decision for req and stores the resulting state.
 	Take(ctx context.Context, req Request) (Result, error)
+	// TakeAll makes one decision for a composite request, atomically: it
+	// passes only if every part grants, and a refusal changes no part. The
+	// parts name distinct keys.
+	TakeAll(ctx context.Context, reqs []Request) (Result, error)
+	// Refund gives req.Cost units back to req.Key (see algo.Refund).
+	Refund(ctx context.Context, req Request) (Result, error)
 	// Reset returns key to its fresh state.
 	Reset(ctx context.Context, key string) error
 }
@@ -171,17 +177,26 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 	if err != nil {
 		return Result{}, err
 	}
+	return l.wait(ctx, func(maxDelay int64) (Result, error) {
+		return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
+	})
+}
+
+// wait calls take until it admits, sleeping out each RetryAfter, and then
+// sleeps out the admission's Delay. maxDelay is the time left before the
+// context's deadline, in µs.
+func (l *Limiter) wait(ctx context.Context, take func(maxDelay int64) (Result, error)) (Result, error) {
 	for {
-		req := Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+		maxDelay := algo.Never
 		left := time.Duration(math.MaxInt64)
 		if dl, ok := ctx.Deadline(); ok {
 			left = dl.Sub(l.clock.Now())
 			if left < 0 {
 				return Result{}, fmt.Errorf("%w (%w)", ErrDeadline, context.DeadlineExceeded)
 			}
-			req.MaxDelay = left.Microseconds()
+			maxDelay = left.Microseconds()
 		}
-		r, err := l.store.Take(ctx, req)
+		r, err := take(maxDelay)
 		if err != nil {
 			return r, err
 		}
@@ -198,6 +213,81 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 			return r, err
 		}
 	}
+}
+
+// Part is one limit of a composite request: Limit, spent on Key.
+type Part struct {
+	Key   string
+	Limit Limit
+}
+
+// ErrDuplicateKey: a composite request names the same key twice.
+var ErrDuplicateKey = errors.New("sluice: a composite names a key twice")
+
+func checkParts(parts []Part, cost int64) ([]Request, error) {
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
+	}
+	reqs := make([]Request, len(parts))
+	for i, pt := range parts {
+		p, err := Check(pt.Key, pt.Limit, cost)
+		if err != nil {
+			return nil, fmt.Errorf("part %d (%q): %w", i, pt.Key, err)
+		}
+		for _, r := range reqs[:i] {
+			if r.Key == pt.Key {
+				return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, pt.Key)
+			}
+		}
+		reqs[i] = Request{Key: pt.Key, Params: p, Cost: cost, MaxDelay: algo.Never}
+	}
+	return reqs, nil
+}
+
+// TakeAll asks whether cost units may pass under every part (a global budget
+// and a per-chat one, say) and spends them on all only if all grant: a refusal
+// spends nothing anywhere. RetryAfter is the largest of the refusals',
+// Remaining the smallest of the parts'.
+func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
+	reqs, err := checkParts(parts, cost)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.store.TakeAll(ctx, reqs)
+}
+
+// WaitAll is Wait for a composite request: it blocks until every part grants
+// at once, and returns at once with ErrDeadline, spending nothing, when that
+// cannot happen before the context's deadline.
+func (l *Limiter) WaitAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
+	reqs, err := checkParts(parts, cost)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.wait(ctx, func(maxDelay int64) (Result, error) {
+		for i := range reqs {
+			reqs[i].MaxDelay = maxDelay
+		}
+		return l.store.TakeAll(ctx, reqs)
+	})
+}
+
+// Refund gives units back to key under lim, for work whose real cost turned
+// out lower than what was taken (an LLM call's tokens). It never creates
+// capacity beyond the burst. Only TokenBucket and GCRA can give units back;
+// the others return an error wrapping algo.ErrNoRefund.
+func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
+	p, err := lim.params()
+	if err != nil {
+		return Result{}, err
+	}
+	if key == "" {
+		return Result{}, ErrEmptyKey
+	}
+	if units < 0 {
+		return Result{}, fmt.Errorf("%w: refund of %d", ErrInvalidCost, units)
+	}
+	return l.store.Refund(ctx, Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never})
 }
 
 // Reset returns key to its fresh state.

@@ -81,23 +81,7 @@ func ceilDiv(a, b int64) int64 {
 // adds e·Rate to A: one whole unit per T = Period/Rate, exactly.
 func tokenBucket(p *Params, s *State, now, cost int64) Decision {
 	full := p.Burst * p.Period
-	xs, l := full, now
-	if s.Kind == TokenBucket {
-		xs, l = s.A, s.B
-		if s.Scale != p.Period { // the period changed: keep the whole tokens
-			xs = xs / s.Scale * p.Period
-		}
-		xs = min(xs, full)
-		if now > l {
-			// (now−l)·Rate may not fit in 64 bits; it fits in 128.
-			if hi, lo := bits.Mul64(uint64(now-l), uint64(p.Rate)); hi != 0 || lo >= uint64(full-xs) {
-				xs = full
-			} else {
-				xs += int64(lo)
-			}
-			l = now
-		}
-	}
+	xs, l := bucketAt(p, s, now)
 	now = max(now, l) // a clock that went back reads the state at l
 	var d Decision
 	if cost*p.Period <= xs {
@@ -115,6 +99,30 @@ func tokenBucket(p *Params, s *State, now, cost int64) Decision {
 	return d
 }
 
+// bucketAt returns the token bucket's scaled tokens refilled to now, and the
+// time of that update.
+func bucketAt(p *Params, s *State, now int64) (xs, l int64) {
+	full := p.Burst * p.Period
+	if s.Kind != TokenBucket {
+		return full, now
+	}
+	xs, l = s.A, s.B
+	if s.Scale != p.Period { // the period changed: keep the whole tokens
+		xs = xs / s.Scale * p.Period
+	}
+	xs = min(xs, full)
+	if now > l {
+		// (now−l)·Rate may not fit in 64 bits; it fits in 128.
+		if hi, lo := bits.Mul64(uint64(now-l), uint64(p.Rate)); hi != 0 || lo >= uint64(full-xs) {
+			xs = full
+		} else {
+			xs += int64(lo)
+		}
+		l = now
+	}
+	return xs, l
+}
+
 // gcra keeps the theoretical arrival time TAT = A + B/Rate µs (B in [0, Rate)):
 // the instant the bucket is full again. Its backlog TAT−now, scaled by Rate,
 // equals the token bucket's Burst·Period − A, so the two give the same
@@ -123,11 +131,7 @@ func tokenBucket(p *Params, s *State, now, cost int64) Decision {
 // full bucket's worth).
 func gcra(p *Params, s *State, now, cost int64) Decision {
 	full := p.Burst * p.Period
-	tu, tr := now, int64(0)
-	if s.Kind == GCRA {
-		tu, tr = rescaleTime(s, p.Rate)
-	}
-	tu, tr, bs := backlog(tu, tr, now, p.Rate, full)
+	tu, tr, bs := gcraAt(p, s, now)
 	var d Decision
 	if bs+cost*p.Period <= full {
 		d.Allowed = true
@@ -143,6 +147,16 @@ func gcra(p *Params, s *State, now, cost int64) Decision {
 		*s = State{Kind: GCRA, A: tu, B: tr, Scale: p.Rate}
 	}
 	return d
+}
+
+// gcraAt returns the TAT read at now (at least now, at most a full bucket
+// ahead) and its backlog scaled by Rate.
+func gcraAt(p *Params, s *State, now int64) (tu, tr, bs int64) {
+	tu, tr = now, 0
+	if s.Kind == GCRA {
+		tu, tr = rescaleTime(s, p.Rate)
+	}
+	return backlog(tu, tr, now, p.Rate, p.Burst*p.Period)
 }
 
 // leakyBucket keeps D = A + B/Rate µs, the time the queue is empty again.

@@ -22,6 +22,7 @@ import (
 	"context"
 	"hash/maphash"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,6 +133,90 @@ func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 	}
 	sh.mu.Unlock()
 	return d, nil
+}
+
+// TakeAll makes one decision for a composite request at the store's clock
+// time: it passes only if every part grants, and a refusal changes no part.
+func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result, error) {
+	d, err := s.TakeAllAt(reqs, s.now())
+	return sluice.FromDecision(d), err
+}
+
+// TakeAllAt is TakeAll at time now (µs since the epoch). The shards of all
+// parts are locked together, in shard order, so the decision is atomic.
+func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, error) {
+	if err := algo.CheckTime(now); err != nil {
+		return algo.Decision{}, err
+	}
+	var buf [4]int
+	shards := buf[:0]
+	for _, r := range reqs {
+		shards = append(shards, int(maphash.String(s.seed, r.Key)&s.mask))
+	}
+	order := slices.Clone(shards)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	// Step every part on a copy of its state; keep the copies only if all
+	// grant.
+	states := make([]algo.State, len(reqs))
+	freshAt := make([]int64, len(reqs))
+	var acc algo.Decision
+	for i, r := range reqs {
+		if e := s.shards[shards[i]].m[r.Key]; e != nil {
+			states[i] = e.st
+			states[i].Log = slices.Clone(e.st.Log)
+		}
+		d := algo.Step(&reqs[i].Params, &states[i], now, r.Cost, r.MaxDelay)
+		freshAt[i] = d.FreshAt
+		if i == 0 {
+			acc = d
+		} else {
+			algo.Combine(&acc, d)
+		}
+	}
+	if !acc.Allowed {
+		return acc, nil
+	}
+	for i, r := range reqs {
+		if r.Cost == 0 {
+			continue
+		}
+		sh := &s.shards[shards[i]]
+		e := sh.m[r.Key]
+		if e == nil {
+			e = sh.insert(r.Key, now)
+		}
+		e.st = states[i]
+		e.freshAt = freshAt[i]
+	}
+	return acc, nil
+}
+
+// Refund gives req.Cost units back to req.Key (see algo.Refund).
+func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
+	now := s.now()
+	sh := s.shard(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[req.Key]
+	if e == nil {
+		var fresh algo.State
+		d, err := algo.Refund(&req.Params, &fresh, now, req.Cost)
+		return sluice.FromDecision(d), err
+	}
+	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
+	if err == nil {
+		e.freshAt = d.FreshAt
+	}
+	return sluice.FromDecision(d), err
 }
 
 // insert adds key's entry, first sweeping the shard when it has doubled.

@@ -44,9 +44,10 @@ var scriptFiles embed.FS
 // algorithm's step and the single-decision main. composite holds every step
 // and the composite main.
 var (
-	scripts     [algo.SlidingLog + 1]*Script
-	composite   *Script
-	resetScript *Script
+	scripts      [algo.SlidingLog + 1]*Script
+	composite    *Script
+	refundScript *Script
+	resetScript  *Script
 )
 
 var stepFiles = [...]string{
@@ -67,6 +68,7 @@ func init() {
 		all += step
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
+	refundScript = NewScript(prelude + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
 
@@ -105,6 +107,8 @@ type Store struct {
 	now     func() int64 // nil: the server's TIME
 	batch   *batcher
 	batchN  int
+	// clustered: keys of one decision may live on different nodes.
+	clustered bool
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -131,7 +135,7 @@ func WithTTLMargin(d time.Duration) Option {
 func WithFailurePolicy(p FailurePolicy) Option { return func(s *Store) { s.policy = p } }
 
 // WithCallerTime makes decisions at the caller's time instead of the server's
-// TIME.
+// TIME; the FailLocal fallback then decides at the caller's time too.
 func WithCallerTime(now func() time.Time) Option {
 	return func(s *Store) { s.now = func() int64 { return now().UnixMicro() } }
 }
@@ -150,7 +154,13 @@ func New(client Client, opts ...Option) *Store {
 		o(s)
 	}
 	if s.policy == FailLocal {
-		s.local = memstore.New()
+		// The fallback decides at the same time as the store: the caller's
+		// when WithCallerTime gave it, else this process's clock.
+		var lopts []memstore.Option
+		if s.now != nil {
+			lopts = append(lopts, memstore.WithMicros(s.now))
+		}
+		s.local = memstore.New(lopts...)
 	}
 	if s.batchN > 0 {
 		s.batch = newBatcher(client, s.batchN, s.timeout)
@@ -161,8 +171,14 @@ func New(client Client, opts ...Option) *Store {
 // NewGoRedis returns a Store over a go-redis client (single node, Sentinel,
 // Cluster or Ring).
 func NewGoRedis(c redis.UniversalClient, opts ...Option) *Store {
-	return New(GoRedis(c), opts...)
+	_, cluster := c.(*redis.ClusterClient)
+	return New(GoRedis(c), append([]Option{WithCluster(cluster)}, opts...)...)
 }
+
+// WithCluster tells the store whether its client is a Redis Cluster client,
+// where the keys of a composite may live on different nodes (NewGoRedis sets
+// it from the client's type).
+func WithCluster(cluster bool) Option { return func(s *Store) { s.clustered = cluster } }
 
 // Close stops the store's batching goroutines. It does not close the client.
 func (s *Store) Close() error {
@@ -208,27 +224,18 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo
 
 func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
 	p := &req.Params
-	maxDelay := req.MaxDelay
-	if maxDelay == algo.Never {
-		maxDelay = -1
-	}
 	c := Call{
 		Script: scripts[p.Kind],
 		Keys:   []string{s.prefix + req.Key},
-		Args:   []any{int64(p.Kind), p.Rate, p.Period, p.Burst, req.Cost, maxDelay, now, s.margin},
+		Args:   []any{int64(p.Kind), p.Rate, p.Period, p.Burst, req.Cost, maxDelayArg(req.MaxDelay), now, s.margin},
 	}
 	if err := s.run(ctx, &c); err != nil {
 		return algo.Decision{}, err
 	}
-	r := c.Reply
-	if len(r) != 5 {
-		return algo.Decision{}, fmt.Errorf("%w: script replied %v", sluice.ErrStoreUnavailable, r)
+	if len(c.Reply) != 5 {
+		return algo.Decision{}, fmt.Errorf("%w: script replied %v", sluice.ErrStoreUnavailable, c.Reply)
 	}
-	d := algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Delay: r[4]}
-	if d.RetryAfter < 0 {
-		d.RetryAfter = algo.Never
-	}
-	return d, nil
+	return decisionOf(c.Reply), nil
 }
 
 // run sends one call, through the batcher unless batching is off, and waits
@@ -236,17 +243,44 @@ func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo
 func (s *Store) run(ctx context.Context, c *Call) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	var err error
 	if s.batch != nil {
-		if err := s.batch.run(ctx, c); err != nil {
-			return unavailable(err)
-		}
+		err = s.batch.run(ctx, c)
 	} else {
-		s.client.Run(ctx, []*Call{c})
+		err = runAlone(ctx, s.client, c)
+	}
+	if err != nil {
+		return unavailable(err)
 	}
 	if c.Err != nil {
 		return unavailable(c.Err)
 	}
 	return nil
+}
+
+// runAlone sends c in its own round trip and waits for its reply or for ctx,
+// whichever comes first. A Client need not stop at ctx's deadline: go-redis
+// applies it to reads and writes only with ContextTimeoutEnabled, and
+// otherwise waits up to its ReadTimeout (3s by default) on a Redis that does
+// not answer. After ctx is done the round trip finishes in the background
+// and c is not read again.
+func runAlone(ctx context.Context, cl Client, c *Call) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cl.Run(ctx, []*Call{c})
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // the reply came in time after all
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
 }
 
 func unavailable(err error) error {
@@ -256,8 +290,165 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
 }
 
+// TakeAll makes one decision for a composite request (see sluice.Store).
+//
+// When every key lies in one cluster slot (always on a single node; on a
+// cluster, keys that share a {hash tag}) it is one atomic script: every part
+// is stepped and all are written only if all grant. On a cluster whose keys
+// span slots no script can see them all, so the parts are taken one at a
+// time, in the order given, and when one refuses the parts already taken are
+// given back (Refund). That never admits over any limit; its weakness is that
+// between a part's take and its give-back a concurrent request on that key
+// may be refused that would have passed, that a process dying in between
+// leaves those units spent, and that only token-bucket and gcra parts can be
+// given back (the units of a window part stay spent). Put the narrowest limit
+// first: it refuses most, and a refusal there costs nothing.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
+	now := int64(-1)
+	if s.now != nil {
+		now = s.now()
+	}
+	d, err := s.takeAll(ctx, reqs, now)
+	if err == nil {
+		return sluice.FromDecision(d), nil
+	}
+	switch s.policy {
+	case FailOpen:
+		return sluice.Result{Allowed: true, Degraded: true}, nil
+	case FailLocal:
+		r, lerr := s.local.TakeAll(ctx, reqs)
+		r.Degraded = true
+		return r, lerr
+	}
+	return sluice.Result{}, err
+}
+
+// TakeAllAt is TakeAll at time now (µs since the epoch), with no failure
+// policy.
+func (s *Store) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	if err := algo.CheckTime(now); err != nil {
+		return algo.Decision{}, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+	}
+	return s.takeAll(ctx, reqs, now)
+}
+
+func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	if s.clustered && !s.oneSlot(reqs) {
+		return s.takeInTurn(ctx, reqs, now)
+	}
+	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 2+6*len(reqs))}
+	c.Args = append(c.Args, now, s.margin)
+	for i, r := range reqs {
+		c.Keys[i] = s.prefix + r.Key
+		c.Args = append(c.Args, int64(r.Params.Kind), r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost, maxDelayArg(r.MaxDelay))
+	}
+	if err := s.run(ctx, &c); err != nil {
+		return algo.Decision{}, err
+	}
+	if len(c.Reply) != 5*len(reqs) {
+		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", sluice.ErrStoreUnavailable, c.Reply)
+	}
+	var acc algo.Decision
+	for i := range reqs {
+		d := decisionOf(c.Reply[5*i : 5*i+5])
+		if i == 0 {
+			acc = d
+		} else {
+			algo.Combine(&acc, d)
+		}
+	}
+	return acc, nil
+}
+
+// takeInTurn takes the parts one at a time and gives back the ones taken when
+// a later one refuses.
+func (s *Store) takeInTurn(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	var acc algo.Decision
+	for i, r := range reqs {
+		d, err := s.decide(ctx, r, now)
+		if err != nil || !d.Allowed {
+			for _, t := range reqs[:i] {
+				if t.Cost > 0 && (t.Params.Kind == algo.TokenBucket || t.Params.Kind == algo.GCRA) {
+					s.refund(context.WithoutCancel(ctx), t, now)
+				}
+			}
+			if err != nil {
+				return algo.Decision{}, err
+			}
+			if i > 0 {
+				algo.Combine(&acc, d)
+				return acc, nil
+			}
+			return d, nil
+		}
+		if i == 0 {
+			acc = d
+		} else {
+			algo.Combine(&acc, d)
+		}
+	}
+	return acc, nil
+}
+
+// oneSlot reports whether every request's key lies in one cluster slot.
+func (s *Store) oneSlot(reqs []sluice.Request) bool {
+	slot := Slot(s.prefix + reqs[0].Key)
+	for _, r := range reqs[1:] {
+		if Slot(s.prefix+r.Key) != slot {
+			return false
+		}
+	}
+	return true
+}
+
+// Refund gives req.Cost units back to req.Key (see algo.Refund). It applies
+// no failure policy: a refund that cannot reach Redis is an error.
+func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
+		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
+	}
+	now := int64(-1)
+	if s.now != nil {
+		now = s.now()
+	}
+	d, err := s.refund(ctx, req, now)
+	return sluice.FromDecision(d), err
+}
+
+func (s *Store) refund(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+	p := &req.Params
+	c := Call{
+		Script: refundScript,
+		Keys:   []string{s.prefix + req.Key},
+		Args:   []any{int64(p.Kind), p.Rate, p.Period, p.Burst, req.Cost, now, s.margin},
+	}
+	if err := s.run(ctx, &c); err != nil {
+		return algo.Decision{}, err
+	}
+	if len(c.Reply) != 5 {
+		return algo.Decision{}, fmt.Errorf("%w: refund script replied %v", sluice.ErrStoreUnavailable, c.Reply)
+	}
+	return decisionOf(c.Reply), nil
+}
+
 // Reset forgets key.
 func (s *Store) Reset(ctx context.Context, key string) error {
 	c := Call{Script: resetScript, Keys: []string{s.prefix + key}}
 	return s.run(ctx, &c)
+}
+
+func maxDelayArg(us int64) int64 {
+	if us == algo.Never {
+		return -1
+	}
+	return us
+}
+
+// decisionOf reads a script's reply of one decision.
+func decisionOf(r []int64) algo.Decision {
+	d := algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Delay: r[4]}
+	if d.RetryAfter < 0 {
+		d.RetryAfter = algo.Never
+	}
+	return d
 }

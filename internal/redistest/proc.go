@@ -95,11 +95,17 @@ func launch(cfg procConfig) (*process, error) {
 		logStart = fi.Size()
 	}
 
+	// redis-server writes to --logfile once configured, but configuration
+	// errors go to stderr before that: send both to the same file.
+	logf, err := os.OpenFile(cfg.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(bin, cfg.args()...)
 	cmd.Dir = cfg.dir
-	cmd.Stdin = nil
-	cmd.Stdout = nil // everything goes to cfg.logFile
-	cmd.Stderr = nil
+	cmd.Stdout = logf
+	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := startCmd(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -124,12 +130,9 @@ func launch(cfg procConfig) (*process, error) {
 			return nil, err
 		default:
 		}
-		reply, err := commandString(addr, probeTimeout, "PING")
-		if err == nil && reply == "PONG" {
-			return p, nil
-		}
+		err := probe(addr, p.pid())
 		if err == nil {
-			err = fmt.Errorf("PING replied %q", reply)
+			return p, nil
 		}
 		lastErr = err
 		if time.Now().After(deadline) {
@@ -139,6 +142,32 @@ func launch(cfg procConfig) (*process, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// probe checks that the redis-server with process id pid answers PING on
+// addr. Checking the process id matters: if another redis-server holds the
+// port, it answers while ours is still failing to bind it.
+func probe(addr string, pid int) error {
+	reply, err := commandString(addr, probeTimeout, "PING")
+	if err != nil {
+		return err
+	}
+	if reply != "PONG" {
+		return fmt.Errorf("PING replied %q", reply)
+	}
+	info, err := commandString(addr, probeTimeout, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("%s is served by another redis-server (pid %s, ours is %d)", addr, v, pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("INFO server has no process_id")
 }
 
 // stop kills the process and waits for it to exit. Open connections to it

@@ -28,8 +28,9 @@ type Server struct {
 
 // Standalone starts a redis-server on a free port of 127.0.0.1 with an
 // empty data set, no persistence and its working directory in t.TempDir(),
-// and waits until it answers PING. The server and all clients obtained from
-// it are stopped and closed when t finishes.
+// and waits until it answers PING. DEBUG is enabled for local clients
+// (DEBUG SLEEP can simulate a slow server). The server and all clients
+// obtained from it are stopped and closed when t finishes.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
 	Require(t)
@@ -127,7 +128,7 @@ func (s *Server) NewClient(t testing.TB, configure func(*redis.Options)) *redis.
 // With go-redis's default options a command to a stopped server fails only
 // after about 2s of retries (MaxRetries 3, DialerRetries 5 with 100ms
 // pauses); fault tests usually want a client from NewClient with
-// o.MaxRetries = -1 and o.DialerRetries = 1, which fails at once.
+// o.MaxRetries = -1 and o.DialerRetries = 1, which fails within about 100ms.
 func (s *Server) Stop(t testing.TB) {
 	t.Helper()
 	if s.shared {

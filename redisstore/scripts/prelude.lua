@@ -10,9 +10,10 @@
 -- operation that rounds, so it goes through fdiv.
 
 -- now is the decision's time (µs) and margin the TTL margin (µs); the main
--- sets them. steps[kind] is each algorithm's step.
+-- sets them. steps[kind] is each algorithm's step, refunds[kind] its refund
+-- where it has one.
 local now, margin
-local steps = {}
+local steps, refunds = {}, {}
 
 -- The decision's time: the caller's, or the server's TIME when negative.
 local function clock(t)
@@ -54,6 +55,15 @@ local function load(key, kind)
   return f
 end
 
+-- The fields as the stored string: decimal integers.
+local function encode(fields)
+  local s = {}
+  for i = 1, #fields do
+    s[i] = string.format('%d', fields[i])
+  end
+  return table.concat(s, ' ')
+end
+
 -- Stores key's fields (a list of integers) with a TTL that ends when the
 -- state is equivalent to fresh (fresh_at), plus the margin. Without fields
 -- (a query, a refused composite), only a key found without a TTL gets one.
@@ -64,10 +74,7 @@ local function store(key, fields, fresh_at)
       redis.call('DEL', key)
       return
     end
-    for i = 1, #fields do
-      fields[i] = string.format('%d', fields[i])
-    end
-    redis.call('SET', key, table.concat(fields, ' '), 'PX', ttl)
+    redis.call('SET', key, encode(fields), 'PX', ttl)
   elseif redis.call('PTTL', key) == -1 then
     redis.call('PEXPIRE', key, math.max(ttl, 1))
   end

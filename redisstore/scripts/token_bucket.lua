@@ -2,29 +2,35 @@
 -- scaled by the period (a), last update (b), the period they were scaled by.
 -- Like every step it returns the decision, the fields to store (nil: store
 -- nothing) and the time the state is equivalent to fresh.
-steps[1] = function(key, rate, period, burst, cost)
-  local t = now
-  local full = burst * period
-  local xs, l = full, t
+
+-- The tokens refilled to t and the time of that update (bucketAt).
+local function bucket_at(key, t, rate, period, full)
   local f = load(key, 1)
-  if f then
-    xs, l = f[2], f[3]
-    if f[5] ~= period then
-      xs = fdiv(xs, f[5]) * period
-    end
-    xs = math.min(xs, full)
-    if t > l then
-      -- t−l ≥ ⌈need/rate⌉ is (t−l)·rate ≥ need without the product, which
-      -- may pass 2^53.
-      if t - l >= cdiv(full - xs, rate) then
-        xs = full
-      else
-        xs = xs + (t - l) * rate
-      end
-      l = t
-    end
+  if not f then
+    return full, t
   end
-  t = math.max(t, l)
+  local xs, l = f[2], f[3]
+  if f[5] ~= period then
+    xs = fdiv(xs, f[5]) * period
+  end
+  xs = math.min(xs, full)
+  if t > l then
+    -- t−l ≥ ⌈need/rate⌉ is (t−l)·rate ≥ need without the product, which
+    -- may pass 2^53.
+    if t - l >= cdiv(full - xs, rate) then
+      xs = full
+    else
+      xs = xs + (t - l) * rate
+    end
+    l = t
+  end
+  return xs, l
+end
+
+steps[1] = function(key, rate, period, burst, cost)
+  local full = burst * period
+  local xs, l = bucket_at(key, now, rate, period, full)
+  local t = math.max(now, l)
   local allowed, retry = false, 0
   if cost * period <= xs then
     allowed = true
@@ -35,4 +41,14 @@ steps[1] = function(key, rate, period, burst, cost)
   local reset = cdiv(full - xs, rate)
   local d = decision(allowed, fdiv(xs, period), retry, reset, 0)
   return d, cost > 0 and {1, xs, l, 0, period} or nil, t + reset
+end
+
+-- The mirror of Refund for token-bucket: the fields after giving units back.
+refunds[1] = function(key, rate, period, burst, units)
+  if not load(key, 1) then
+    return nil
+  end
+  local full = burst * period
+  local xs, l = bucket_at(key, now, rate, period, full)
+  return {1, math.min(full, xs + units * period), l, 0, period}
 end

@@ -1,0 +1,50 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storetest"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
+	s := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("composite:%d:", time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+	t.Cleanup(func() { s.Close() })
+	return func(reqs []sluice.Request, now int64) (algo.Decision, error) {
+		return s.TakeAllAt(context.Background(), reqs, now)
+	}
+}
+
+func TestCompositeStandalone(t *testing.T) {
+	c := redistest.Shared(t).Client()
+	storetest.OneUserBurst(t, takeAllAt(t, c), "")
+	storetest.RandomComposites(t, takeAllAt(t, c), "", 20, 100)
+}
+
+// On a cluster, parts whose keys share a {hash tag} are one atomic script and
+// match the model exactly; parts in different slots go through the take,
+// then give back protocol, which still admits exactly one of the burst.
+func TestCompositeCluster(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	storetest.RandomComposites(t, takeAllAt(t, c), "{tenant:1}", 6, 80)
+	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
+	take := takeAllAt(t, c)
+	if redisstore.Slot("user:1") == redisstore.Slot("global") {
+		t.Fatal("test keys must be in different slots")
+	}
+	storetest.OneUserBurst(t, take, "")
+}
+
+func TestRefund(t *testing.T) {
+	s := redisstore.NewGoRedis(redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("refund:%d:", time.Now().UnixNano())))
+	defer s.Close()
+	storetest.Refund(t, sluice.New(s), "")
+}
