@@ -53,22 +53,34 @@ type Decision struct {
 // may prune to an equivalent log. A sliding log's step reuses s.Log's backing
 // array: a caller that needs the old state afterwards (to undo a step) must
 // copy s.Log first.
-func Step(p *Params, s *State, now, cost, maxDelay int64) Decision {
+func Step(p *Params, s *State, now, cost, maxDelay int64) (d Decision) {
+	// The steps write into d and *s field by field: building a struct and
+	// copying it costs more than the arithmetic on this hot path.
 	switch p.Kind {
 	case TokenBucket:
-		return tokenBucket(p, s, now, cost)
+		tokenBucket(p, s, now, cost, &d)
 	case GCRA:
-		return gcra(p, s, now, cost)
+		gcra(p, s, now, cost, &d)
 	case LeakyBucket:
-		return leakyBucket(p, s, now, cost, maxDelay)
+		leakyBucket(p, s, now, cost, maxDelay, &d)
 	case FixedWindow:
-		return fixedWindow(p, s, now, cost)
+		fixedWindow(p, s, now, cost, &d)
 	case SlidingWindow:
-		return slidingWindow(p, s, now, cost)
+		slidingWindow(p, s, now, cost, &d)
 	case SlidingLog:
-		return slidingLog(p, s, now, cost)
+		slidingLog(p, s, now, cost, &d)
+	default:
+		panic("algo: Step with invalid params; call Params.Validate first")
 	}
-	panic("algo: Step with invalid params; call Params.Validate first")
+	return d
+}
+
+// set stores a single-state algorithm's fields.
+func (s *State) set(k Kind, a, b, c, scale int64) {
+	s.Kind, s.A, s.B, s.C, s.Scale = k, a, b, c, scale
+	if s.Log != nil {
+		s.Log = nil
+	}
 }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
@@ -79,11 +91,10 @@ func ceilDiv(a, b int64) int64 {
 // tokenBucket keeps tokens x scaled by the period (A = x·Period, an integer in
 // [0, Burst·Period]) and the time of the last update (B = l). Refill over e µs
 // adds e·Rate to A: one whole unit per T = Period/Rate, exactly.
-func tokenBucket(p *Params, s *State, now, cost int64) Decision {
+func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
 	xs, l := bucketAt(p, s, now)
 	now = max(now, l) // a clock that went back reads the state at l
-	var d Decision
 	if cost*p.Period <= xs {
 		d.Allowed = true
 		xs -= cost * p.Period
@@ -94,9 +105,8 @@ func tokenBucket(p *Params, s *State, now, cost int64) Decision {
 	d.ResetAfter = ceilDiv(full-xs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		*s = State{Kind: TokenBucket, A: xs, B: l, Scale: p.Period}
+		s.set(TokenBucket, xs, l, 0, p.Period)
 	}
-	return d
 }
 
 // bucketAt returns the token bucket's scaled tokens refilled to now, and the
@@ -129,10 +139,9 @@ func bucketAt(p *Params, s *State, now int64) (xs, l int64) {
 // decisions. It keeps no last-update time: a clock that went back reads the
 // state at the earlier instant (no refill; a wait longer by the step, at most a
 // full bucket's worth).
-func gcra(p *Params, s *State, now, cost int64) Decision {
+func gcra(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
 	tu, tr, bs := gcraAt(p, s, now)
-	var d Decision
 	if bs+cost*p.Period <= full {
 		d.Allowed = true
 		tu, tr = addTime(tu, tr, cost*p.Period, p.Rate)
@@ -144,9 +153,8 @@ func gcra(p *Params, s *State, now, cost int64) Decision {
 	d.ResetAfter = ceilDiv(bs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		*s = State{Kind: GCRA, A: tu, B: tr, Scale: p.Rate}
+		s.set(GCRA, tu, tr, 0, p.Rate)
 	}
-	return d
 }
 
 // gcraAt returns the TAT read at now (at least now, at most a full bucket
@@ -160,14 +168,13 @@ func gcraAt(p *Params, s *State, now int64) (tu, tr, bs int64) {
 }
 
 // leakyBucket keeps D = A + B/Rate µs, the time the queue is empty again.
-func leakyBucket(p *Params, s *State, now, cost, maxDelay int64) Decision {
+func leakyBucket(p *Params, s *State, now, cost, maxDelay int64, d *Decision) {
 	qs := p.Burst * p.Period // Q·T, scaled by Rate
 	du, dr := now, int64(0)
 	if s.Kind == LeakyBucket {
 		du, dr = rescaleTime(s, p.Rate)
 	}
 	du, dr, bs := backlog(du, dr, now, p.Rate, qs+p.Period)
-	var d Decision
 	delay := ceilDiv(bs, p.Rate)
 	last := bs + (cost-1)*p.Period // wait of the request's last unit, scaled by Rate
 	switch {
@@ -186,9 +193,8 @@ func leakyBucket(p *Params, s *State, now, cost, maxDelay int64) Decision {
 	d.ResetAfter = ceilDiv(bs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		*s = State{Kind: LeakyBucket, A: du, B: dr, Scale: p.Rate}
+		s.set(LeakyBucket, du, dr, 0, p.Rate)
 	}
-	return d
 }
 
 // rescaleTime returns the stored timestamp (A + B/Scale) in 1/rate µs. A changed
@@ -221,17 +227,16 @@ func addTime(u, r, n, rate int64) (int64, int64) {
 
 // fixedWindow keeps the count A and the window's end B. A clock that went back
 // is read at the window's start at the earliest.
-func fixedWindow(p *Params, s *State, now, cost int64) Decision {
+func fixedWindow(p *Params, s *State, now, cost int64, d *Decision) {
 	c, e := int64(0), int64(0)
 	if s.Kind == FixedWindow {
 		c, e = s.A, s.B
 		now = max(now, e-p.Period)
 	}
-	var d Decision
 	if now >= e {
 		if cost == 0 { // a query opens no window
 			d.Allowed, d.Remaining, d.FreshAt = true, p.Rate, now
-			return d
+			return
 		}
 		c, e = 0, now+p.Period
 	}
@@ -245,15 +250,14 @@ func fixedWindow(p *Params, s *State, now, cost int64) Decision {
 	d.ResetAfter = e - now
 	d.FreshAt = e
 	if cost > 0 {
-		*s = State{Kind: FixedWindow, A: c, B: e}
+		s.set(FixedWindow, c, e, 0, 0)
 	}
-	return d
 }
 
 // slidingWindow keeps the index of the current window A (windows of Period µs
 // since the epoch), the previous window's count B and the current one's C.
 // A changed period starts the counts afresh: old windows do not line up.
-func slidingWindow(p *Params, s *State, now, cost int64) Decision {
+func slidingWindow(p *Params, s *State, now, cost int64, d *Decision) {
 	w := p.Period
 	k := now / w
 	prev, cur := int64(0), int64(0)
@@ -270,7 +274,6 @@ func slidingWindow(p *Params, s *State, now, cost int64) Decision {
 	}
 	x := now - k*w
 	es := prev*(w-x) + cur*w // the estimate, scaled by w
-	var d Decision
 	if es+cost*w <= p.Rate*w {
 		d.Allowed = true
 		cur += cost
@@ -287,9 +290,8 @@ func slidingWindow(p *Params, s *State, now, cost int64) Decision {
 	}
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		*s = State{Kind: SlidingWindow, A: k, B: prev, C: cur, Scale: w}
+		s.set(SlidingWindow, k, prev, cur, w)
 	}
-	return d
 }
 
 // slidingRetry is the smallest whole d ≥ 1 with estimate(now+d) + cost ≤ rate
@@ -313,7 +315,7 @@ func slidingRetry(rate, w, x, prev, cur, cost int64) int64 {
 }
 
 // slidingLog keeps the admitted requests of the trailing period, oldest first.
-func slidingLog(p *Params, s *State, now, cost int64) Decision {
+func slidingLog(p *Params, s *State, now, cost int64, d *Decision) {
 	var log []Entry
 	if s.Kind == SlidingLog {
 		log = s.Log
@@ -333,7 +335,6 @@ func slidingLog(p *Params, s *State, now, cost int64) Decision {
 	for _, e := range log {
 		used += e.N
 	}
-	var d Decision
 	if used+cost <= p.Rate {
 		d.Allowed = true
 		if cost > 0 {
@@ -360,7 +361,6 @@ func slidingLog(p *Params, s *State, now, cost int64) Decision {
 	}
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 || s.Kind == SlidingLog {
-		*s = State{Kind: SlidingLog, Log: log}
+		s.Kind, s.Log = SlidingLog, log
 	}
-	return d
 }

@@ -13,7 +13,7 @@ import (
 // BenchmarkOneKey is one key taken serially: the lock, the map and the step.
 func BenchmarkOneKey(b *testing.B) {
 	lim := sluice.New(memstore.New())
-	l := sluice.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -31,7 +31,7 @@ func BenchmarkManyKeysParallel(b *testing.B) {
 		keys[i] = "user:" + strconv.Itoa(i)
 	}
 	lim := sluice.New(memstore.New())
-	l := sluice.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	ctx := context.Background()
 	var next atomic.Uint64
 	b.ReportAllocs()

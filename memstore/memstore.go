@@ -106,13 +106,18 @@ func (s *Store) shard(key string) *shard {
 // Take makes one decision for req at the store's clock time. req must have
 // passed sluice.CheckParams (the Limiter does that).
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	d, err := s.TakeAt(req, s.now())
+	d, err := s.take(&req, s.now())
 	return sluice.FromDecision(d), err
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
 // use it to decide at the trace's time.
 func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
+	return s.take(&req, now)
+}
+
+// take is the hot path; req is a pointer so the request is not copied again.
+func (s *Store) take(req *sluice.Request, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err
 	}

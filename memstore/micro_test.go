@@ -10,7 +10,7 @@ import (
 )
 
 func BenchmarkStep(b *testing.B) {
-	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e9, Period: 1e6, Burst: 1e6}
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
 	var s algo.State
 	now := int64(1_764_000_000_000_000)
 	for b.Loop() {
@@ -21,7 +21,7 @@ func BenchmarkStep(b *testing.B) {
 
 func BenchmarkTakeAtFixed(b *testing.B) {
 	st := memstore.New()
-	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e9, Period: 1e6, Burst: 1e6}
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
 	now := int64(1_764_000_000_000_000)
 	req := sluice.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
 	for b.Loop() {
@@ -33,7 +33,7 @@ func BenchmarkTakeAtFixed(b *testing.B) {
 func BenchmarkLimiterFixedClock(b *testing.B) {
 	now := int64(1_764_000_000_000_000)
 	lim := sluice.New(memstore.New(memstore.WithMicros(func() int64 { now++; return now })))
-	l := sluice.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	ctx := context.Background()
 	for b.Loop() {
 		lim.Take(ctx, "user:1", l, 1)
