@@ -94,6 +94,14 @@ type Store interface {
 	Reset(ctx context.Context, key string) error
 }
 
+// LocalStore is implemented by stores that decide in process and need no
+// context (memstore): the Limiter calls TakeLocal on its hot path, where the
+// arguments travel in registers. Its meaning is Take's with MaxDelay
+// algo.Never.
+type LocalStore interface {
+	TakeLocal(key string, p algo.Params, cost int64) (Result, error)
+}
+
 // Clock is the time a Limiter waits by. Tests pass a fake one; the default is
 // the system clock.
 type Clock interface {
@@ -127,6 +135,7 @@ var SystemClock Clock = systemClock{}
 // Limiter makes decisions over a Store.
 type Limiter struct {
 	store Store
+	local LocalStore // store, when it is one
 	clock Clock
 }
 
@@ -142,6 +151,7 @@ func New(store Store, opts ...Option) *Limiter {
 	for _, o := range opts {
 		o(l)
 	}
+	l.local, _ = store.(LocalStore)
 	return l
 }
 
@@ -152,6 +162,9 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 	p, err := Check(key, lim, cost)
 	if err != nil {
 		return Result{}, err
+	}
+	if l.local != nil {
+		return l.local.TakeLocal(key, p, cost)
 	}
 	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 }

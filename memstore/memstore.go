@@ -39,7 +39,10 @@ type Store struct {
 	now    func() int64
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store      = (*Store)(nil)
+	_ sluice.LocalStore = (*Store)(nil)
+)
 
 type shard struct {
 	mu      sync.Mutex
@@ -108,6 +111,31 @@ func (s *Store) shard(key string) *shard {
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	d, err := s.take(&req, s.now())
 	return sluice.FromDecision(d), err
+}
+
+// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore).
+func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (sluice.Result, error) {
+	now := s.now()
+	if err := algo.CheckTime(now); err != nil {
+		return sluice.Result{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e := sh.m[key]
+	if e == nil {
+		if cost == 0 {
+			sh.mu.Unlock()
+			var fresh algo.State
+			return sluice.FromDecision(algo.Step(&p, &fresh, now, 0, algo.Never)), nil
+		}
+		e = sh.insert(key, now)
+	}
+	d := algo.Step(&p, &e.st, now, cost, algo.Never)
+	if cost > 0 || p.Kind == algo.SlidingLog {
+		e.freshAt = d.FreshAt
+	}
+	sh.mu.Unlock()
+	return sluice.FromDecision(d), nil
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
