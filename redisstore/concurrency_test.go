@@ -1,0 +1,748 @@
+package redisstore_test
+
+// TestConcurrency hammers one real redis-server from several processes at
+// once and checks that the Redis store never admits more than the algorithm's
+// model allows for the server's clock.
+//
+// The parent starts a standalone redis-server and, for each algorithm in
+// turn, re-executes this test binary loadProcs times (the children run
+// TestLoadChild, selected by -test.run and marked by the loadChildEnv
+// variable). Each child runs loadGoroutines goroutines that call Take on
+// loadKeys keys in a loop. The children start together (each prints a ready
+// line, the parent then writes the stop time to every child's stdin), stop
+// together, and print what they saw as one JSON line: the units admitted and
+// denied per key, the errors, and the server's TIME just before their first
+// Take and just after their last one returned.
+//
+// Every admission happened at a server time in [tS, tE], tS the earliest
+// child start and tE the latest child end (a Take's script runs after the
+// child's TIME command was answered, and before the Take returned), and
+// [tS, tE] lies within [T0, T1], the parent's own TIME before spawning and
+// after every child exited. The checks, per key:
+//
+//   - every algorithm: admitted ≤ the worst case of SEMANTICS.md for a span
+//     of tE−tS (and of T1−T0): burst + ⌊span·rate/period⌋ for the token
+//     bucket and GCRA, rate·(⌊span/period⌋+1) for the fixed window (windows
+//     are disjoint and last period), rate·⌈(span+1µs)/period⌉ for the sliding
+//     log (span+1 whole µs are covered by that many trailing periods).
+//   - token bucket, GCRA: tokens are conserved. From the key's final state
+//     (tokens x at its last update l; GCRA's TAT) and the first admission
+//     being at or after tS: admitted·T ≤ B·T − x·T + (l − tS), and
+//     admitted·T ≤ TAT − tS. Under saturation the bucket never fills, so
+//     these are equalities for the real first admission time, which the
+//     report derives (it should be a few ms after tS).
+//   - fixed window: from the final state (count c of the window ending at e)
+//     at most ⌊(e − tS)/period⌋ windows fit, all but the last holding at most
+//     rate: admitted ≤ rate·(⌊(e−tS)/period⌋ − 1) + c. The parent also reads
+//     every key every 50ms while the children run: no window holds more than
+//     rate, windows never overlap.
+//   - sliding log: the 50ms samples of the key's log (entries "t n" of the
+//     trailing period) each hold at most rate units. Their union (each entry
+//     lives about a period in the log, so every entry is seen when sampling
+//     keeps up) rebuilds the admissions; when it accounts for every admitted
+//     unit, every trailing period of the whole run is checked to hold at most
+//     rate, exactly.
+//   - the limiter was saturated, not idle: admitted ≥ 90% of the run's bound
+//     (of the state bound for the fixed window; of rate·⌊span/period⌋ for
+//     the sliding log, whose last period may or may not start before the
+//     stop).
+//   - no errors.
+//
+// The keys keep their state for a minute after the run (WithTTLMargin), so
+// that the parent can read the final state; expiry never changes decisions.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+const (
+	// loadChildEnv carries a child's loadConfig (JSON); its presence makes
+	// TestLoadChild run.
+	loadChildEnv = "SLUICE_LOAD_CHILD"
+
+	loadProcs      = 8
+	loadGoroutines = 32
+	loadKeys       = 10
+
+	// loadSampleEvery is how often the parent reads every key's state.
+	loadSampleEvery = 50 * time.Millisecond
+
+	// Marker lines a child prints on stdout.
+	loadReadyLine   = "sluice-load-child: ready"
+	loadResultMark  = "sluice-load-child: result "
+	loadReadyWithin = 2 * time.Minute
+)
+
+// loadConfig is what a child process is asked to do.
+type loadConfig struct {
+	Addr       string `json:"addr"`
+	Prefix     string `json:"prefix"`
+	Algorithm  string `json:"algorithm"`
+	Rate       int64  `json:"rate"`
+	Period     int64  `json:"period_us"`
+	Burst      int64  `json:"burst"`
+	Keys       int    `json:"keys"`
+	Goroutines int    `json:"goroutines"`
+}
+
+// loadReport is what a child saw.
+type loadReport struct {
+	Allowed    []int64 `json:"allowed"` // units admitted, per key
+	Denied     []int64 `json:"denied"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	Start      int64   `json:"start_us"` // server TIME before the first Take
+	End        int64   `json:"end_us"`   // server TIME after the last Take returned
+}
+
+func loadKey(i int) string { return "k" + strconv.Itoa(i) }
+
+// TestLoadChild is the body of one child process of TestConcurrency.
+func TestLoadChild(t *testing.T) {
+	raw := os.Getenv(loadChildEnv)
+	if raw == "" {
+		t.Skip("a child process of TestConcurrency")
+	}
+	var cfg loadConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatalf("%s: %v", loadChildEnv, err)
+	}
+	alg, err := sluice.ParseAlgorithm(cfg.Algorithm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sluice.Limit{Algorithm: alg, Rate: cfg.Rate, Period: time.Duration(cfg.Period) * time.Microsecond, Burst: cfg.Burst}
+	if err := lim.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{
+		Addr:            cfg.Addr,
+		DisableIdentity: true,
+		// A retried EVALSHA could be a second decision: surface every error.
+		MaxRetries: -1,
+		// A loaded machine (8 race-instrumented processes on 2 cores) can be
+		// slow to read replies; an error here fails the test, so be patient.
+		ReadTimeout:  20 * time.Second,
+		WriteTimeout: 20 * time.Second,
+		PoolTimeout:  20 * time.Second,
+	})
+	defer client.Close()
+	store := redisstore.NewGoRedis(client,
+		redisstore.WithPrefix(cfg.Prefix),
+		redisstore.WithTimeout(20*time.Second),
+		redisstore.WithTTLMargin(time.Minute))
+	defer store.Close()
+	l := sluice.New(store)
+	ctx := context.Background()
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	fmt.Println(loadReadyLine)
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		t.Fatalf("waiting for the start line: %v", err)
+	}
+	stopNanos, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "go ")), 10, 64)
+	if err != nil {
+		t.Fatalf("start line %q: %v", line, err)
+	}
+	stop := time.Unix(0, stopNanos)
+
+	start, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, cfg.Keys)
+	for i := range keys {
+		keys[i] = loadKey(i)
+	}
+	type tally struct {
+		allowed, denied []int64
+		errors          int64
+		firstErr        error
+	}
+	tallies := make([]tally, cfg.Goroutines)
+	var wg sync.WaitGroup
+	for g := range tallies {
+		wg.Go(func() {
+			tl := &tallies[g]
+			tl.allowed = make([]int64, cfg.Keys)
+			tl.denied = make([]int64, cfg.Keys)
+			for i := g; time.Now().Before(stop); i++ {
+				k := i % cfg.Keys
+				r, err := l.Take(ctx, keys[k], lim, 1)
+				switch {
+				case err != nil:
+					tl.errors++
+					if tl.firstErr == nil {
+						tl.firstErr = err
+					}
+				case r.Allowed:
+					tl.allowed[k]++
+				default:
+					tl.denied[k]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	end, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rep := loadReport{Allowed: make([]int64, cfg.Keys), Denied: make([]int64, cfg.Keys), Start: start.UnixMicro(), End: end.UnixMicro()}
+	for _, tl := range tallies {
+		for k := range cfg.Keys {
+			rep.Allowed[k] += tl.allowed[k]
+			rep.Denied[k] += tl.denied[k]
+		}
+		rep.Errors += tl.errors
+		if tl.firstErr != nil && rep.FirstError == "" {
+			rep.FirstError = tl.firstErr.Error()
+		}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(loadResultMark + string(b))
+}
+
+// loadCase is one algorithm's run.
+type loadCase struct {
+	alg                 string
+	rate, period, burst int64 // period in µs
+}
+
+func TestConcurrency(t *testing.T) {
+	if os.Getenv(loadChildEnv) != "" {
+		t.Skip("in a child process")
+	}
+	d := 10 * time.Second
+	if testing.Short() {
+		d = 2 * time.Second
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Standalone(t)
+	for _, c := range []loadCase{
+		{alg: "token-bucket", rate: 50, period: 1_000_000, burst: 20},
+		{alg: "gcra", rate: 50, period: 1_000_000, burst: 20},
+		{alg: "fixed-window", rate: 100, period: 1_000_000},
+		{alg: "sliding-log", rate: 100, period: 1_000_000},
+	} {
+		t.Run(c.alg, func(t *testing.T) { runLoad(t, srv, exe, c, d) })
+	}
+}
+
+// loadChild is one running child process.
+type loadChild struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	ready  chan struct{} // closed when the child printed its ready line
+	done   chan struct{} // closed when its stdout is drained
+	mu     sync.Mutex
+	output strings.Builder // everything but the marker lines, and stderr
+	report *loadReport
+	perr   error // a bad result line
+}
+
+func (c *loadChild) scan(stdout io.Reader) {
+	defer close(c.done)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	readyClosed := false
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == loadReadyLine && !readyClosed:
+			readyClosed = true
+			close(c.ready)
+		case strings.HasPrefix(line, loadResultMark):
+			var r loadReport
+			err := json.Unmarshal([]byte(strings.TrimPrefix(line, loadResultMark)), &r)
+			c.mu.Lock()
+			c.report, c.perr = &r, err
+			c.mu.Unlock()
+		default:
+			c.mu.Lock()
+			c.output.WriteString(line + "\n")
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *loadChild) Write(p []byte) (int, error) { // stderr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.output.Write(p)
+}
+
+func (c *loadChild) out() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.output.String()
+}
+
+// loadSamples is what the parent read from the keys during a run: one row
+// per sample, one raw state per key ("" when missing).
+type loadSamples struct {
+	rows   [][]string
+	errors int
+	maxGap time.Duration
+}
+
+func loadSampleKeys(ctx context.Context, c *redis.Client, keys []string, stop <-chan struct{}) loadSamples {
+	var s loadSamples
+	tick := time.NewTicker(loadSampleEvery)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.Get(ctx, k)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.errors++
+		} else {
+			row := make([]string, len(keys))
+			for i, cmd := range cmds {
+				row[i], _ = cmd.(*redis.StringCmd).Result()
+			}
+			s.rows = append(s.rows, row)
+			now := time.Now()
+			s.maxGap = max(s.maxGap, now.Sub(last))
+			last = now
+		}
+		select {
+		case <-stop:
+			return s
+		case <-tick.C:
+		}
+	}
+}
+
+func loadServerTime(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return tm.UnixMicro()
+}
+
+// parseState reads a key's state "kind a b c scale" or "kind t1 n1 t2 n2 ...".
+func loadParseState(raw string) ([]int64, error) {
+	fs := strings.Fields(raw)
+	out := make([]int64, len(fs))
+	for i, f := range fs {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("state %q: %v", raw, err)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d time.Duration) {
+	ctx := context.Background()
+	client := srv.Client()
+	sampler := srv.NewClient(t, nil)
+	cfg := loadConfig{
+		Addr:       srv.Addr(),
+		Prefix:     fmt.Sprintf("concurrency:%s:%d:", lc.alg, time.Now().UnixNano()),
+		Algorithm:  lc.alg,
+		Rate:       lc.rate,
+		Period:     lc.period,
+		Burst:      lc.burst,
+		Keys:       loadKeys,
+		Goroutines: loadGoroutines,
+	}
+	env, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisKeys := make([]string, loadKeys)
+	for i := range redisKeys {
+		redisKeys[i] = cfg.Prefix + loadKey(i)
+	}
+
+	t0 := loadServerTime(t, client)
+
+	// Spawn the children; kill any still running when the test ends early.
+	children := make([]*loadChild, loadProcs)
+	t.Cleanup(func() {
+		for _, c := range children {
+			if c == nil {
+				continue
+			}
+			select {
+			case <-c.done:
+			default:
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+			_ = c.cmd.Wait()
+		}
+	})
+	for i := range children {
+		cmd := exec.Command(exe, "-test.run=^TestLoadChild$", "-test.count=1",
+			"-test.timeout="+(d+5*time.Minute).String())
+		cmd.Env = append(os.Environ(), loadChildEnv+"="+string(env))
+		c := &loadChild{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+		cmd.Stderr = c
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.stdin, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children[i] = c
+		go c.scan(stdout)
+	}
+	readyBy := time.NewTimer(loadReadyWithin)
+	defer readyBy.Stop()
+	for i, c := range children {
+		select {
+		case <-c.ready:
+		case <-c.done:
+			t.Fatalf("child %d exited before it was ready: %v\n%s", i, c.cmd.Wait(), c.out())
+		case <-readyBy.C:
+			t.Fatalf("child %d not ready within %v:\n%s", i, loadReadyWithin, c.out())
+		}
+	}
+
+	// Sample the keys while the children run.
+	stopSampling := make(chan struct{})
+	stopOnce := sync.OnceFunc(func() { close(stopSampling) })
+	defer stopOnce()
+	sampled := make(chan loadSamples, 1)
+	go func() { sampled <- loadSampleKeys(ctx, sampler, redisKeys, stopSampling) }()
+
+	stop := time.Now().Add(d)
+	for i, c := range children {
+		if _, err := fmt.Fprintf(c.stdin, "go %d\n", stop.UnixNano()); err != nil {
+			t.Errorf("child %d: writing the start line: %v", i, err)
+		}
+		_ = c.stdin.Close()
+	}
+	var reports []*loadReport
+	for i, c := range children {
+		select {
+		case <-c.done:
+		case <-time.After(time.Until(stop) + 5*time.Minute):
+			t.Fatalf("child %d still running 5 minutes after the stop:\n%s", i, c.out())
+		}
+		werr := c.cmd.Wait()
+		c.mu.Lock()
+		r, perr := c.report, c.perr
+		c.mu.Unlock()
+		switch {
+		case werr != nil || r == nil || perr != nil:
+			t.Errorf("child %d: exit %v, result %v:\n%s", i, werr, perr, c.out())
+		case len(r.Allowed) != loadKeys || len(r.Denied) != loadKeys:
+			t.Errorf("child %d: result for %d keys, want %d", i, len(r.Allowed), loadKeys)
+		default:
+			reports = append(reports, r)
+		}
+	}
+	stopOnce()
+	samples := <-sampled
+	t1 := loadServerTime(t, client)
+	if t.Failed() {
+		return
+	}
+
+	// Aggregate.
+	admitted := make([]int64, loadKeys)
+	denied := make([]int64, loadKeys)
+	var errs int64
+	tS, tE := reports[0].Start, reports[0].End
+	for i, r := range reports {
+		for k := range loadKeys {
+			admitted[k] += r.Allowed[k]
+			denied[k] += r.Denied[k]
+		}
+		errs += r.Errors
+		if r.Errors > 0 {
+			t.Errorf("child %d: %d errors, the first: %s", i, r.Errors, r.FirstError)
+		}
+		tS, tE = min(tS, r.Start), max(tE, r.End)
+	}
+	if tS < t0 || tE > t1 {
+		t.Errorf("children ran over server time [%d, %d], outside the parent's [%d, %d]", tS, tE, t0, t1)
+	}
+	final := make([][]int64, loadKeys)
+	for k, rk := range redisKeys {
+		raw, err := client.Get(ctx, rk).Result()
+		if err != nil {
+			t.Errorf("%s: final state: %v", rk, err)
+			continue
+		}
+		if final[k], err = loadParseState(raw); err != nil {
+			t.Error(err)
+		}
+	}
+	var decisions, totalAdmitted int64
+	for k := range loadKeys {
+		decisions += admitted[k] + denied[k]
+		totalAdmitted += admitted[k]
+	}
+	span, window := tE-tS, t1-t0
+	t.Logf("%s %d/%v burst %d: %d processes × %d goroutines on %d keys for %v; server span of the run %.3fs (T0..T1 %.3fs)",
+		lc.alg, lc.rate, time.Duration(lc.period)*time.Microsecond, lc.burst, loadProcs, loadGoroutines, loadKeys, d,
+		float64(span)/1e6, float64(window)/1e6)
+	t.Logf("%d decisions (%.0f/s), %d admitted, %d errors; %d samples of the keys (largest gap %v, %d failed)",
+		decisions, float64(decisions)/(float64(span)/1e6), totalAdmitted, errs, len(samples.rows),
+		samples.maxGap.Round(time.Millisecond), samples.errors)
+
+	// Per-key samples, parsed.
+	keySamples := make([][][]int64, loadKeys)
+	for _, row := range samples.rows {
+		for k, raw := range row {
+			if raw == "" {
+				continue
+			}
+			st, err := loadParseState(raw)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			keySamples[k] = append(keySamples[k], st)
+		}
+	}
+
+	for k := range loadKeys {
+		name := loadKey(k)
+		a := admitted[k]
+		var lines []string
+		var runBound, looseBound int64
+		switch lc.alg {
+		case "token-bucket", "gcra":
+			runBound = lc.burst + span*lc.rate/lc.period
+			looseBound = lc.burst + window*lc.rate/lc.period
+		case "fixed-window":
+			runBound = lc.rate * (span/lc.period + 1)
+			looseBound = lc.rate * (window/lc.period + 1)
+		case "sliding-log":
+			runBound = lc.rate * loadCeilDiv(span+1, lc.period)
+			looseBound = lc.rate * loadCeilDiv(window+1, lc.period)
+		}
+		lines = append(lines, fmt.Sprintf("bound(run) %d, bound(T0..T1) %d", runBound, looseBound))
+		if a > runBound {
+			t.Errorf("%s %s: admitted %d, over the bound %d for a span of %dµs", lc.alg, name, a, runBound, span)
+		}
+		if a > looseBound {
+			t.Errorf("%s %s: admitted %d, over the bound %d for T1−T0 = %dµs", lc.alg, name, a, looseBound, window)
+		}
+		saturation := runBound
+		f := final[k]
+		switch lc.alg {
+		case "token-bucket":
+			// "1 xs l 0 period": tokens scaled by the period, last update.
+			if len(f) != 5 || f[0] != 1 || f[4] != lc.period {
+				t.Errorf("%s %s: final state %v is not a token bucket's", lc.alg, name, f)
+				break
+			}
+			xs, l := f[1], f[2]
+			full := lc.burst * lc.period
+			stateBound := loadFloorDiv(full-xs+lc.rate*(l-tS), lc.period)
+			// Never full again after the first admission: equality at the
+			// real first admission time.
+			first := float64(l) - float64(a*lc.period-full+xs)/float64(lc.rate)
+			lines = append(lines, fmt.Sprintf("bound(state) %d (first admission derived %.1fms after the start)",
+				stateBound, (first-float64(tS))/1e3))
+			if a > stateBound {
+				t.Errorf("%s %s: admitted %d, more than the tokens refilled since the start allow: %d (state %v, start %d)",
+					lc.alg, name, a, stateBound, f, tS)
+			}
+		case "gcra":
+			// "2 tu tr 0 rate": TAT = tu + tr/rate µs.
+			if len(f) != 5 || f[0] != 2 || f[4] != lc.rate {
+				t.Errorf("%s %s: final state %v is not a GCRA's", lc.alg, name, f)
+				break
+			}
+			tu, tr := f[1], f[2]
+			stateBound := loadFloorDiv((tu-tS)*lc.rate+tr, lc.period)
+			first := float64(tu) + float64(tr)/float64(lc.rate) - float64(a*lc.period)/float64(lc.rate)
+			lines = append(lines, fmt.Sprintf("bound(state) %d (first admission derived %.1fms after the start)",
+				stateBound, (first-float64(tS))/1e3))
+			if a > stateBound {
+				t.Errorf("%s %s: admitted %d, more than the TAT allows: %d (state %v, start %d)",
+					lc.alg, name, a, stateBound, f, tS)
+			}
+		case "fixed-window":
+			// "4 c e 0 0": the count of the window ending at e.
+			if len(f) != 5 || f[0] != 4 {
+				t.Errorf("%s %s: final state %v is not a fixed window's", lc.alg, name, f)
+				break
+			}
+			c, e := f[1], f[2]
+			n := loadFloorDiv(e-tS, lc.period) // windows that fit in [tS, e)
+			if n < 1 || c > lc.rate {
+				t.Errorf("%s %s: final state %v impossible for a run from %d", lc.alg, name, f, tS)
+				break
+			}
+			stateBound := lc.rate*(n-1) + c
+			saturation = stateBound
+			lines = append(lines, fmt.Sprintf("bound(state) %d", stateBound))
+			if a > stateBound {
+				t.Errorf("%s %s: admitted %d, over the %d of %d windows ending with count %d at %d (start %d)",
+					lc.alg, name, a, stateBound, n, c, e, tS)
+			}
+			lines = append(lines, loadCheckFixed(t, lc, name, a, append(keySamples[k], f)))
+		case "sliding-log":
+			if len(f) < 1 || f[0] != 6 {
+				t.Errorf("%s %s: final state %v is not a sliding log's", lc.alg, name, f)
+				break
+			}
+			saturation = lc.rate * (span / lc.period)
+			lines = append(lines, loadCheckLog(t, lc, name, a, append(keySamples[k], f)))
+		}
+		pct := 100 * float64(a) / float64(max(saturation, 1))
+		if 10*a < 9*saturation {
+			t.Errorf("%s %s: admitted %d, only %.1f%% of %d: the limiter was not saturated", lc.alg, name, a, pct, saturation)
+		}
+		t.Logf("  %s: admitted %d (%.1f%%), denied %d | %s", name, a, pct, denied[k], strings.Join(lines, " | "))
+	}
+}
+
+// checkFixedSamples checks the sampled fixed-window states of one key: no
+// window over rate, windows never overlapping. It returns a summary.
+func loadCheckFixed(t *testing.T, lc loadCase, name string, admitted int64, states [][]int64) string {
+	t.Helper()
+	windows := map[int64]int64{} // end → highest count seen
+	for _, st := range states {
+		if len(st) != 5 || st[0] != 4 {
+			t.Errorf("%s %s: sampled state %v is not a fixed window's", lc.alg, name, st)
+			continue
+		}
+		c, e := st[1], st[2]
+		if c < 0 || c > lc.rate {
+			t.Errorf("%s %s: sampled window ending at %d holds %d, over %d", lc.alg, name, e, c, lc.rate)
+		}
+		windows[e] = max(windows[e], c)
+	}
+	ends := make([]int64, 0, len(windows))
+	var sum int64
+	for e, c := range windows {
+		ends = append(ends, e)
+		sum += c
+	}
+	slices.Sort(ends)
+	for i := 1; i < len(ends); i++ {
+		if ends[i]-ends[i-1] < lc.period {
+			t.Errorf("%s %s: windows ending at %d and %d overlap (period %dµs)", lc.alg, name, ends[i-1], ends[i], lc.period)
+		}
+	}
+	if sum > admitted {
+		t.Errorf("%s %s: the sampled windows hold %d units, more than the %d admitted", lc.alg, name, sum, admitted)
+	}
+	complete := "all admissions seen"
+	if sum < admitted {
+		complete = fmt.Sprintf("%d admissions not seen by sampling", admitted-sum)
+	}
+	return fmt.Sprintf("%d windows sampled, each ≤ %d, none overlapping, holding %d (%s)", len(ends), lc.rate, sum, complete)
+}
+
+// checkLogSamples checks the sampled sliding-log states of one key: each
+// holds at most rate units of one trailing period; and, over the union of
+// all samples, every trailing period of the run holds at most rate units.
+// It returns a summary.
+func loadCheckLog(t *testing.T, lc loadCase, name string, admitted int64, states [][]int64) string {
+	t.Helper()
+	entries := map[int64]int64{} // time → highest cost seen (same-µs requests share an entry)
+	for _, st := range states {
+		if len(st) < 1 || st[0] != 6 || len(st)%2 != 1 {
+			t.Errorf("%s %s: sampled state %v is not a sliding log's", lc.alg, name, st)
+			continue
+		}
+		var used int64
+		for i := 1; i < len(st); i += 2 {
+			tm, n := st[i], st[i+1]
+			if n <= 0 || (i > 1 && tm <= st[i-2]) {
+				t.Errorf("%s %s: sampled log %v is not in time order with positive costs", lc.alg, name, st)
+			}
+			used += n
+			entries[tm] = max(entries[tm], n)
+		}
+		if len(st) > 1 && st[len(st)-2]-st[1] >= lc.period {
+			t.Errorf("%s %s: sampled log %v spans more than a period", lc.alg, name, st)
+		}
+		if used > lc.rate {
+			t.Errorf("%s %s: sampled log %v holds %d units, over %d", lc.alg, name, st, used, lc.rate)
+		}
+	}
+	times := make([]int64, 0, len(entries))
+	var sum int64
+	for tm, n := range entries {
+		times = append(times, tm)
+		sum += n
+	}
+	slices.Sort(times)
+	// Every trailing period (times[i] − period, times[i]].
+	var most, in int64
+	j := 0
+	for i, tm := range times {
+		in += entries[tm]
+		for times[j] <= tm-lc.period {
+			in -= entries[times[j]]
+			j++
+		}
+		if in > most {
+			most = in
+		}
+		if in > lc.rate {
+			t.Errorf("%s %s: the period ending at %d holds %d units (entries %d..%d), over %d",
+				lc.alg, name, tm, in, j, i, lc.rate)
+		}
+	}
+	if sum > admitted {
+		t.Errorf("%s %s: the sampled logs hold %d units, more than the %d admitted", lc.alg, name, sum, admitted)
+	}
+	complete := "all admissions seen: exact"
+	if sum < admitted {
+		complete = fmt.Sprintf("%d admissions not seen by sampling", admitted-sum)
+	}
+	return fmt.Sprintf("log rebuilt from samples: %d units, at most %d in any trailing period (%s)", sum, most, complete)
+}
+
+func loadFloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func loadCeilDiv(a, b int64) int64 { return -loadFloorDiv(-a, b) }
