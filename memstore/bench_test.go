@@ -49,3 +49,20 @@ func BenchmarkManyKeysParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCompositeOneKey is a per-chat limit and a global one, taken
+// together.
+func BenchmarkCompositeOneKey(b *testing.B) {
+	lim := sluice.New(memstore.New())
+	parts := []sluice.Part{
+		{Key: "chat:1", Limit: sluice.PerSecond(1_000_000).WithBurst(1000)},
+		{Key: "global", Limit: sluice.PerSecond(30_000_000).WithBurst(1000)},
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := lim.TakeAll(ctx, parts, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

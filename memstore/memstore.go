@@ -181,12 +181,15 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err
 	}
-	var buf [4]int
-	shards := buf[:0]
+	// Small composites (up to 4 parts) allocate nothing.
+	var shardBuf, orderBuf [4]int
+	var stateBuf [4]algo.State
+	var freshBuf [4]int64
+	shards := shardBuf[:0]
 	for _, r := range reqs {
 		shards = append(shards, int(maphash.String(s.seed, r.Key)&s.mask))
 	}
-	order := slices.Clone(shards)
+	order := append(orderBuf[:0], shards...)
 	slices.Sort(order)
 	order = slices.Compact(order)
 	for _, i := range order {
@@ -199,13 +202,15 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 	}()
 	// Step every part on a copy of its state; keep the copies only if all
 	// grant.
-	states := make([]algo.State, len(reqs))
-	freshAt := make([]int64, len(reqs))
+	states := append(stateBuf[:0], make([]algo.State, len(reqs))...)
+	freshAt := append(freshBuf[:0], make([]int64, len(reqs))...)
 	var acc algo.Decision
 	for i, r := range reqs {
 		if e := s.shards[shards[i]].m[r.Key]; e != nil {
 			states[i] = e.st
-			states[i].Log = slices.Clone(e.st.Log)
+			if e.st.Log != nil {
+				states[i].Log = slices.Clone(e.st.Log)
+			}
 		}
 		d := algo.Step(&reqs[i].Params, &states[i], now, r.Cost, r.MaxDelay)
 		freshAt[i] = d.FreshAt
