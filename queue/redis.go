@@ -1,0 +1,230 @@
+package queue
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+)
+
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+// Each operation is one script, sent as EVALSHA with EVAL on NOSCRIPT (after
+// SCRIPT FLUSH, a restart or a failover). push and pop are the prelude (the
+// schedule, mirroring schedule.go) and their main.
+var (
+	pushScript = redis.NewScript(mustRead("prelude.lua") + mustRead("push.lua"))
+	popScript  = redis.NewScript(mustRead("prelude.lua") + mustRead("pop.lua"))
+	ackScript  = redis.NewScript(mustRead("ack.lua"))
+	lenScript  = redis.NewScript(mustRead("len.lua"))
+)
+
+func mustRead(name string) string {
+	b, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+const (
+	// stateMargin is how long the schedule's key outlives the moment it is
+	// equivalent to fresh: it covers the distance between the clock
+	// decisions use and the server's expiry clock.
+	stateMargin = time.Second
+	// requeueBatch bounds the expired jobs one pop puts back, so that one
+	// script never runs long; the next pops put back the rest.
+	requeueBatch = 256
+)
+
+// Redis is a Queue in Redis or Valkey, shared by every process that opens it
+// with the same name: they all release jobs at one rate. Each operation is
+// one atomic Lua script, at the server's TIME unless WithClock gives the
+// caller's. Its keys share the hash tag {name}, so it works on a cluster.
+//
+// The keys, all "sluice:queue:{name}:" and then: due (ZSET of waiting job
+// ids by slot), inflight (ZSET of delivered ids by visibility deadline),
+// data (HASH of payloads), meta (HASH of delivery counts) and state (HASH:
+// the schedule). The job keys have no TTL, so waiting jobs survive any
+// outage of the workers; Redis deletes each when it empties. The state key
+// expires once it is equivalent to fresh, so an empty queue leaves no key.
+//
+// The limit travels with every call, as for sluice's limiters: processes
+// that open the queue with another limit use theirs for their own pushes
+// and pops; the schedule carries over.
+type Redis struct {
+	c    redis.UniversalClient
+	p    algo.Params
+	vis  int64 // µs
+	now  func() time.Time
+	keys []string
+	w    *waiter
+}
+
+var _ Queue = (*Redis)(nil)
+
+// NewRedis returns the queue name in the Redis or Valkey that c reaches (a
+// single node, Sentinel, Cluster or Ring client), releasing jobs at limit,
+// which must be a valid LeakyBucket limit. name must be non-empty and hold
+// no brace. It does not contact the server.
+func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...Option) (*Redis, error) {
+	p, cfg, err := newConfig(limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" || strings.ContainsAny(name, "{}") {
+		return nil, fmt.Errorf("queue: name %q is empty or holds a brace", name)
+	}
+	prefix := "sluice:queue:{" + name + "}:"
+	return &Redis{
+		c:    c,
+		p:    p,
+		vis:  cfg.visibility.Microseconds(),
+		now:  cfg.now,
+		keys: []string{prefix + "due", prefix + "inflight", prefix + "data", prefix + "meta", prefix + "state"},
+		w:    newWaiter(cfg),
+	}, nil
+}
+
+// Keys returns the queue's Redis keys: due, inflight, data, meta and state.
+func (q *Redis) Keys() []string { return append([]string(nil), q.keys...) }
+
+// args are the first arguments of push and pop: the limit, the time and the
+// state's TTL margin.
+func (q *Redis) args(extra ...any) ([]any, error) {
+	now := int64(-1)
+	if q.now != nil {
+		var err error
+		if now, err = checkTime(q.now().UnixMicro()); err != nil {
+			return nil, err
+		}
+	}
+	return append([]any{q.p.Rate, q.p.Period, q.p.Burst, now, stateMargin.Microseconds()}, extra...), nil
+}
+
+// Push schedules payload at the queue's next free slot, or refuses it when
+// that slot is more than Burst intervals away.
+func (q *Redis) Push(ctx context.Context, payload []byte) (PushResult, error) {
+	args, err := q.args(payload)
+	if err != nil {
+		return PushResult{}, err
+	}
+	r, err := q.run(ctx, pushScript, args...)
+	if err != nil {
+		return PushResult{}, err
+	}
+	if flag(r) != 1 {
+		if len(r) != 2 {
+			return PushResult{}, badReply(r)
+		}
+		return PushResult{RetryAfter: time.Duration(num(r[1])) * time.Microsecond}, nil
+	}
+	if len(r) != 3 {
+		return PushResult{}, badReply(r)
+	}
+	q.w.ring()
+	return PushResult{Accepted: true, ID: str(r[1]), ReleaseAt: micros(num(r[2]))}, nil
+}
+
+// Pop blocks until a job may be released and returns it; see Queue.
+func (q *Redis) Pop(ctx context.Context) (*Job, error) { return q.w.pop(ctx, q.claim) }
+
+// TryPop returns a job whose release time has come, or nil and the wait
+// after which one may be; see Queue.
+func (q *Redis) TryPop(ctx context.Context) (*Job, time.Duration, error) {
+	return q.claim(ctx, 0)
+}
+
+func (q *Redis) claim(ctx context.Context, lead time.Duration) (*Job, time.Duration, error) {
+	args, err := q.args(lead.Microseconds(), q.vis, requeueBatch)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := q.run(ctx, popScript, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if flag(r) != 1 {
+		if len(r) != 2 {
+			return nil, 0, badReply(r)
+		}
+		return nil, time.Duration(num(r[1])) * time.Microsecond, nil
+	}
+	if len(r) != 8 {
+		return nil, 0, badReply(r)
+	}
+	released, now := num(r[4]), num(r[7])
+	return &Job{
+		ID:          str(r[1]),
+		Payload:     []byte(str(r[2])),
+		ReleaseAt:   micros(num(r[3])),
+		DeliveredAt: micros(released),
+		Attempt:     int(num(r[5])),
+		Deadline:    micros(num(r[6])),
+	}, time.Duration(released-now) * time.Microsecond, nil
+}
+
+// Ack removes job for good, whether it is still in flight or already back
+// in the queue for redelivery.
+func (q *Redis) Ack(ctx context.Context, job *Job) error {
+	n, err := ackScript.Run(ctx, q.c, q.keys, job.ID).Int64()
+	if err != nil {
+		return unavailable(err)
+	}
+	if n == 0 {
+		return ErrUnknownJob
+	}
+	return nil
+}
+
+// Len returns the number of jobs held: waiting, and delivered but not
+// acknowledged.
+func (q *Redis) Len(ctx context.Context) (int, error) {
+	n, err := lenScript.Run(ctx, q.c, q.keys).Int64()
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return int(n), nil
+}
+
+func (q *Redis) run(ctx context.Context, s *redis.Script, args ...any) ([]any, error) {
+	r, err := s.Run(ctx, q.c, q.keys, args...).Slice()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return r, nil
+}
+
+func unavailable(err error) error {
+	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+}
+
+func badReply(r []any) error {
+	return fmt.Errorf("%w: queue script replied %v", sluice.ErrStoreUnavailable, r)
+}
+
+// flag, num and str read a script's reply: Lua numbers come back as int64,
+// strings as string, false as nil.
+func flag(r []any) int64 {
+	if len(r) == 0 {
+		return -1
+	}
+	return num(r[0])
+}
+
+func num(v any) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
