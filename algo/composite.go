@@ -40,9 +40,10 @@ func Refund(p *Params, s *State, now, units int64) (Decision, error) {
 		}
 	case GCRA:
 		if s.Kind == GCRA {
+			now = seen(s, GCRA, now)
 			_, _, bs := gcraAt(p, s, now)
 			bs = max(0, bs-units*p.Period)
-			*s = State{Kind: GCRA, A: now + bs/p.Rate, B: bs % p.Rate, Scale: p.Rate}
+			*s = State{Kind: GCRA, A: now + bs/p.Rate, B: bs % p.Rate, C: now, Scale: p.Rate}
 		}
 	default:
 		return Decision{}, ErrNoRefund

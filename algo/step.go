@@ -136,11 +136,12 @@ func bucketAt(p *Params, s *State, now int64) (xs, l int64) {
 // gcra keeps the theoretical arrival time TAT = A + B/Rate µs (B in [0, Rate)):
 // the instant the bucket is full again. Its backlog TAT−now, scaled by Rate,
 // equals the token bucket's Burst·Period − A, so the two give the same
-// decisions. It keeps no last-update time: a clock that went back reads the
-// state at the earlier instant (no refill; a wait longer by the step, at most a
-// full bucket's worth).
+// decisions. C is the latest time the key was seen: the decisions need only
+// the TAT, but a clock that went back is read at C, as the token bucket reads
+// it at its last update, so neither refills nor penalises.
 func gcra(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
+	now = seen(s, GCRA, now)
 	tu, tr, bs := gcraAt(p, s, now)
 	if bs+cost*p.Period <= full {
 		d.Allowed = true
@@ -153,7 +154,7 @@ func gcra(p *Params, s *State, now, cost int64, d *Decision) {
 	d.ResetAfter = ceilDiv(bs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		s.set(GCRA, tu, tr, 0, p.Rate)
+		s.set(GCRA, tu, tr, now, p.Rate)
 	}
 }
 
@@ -167,9 +168,21 @@ func gcraAt(p *Params, s *State, now int64) (tu, tr, bs int64) {
 	return backlog(tu, tr, now, p.Rate, p.Burst*p.Period)
 }
 
-// leakyBucket keeps D = A + B/Rate µs, the time the queue is empty again.
+// seen returns now, or the latest time the state was seen (C) when that is
+// later: a clock that went back is read at C.
+func seen(s *State, k Kind, now int64) int64 {
+	if s.Kind == k {
+		return max(now, s.C)
+	}
+	return now
+}
+
+// leakyBucket keeps D = A + B/Rate µs, the time the queue is empty again, and
+// the latest time the key was seen (C), at which a clock that went back is
+// read.
 func leakyBucket(p *Params, s *State, now, cost, maxDelay int64, d *Decision) {
 	qs := p.Burst * p.Period // Q·T, scaled by Rate
+	now = seen(s, LeakyBucket, now)
 	du, dr := now, int64(0)
 	if s.Kind == LeakyBucket {
 		du, dr = rescaleTime(s, p.Rate)
@@ -193,7 +206,7 @@ func leakyBucket(p *Params, s *State, now, cost, maxDelay int64, d *Decision) {
 	d.ResetAfter = ceilDiv(bs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
-		s.set(LeakyBucket, du, dr, 0, p.Rate)
+		s.set(LeakyBucket, du, dr, now, p.Rate)
 	}
 }
 

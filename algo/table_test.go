@@ -1,6 +1,7 @@
 package algo_test
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/sluice-go/sluice/algo"
@@ -219,4 +220,38 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%+v: Validate() = %v, want ok=%v", c.p, err, c.ok)
 		}
 	}
+}
+
+// A clock that steps back gives no refill and no penalty: gcra reads the state
+// at the latest time it saw, as the token bucket does, so the two agree on
+// traces whose time jumps back and forth.
+func TestClockBackGCRAEqualsTokenBucket(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trace := 0; trace < 300; trace++ {
+		rate, period, burst := 1+r.Int64N(20), 1+r.Int64N(2*sec), 1+r.Int64N(10)
+		tb := algo.Params{Kind: algo.TokenBucket, Rate: rate, Period: period, Burst: burst}
+		gc := algo.Params{Kind: algo.GCRA, Rate: rate, Period: period, Burst: burst}
+		var st, sg algo.State
+		now := base
+		for i := 0; i < 100; i++ {
+			now += r.Int64N(period) - period/2 // back as often as forward
+			cost := r.Int64N(burst + 1)
+			a := algo.Step(&tb, &st, now, cost, algo.Never)
+			b := algo.Step(&gc, &sg, now, cost, algo.Never)
+			if a != b {
+				t.Fatalf("trace %d request %d (%d/%dµs burst %d, cost %d): token-bucket %+v, gcra %+v", trace, i, rate, period, burst, cost, a, b)
+			}
+		}
+	}
+}
+
+func TestClockBackLeakyBucket(t *testing.T) {
+	p := algo.Params{Kind: algo.LeakyBucket, Rate: 10, Period: sec, Burst: 2} // T = 100ms
+	run(t, p, []row{
+		{sec, 1, true, 2, 0, 100_000, 0},
+		{sec, 1, true, 1, 0, 200_000, 100_000},
+		// 400ms back: read at the latest time seen, as if no time had passed.
+		{sec - 400_000, 1, true, 0, 0, 300_000, 200_000},
+		{sec - 400_000, 1, false, 0, 100_000, 300_000, 0},
+	})
 }

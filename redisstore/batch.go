@@ -23,6 +23,7 @@ type batcher struct {
 }
 
 type pending struct {
+	ctx  context.Context // the caller's: once done, the call is not sent
 	c    *Call
 	done chan struct{}
 }
@@ -37,8 +38,12 @@ func newBatcher(c Client, loops int, timeout time.Duration) *batcher {
 }
 
 // run sends c with the next pipeline and waits for its reply or for ctx.
+// A call whose ctx is done before a loop takes it is dropped, and a pipeline
+// gives up (short of a reply already on its way) once all its callers have:
+// a caller told the store is unavailable is not charged later for a call
+// that was still waiting to be sent.
 func (b *batcher) run(ctx context.Context, c *Call) error {
-	p := &pending{c: c, done: make(chan struct{})}
+	p := &pending{ctx: ctx, c: c, done: make(chan struct{})}
 	select {
 	case b.ch <- p:
 	case <-ctx.Done():
@@ -48,7 +53,12 @@ func (b *batcher) run(ctx context.Context, c *Call) error {
 	case <-p.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-p.done: // the reply came in time after all
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
@@ -72,11 +82,39 @@ func (b *batcher) loop() {
 				break fill
 			}
 		}
+		// A caller that gave up while its call waited here (all loops busy
+		// on a slow Redis) was told the store is unavailable: sending its
+		// call now would charge it for a request it did not make.
+		live := batch[:0]
+		for _, p := range batch {
+			if err := p.ctx.Err(); err != nil {
+				p.c.Err = err
+				close(p.done)
+				continue
+			}
+			live = append(live, p)
+		}
+		batch = live
+		if len(batch) == 0 {
+			continue
+		}
+		// Nor may the pipeline wait (for a connection, a dial, a retry) past
+		// the moment its last caller gives up, and then send.
+		deadline := time.Now().Add(b.timeout)
+		latest := time.Time{}
 		calls = calls[:0]
 		for _, p := range batch {
 			calls = append(calls, p.c)
+			if d, ok := p.ctx.Deadline(); !ok {
+				latest = deadline
+			} else if d.After(latest) {
+				latest = d
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		if latest.Before(deadline) {
+			deadline = latest
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		b.client.Run(ctx, calls)
 		cancel()
 		for _, p := range batch {

@@ -1,19 +1,24 @@
--- gcra: the mirror of gcra in algo/step.go. Fields: TAT = a + b/rate µs, and
+-- gcra: the mirror of gcra in algo/step.go. Fields: TAT = a + b/rate µs, the
+-- latest time the key was seen (a clock that went back is read then), and
 -- the rate b is counted in.
 
--- The TAT read at now and its backlog scaled by rate (gcraAt).
+-- The time to read the key at, and the TAT read then with its backlog scaled
+-- by rate (seen, gcraAt).
 local function gcra_at(key, rate, full)
-  local tu, tr = now, 0
+  local t, tu, tr = now, now, 0
   local f = load(key, 2)
   if f then
+    t = math.max(now, f[4])
     tu, tr = rescale_time(f, rate)
   end
-  return backlog(tu, tr, now, rate, full)
+  local bs
+  tu, tr, bs = backlog(tu, tr, t, rate, full)
+  return t, tu, tr, bs
 end
 
 steps[2] = function(key, rate, period, burst, cost)
   local full = burst * period
-  local tu, tr, bs = gcra_at(key, rate, full)
+  local t, tu, tr, bs = gcra_at(key, rate, full)
   local allowed, retry = false, 0
   if bs + cost * period <= full then
     allowed = true
@@ -24,7 +29,7 @@ steps[2] = function(key, rate, period, burst, cost)
   end
   local reset = cdiv(bs, rate)
   local d = decision(allowed, fdiv(full - bs, period), retry, reset, 0)
-  return d, cost > 0 and {2, tu, tr, 0, rate} or nil, now + reset
+  return d, cost > 0 and {2, tu, tr, t, rate} or nil, t + reset
 end
 
 -- The mirror of Refund for gcra: the fields after giving units back.
@@ -32,8 +37,8 @@ refunds[2] = function(key, rate, period, burst, units)
   if not load(key, 2) then
     return nil
   end
-  local _, _, bs = gcra_at(key, rate, burst * period)
+  local t, _, _, bs = gcra_at(key, rate, burst * period)
   bs = math.max(0, bs - units * period)
   local q = fdiv(bs, rate)
-  return {2, now + q, bs - q * rate, 0, rate}
+  return {2, t + q, bs - q * rate, t, rate}
 end

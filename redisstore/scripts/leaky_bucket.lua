@@ -1,14 +1,19 @@
 -- leaky-bucket: the mirror of leakyBucket in algo/step.go. Fields: the time the
--- queue is empty again, D = a + b/rate µs, and the rate b is counted in.
+-- queue is empty again, D = a + b/rate µs, the latest time the key was seen
+-- (a clock that went back is read then), and the rate b is counted in.
 steps[3] = function(key, rate, period, burst, cost, max_delay)
   local qs = burst * period
-  local du, dr = now, 0
+  local t = now
   local f = load(key, 3)
+  if f then
+    t = math.max(now, f[4])
+  end
+  local du, dr = t, 0
   if f then
     du, dr = rescale_time(f, rate)
   end
   local bs
-  du, dr, bs = backlog(du, dr, now, rate, qs + period)
+  du, dr, bs = backlog(du, dr, t, rate, qs + period)
   local allowed, retry, wait = false, 0, 0
   local delay = cdiv(bs, rate)
   local last = bs + (cost - 1) * period
@@ -24,5 +29,5 @@ steps[3] = function(key, rate, period, burst, cost, max_delay)
   end
   local reset = cdiv(bs, rate)
   local d = decision(allowed, fdiv(math.max(0, qs + period - bs), period), retry, reset, wait)
-  return d, cost > 0 and {3, du, dr, 0, rate} or nil, now + reset
+  return d, cost > 0 and {3, du, dr, t, rate} or nil, t + reset
 end
