@@ -51,18 +51,21 @@ type Result struct {
 	Degraded bool
 }
 
-// FromDecision converts an algorithm's decision into a Result.
-func FromDecision(d algo.Decision) Result {
+// FromDecision converts an algorithm's decision into a Result. It takes a
+// pointer so that the hot path does not copy the decision.
+func FromDecision(d *algo.Decision) Result {
 	return Result{
 		Allowed:    d.Allowed,
 		Remaining:  d.Remaining,
-		RetryAfter: micros(d.RetryAfter),
-		ResetAfter: micros(d.ResetAfter),
-		Delay:      micros(d.Delay),
+		RetryAfter: Micros(d.RetryAfter),
+		ResetAfter: Micros(d.ResetAfter),
+		Delay:      Micros(d.Delay),
 	}
 }
 
-func micros(us int64) time.Duration {
+// Micros converts a step's microseconds into a Duration, saturating where
+// algo.Never would overflow.
+func Micros(us int64) time.Duration {
 	if us >= math.MaxInt64/int64(time.Microsecond) {
 		return math.MaxInt64
 	}

@@ -54,25 +54,31 @@ type Decision struct {
 // array: a caller that needs the old state afterwards (to undo a step) must
 // copy s.Log first.
 func Step(p *Params, s *State, now, cost, maxDelay int64) (d Decision) {
-	// The steps write into d and *s field by field: building a struct and
-	// copying it costs more than the arithmetic on this hot path.
+	StepTo(p, s, now, cost, maxDelay, &d)
+	return d
+}
+
+// StepTo is Step writing the decision into *d, which must be zero: stores'
+// hot paths use it because copying a struct just built costs more there than
+// the arithmetic (the CPU cannot forward the narrow stores into the wide
+// loads of the copy).
+func StepTo(p *Params, s *State, now, cost, maxDelay int64, d *Decision) {
 	switch p.Kind {
 	case TokenBucket:
-		tokenBucket(p, s, now, cost, &d)
+		tokenBucket(p, s, now, cost, d)
 	case GCRA:
-		gcra(p, s, now, cost, &d)
+		gcra(p, s, now, cost, d)
 	case LeakyBucket:
-		leakyBucket(p, s, now, cost, maxDelay, &d)
+		leakyBucket(p, s, now, cost, maxDelay, d)
 	case FixedWindow:
-		fixedWindow(p, s, now, cost, &d)
+		fixedWindow(p, s, now, cost, d)
 	case SlidingWindow:
-		slidingWindow(p, s, now, cost, &d)
+		slidingWindow(p, s, now, cost, d)
 	case SlidingLog:
-		slidingLog(p, s, now, cost, &d)
+		slidingLog(p, s, now, cost, d)
 	default:
 		panic("algo: Step with invalid params; call Params.Validate first")
 	}
-	return d
 }
 
 // set stores a single-state algorithm's fields.

@@ -13,7 +13,7 @@
 // starts (read from the CPU's time-stamp counter where the kernel trusts it:
 // about 15ns against time.Now's 75ns here); WithClock sets another.
 //
-// Memory per key: about 100 bytes plus the key's bytes for the single-state
+// Memory per key: about 120 bytes plus the key's bytes for the single-state
 // algorithms (measured by TestMemoryPerKey), and 16 bytes more per admitted
 // microsecond kept by a sliding log.
 package memstore
@@ -44,14 +44,20 @@ var (
 	_ sluice.LocalStore = (*Store)(nil)
 )
 
+// shard is one lock and the keys under it. Keys are found by their 64-bit
+// hash, computed once per decision (it also picks the shard); the rare keys
+// whose hashes collide are chained.
 type shard struct {
 	mu      sync.Mutex
-	m       map[string]*entry
-	sweepAt int // sweep on the insert that brings len(m) to this
-	_       [40]byte
+	m       map[uint64]*entry
+	n       int // keys held
+	sweepAt int // sweep on the insert that brings n to this
+	_       [32]byte
 }
 
 type entry struct {
+	key     string
+	next    *entry // another key with the same hash
 	st      algo.State
 	freshAt int64 // µs; from then on st is equivalent to the fresh state
 }
@@ -96,83 +102,90 @@ func New(opts ...Option) *Store {
 	}
 	s.mask = uint64(len(s.shards) - 1)
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 		s.shards[i].sweepAt = minSweep
 	}
 	return s
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+// locate returns key's shard and hash.
+func (s *Store) locate(key string) (*shard, uint64) {
+	h := maphash.String(s.seed, key)
+	return &s.shards[h&s.mask], h
+}
+
+// get returns key's entry, or nil.
+func (sh *shard) get(h uint64, key string) *entry {
+	for e := sh.m[h]; e != nil; e = e.next {
+		if e.key == key {
+			return e
+		}
+	}
+	return nil
 }
 
 // Take makes one decision for req at the store's clock time. req must have
 // passed sluice.CheckParams (the Limiter does that).
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	d, err := s.take(&req, s.now())
-	return sluice.FromDecision(d), err
+	var d algo.Decision
+	err := s.decide(req.Key, &req.Params, req.Cost, req.MaxDelay, s.now(), &d)
+	return sluice.FromDecision(&d), err
 }
 
 // TakeLocal is Take for the Limiter's hot path (sluice.LocalStore).
 func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (sluice.Result, error) {
-	now := s.now()
-	if err := algo.CheckTime(now); err != nil {
-		return sluice.Result{}, err
-	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	e := sh.m[key]
-	if e == nil {
-		if cost == 0 {
-			sh.mu.Unlock()
-			var fresh algo.State
-			return sluice.FromDecision(algo.Step(&p, &fresh, now, 0, algo.Never)), nil
-		}
-		e = sh.insert(key, now)
-	}
-	d := algo.Step(&p, &e.st, now, cost, algo.Never)
-	if cost > 0 || p.Kind == algo.SlidingLog {
-		e.freshAt = d.FreshAt
-	}
-	sh.mu.Unlock()
-	return sluice.FromDecision(d), nil
+	var d algo.Decision
+	err := s.decide(key, &p, cost, algo.Never, s.now(), &d)
+	// Field by field: a Result is too wide to live in registers, and
+	// FromDecision's inlined temporary costs a stalled copy here.
+	var r sluice.Result
+	r.Allowed = d.Allowed
+	r.Remaining = d.Remaining
+	r.RetryAfter = sluice.Micros(d.RetryAfter)
+	r.ResetAfter = sluice.Micros(d.ResetAfter)
+	r.Delay = sluice.Micros(d.Delay)
+	return r, err
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
 // use it to decide at the trace's time.
 func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
-	return s.take(&req, now)
+	var d algo.Decision
+	err := s.decide(req.Key, &req.Params, req.Cost, req.MaxDelay, now, &d)
+	return d, err
 }
 
-// take is the hot path; req is a pointer so the request is not copied again.
-func (s *Store) take(req *sluice.Request, now int64) (algo.Decision, error) {
+// decide is the hot path: one step under the key's shard lock, written into
+// *d (building and copying structs costs more here than the arithmetic).
+func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, err
+		return err
 	}
-	sh := s.shard(req.Key)
+	sh, h := s.locate(key)
 	sh.mu.Lock()
-	e := sh.m[req.Key]
+	e := sh.get(h, key)
 	if e == nil {
-		if req.Cost == 0 { // a query on a fresh key stores nothing
+		if cost == 0 { // a query on a fresh key stores nothing
 			sh.mu.Unlock()
 			var fresh algo.State
-			return algo.Step(&req.Params, &fresh, now, 0, req.MaxDelay), nil
+			algo.StepTo(p, &fresh, now, 0, maxDelay, d)
+			return nil
 		}
-		e = sh.insert(req.Key, now)
+		e = sh.insert(h, key, now)
 	}
-	d := algo.Step(&req.Params, &e.st, now, req.Cost, req.MaxDelay)
-	if req.Cost > 0 || req.Params.Kind == algo.SlidingLog {
+	algo.StepTo(p, &e.st, now, cost, maxDelay, d)
+	if cost > 0 || p.Kind == algo.SlidingLog {
 		e.freshAt = d.FreshAt
 	}
 	sh.mu.Unlock()
-	return d, nil
+	return nil
 }
 
 // TakeAll makes one decision for a composite request at the store's clock
 // time: it passes only if every part grants, and a refusal changes no part.
 func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result, error) {
 	d, err := s.TakeAllAt(reqs, s.now())
-	return sluice.FromDecision(d), err
+	return sluice.FromDecision(&d), err
 }
 
 // TakeAllAt is TakeAll at time now (µs since the epoch). The shards of all
@@ -183,11 +196,13 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 	}
 	// Small composites (up to 4 parts) allocate nothing.
 	var shardBuf, orderBuf [4]int
+	var hashBuf [4]uint64
 	var stateBuf [4]algo.State
 	var freshBuf [4]int64
-	shards := shardBuf[:0]
+	shards, hashes := shardBuf[:0], hashBuf[:0]
 	for _, r := range reqs {
-		shards = append(shards, int(maphash.String(s.seed, r.Key)&s.mask))
+		h := maphash.String(s.seed, r.Key)
+		shards, hashes = append(shards, int(h&s.mask)), append(hashes, h)
 	}
 	order := append(orderBuf[:0], shards...)
 	slices.Sort(order)
@@ -206,7 +221,7 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 	freshAt := append(freshBuf[:0], make([]int64, len(reqs))...)
 	var acc algo.Decision
 	for i, r := range reqs {
-		if e := s.shards[shards[i]].m[r.Key]; e != nil {
+		if e := s.shards[shards[i]].get(hashes[i], r.Key); e != nil {
 			states[i] = e.st
 			if e.st.Log != nil {
 				states[i].Log = slices.Clone(e.st.Log)
@@ -228,9 +243,9 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 			continue
 		}
 		sh := &s.shards[shards[i]]
-		e := sh.m[r.Key]
+		e := sh.get(hashes[i], r.Key)
 		if e == nil {
-			e = sh.insert(r.Key, now)
+			e = sh.insert(hashes[i], r.Key, now)
 		}
 		e.st = states[i]
 		e.freshAt = freshAt[i]
@@ -241,47 +256,79 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 // Refund gives req.Cost units back to req.Key (see algo.Refund).
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	now := s.now()
-	sh := s.shard(req.Key)
+	sh, h := s.locate(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[req.Key]
+	e := sh.get(h, req.Key)
 	if e == nil {
 		var fresh algo.State
 		d, err := algo.Refund(&req.Params, &fresh, now, req.Cost)
-		return sluice.FromDecision(d), err
+		return sluice.FromDecision(&d), err
 	}
 	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
 	if err == nil {
 		e.freshAt = d.FreshAt
 	}
-	return sluice.FromDecision(d), err
+	return sluice.FromDecision(&d), err
 }
 
 // insert adds key's entry, first sweeping the shard when it has doubled.
-func (sh *shard) insert(key string, now int64) *entry {
-	if len(sh.m)+1 >= sh.sweepAt {
+func (sh *shard) insert(h uint64, key string, now int64) *entry {
+	if sh.n+1 >= sh.sweepAt {
 		sh.sweep(now)
-		sh.sweepAt = max(minSweep, 2*(len(sh.m)+1))
+		sh.sweepAt = max(minSweep, 2*(sh.n+1))
 	}
-	e := &entry{}
-	sh.m[key] = e
+	e := &entry{key: key, next: sh.m[h]}
+	sh.m[h] = e
+	sh.n++
 	return e
 }
 
+// sweep drops the keys whose state is equivalent to fresh at now.
 func (sh *shard) sweep(now int64) {
-	for k, e := range sh.m {
-		if e.freshAt <= now {
-			delete(sh.m, k)
+	for h, first := range sh.m {
+		var kept *entry
+		for e := first; e != nil; {
+			next := e.next
+			if e.freshAt <= now {
+				sh.n--
+			} else {
+				e.next, kept = kept, e
+			}
+			e = next
+		}
+		if kept == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = kept
 		}
 	}
 }
 
 // Reset returns key to its fresh state.
 func (s *Store) Reset(_ context.Context, key string) error {
-	sh := s.shard(key)
+	sh, h := s.locate(key)
 	sh.mu.Lock()
-	delete(sh.m, key)
-	sh.mu.Unlock()
+	defer sh.mu.Unlock()
+	first := sh.m[h]
+	switch {
+	case first == nil:
+	case first.key == key:
+		if first.next == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = first.next
+		}
+		sh.n--
+	default:
+		for prev := first; prev.next != nil; prev = prev.next {
+			if prev.next.key == key {
+				prev.next = prev.next.next
+				sh.n--
+				break
+			}
+		}
+	}
 	return nil
 }
 
@@ -303,7 +350,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

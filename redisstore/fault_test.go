@@ -658,7 +658,7 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 			t.Fatalf("call %d: %+v, %v; want a degraded local decision", i, got, err)
 		}
 		d, _ := ref.TakeAt(req, now.Load())
-		want := sluice.FromDecision(d)
+		want := sluice.FromDecision(&d)
 		want.Degraded = true
 		if got != want {
 			t.Errorf("call %d at caller time +%dµs: local fallback decided %+v, want %+v (the decision at the caller's time)",

@@ -202,7 +202,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 	}
 	d, err := s.decide(ctx, req, now)
 	if err == nil {
-		return sluice.FromDecision(d), nil
+		return sluice.FromDecision(&d), nil
 	}
 	switch s.policy {
 	case FailOpen:
@@ -317,7 +317,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Resu
 	}
 	d, err := s.takeAll(ctx, reqs, now)
 	if err == nil {
-		return sluice.FromDecision(d), nil
+		return sluice.FromDecision(&d), nil
 	}
 	switch s.policy {
 	case FailOpen:
@@ -432,7 +432,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 		now = s.now()
 	}
 	d, err := s.refund(ctx, req, now)
-	return sluice.FromDecision(d), err
+	return sluice.FromDecision(&d), err
 }
 
 func (s *Store) refund(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {

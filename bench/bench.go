@@ -1,0 +1,66 @@
+// Package bench compares sluice's in-process limiter with the Go rate
+// limiters users reach for instead: golang.org/x/time/rate (one *rate.Limiter
+// per key in a sync.Map), github.com/sethvargo/go-limiter (memorystore),
+// github.com/ulule/limiter/v3 (memory store) and
+// github.com/throttled/throttled/v2 (GCRA over its memstore).
+//
+// It is a module of its own so that the peers never enter the library's
+// go.mod; its go.mod replaces github.com/sluice-go/sluice with the working
+// tree (../), so the numbers are always those of the code next to it.
+//
+// The benchmarks live in bench_test.go and only run with -bench:
+//
+//	BenchmarkOneKey/<lib>   one key, serial
+//	BenchmarkKeys10k/<lib>  Keys pre-warmed keys, round-robin, b.RunParallel
+//
+// cmd/compare runs them and prints a Markdown table of medians and ratios.
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// The limit every library is held to: Rate units per second with a burst of
+// Burst. Libraries with a token bucket or GCRA take the pair directly; the
+// window-based ones (go-limiter, ulule) get Burst units per Window, which is
+// the same average rate and the same largest instantaneous burst.
+const (
+	Rate  = 1_000_000
+	Burst = 1000
+	// Window is the interval over which Burst units are Rate per second.
+	Window = time.Second * Burst / Rate
+)
+
+// Keys is the number of distinct keys in the Keys10k workload.
+const Keys = 10_000
+
+// Ref is the library name the peers are compared with.
+const Ref = "sluice"
+
+// LimitString describes the limit in words, for the output of cmd/compare.
+func LimitString() string {
+	return fmt.Sprintf("%d per second, burst %d (window libraries: %d per %v)", Rate, Burst, Burst, Window)
+}
+
+// Lib names a library in the comparison, its module, and how it is set up to
+// the limit.
+type Lib struct {
+	Name   string // the sub-benchmark name, as in BenchmarkOneKey/<Name>
+	Module string // the module path whose pinned version is reported
+	Setup  string // how the library is configured and called
+}
+
+// Libs lists the libraries in the order the benchmarks run them, sluice first.
+var Libs = []Lib{
+	{Ref, "github.com/sluice-go/sluice",
+		fmt.Sprintf("memstore.New(); Take(ctx, key, PerSecond(%d).WithBurst(%d), 1) (token bucket)", Rate, Burst)},
+	{"xtimerate", "golang.org/x/time",
+		fmt.Sprintf("sync.Map key → rate.NewLimiter(%d, %d) (Load, LoadOrStore on a miss); Allow()", Rate, Burst)},
+	{"sethvargo", "github.com/sethvargo/go-limiter",
+		fmt.Sprintf("memorystore.New(Tokens: %d, Interval: %v); Take(ctx, key)", Burst, Window)},
+	{"ulule", "github.com/ulule/limiter/v3",
+		fmt.Sprintf("limiter.New(memory.NewStore(), Rate{Limit: %d, Period: %v}); Get(ctx, key) (fixed window)", Burst, Window)},
+	{"throttled", "github.com/throttled/throttled/v2",
+		fmt.Sprintf("NewGCRARateLimiterCtx(memstore.NewCtx(0), RateQuota{PerSec(%d), MaxBurst: %d}); RateLimitCtx(ctx, key, 1) (GCRA; MaxBurst n admits n+1)", Rate, Burst-1)},
+}
