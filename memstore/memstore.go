@@ -13,7 +13,7 @@
 // starts (read from the CPU's time-stamp counter where the kernel trusts it:
 // about 15ns against time.Now's 75ns here); WithClock sets another.
 //
-// Memory per key: about 120 bytes plus the key's bytes for the single-state
+// Memory per key: about 105 bytes plus the key's bytes for the single-state
 // algorithms (measured by TestMemoryPerKey), and 16 bytes more per admitted
 // microsecond kept by a sliding log.
 package memstore

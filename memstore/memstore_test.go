@@ -167,7 +167,7 @@ func TestMemoryPerKey(t *testing.T) {
 	per := float64(after.HeapAlloc-before.HeapAlloc) / n
 	t.Logf("memory per key: %.0f bytes (keys of 12 bytes, not counted: they are the caller's)", per)
 	if per > 160 {
-		t.Errorf("memory per key %.0f bytes, documented as about 120", per)
+		t.Errorf("memory per key %.0f bytes, documented as about 105", per)
 	}
 	runtime.KeepAlive(s)
 }
