@@ -98,11 +98,12 @@ type Store interface {
 }
 
 // LocalStore is implemented by stores that decide in process and need no
-// context (memstore): the Limiter calls TakeLocal on its hot path, where the
-// arguments travel in registers. Its meaning is Take's with MaxDelay
-// algo.Never.
+// context (memstore). The Limiter calls TakeLocal on its hot path: its meaning
+// is Take's with MaxDelay algo.Never, but arguments and results travel in
+// registers (a Result is too wide for them, and copying one costs more than
+// the decision's arithmetic). allowed is RetryAfter == 0.
 type LocalStore interface {
-	TakeLocal(key string, p algo.Params, cost int64) (Result, error)
+	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
 // Clock is the time a Limiter waits by. Tests pass a fake one; the default is
@@ -167,7 +168,14 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{}, err
 	}
 	if l.local != nil {
-		return l.local.TakeLocal(key, p, cost)
+		remaining, retry, reset, delay, err := l.local.TakeLocal(key, p, cost)
+		return Result{
+			Allowed:    retry == 0,
+			Remaining:  remaining,
+			RetryAfter: Micros(retry),
+			ResetAfter: Micros(reset),
+			Delay:      Micros(delay),
+		}, err
 	}
 	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 }

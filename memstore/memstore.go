@@ -133,18 +133,10 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, erro
 }
 
 // TakeLocal is Take for the Limiter's hot path (sluice.LocalStore).
-func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (sluice.Result, error) {
+func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
 	var d algo.Decision
-	err := s.decide(key, &p, cost, algo.Never, s.now(), &d)
-	// Field by field: a Result is too wide to live in registers, and
-	// FromDecision's inlined temporary costs a stalled copy here.
-	var r sluice.Result
-	r.Allowed = d.Allowed
-	r.Remaining = d.Remaining
-	r.RetryAfter = sluice.Micros(d.RetryAfter)
-	r.ResetAfter = sluice.Micros(d.ResetAfter)
-	r.Delay = sluice.Micros(d.Delay)
-	return r, err
+	err = s.decide(key, &p, cost, algo.Never, s.now(), &d)
+	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
