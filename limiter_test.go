@@ -172,3 +172,31 @@ func TestWaitCanceled(t *testing.T) {
 		t.Fatalf("Wait on a canceled context = %v", err)
 	}
 }
+
+// WaitAll waits until every part grants, sleeping the largest refusal's
+// RetryAfter, and gives up at once when the deadline would pass first.
+func TestWaitAll(t *testing.T) {
+	lim, clock := newLimiter()
+	ctx := context.Background()
+	parts := []sluice.Part{
+		{Key: "chat:1", Limit: sluice.PerSecond(1).WithBurst(1)},
+		{Key: "global", Limit: sluice.PerSecond(30)},
+	}
+	for i := 0; i < 3; i++ {
+		if r, err := lim.WaitAll(ctx, parts, 1); err != nil || !r.Allowed {
+			t.Fatalf("WaitAll %d: %+v %v", i, r, err)
+		}
+	}
+	if len(clock.slept) != 2 || clock.slept[0] != time.Second || clock.slept[1] != time.Second {
+		t.Fatalf("slept %v, want the chat's 1s twice", clock.slept)
+	}
+	// The global budget was spent once per admitted message only.
+	if r, _ := lim.Take(ctx, "global", sluice.PerSecond(30), 0); r.Remaining != 29 {
+		t.Fatalf("global remaining %d: a refused composite spent", r.Remaining)
+	}
+	dctx, cancel := context.WithDeadline(ctx, clock.Now().Add(100*time.Millisecond))
+	defer cancel()
+	if _, err := lim.WaitAll(dctx, parts, 1); !errors.Is(err, sluice.ErrDeadline) {
+		t.Fatalf("WaitAll past the deadline: %v", err)
+	}
+}
