@@ -196,19 +196,30 @@ func (s *Store) Key(key string) string { return s.prefix + key }
 // Take makes one decision for req, at the server's time unless the store was
 // given the caller's.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	now := int64(-1)
+	d, err := s.decide(ctx, req, s.clock())
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, req) })
+}
+
+// clock is the time a decision is made at: the caller's, or -1 for the
+// server's TIME.
+func (s *Store) clock() int64 {
 	if s.now != nil {
-		now = s.now()
+		return s.now()
 	}
-	d, err := s.decide(ctx, req, now)
+	return -1
+}
+
+// settle turns a decision, or the error that kept Redis from making it, into
+// the caller's answer under the failure policy; local decides in process.
+func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result, error)) (sluice.Result, error) {
 	if err == nil {
-		return sluice.FromDecision(&d), nil
+		return sluice.FromDecision(d), nil
 	}
 	switch s.policy {
 	case FailOpen:
 		return sluice.Result{Allowed: true, Degraded: true}, nil
 	case FailLocal:
-		r, lerr := s.local.Take(ctx, req)
+		r, lerr := local()
 		r.Degraded = true
 		return r, lerr
 	}
@@ -311,23 +322,8 @@ func unavailable(err error) error {
 // wasted its windows on the global's refusals and the global reached 37% of
 // its bound; taken after it, 100%.)
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	now := int64(-1)
-	if s.now != nil {
-		now = s.now()
-	}
-	d, err := s.takeAll(ctx, reqs, now)
-	if err == nil {
-		return sluice.FromDecision(&d), nil
-	}
-	switch s.policy {
-	case FailOpen:
-		return sluice.Result{Allowed: true, Degraded: true}, nil
-	case FailLocal:
-		r, lerr := s.local.TakeAll(ctx, reqs)
-		r.Degraded = true
-		return r, lerr
-	}
-	return sluice.Result{}, err
+	d, err := s.takeAll(ctx, reqs, s.clock())
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, reqs) })
 }
 
 // TakeAllAt is TakeAll at time now (µs since the epoch), with no failure
@@ -427,11 +423,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
 		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
 	}
-	now := int64(-1)
-	if s.now != nil {
-		now = s.now()
-	}
-	d, err := s.refund(ctx, req, now)
+	d, err := s.refund(ctx, req, s.clock())
 	return sluice.FromDecision(&d), err
 }
 
