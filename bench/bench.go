@@ -8,10 +8,18 @@
 // go.mod; its go.mod replaces github.com/sluice-go/sluice with the working
 // tree (../), so the numbers are always those of the code next to it.
 //
-// The benchmarks live in bench_test.go and only run with -bench:
+// Over Redis it compares sluice's redisstore with
+// github.com/go-redis/redis_rate/v10 and ulule's Redis store, all over the
+// same go-redis client options against one redis-server (redis.go starts it).
 //
-//	BenchmarkOneKey/<lib>   one key, serial
-//	BenchmarkKeys10k/<lib>  Keys pre-warmed keys, round-robin, b.RunParallel
+// The benchmarks live in bench_test.go and redis_test.go and only run with
+// -bench:
+//
+//	BenchmarkOneKey/<lib>          one key, serial
+//	BenchmarkKeys10k/<lib>         Keys pre-warmed keys, round-robin, b.RunParallel
+//	BenchmarkRedisOneKey/<lib>     one key, serial, over Redis
+//	BenchmarkRedisKeys10k64/<lib>  Keys keys, round-robin, Callers goroutines, over Redis
+//	BenchmarkComposite/<variant>   TakeAll of 2 parts vs Take, memory and Redis
 //
 // cmd/compare runs them and prints a Markdown table of medians and ratios.
 package bench

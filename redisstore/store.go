@@ -62,15 +62,22 @@ var stepFiles = [...]string{
 }
 
 func init() {
-	prelude := mustRead("prelude.lua")
-	all := prelude
+	// Each script defines only the helpers its steps use: Lua recreates
+	// every local function on every call.
+	prelude, timestamp := mustRead("prelude.lua"), mustRead("timestamp.lua")
+	stepOf := func(k algo.Kind) string {
+		if k == algo.GCRA || k == algo.LeakyBucket {
+			return timestamp + mustRead(stepFiles[k])
+		}
+		return mustRead(stepFiles[k])
+	}
+	all := prelude + timestamp
 	for _, k := range algo.Kinds() {
-		step := mustRead(stepFiles[k])
-		scripts[k] = NewScript(prelude + step + mustRead("single.lua"))
-		all += step
+		scripts[k] = NewScript(prelude + stepOf(k) + mustRead("single.lua"))
+		all += mustRead(stepFiles[k])
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
-	refundScript = NewScript(prelude + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
+	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
 

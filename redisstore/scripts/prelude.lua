@@ -39,11 +39,19 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
--- The stored fields of key when they belong to kind, else nil (fresh).
+-- The stored fields of key when they belong to kind, else nil (fresh). The
+-- five-field states parse with one match; a sliding log, field by field.
 local function load(key, kind)
   local raw = redis.call('GET', key)
   if not raw then
     return nil
+  end
+  local k, a, b, c, scale = string.match(raw, '^(%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
+  if k then
+    if tonumber(k) ~= kind then
+      return nil
+    end
+    return {kind, tonumber(a), tonumber(b), tonumber(c), tonumber(scale)}
   end
   local f = {}
   for x in string.gmatch(raw, '%-?%d+') do
@@ -57,6 +65,9 @@ end
 
 -- The fields as the stored string: decimal integers.
 local function encode(fields)
+  if #fields == 5 then
+    return string.format('%d %d %d %d %d', fields[1], fields[2], fields[3], fields[4], fields[5])
+  end
   local s = {}
   for i = 1, #fields do
     s[i] = string.format('%d', fields[i])
@@ -88,33 +99,3 @@ local function decision(allowed, remaining, retry, reset, delay)
   end
   return {allowed and 1 or 0, remaining, retry, reset, delay}
 end
-
--- The timestamp a + b/scale in 1/rate µs: a changed rate rounds it up to the
--- next whole µs (rescaleTime).
-local function rescale_time(f, r)
-  if f[5] ~= r and f[3] ~= 0 then
-    return f[2] + 1, 0
-  end
-  return f[2], f[3]
-end
-
--- Clamps u + r/rt into [t, t + limit/rt]; returns it and its distance from t
--- scaled by rt (backlog).
-local function backlog(u, r, t, rt, limit)
-  if u < t or (u == t and r == 0) then
-    return t, 0, 0
-  end
-  local q = fdiv(limit, rt)
-  if u - t > q or (u - t == q and r > limit - q * rt) then
-    return t + q, limit - q * rt, limit
-  end
-  return u, r, (u - t) * rt + r
-end
-
--- Adds n/rt µs to u + r/rt (addTime).
-local function add_time(u, r, n, rt)
-  r = r + n
-  local q = fdiv(r, rt)
-  return u + q, r - q * rt
-end
-
