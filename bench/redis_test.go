@@ -328,7 +328,8 @@ func TestRedisSameLimit(t *testing.T) {
 
 // TestOneRoundTrip checks with the server's command statistics that every
 // sluice decision, composite or not, serial or concurrent, batched or not, is
-// exactly one script call, and that the server runs nothing else.
+// made inside a script, one round trip at most (under load the batcher puts
+// many decisions in one script), and that clients send nothing else.
 func TestOneRoundTrip(t *testing.T) {
 	addr := redisAddr(t)
 	const n = 1000
@@ -339,7 +340,7 @@ func TestOneRoundTrip(t *testing.T) {
 	for _, r := range rs {
 		t.Logf("%s: %d decisions, %d EVALSHA, %d EVAL, other client commands: %s; %d client round trips; inside the script, per decision: %s", r.Mode, r.Decisions, r.EvalSha, r.Eval, r.OtherString(), r.RoundTrips, r.InScriptString())
 		if !r.OK() {
-			t.Errorf("%s: %.3f script calls per decision (want 1), other commands: %s", r.Mode, r.ScriptCalls(), r.OtherString())
+			t.Errorf("%s: %.3f script calls per decision (want at most 1), other commands: %s", r.Mode, r.ScriptCalls(), r.OtherString())
 		}
 		if r.Eval != 0 {
 			t.Errorf("%s: %d EVAL: the script should be loaded, EVALSHA only", r.Mode, r.Eval)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -14,8 +15,9 @@ const maxBatch = 256
 // maxBatch), and sends them in one round trip. Under no load a call goes alone
 // at once; under load the round trips are shared.
 type batcher struct {
-	client  Client
-	timeout time.Duration
+	client    Client
+	timeout   time.Duration
+	clustered bool // merge only decisions whose keys share a slot
 	ch      chan *pending
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -28,8 +30,8 @@ type pending struct {
 	done chan struct{}
 }
 
-func newBatcher(c Client, loops int, timeout time.Duration) *batcher {
-	b := &batcher{client: c, timeout: timeout, ch: make(chan *pending, maxBatch), quit: make(chan struct{})}
+func newBatcher(c Client, loops int, timeout time.Duration, clustered bool) *batcher {
+	b := &batcher{client: c, timeout: timeout, clustered: clustered, ch: make(chan *pending, maxBatch), quit: make(chan struct{})}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -115,12 +117,86 @@ func (b *batcher) loop() {
 			deadline = latest
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		b.client.Run(ctx, calls)
+		b.send(ctx, calls)
 		cancel()
 		for _, p := range batch {
 			close(p.done)
 		}
 	}
+}
+
+// send runs the calls in one pipeline, the single decisions among them merged
+// into one multi-decision script per slot: the server's cost per script
+// (calling it, reading TIME, defining the helpers) is then paid once.
+func (b *batcher) send(ctx context.Context, calls []*Call) {
+	type group struct {
+		merged  *Call
+		members []*Call
+	}
+	var groups []*group
+	bySlot := map[int]*group{}
+	out := make([]*Call, 0, len(calls))
+	for _, c := range calls {
+		if !isSingle(c.Script) {
+			out = append(out, c)
+			continue
+		}
+		slot := 0
+		if b.clustered {
+			slot = Slot(c.Keys[0])
+		}
+		g := bySlot[slot]
+		if g == nil {
+			g = &group{}
+			bySlot[slot] = g
+			groups = append(groups, g)
+		}
+		g.members = append(g.members, c)
+	}
+	for _, g := range groups {
+		if len(g.members) == 1 {
+			out = append(out, g.members[0])
+			continue
+		}
+		// single.lua's arguments are kind … now, margin; multi.lua's are
+		// margin, then kind … now per decision.
+		m := &Call{Script: multi, Keys: make([]string, 0, len(g.members)), Args: make([]any, 1, 1+7*len(g.members))}
+		m.Args[0] = g.members[0].Args[7]
+		for _, c := range g.members {
+			m.Keys = append(m.Keys, c.Keys[0])
+			m.Args = append(m.Args, c.Args[:7]...)
+		}
+		g.merged = m
+		out = append(out, m)
+	}
+	b.client.Run(ctx, out)
+	for _, g := range groups {
+		if g.merged == nil {
+			continue
+		}
+		r, err := g.merged.Reply, g.merged.Err
+		if err == nil && len(r) != 5*len(g.members) {
+			err = fmt.Errorf("multi-decision script replied %d values for %d decisions", len(r), len(g.members))
+		}
+		for i, c := range g.members {
+			if err != nil {
+				c.Err = err
+			} else {
+				c.Reply = r[5*i : 5*i+5 : 5*i+5]
+			}
+		}
+	}
+}
+
+// isSingle reports whether s is a single-decision script, which send may
+// merge.
+func isSingle(s *Script) bool {
+	for _, t := range scripts {
+		if s == t && t != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *batcher) close() {

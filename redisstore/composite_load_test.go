@@ -202,10 +202,14 @@ func TestCompositeLoadChild(t *testing.T) {
 		PoolTimeout:  20 * time.Second,
 	})
 	defer client.Close()
+	// Unbatched: the parent counts the scripts the servers ran to check the
+	// protocol (take, take, give back), which needs one script per step
+	// rather than the batcher's multi-decision scripts.
 	store := redisstore.NewGoRedis(client,
 		redisstore.WithPrefix(cfg.Prefix),
 		redisstore.WithTimeout(20*time.Second),
-		redisstore.WithTTLMargin(time.Minute))
+		redisstore.WithTTLMargin(time.Minute),
+		redisstore.WithoutBatching())
 	defer store.Close()
 	l := sluice.New(store)
 	ctx := context.Background()

@@ -47,6 +47,7 @@ var scriptFiles embed.FS
 // and the composite main.
 var (
 	scripts      [algo.SlidingLog + 1]*Script
+	multi        *Script
 	composite    *Script
 	refundScript *Script
 	resetScript  *Script
@@ -77,6 +78,7 @@ func init() {
 		all += mustRead(stepFiles[k])
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
+	multi = NewScript(all + mustRead("multi.lua"))
 	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
@@ -172,7 +174,7 @@ func New(client Client, opts ...Option) *Store {
 		s.local = memstore.New(lopts...)
 	}
 	if s.batchN > 0 {
-		s.batch = newBatcher(client, s.batchN, s.timeout)
+		s.batch = newBatcher(client, s.batchN, s.timeout, s.clustered)
 	}
 	return s
 }
