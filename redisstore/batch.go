@@ -18,10 +18,10 @@ type batcher struct {
 	client    Client
 	timeout   time.Duration
 	clustered bool // merge only decisions whose keys share a slot
-	ch      chan *pending
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	ch        chan *pending
+	quit      chan struct{}
+	wg        sync.WaitGroup
+	once      sync.Once
 }
 
 type pending struct {
