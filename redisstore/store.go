@@ -14,8 +14,10 @@
 // services that refuse TIME in scripts, replays).
 //
 // Concurrent decisions are batched into pipelines (one round trip for many
-// decisions): it multiplies throughput under load. WithoutBatching sends each
-// decision on its own for strict per-call latency.
+// decisions), and the single decisions of a batch that share a slot into one
+// multi-decision script (scripts/multi.lua) that makes them in turn: it
+// multiplies throughput under load. WithoutBatching sends each decision on
+// its own for strict per-call latency.
 //
 // When Redis is unavailable the failure policy decides: FailClosed returns
 // ErrStoreUnavailable, FailOpen allows, FailLocal decides with an in-process
