@@ -84,7 +84,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -447,7 +446,7 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 	if err != nil {
 		t.Fatal(err)
 	}
-	children := compositeStartChildren(t, exe, env, d)
+	children := startLoadChildren(t, exe, "TestCompositeLoadChild", compositeChildEnv, env, d)
 
 	// Sample the window keys while the children run, each from its node.
 	sampled := make([]chan loadSamples, len(nodes)) // nil: nothing sampled there
@@ -768,57 +767,6 @@ func compositeScriptRuns(ctx context.Context, nodes []*redis.Client) (int64, err
 		}
 	}
 	return runs, nil
-}
-
-// compositeStartChildren spawns loadProcs children with env and waits until
-// each is ready. Children still running when the test ends are killed.
-func compositeStartChildren(t *testing.T, exe string, env []byte, d time.Duration) []*loadChild {
-	children := make([]*loadChild, loadProcs)
-	t.Cleanup(func() {
-		for _, c := range children {
-			if c == nil {
-				continue
-			}
-			select {
-			case <-c.done:
-			default:
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
-			_ = c.cmd.Wait()
-		}
-	})
-	for i := range children {
-		cmd := exec.Command(exe, "-test.run=^TestCompositeLoadChild$", "-test.count=1",
-			"-test.timeout="+(d+5*time.Minute).String())
-		cmd.Env = append(os.Environ(), compositeChildEnv+"="+string(env))
-		c := &loadChild{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
-		cmd.Stderr = c
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.stdin, err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children[i] = c
-		go c.scan(stdout)
-	}
-	readyBy := time.NewTimer(loadReadyWithin)
-	defer readyBy.Stop()
-	for i, c := range children {
-		select {
-		case <-c.ready:
-		case <-c.done:
-			t.Fatalf("child %d exited before it was ready: %v\n%s", i, c.cmd.Wait(), c.out())
-		case <-readyBy.C:
-			t.Fatalf("child %d not ready within %v:\n%s", i, loadReadyWithin, c.out())
-		}
-	}
-	return children
 }
 
 // compositeRunChildren gives the ready children a stop time d from now,

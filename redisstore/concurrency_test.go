@@ -395,52 +395,7 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 
 	t0 := loadServerTime(t, client)
 
-	// Spawn the children; kill any still running when the test ends early.
-	children := make([]*loadChild, loadProcs)
-	t.Cleanup(func() {
-		for _, c := range children {
-			if c == nil {
-				continue
-			}
-			select {
-			case <-c.done:
-			default:
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
-			_ = c.cmd.Wait()
-		}
-	})
-	for i := range children {
-		cmd := exec.Command(exe, "-test.run=^TestLoadChild$", "-test.count=1",
-			"-test.timeout="+(d+5*time.Minute).String())
-		cmd.Env = append(os.Environ(), loadChildEnv+"="+string(env))
-		c := &loadChild{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
-		cmd.Stderr = c
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.stdin, err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children[i] = c
-		go c.scan(stdout)
-	}
-	readyBy := time.NewTimer(loadReadyWithin)
-	defer readyBy.Stop()
-	for i, c := range children {
-		select {
-		case <-c.ready:
-		case <-c.done:
-			t.Fatalf("child %d exited before it was ready: %v\n%s", i, c.cmd.Wait(), c.out())
-		case <-readyBy.C:
-			t.Fatalf("child %d not ready within %v:\n%s", i, loadReadyWithin, c.out())
-		}
-	}
+	children := startLoadChildren(t, exe, "TestLoadChild", loadChildEnv, env, d)
 
 	// Sample the keys while the children run.
 	stopSampling := make(chan struct{})
@@ -746,3 +701,55 @@ func loadFloorDiv(a, b int64) int64 {
 }
 
 func loadCeilDiv(a, b int64) int64 { return -loadFloorDiv(-a, b) }
+
+// startLoadChildren spawns loadProcs copies of the test binary running the
+// test named run, with env in the environment variable envName, and waits
+// until each is ready. Children still running when the test ends are killed.
+func startLoadChildren(t *testing.T, exe, run, envName string, env []byte, d time.Duration) []*loadChild {
+	children := make([]*loadChild, loadProcs)
+	t.Cleanup(func() {
+		for _, c := range children {
+			if c == nil {
+				continue
+			}
+			select {
+			case <-c.done:
+			default:
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+			_ = c.cmd.Wait()
+		}
+	})
+	for i := range children {
+		cmd := exec.Command(exe, "-test.run=^"+run+"$", "-test.count=1",
+			"-test.timeout="+(d+5*time.Minute).String())
+		cmd.Env = append(os.Environ(), envName+"="+string(env))
+		c := &loadChild{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+		cmd.Stderr = c
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.stdin, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children[i] = c
+		go c.scan(stdout)
+	}
+	readyBy := time.NewTimer(loadReadyWithin)
+	defer readyBy.Stop()
+	for i, c := range children {
+		select {
+		case <-c.ready:
+		case <-c.done:
+			t.Fatalf("child %d exited before it was ready: %v\n%s", i, c.cmd.Wait(), c.out())
+		case <-readyBy.C:
+			t.Fatalf("child %d not ready within %v:\n%s", i, loadReadyWithin, c.out())
+		}
+	}
+	return children
+}
