@@ -108,6 +108,25 @@ func (p Params) Capacity() int64 {
 // Validate reports why p cannot be used, or nil. The bounds are those that keep
 // every step exact in int64 and in a Lua double.
 func (p Params) Validate() error {
+	if p.ok() {
+		return nil
+	}
+	return p.why()
+}
+
+// ok is Validate's answer for the common case, in few branches: it runs on
+// every decision.
+func (p Params) ok() bool {
+	if !p.Kind.Valid() || p.Rate <= 0 || p.Rate > MaxScaled || p.Period <= 0 || p.Period > MaxScaled || p.Burst < 0 {
+		return false
+	}
+	c := p.Capacity()
+	hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period))
+	return c > 0 && hi == 0 && lo <= uint64(MaxScaled)
+}
+
+// why explains why p is not valid.
+func (p Params) why() error {
 	switch {
 	case !p.Kind.Valid():
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalid, p.Kind)

@@ -107,7 +107,9 @@ func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 	} else {
 		d.RetryAfter = ceilDiv(cost*p.Period-xs, p.Rate)
 	}
-	d.Remaining = xs / p.Period
+	if xs >= p.Period { // most refusals have less than a unit left: no division
+		d.Remaining = xs / p.Period
+	}
 	d.ResetAfter = ceilDiv(full-xs, p.Rate)
 	d.FreshAt = now + d.ResetAfter
 	if cost > 0 {
