@@ -57,15 +57,15 @@ func FromDecision(d *algo.Decision) Result {
 	return Result{
 		Allowed:    d.Allowed,
 		Remaining:  d.Remaining,
-		RetryAfter: Micros(d.RetryAfter),
-		ResetAfter: Micros(d.ResetAfter),
-		Delay:      Micros(d.Delay),
+		RetryAfter: micros(d.RetryAfter),
+		ResetAfter: micros(d.ResetAfter),
+		Delay:      micros(d.Delay),
 	}
 }
 
-// Micros converts a step's microseconds into a Duration, saturating where
+// micros converts a step's microseconds into a Duration, saturating where
 // algo.Never would overflow.
-func Micros(us int64) time.Duration {
+func micros(us int64) time.Duration {
 	if us >= math.MaxInt64/int64(time.Microsecond) {
 		return math.MaxInt64
 	}
@@ -172,9 +172,9 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{
 			Allowed:    retry == 0,
 			Remaining:  remaining,
-			RetryAfter: Micros(retry),
-			ResetAfter: Micros(reset),
-			Delay:      Micros(delay),
+			RetryAfter: micros(retry),
+			ResetAfter: micros(reset),
+			Delay:      micros(delay),
 		}, err
 	}
 	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
