@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -198,5 +199,27 @@ func TestWaitAll(t *testing.T) {
 	defer cancel()
 	if _, err := lim.WaitAll(dctx, parts, 1); !errors.Is(err, sluice.ErrDeadline) {
 		t.Fatalf("WaitAll past the deadline: %v", err)
+	}
+}
+
+// The Limiter remembers validated limits; many limits sharing its few slots,
+// and invalid ones among them, are each still read right.
+func TestManyLimits(t *testing.T) {
+	lim, _ := newLimiter()
+	ctx := context.Background()
+	for round := 0; round < 3; round++ {
+		for i := int64(1); i <= 100; i++ {
+			l := sluice.PerMinute(i).WithBurst(i)
+			r, err := lim.Take(ctx, fmt.Sprintf("k%d:%d", round, i), l, i)
+			if err != nil || !r.Allowed || r.Remaining != 0 {
+				t.Fatalf("limit %v: %+v %v", l, r, err)
+			}
+			if _, err := lim.Take(ctx, "k", l, i+1); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+				t.Fatalf("limit %v, cost over capacity: %v", l, err)
+			}
+			if _, err := lim.Take(ctx, "k", sluice.PerMinute(-i), 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+				t.Fatalf("invalid limit accepted: %v", err)
+			}
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
@@ -141,6 +142,28 @@ type Limiter struct {
 	store Store
 	local LocalStore // store, when it is one
 	clock Clock
+	// valid remembers limits already validated, so the hot path only
+	// compares: a few slots, each replaced when another limit lands in it.
+	valid [8]atomic.Pointer[validLimit]
+}
+
+type validLimit struct {
+	lim Limit
+	p   algo.Params
+}
+
+// params is lim.params, remembered.
+func (l *Limiter) params(lim Limit) (algo.Params, error) {
+	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40) * 0xBF58476D1CE4E5B9
+	slot := &l.valid[h>>61]
+	if v := slot.Load(); v != nil && v.lim == lim {
+		return v.p, nil
+	}
+	p, err := lim.params()
+	if err == nil {
+		slot.Store(&validLimit{lim, p})
+	}
+	return p, err
 }
 
 // Option configures a Limiter.
@@ -163,7 +186,10 @@ func New(store Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := Check(key, lim, cost)
+	p, err := l.params(lim)
+	if err == nil {
+		err = CheckParams(key, p, cost)
+	}
 	if err != nil {
 		return Result{}, err
 	}
