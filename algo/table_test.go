@@ -255,3 +255,34 @@ func TestClockBackLeakyBucket(t *testing.T) {
 		{sec - 400_000, 1, false, 0, 100_000, 300_000, 0},
 	})
 }
+
+// A sliding window whose period changes starts its counts afresh (old
+// windows do not line up with new ones); a changed rate keeps them.
+func TestSlidingWindowChangedLimit(t *testing.T) {
+	var s algo.State
+	a := algo.Params{Kind: algo.SlidingWindow, Rate: 4, Period: sec}
+	algo.Step(&a, &s, base, 4, algo.Never)
+	b := algo.Params{Kind: algo.SlidingWindow, Rate: 8, Period: sec}
+	if d := algo.Step(&b, &s, base, 0, algo.Never); d.Remaining != 4 {
+		t.Fatalf("changed rate: remaining %d, want 4 (counts kept)", d.Remaining)
+	}
+	c := algo.Params{Kind: algo.SlidingWindow, Rate: 4, Period: 2 * sec}
+	if d := algo.Step(&c, &s, base, 0, algo.Never); d.Remaining != 4 {
+		t.Fatalf("changed period: remaining %d, want 4 (counts restarted)", d.Remaining)
+	}
+}
+
+// gcra and the leaky bucket keep their timestamps across a changed rate,
+// rounded up to the next whole µs: never earlier.
+func TestTimestampChangedRate(t *testing.T) {
+	for _, k := range []algo.Kind{algo.GCRA, algo.LeakyBucket} {
+		var s algo.State
+		a := algo.Params{Kind: k, Rate: 3, Period: sec, Burst: 1}
+		algo.Step(&a, &s, base, 1, algo.Never) // timestamp at base + 333333⅓ µs
+		b := algo.Params{Kind: k, Rate: 7, Period: 7 * sec / 3, Burst: 1}
+		d := algo.Step(&b, &s, base, 0, algo.Never)
+		if d.ResetAfter != 333334 {
+			t.Errorf("%s: reset after %dµs, want the old timestamp rounded up: 333334", k, d.ResetAfter)
+		}
+	}
+}
