@@ -78,7 +78,6 @@ package redisstore_test
 // same-slot run with the same limits.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -228,72 +227,25 @@ func TestCompositeLoadChild(t *testing.T) {
 		parts[k] = []sluice.Part{{Key: chat, Limit: chatLim}, {Key: cfg.Global, Limit: globalLim}}
 	}
 
-	fmt.Println(loadReadyLine)
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil {
-		t.Fatalf("waiting for the start line: %v", err)
-	}
-	stopNanos, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "go ")), 10, 64)
-	if err != nil {
-		t.Fatalf("start line %q: %v", line, err)
-	}
-	stop := time.Unix(0, stopNanos)
+	stop := awaitStart(t)
 
 	start, err := compositeNodeTimes(ctx, nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tally struct {
-		allowed, denied []int64
-		errors          int64
-		firstErr        error
-	}
-	tallies := make([]tally, cfg.Goroutines)
-	var wg sync.WaitGroup
-	for g := range tallies {
-		wg.Go(func() {
-			tl := &tallies[g]
-			tl.allowed = make([]int64, len(cfg.Chats))
-			tl.denied = make([]int64, len(cfg.Chats))
-			for i := g; time.Now().Before(stop); i++ {
-				k := i % len(cfg.Chats)
-				r, err := l.TakeAll(ctx, parts[k], 1)
-				switch {
-				case err != nil:
-					tl.errors++
-					if tl.firstErr == nil {
-						tl.firstErr = err
-					}
-				case r.Degraded:
-					tl.errors++
-					if tl.firstErr == nil {
-						tl.firstErr = fmt.Errorf("degraded decision %+v", r)
-					}
-				case r.Allowed:
-					tl.allowed[k]++
-				default:
-					tl.denied[k]++
-				}
-			}
-		})
-	}
-	wg.Wait()
+	tl := hammer(cfg.Goroutines, len(cfg.Chats), stop, func(k int) (sluice.Result, error) {
+		r, err := l.TakeAll(ctx, parts[k], 1)
+		if err == nil && r.Degraded {
+			err = fmt.Errorf("degraded decision %+v", r)
+		}
+		return r, err
+	})
 	end, err := compositeNodeTimes(ctx, nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	rep := compositeReport{Allowed: make([]int64, len(cfg.Chats)), Denied: make([]int64, len(cfg.Chats)), Start: start, End: end}
-	for _, tl := range tallies {
-		for k := range cfg.Chats {
-			rep.Allowed[k] += tl.allowed[k]
-			rep.Denied[k] += tl.denied[k]
-		}
-		rep.Errors += tl.errors
-		if tl.firstErr != nil && rep.FirstError == "" {
-			rep.FirstError = tl.firstErr.Error()
-		}
-	}
+	rep := compositeReport{Allowed: tl.allowed, Denied: tl.denied, Errors: tl.errors, FirstError: tl.firstErr, Start: start, End: end}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

@@ -157,16 +157,7 @@ func TestLoadChild(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fmt.Println(loadReadyLine)
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil {
-		t.Fatalf("waiting for the start line: %v", err)
-	}
-	stopNanos, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "go ")), 10, 64)
-	if err != nil {
-		t.Fatalf("start line %q: %v", line, err)
-	}
-	stop := time.Unix(0, stopNanos)
+	stop := awaitStart(t)
 
 	start, err := client.Time(ctx).Result()
 	if err != nil {
@@ -176,52 +167,15 @@ func TestLoadChild(t *testing.T) {
 	for i := range keys {
 		keys[i] = loadKey(i)
 	}
-	type tally struct {
-		allowed, denied []int64
-		errors          int64
-		firstErr        error
-	}
-	tallies := make([]tally, cfg.Goroutines)
-	var wg sync.WaitGroup
-	for g := range tallies {
-		wg.Go(func() {
-			tl := &tallies[g]
-			tl.allowed = make([]int64, cfg.Keys)
-			tl.denied = make([]int64, cfg.Keys)
-			for i := g; time.Now().Before(stop); i++ {
-				k := i % cfg.Keys
-				r, err := l.Take(ctx, keys[k], lim, 1)
-				switch {
-				case err != nil:
-					tl.errors++
-					if tl.firstErr == nil {
-						tl.firstErr = err
-					}
-				case r.Allowed:
-					tl.allowed[k]++
-				default:
-					tl.denied[k]++
-				}
-			}
-		})
-	}
-	wg.Wait()
+	tl := hammer(cfg.Goroutines, cfg.Keys, stop, func(k int) (sluice.Result, error) {
+		return l.Take(ctx, keys[k], lim, 1)
+	})
 	end, err := client.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	rep := loadReport{Allowed: make([]int64, cfg.Keys), Denied: make([]int64, cfg.Keys), Start: start.UnixMicro(), End: end.UnixMicro()}
-	for _, tl := range tallies {
-		for k := range cfg.Keys {
-			rep.Allowed[k] += tl.allowed[k]
-			rep.Denied[k] += tl.denied[k]
-		}
-		rep.Errors += tl.errors
-		if tl.firstErr != nil && rep.FirstError == "" {
-			rep.FirstError = tl.firstErr.Error()
-		}
-	}
+	rep := loadReport{Allowed: tl.allowed, Denied: tl.denied, Errors: tl.errors, FirstError: tl.firstErr, Start: start.UnixMicro(), End: end.UnixMicro()}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -752,4 +706,67 @@ func startLoadChildren(t *testing.T, exe, run, envName string, env []byte, d tim
 		}
 	}
 	return children
+}
+
+// awaitStart tells the parent this child is ready and returns the stop time
+// the parent answers with.
+func awaitStart(t *testing.T) time.Time {
+	fmt.Println(loadReadyLine)
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		t.Fatalf("waiting for the start line: %v", err)
+	}
+	stopNanos, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "go ")), 10, 64)
+	if err != nil {
+		t.Fatalf("start line %q: %v", line, err)
+	}
+	return time.Unix(0, stopNanos)
+}
+
+// loadTally counts one child's decisions per key.
+type loadTally struct {
+	allowed, denied []int64
+	errors          int64
+	firstErr        string
+}
+
+// hammer runs goroutines deciding on key k = i mod n, round-robin from a
+// different start each, until stop, and sums what they saw.
+func hammer(goroutines, n int, stop time.Time, decide func(k int) (sluice.Result, error)) loadTally {
+	tallies := make([]loadTally, goroutines)
+	var wg sync.WaitGroup
+	for g := range tallies {
+		wg.Go(func() {
+			tl := &tallies[g]
+			tl.allowed, tl.denied = make([]int64, n), make([]int64, n)
+			for i := g; time.Now().Before(stop); i++ {
+				k := i % n
+				r, err := decide(k)
+				switch {
+				case err != nil:
+					tl.errors++
+					if tl.firstErr == "" {
+						tl.firstErr = err.Error()
+					}
+				case r.Allowed:
+					tl.allowed[k]++
+				default:
+					tl.denied[k]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sum := loadTally{allowed: make([]int64, n), denied: make([]int64, n)}
+	for _, tl := range tallies {
+		for k := range n {
+			sum.allowed[k] += tl.allowed[k]
+			sum.denied[k] += tl.denied[k]
+		}
+		sum.errors += tl.errors
+		if sum.firstErr == "" {
+			sum.firstErr = tl.firstErr
+		}
+	}
+	return sum
 }
