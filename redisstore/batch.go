@@ -158,16 +158,8 @@ func (b *batcher) send(ctx context.Context, calls []*Call) {
 			out = append(out, g.members[0])
 			continue
 		}
-		// single.lua's arguments are kind … now, margin; multi.lua's are
-		// margin, then kind … now per decision.
-		m := &Call{Script: multi, Keys: make([]string, 0, len(g.members)), Args: make([]any, 1, 1+7*len(g.members))}
-		m.Args[0] = g.members[0].Args[7]
-		for _, c := range g.members {
-			m.Keys = append(m.Keys, c.Keys[0])
-			m.Args = append(m.Args, c.Args[:7]...)
-		}
-		g.merged = m
-		out = append(out, m)
+		g.merged = merge(g.members)
+		out = append(out, g.merged)
 	}
 	b.client.Run(ctx, out)
 	for _, g := range groups {
@@ -186,6 +178,76 @@ func (b *batcher) send(ctx context.Context, calls []*Call) {
 			}
 		}
 	}
+}
+
+// A limitKey is a single decision's limit: kind, rate, period, burst, max
+// delay, as single.lua's arguments.
+type limitKey [5]any
+
+// merge returns one multi.lua call for the single decisions cs: each distinct
+// limit once, then each decision's limit position, cost and, when any
+// decision carries its own time, now.
+func merge(cs []*Call) *Call {
+	// single.lua's arguments: kind, rate, period, burst, cost, max delay,
+	// now, margin.
+	var limits []limitKey
+	var index map[limitKey]int // past a few limits, instead of a scan
+	pos := make([]int, len(cs))
+	timed := false
+	last := -1
+	for i, c := range cs {
+		a := c.Args
+		k := limitKey{a[0], a[1], a[2], a[3], a[5]}
+		j := -1
+		switch {
+		case last >= 0 && limits[last] == k:
+			j = last
+		case index != nil:
+			if x, ok := index[k]; ok {
+				j = x
+			}
+		default:
+			for x := range limits {
+				if limits[x] == k {
+					j = x
+					break
+				}
+			}
+		}
+		if j < 0 {
+			j = len(limits)
+			limits = append(limits, k)
+			if index != nil {
+				index[k] = j
+			} else if len(limits) > 8 {
+				index = make(map[limitKey]int, 2*len(limits))
+				for x, l := range limits {
+					index[l] = x
+				}
+			}
+		}
+		pos[i], last = j, j
+		if t, _ := a[6].(int64); t >= 0 {
+			timed = true
+		}
+	}
+	per := 2
+	if timed {
+		per = 3
+	}
+	m := &Call{Script: multi, Keys: make([]string, len(cs)), Args: make([]any, 0, 3+5*len(limits)+per*len(cs))}
+	m.Args = append(m.Args, cs[0].Args[7], int64(len(limits)), int64(per-2))
+	for _, l := range limits {
+		m.Args = append(m.Args, l[:]...)
+	}
+	for i, c := range cs {
+		m.Keys[i] = c.Keys[0]
+		m.Args = append(m.Args, int64(pos[i]+1), c.Args[4])
+		if timed {
+			m.Args = append(m.Args, c.Args[6])
+		}
+	}
+	return m
 }
 
 // isSingle reports whether s is a single-decision script, which send may

@@ -54,6 +54,7 @@ package redisstore_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -310,16 +311,16 @@ func loadServerTime(t *testing.T, c *redis.Client) int64 {
 	return tm.UnixMicro()
 }
 
-// parseState reads a key's state "kind a b c scale" or "kind t1 n1 t2 n2 ...".
+// loadParseState reads a key's packed state (see load in scripts/prelude.lua):
+// the kind in one byte, then each field as a little-endian 8-byte integer,
+// "kind a b c scale" or "kind t1 n1 t2 n2 ...".
 func loadParseState(raw string) ([]int64, error) {
-	fs := strings.Fields(raw)
-	out := make([]int64, len(fs))
-	for i, f := range fs {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("state %q: %v", raw, err)
-		}
-		out[i] = n
+	if len(raw) == 0 || (len(raw)-1)%8 != 0 {
+		return nil, fmt.Errorf("state %q: %d bytes is not a kind and 8-byte fields", raw, len(raw))
+	}
+	out := []int64{int64(raw[0])}
+	for i := 1; i < len(raw); i += 8 {
+		out = append(out, int64(binary.LittleEndian.Uint64([]byte(raw[i:i+8]))))
 	}
 	return out, nil
 }

@@ -2,8 +2,8 @@
 -- prelude, the step of one algorithm (or of all, for composites) and a main
 -- (single.lua or composite.lua), so each decision stays one EVALSHA.
 --
--- A key's state is one string of integers, "kind a b c scale" (a sliding log:
--- "kind t1 n1 t2 n2 ..."), always with a TTL.
+-- A key's state is one string, the packed fields "kind a b c scale" (a
+-- sliding log: "kind t1 n1 t2 n2 ..."; see load), always with a TTL.
 --
 -- Lua numbers are doubles: every quantity stays below 2^53 (Params.Validate
 -- bounds them), where doubles hold integers exactly. Division is the one
@@ -39,40 +39,51 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
--- The stored fields of key when they belong to kind, else nil (fresh). The
--- five-field states parse with one match; a sliding log, field by field.
+-- A state is stored packed: its kind in one byte, then each field as a
+-- little-endian 8-byte integer (struct.pack: one C call each way, where the
+-- decimal text it replaced took a match, a format and a tonumber per field).
+-- The five-field states are 33 bytes; a sliding log is its kind, then its
+-- (time, cost) pairs.
+
+-- The stored fields of key when they are a five-field state of kind, else nil
+-- (fresh).
 local function load(key, kind)
   local raw = redis.call('GET', key)
-  if not raw then
+  if not raw or #raw ~= 33 then
     return nil
   end
-  local k, a, b, c, scale = string.match(raw, '^(%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
-  if k then
-    if tonumber(k) ~= kind then
-      return nil
-    end
-    return {kind, tonumber(a), tonumber(b), tonumber(c), tonumber(scale)}
-  end
-  local f = {}
-  for x in string.gmatch(raw, '%-?%d+') do
-    f[#f + 1] = tonumber(x)
-  end
-  if f[1] ~= kind then
+  local k, a, b, c, scale = struct.unpack('<Bi8i8i8i8', raw)
+  if k ~= kind then
     return nil
+  end
+  return {k, a, b, c, scale}
+end
+
+-- The fields of a list state of kind at key: kind, then pairs; nil (fresh)
+-- when key holds none.
+local function load_pairs(key, kind)
+  local raw = redis.call('GET', key)
+  if not raw or (#raw - 1) % 16 ~= 0 or string.byte(raw, 1) ~= kind then
+    return nil
+  end
+  local f, n, pos = {kind}, 1, 2
+  while pos < #raw do
+    f[n + 1], f[n + 2], pos = struct.unpack('<i8i8', raw, pos)
+    n = n + 2
   end
   return f
 end
 
--- The fields as the stored string: decimal integers.
+-- The fields as the stored string.
 local function encode(fields)
   if #fields == 5 then
-    return string.format('%d %d %d %d %d', fields[1], fields[2], fields[3], fields[4], fields[5])
+    return struct.pack('<Bi8i8i8i8', fields[1], fields[2], fields[3], fields[4], fields[5])
   end
-  local s = {}
-  for i = 1, #fields do
-    s[i] = string.format('%d', fields[i])
+  local s = {struct.pack('<B', fields[1])}
+  for i = 2, #fields - 1, 2 do
+    s[#s + 1] = struct.pack('<i8i8', fields[i], fields[i + 1])
   end
-  return table.concat(s, ' ')
+  return table.concat(s)
 end
 
 -- Stores key's fields (a list of integers) with a TTL that ends when the

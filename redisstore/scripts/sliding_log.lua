@@ -4,7 +4,7 @@
 steps[6] = function(key, rate, period, burst, cost)
   local t = now
   local log = {}
-  local f = load(key, 6)
+  local f = load_pairs(key, 6)
   if f then
     for i = 2, #f - 1, 2 do
       log[#log + 1] = {f[i], f[i + 1]}

@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// TestMultiMatchesSingle checks the batcher's merged script against the
+// single-decision scripts (which the conformance tests hold to the model):
+// the same decisions, sent once one script each and once merged into
+// multi.lua calls, give the same replies, decision by decision. The batches
+// mix every algorithm, costs 0..capacity+1, several limits per batch (past
+// the eight where merge switches from a scan to a map), decisions on one key
+// in a row, and batches all at the caller's time, all at the server's, or
+// mixed.
+func TestMultiMatchesSingle(t *testing.T) {
+	client := GoRedis(redistest.Shared(t).Client())
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	var ps []algo.Params
+	for _, k := range algo.Kinds() {
+		for _, rp := range [][3]int64{{3, 1_000_000, 4}, {7, 100_000, 2}, {1, 60_000_000, 2}, {5, 1_000_000, 5}} {
+			ps = append(ps, algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: rp[2]})
+		}
+	}
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+	}
+	run := time.Now().UnixNano()
+	now := int64(1_764_000_000_000_000)
+	var decisions, batches int
+	for b := 0; b < 300; b++ {
+		// The limits of this batch: one, a few, or more than eight.
+		nl := []int{1, 3, 12}[b%3]
+		lim := make([]algo.Params, nl)
+		for i := range lim {
+			lim[i] = ps[r.IntN(len(ps))]
+		}
+		mode := b % 4 // 0, 1: caller's time; 2: server's; 3: mixed
+		n := 2 + r.IntN(40)
+		var single, merged []*Call
+		for i := 0; i < n; i++ {
+			p := lim[r.IntN(nl)]
+			key := fmt.Sprintf("k%d", r.IntN(6))
+			now += r.Int64N(p.Period/2 + 1)
+			at := now
+			if mode == 2 || (mode == 3 && r.IntN(2) == 0) {
+				at = -1
+				key = "srv" + key // the two runs read TIME apart: keys of their own
+			}
+			maxDelay := int64(-1)
+			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
+				maxDelay = r.Int64N(2 * p.Period)
+			}
+			args := func() []any {
+				return []any{int64(p.Kind), p.Rate, p.Period, p.Burst, r.Int64N(p.Capacity() + 2), maxDelay, at, int64(1_000_000)}
+			}
+			a := args()
+			single = append(single, &Call{Script: scripts[p.Kind], Keys: []string{fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind)}, Args: a})
+			merged = append(merged, &Call{Script: scripts[p.Kind], Keys: []string{fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)}, Args: slices.Clone(a)})
+		}
+		for _, c := range single {
+			client.Run(ctx, []*Call{c})
+			if c.Err != nil {
+				t.Fatalf("single: %v", c.Err)
+			}
+		}
+		m := merge(merged)
+		client.Run(ctx, []*Call{m})
+		if m.Err != nil {
+			t.Fatalf("multi: %v", m.Err)
+		}
+		if len(m.Reply) != 5*n {
+			t.Fatalf("multi replied %d values for %d decisions", len(m.Reply), n)
+		}
+		for i, c := range single {
+			got := m.Reply[5*i : 5*i+5]
+			// At the server's time the two runs are apart in time: only
+			// decisions at the caller's time must agree to the µs.
+			if c.Args[6].(int64) < 0 {
+				continue
+			}
+			if !slices.Equal(got, c.Reply) {
+				t.Fatalf("batch %d (%d limits, mode %d), decision %d %v on %s: multi %v, single %v", b, nl, mode, i, c.Args, c.Keys[0], got, c.Reply)
+			}
+			decisions++
+		}
+		batches++
+	}
+	t.Logf("%d batches, %d decisions at the caller's time compared", batches, decisions)
+}
