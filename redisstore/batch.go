@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,10 +25,57 @@ type batcher struct {
 	once      sync.Once
 }
 
+// A single is one decision on one key, kept as integers until it is sent:
+// the decisions of a pipeline that share a slot and an algorithm are merged
+// into one multi-decision script, which names each distinct limit once.
+type single struct {
+	key    string
+	lim    limit
+	cost   int64
+	now    int64 // µs, -1 for the server's TIME
+	margin int64 // µs
+}
+
+// A limit is a single decision's limit as the scripts read it.
+type limit struct{ kind, rate, period, burst, maxDelay int64 }
+
+// The states of a pending call: waiting for its answer, answered (by the loop
+// that sent it), abandoned (by its caller, who gave up).
+const (
+	waiting uint32 = iota
+	answered
+	abandoned
+)
+
+// A pending is a call waiting for a pipeline: a single decision, or any other
+// call. Whoever moves it out of waiting owns the outcome: the loop answers it
+// (setting reply or err, then signalling done), or the caller abandons it and
+// the loop's answer, if one comes, is never read. Answered pendings are
+// reused; abandoned ones are left to the collector.
 type pending struct {
-	ctx  context.Context // the caller's: once done, the call is not sent
-	c    *Call
-	done chan struct{}
+	deadline time.Time // the caller gives up then
+	state    atomic.Uint32
+	done     chan struct{} // one signal, once answered
+	one      single        // when call is nil
+	call     *Call
+	reply    [5]int64 // one's decision
+	err      error    // one's error
+}
+
+var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
+
+// timers hold the stopped timers callers wait with: a timer per call, not a
+// context per call.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+func (p *pending) answer() {
+	if p.state.CompareAndSwap(waiting, answered) {
+		p.done <- struct{}{}
+	}
 }
 
 func newBatcher(c Client, loops int, timeout time.Duration, clustered bool) *batcher {
@@ -39,35 +87,74 @@ func newBatcher(c Client, loops int, timeout time.Duration, clustered bool) *bat
 	return b
 }
 
-// run sends c with the next pipeline and waits for its reply or for ctx.
-// A call whose ctx is done before a loop takes it is dropped, and a pipeline
-// gives up (short of a reply already on its way) once all its callers have:
-// a caller told the store is unavailable is not charged later for a call
-// that was still waiting to be sent.
+// decide sends one decision with the next pipeline and returns the script's
+// reply.
+func (b *batcher) decide(ctx context.Context, one *single) ([5]int64, error) {
+	p := pendings.Get().(*pending)
+	p.one, p.call, p.err = *one, nil, nil
+	if err := b.wait(ctx, p); err != nil {
+		return [5]int64{}, err
+	}
+	r, err := p.reply, p.err
+	pendings.Put(p)
+	return r, err
+}
+
+// run sends c with the next pipeline; c.Reply or c.Err holds the outcome.
 func (b *batcher) run(ctx context.Context, c *Call) error {
-	p := &pending{ctx: ctx, c: c, done: make(chan struct{})}
+	p := pendings.Get().(*pending)
+	p.call = c
+	if err := b.wait(ctx, p); err != nil {
+		return err
+	}
+	p.call = nil
+	pendings.Put(p)
+	return nil
+}
+
+// wait queues p and waits for its answer, for ctx, or for the store's timeout,
+// whichever comes first. A caller that gives up abandons p: a loop that has
+// not sent it yet drops it, so a caller told the store is unavailable is not
+// charged later for a call that was still waiting to be sent; a pipeline
+// already on its way may still reach the server.
+func (b *batcher) wait(ctx context.Context, p *pending) error {
+	p.state.Store(waiting)
+	p.deadline = time.Now().Add(b.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
+		p.deadline = d
+	}
+	t := timers.Get().(*time.Timer)
+	t.Reset(b.timeout)
+	defer func() {
+		t.Stop()
+		timers.Put(t)
+	}()
+	var err error
 	select {
 	case b.ch <- p:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-t.C:
+		return context.DeadlineExceeded
 	}
 	select {
 	case <-p.done:
 		return nil
 	case <-ctx.Done():
-		select {
-		case <-p.done: // the reply came in time after all
-			return nil
-		default:
-			return ctx.Err()
-		}
+		err = ctx.Err()
+	case <-t.C:
+		err = context.DeadlineExceeded
 	}
+	if p.state.CompareAndSwap(waiting, abandoned) {
+		return err
+	}
+	<-p.done // the answer came in time after all
+	return nil
 }
 
 func (b *batcher) loop() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, maxBatch)
-	calls := make([]*Call, 0, maxBatch)
 	for {
 		select {
 		case p := <-b.ch:
@@ -84,17 +171,11 @@ func (b *batcher) loop() {
 				break fill
 			}
 		}
-		// A caller that gave up while its call waited here (all loops busy
-		// on a slow Redis) was told the store is unavailable: sending its
-		// call now would charge it for a request it did not make.
 		live := batch[:0]
 		for _, p := range batch {
-			if err := p.ctx.Err(); err != nil {
-				p.c.Err = err
-				close(p.done)
-				continue
+			if p.state.Load() == waiting {
+				live = append(live, p)
 			}
-			live = append(live, p)
 		}
 		batch = live
 		if len(batch) == 0 {
@@ -102,102 +183,104 @@ func (b *batcher) loop() {
 		}
 		// Nor may the pipeline wait (for a connection, a dial, a retry) past
 		// the moment its last caller gives up, and then send.
-		deadline := time.Now().Add(b.timeout)
-		latest := time.Time{}
-		calls = calls[:0]
+		var deadline time.Time
 		for _, p := range batch {
-			calls = append(calls, p.c)
-			if d, ok := p.ctx.Deadline(); !ok {
-				latest = deadline
-			} else if d.After(latest) {
-				latest = d
+			if p.deadline.After(deadline) {
+				deadline = p.deadline
 			}
 		}
-		if latest.Before(deadline) {
-			deadline = latest
-		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		b.send(ctx, calls)
+		b.send(ctx, batch)
 		cancel()
-		for _, p := range batch {
-			close(p.done)
-		}
 	}
 }
 
 // send runs the calls in one pipeline, the single decisions among them merged
-// into one multi-decision script per slot: the server's cost per script
-// (calling it, reading TIME, defining the helpers) is then paid once.
-func (b *batcher) send(ctx context.Context, calls []*Call) {
+// into one multi-decision script per slot and algorithm: the server's cost
+// per script (calling it, reading TIME, defining the helpers, reading each
+// limit) is then paid once.
+func (b *batcher) send(ctx context.Context, batch []*pending) {
 	type group struct {
-		merged  *Call
-		members []*Call
+		slot    int
+		kind    int64
+		members []*pending
+		call    *Call
 	}
 	var groups []*group
-	bySlot := map[int]*group{}
-	out := make([]*Call, 0, len(calls))
-	for _, c := range calls {
-		if !isSingle(c.Script) {
-			out = append(out, c)
+	calls := make([]*Call, 0, len(batch))
+	for _, p := range batch {
+		if p.call != nil {
+			calls = append(calls, p.call)
 			continue
 		}
 		slot := 0
 		if b.clustered {
-			slot = Slot(c.Keys[0])
+			slot = Slot(p.one.key)
 		}
-		g := bySlot[slot]
+		var g *group
+		for _, x := range groups {
+			if x.slot == slot && x.kind == p.one.lim.kind {
+				g = x
+				break
+			}
+		}
 		if g == nil {
-			g = &group{}
-			bySlot[slot] = g
+			g = &group{slot: slot, kind: p.one.lim.kind}
 			groups = append(groups, g)
 		}
-		g.members = append(g.members, c)
+		g.members = append(g.members, p)
 	}
 	for _, g := range groups {
 		if len(g.members) == 1 {
-			out = append(out, g.members[0])
-			continue
+			g.call = singleCall(&g.members[0].one)
+		} else {
+			g.call = merge(g.members)
 		}
-		g.merged = merge(g.members)
-		out = append(out, g.merged)
+		calls = append(calls, g.call)
 	}
-	b.client.Run(ctx, out)
+	b.client.Run(ctx, calls)
+	for _, p := range batch {
+		if p.call != nil {
+			p.answer()
+		}
+	}
 	for _, g := range groups {
-		if g.merged == nil {
-			continue
-		}
-		r, err := g.merged.Reply, g.merged.Err
+		r, err := g.call.Reply, g.call.Err
 		if err == nil && len(r) != 5*len(g.members) {
-			err = fmt.Errorf("multi-decision script replied %d values for %d decisions", len(r), len(g.members))
+			err = fmt.Errorf("script replied %d values for %d decisions", len(r), len(g.members))
 		}
-		for i, c := range g.members {
+		for i, p := range g.members {
 			if err != nil {
-				c.Err = err
+				p.err = err
 			} else {
-				c.Reply = r[5*i : 5*i+5 : 5*i+5]
+				copy(p.reply[:], r[5*i:])
 			}
+			p.answer()
 		}
 	}
 }
 
-// A limitKey is a single decision's limit: kind, rate, period, burst, max
-// delay, as single.lua's arguments.
-type limitKey [5]any
+// singleCall returns the single-decision script's call for one.
+func singleCall(one *single) *Call {
+	l := &one.lim
+	return &Call{
+		Script: scripts[l.kind],
+		Keys:   []string{one.key},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, one.cost, l.maxDelay, one.now, one.margin},
+	}
+}
 
-// merge returns one multi.lua call for the single decisions cs: each distinct
-// limit once, then each decision's limit position, cost and, when any
-// decision carries its own time, now.
-func merge(cs []*Call) *Call {
-	// single.lua's arguments: kind, rate, period, burst, cost, max delay,
-	// now, margin.
-	var limits []limitKey
-	var index map[limitKey]int // past a few limits, instead of a scan
-	pos := make([]int, len(cs))
+// merge returns one multi-decision call for ps, single decisions of one
+// algorithm: each distinct limit once, then each decision's limit position,
+// cost and, when any decision carries its own time, now.
+func merge(ps []*pending) *Call {
+	var limits []limit
+	var index map[limit]int // past a few limits, instead of a scan
+	pos := make([]int, len(ps))
 	timed := false
 	last := -1
-	for i, c := range cs {
-		a := c.Args
-		k := limitKey{a[0], a[1], a[2], a[3], a[5]}
+	for i, p := range ps {
+		k := p.one.lim
 		j := -1
 		switch {
 		case last >= 0 && limits[last] == k:
@@ -220,14 +303,14 @@ func merge(cs []*Call) *Call {
 			if index != nil {
 				index[k] = j
 			} else if len(limits) > 8 {
-				index = make(map[limitKey]int, 2*len(limits))
+				index = make(map[limit]int, 2*len(limits))
 				for x, l := range limits {
 					index[l] = x
 				}
 			}
 		}
 		pos[i], last = j, j
-		if t, _ := a[6].(int64); t >= 0 {
+		if p.one.now >= 0 {
 			timed = true
 		}
 	}
@@ -235,30 +318,19 @@ func merge(cs []*Call) *Call {
 	if timed {
 		per = 3
 	}
-	m := &Call{Script: multi, Keys: make([]string, len(cs)), Args: make([]any, 0, 3+5*len(limits)+per*len(cs))}
-	m.Args = append(m.Args, cs[0].Args[7], int64(len(limits)), int64(per-2))
+	m := &Call{Script: multis[ps[0].one.lim.kind], Keys: make([]string, len(ps)), Args: make([]any, 0, 3+5*len(limits)+per*len(ps))}
+	m.Args = append(m.Args, ps[0].one.margin, int64(len(limits)), int64(per-2))
 	for _, l := range limits {
-		m.Args = append(m.Args, l[:]...)
+		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.maxDelay)
 	}
-	for i, c := range cs {
-		m.Keys[i] = c.Keys[0]
-		m.Args = append(m.Args, int64(pos[i]+1), c.Args[4])
+	for i, p := range ps {
+		m.Keys[i] = p.one.key
+		m.Args = append(m.Args, int64(pos[i]+1), p.one.cost)
 		if timed {
-			m.Args = append(m.Args, c.Args[6])
+			m.Args = append(m.Args, p.one.now)
 		}
 	}
 	return m
-}
-
-// isSingle reports whether s is a single-decision script, which send may
-// merge.
-func isSingle(s *Script) bool {
-	for _, t := range scripts {
-		if s == t && t != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func (b *batcher) close() {

@@ -51,22 +51,23 @@ type goRedis struct{ c redis.UniversalClient }
 func (g goRedis) Run(ctx context.Context, calls []*Call) {
 	if len(calls) == 1 {
 		c := calls[0]
-		c.Reply, c.Err = g.c.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args...).Int64Slice()
+		c.Reply, c.Err = g.eval(ctx, c, false)
 		if isNoScript(c.Err) {
-			c.Reply, c.Err = g.c.Eval(ctx, c.Script.Src, c.Keys, c.Args...).Int64Slice()
+			c.Reply, c.Err = g.eval(ctx, c, true)
 		}
 		return
 	}
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]*redis.IntSliceCmd, len(calls))
 	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args...)
+			cmds[i] = scriptCmd(ctx, c, false)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
 	var missing []int
 	for i, cmd := range cmds {
-		calls[i].Reply, calls[i].Err = cmd.Int64Slice()
+		calls[i].Reply, calls[i].Err = cmd.Result()
 		if isNoScript(calls[i].Err) {
 			missing = append(missing, i)
 		}
@@ -76,14 +77,36 @@ func (g goRedis) Run(ctx context.Context, calls []*Call) {
 	}
 	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, i := range missing {
-			c := calls[i]
-			cmds[i] = p.Eval(ctx, c.Script.Src, c.Keys, c.Args...)
+			cmds[i] = scriptCmd(ctx, calls[i], true)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
 	for _, i := range missing {
-		calls[i].Reply, calls[i].Err = cmds[i].Int64Slice()
+		calls[i].Reply, calls[i].Err = cmds[i].Result()
 	}
+}
+
+func (g goRedis) eval(ctx context.Context, c *Call, src bool) ([]int64, error) {
+	cmd := scriptCmd(ctx, c, src)
+	_ = g.c.Process(ctx, cmd)
+	return cmd.Result()
+}
+
+// scriptCmd is c as EVALSHA (EVAL with src) whose reply, an array of
+// integers, is read straight into []int64.
+func scriptCmd(ctx context.Context, c *Call, src bool) *redis.IntSliceCmd {
+	args := make([]any, 0, 3+len(c.Keys)+len(c.Args))
+	if src {
+		args = append(args, "eval", c.Script.Src)
+	} else {
+		args = append(args, "evalsha", c.Script.SHA)
+	}
+	args = append(args, len(c.Keys))
+	for _, k := range c.Keys {
+		args = append(args, k)
+	}
+	return redis.NewIntSliceCmd(ctx, append(args, c.Args...)...)
 }
 
 func isNoScript(err error) bool {

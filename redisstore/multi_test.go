@@ -12,11 +12,11 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
-// TestMultiMatchesSingle checks the batcher's merged script against the
+// TestMultiMatchesSingle checks the batcher's merged scripts against the
 // single-decision scripts (which the conformance tests hold to the model):
 // the same decisions, sent once one script each and once merged into
-// multi.lua calls, give the same replies, decision by decision. The batches
-// mix every algorithm, costs 0..capacity+1, several limits per batch (past
+// multi.lua calls (one per algorithm, as the batcher sends them), give the
+// same replies, decision by decision. The batches mix every algorithm, costs 0..capacity+1, several limits per batch (past
 // the eight where merge switches from a scan to a map), decisions on one key
 // in a row, and batches all at the caller's time, all at the server's, or
 // mixed.
@@ -47,7 +47,9 @@ func TestMultiMatchesSingle(t *testing.T) {
 		}
 		mode := b % 4 // 0, 1: caller's time; 2: server's; 3: mixed
 		n := 2 + r.IntN(40)
-		var single, merged []*Call
+		var singles []*Call
+		merged := map[algo.Kind][]*pending{} // the batcher merges per algorithm
+		var order []algo.Kind
 		for i := 0; i < n; i++ {
 			p := lim[r.IntN(nl)]
 			key := fmt.Sprintf("k%d", r.IntN(6))
@@ -61,29 +63,40 @@ func TestMultiMatchesSingle(t *testing.T) {
 			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
 				maxDelay = r.Int64N(2 * p.Period)
 			}
-			args := func() []any {
-				return []any{int64(p.Kind), p.Rate, p.Period, p.Burst, r.Int64N(p.Capacity() + 2), maxDelay, at, int64(1_000_000)}
+			one := single{
+				key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
+				lim:    limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelay},
+				cost:   r.Int64N(p.Capacity() + 2),
+				now:    at,
+				margin: 1_000_000,
 			}
-			a := args()
-			single = append(single, &Call{Script: scripts[p.Kind], Keys: []string{fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind)}, Args: a})
-			merged = append(merged, &Call{Script: scripts[p.Kind], Keys: []string{fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)}, Args: slices.Clone(a)})
+			singles = append(singles, singleCall(&one))
+			one.key = fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)
+			merged[p.Kind] = append(merged[p.Kind], &pending{one: one})
+			order = append(order, p.Kind)
 		}
-		for _, c := range single {
+		for _, c := range singles {
 			client.Run(ctx, []*Call{c})
 			if c.Err != nil {
 				t.Fatalf("single: %v", c.Err)
 			}
 		}
-		m := merge(merged)
-		client.Run(ctx, []*Call{m})
-		if m.Err != nil {
-			t.Fatalf("multi: %v", m.Err)
+		replies := map[algo.Kind][]int64{}
+		for k, ps := range merged {
+			m := merge(ps)
+			client.Run(ctx, []*Call{m})
+			if m.Err != nil {
+				t.Fatalf("multi: %v", m.Err)
+			}
+			if len(m.Reply) != 5*len(ps) {
+				t.Fatalf("multi replied %d values for %d decisions", len(m.Reply), len(ps))
+			}
+			replies[k] = m.Reply
 		}
-		if len(m.Reply) != 5*n {
-			t.Fatalf("multi replied %d values for %d decisions", len(m.Reply), n)
-		}
-		for i, c := range single {
-			got := m.Reply[5*i : 5*i+5]
+		for i, c := range singles {
+			k := order[i]
+			got := replies[k][:5]
+			replies[k] = replies[k][5:]
 			// At the server's time the two runs are apart in time: only
 			// decisions at the caller's time must agree to the µs.
 			if c.Args[6].(int64) < 0 {

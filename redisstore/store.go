@@ -45,11 +45,11 @@ import (
 var scriptFiles embed.FS
 
 // scripts holds each algorithm's script by algo.Kind: the prelude, the
-// algorithm's step and the single-decision main. composite holds every step
-// and the composite main.
+// algorithm's step and the single-decision main; multis the same with the
+// multi-decision main. composite holds every step and the composite main.
 var (
 	scripts      [algo.SlidingLog + 1]*Script
-	multi        *Script
+	multis       [algo.SlidingLog + 1]*Script
 	composite    *Script
 	refundScript *Script
 	resetScript  *Script
@@ -77,10 +77,10 @@ func init() {
 	all := prelude + timestamp
 	for _, k := range algo.Kinds() {
 		scripts[k] = NewScript(prelude + stepOf(k) + mustRead("single.lua"))
+		multis[k] = NewScript(prelude + stepOf(k) + mustRead("multi.lua"))
 		all += mustRead(stepFiles[k])
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
-	multi = NewScript(all + mustRead("multi.lua"))
 	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
@@ -248,12 +248,22 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo
 
 func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
 	p := &req.Params
-	c := Call{
-		Script: scripts[p.Kind],
-		Keys:   []string{s.prefix + req.Key},
-		Args:   []any{int64(p.Kind), p.Rate, p.Period, p.Burst, req.Cost, maxDelayArg(req.MaxDelay), now, s.margin},
+	one := single{
+		key:    s.prefix + req.Key,
+		lim:    limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelayArg(req.MaxDelay)},
+		cost:   req.Cost,
+		now:    now,
+		margin: s.margin,
 	}
-	if err := s.run(ctx, &c); err != nil {
+	if s.batch != nil {
+		r, err := s.batch.decide(ctx, &one)
+		if err != nil {
+			return algo.Decision{}, unavailable(err)
+		}
+		return decisionOf(r[:]), nil
+	}
+	c := singleCall(&one)
+	if err := s.run(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
 	if len(c.Reply) != 5 {
@@ -265,13 +275,13 @@ func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo
 // run sends one call, through the batcher unless batching is off, and waits
 // at most the store's timeout for it.
 func (s *Store) run(ctx context.Context, c *Call) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var err error
 	if s.batch != nil {
 		err = s.batch.run(ctx, c)
 	} else {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		err = runAlone(ctx, s.client, c)
+		cancel()
 	}
 	if err != nil {
 		return unavailable(err)
