@@ -13,7 +13,7 @@ for i = 1, n do
   local a = 2 + (i - 1) * 6
   local max_delay = tonumber(ARGV[a + 6])
   if max_delay < 0 then
-    max_delay = math.huge
+    max_delay = huge
   end
   ds[i], writes[i], fresh[i] = steps[tonumber(ARGV[a + 1])](KEYS[i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), max_delay)
   all = all and ds[i][1] == 1

@@ -3,10 +3,10 @@
 steps[4] = function(key, rate, period, burst, cost)
   local t = now
   local c, e = 0, 0
-  local f = load(key, 4)
-  if f then
-    c, e = f[2], f[3]
-    t = math.max(t, e - period)
+  local a, b = load(key, 4)
+  if a then
+    c, e = a, b
+    t = max(t, e - period)
   end
   if t >= e then
     if cost == 0 then -- a query opens no window
@@ -21,6 +21,6 @@ steps[4] = function(key, rate, period, burst, cost)
   else
     retry = e - t
   end
-  local d = decision(allowed, math.max(0, rate - c), retry, e - t, 0)
+  local d = decision(allowed, max(0, rate - c), retry, e - t, 0)
   return d, cost > 0 and {4, c, e, 0, 0} or nil, e
 end

@@ -6,10 +6,10 @@
 -- by rate (seen, gcraAt).
 local function gcra_at(key, rate, full)
   local t, tu, tr = now, now, 0
-  local f = load(key, 2)
-  if f then
-    t = math.max(now, f[4])
-    tu, tr = rescale_time(f, rate)
+  local a, b, seen, scale = load(key, 2)
+  if a then
+    t = max(now, seen)
+    tu, tr = rescale_time(a, b, scale, rate)
   end
   local bs
   tu, tr, bs = backlog(tu, tr, t, rate, full)
@@ -38,7 +38,7 @@ refunds[2] = function(key, rate, period, burst, units)
     return nil
   end
   local t, _, _, bs = gcra_at(key, rate, burst * period)
-  bs = math.max(0, bs - units * period)
+  bs = max(0, bs - units * period)
   local q = fdiv(bs, rate)
   return {2, t + q, bs - q * rate, t, rate}
 end

@@ -4,13 +4,13 @@
 steps[3] = function(key, rate, period, burst, cost, max_delay)
   local qs = burst * period
   local t = now
-  local f = load(key, 3)
-  if f then
-    t = math.max(now, f[4])
+  local a, b, seen, scale = load(key, 3)
+  if a then
+    t = max(now, seen)
   end
   local du, dr = t, 0
-  if f then
-    du, dr = rescale_time(f, rate)
+  if a then
+    du, dr = rescale_time(a, b, scale, rate)
   end
   local bs
   du, dr, bs = backlog(du, dr, t, rate, qs + period)
@@ -23,11 +23,11 @@ steps[3] = function(key, rate, period, burst, cost, max_delay)
     du, dr = add_time(du, dr, cost * period, rate)
     bs = bs + cost * period
   elseif delay > max_delay then
-    retry = math.huge
+    retry = huge
   else
     retry = cdiv(last - qs, rate)
   end
   local reset = cdiv(bs, rate)
-  local d = decision(allowed, fdiv(math.max(0, qs + period - bs), period), retry, reset, wait)
+  local d = decision(allowed, fdiv(max(0, qs + period - bs), period), retry, reset, wait)
   return d, cost > 0 and {3, du, dr, t, rate} or nil, t + reset
 end

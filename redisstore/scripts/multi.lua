@@ -22,7 +22,7 @@ for j = 1, nl do
   local a = 3 + (j - 1) * 5
   local max_delay = tonumber(ARGV[a + 5])
   if max_delay < 0 then
-    max_delay = math.huge
+    max_delay = huge
   end
   limits[tostring(j)] = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), max_delay}
 end

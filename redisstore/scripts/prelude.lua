@@ -15,10 +15,15 @@
 local now, margin
 local steps, refunds = {}, {}
 
+-- The library functions the steps call, as locals: a global is a table
+-- lookup on every use.
+local floor, max, min, huge = math.floor, math.max, math.min, math.huge
+local call, pack, unpack = redis.call, struct.pack, struct.unpack
+
 -- The decision's time: the caller's, or the server's TIME when negative.
 local function clock(t)
   if t < 0 then
-    local s = redis.call('TIME')
+    local s = call('TIME')
     t = tonumber(s[1]) * 1000000 + tonumber(s[2])
   end
   return t
@@ -26,7 +31,7 @@ end
 
 -- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.
 local function fdiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -40,35 +45,36 @@ local function cdiv(a, b)
 end
 
 -- A state is stored packed: its kind in one byte, then each field as a
--- little-endian 8-byte integer (struct.pack: one C call each way, where the
+-- little-endian 8-byte integer (pack: one C call each way, where the
 -- decimal text it replaced took a match, a format and a tonumber per field).
 -- The five-field states are 33 bytes; a sliding log is its kind, then its
 -- (time, cost) pairs.
 
--- The stored fields of key when they are a five-field state of kind, else nil
--- (fresh).
+-- The stored fields a, b, c, scale of key when they are a five-field state of
+-- kind, else nil (fresh): values, not a table, spare the server a table per
+-- decision.
 local function load(key, kind)
-  local raw = redis.call('GET', key)
+  local raw = call('GET', key)
   if not raw or #raw ~= 33 then
     return nil
   end
-  local k, a, b, c, scale = struct.unpack('<Bi8i8i8i8', raw)
+  local k, a, b, c, scale = unpack('<Bi8i8i8i8', raw)
   if k ~= kind then
     return nil
   end
-  return {k, a, b, c, scale}
+  return a, b, c, scale
 end
 
 -- The fields of a list state of kind at key: kind, then pairs; nil (fresh)
 -- when key holds none.
 local function load_pairs(key, kind)
-  local raw = redis.call('GET', key)
+  local raw = call('GET', key)
   if not raw or (#raw - 1) % 16 ~= 0 or string.byte(raw, 1) ~= kind then
     return nil
   end
   local f, n, pos = {kind}, 1, 2
   while pos < #raw do
-    f[n + 1], f[n + 2], pos = struct.unpack('<i8i8', raw, pos)
+    f[n + 1], f[n + 2], pos = unpack('<i8i8', raw, pos)
     n = n + 2
   end
   return f
@@ -77,11 +83,11 @@ end
 -- The fields as the stored string.
 local function encode(fields)
   if #fields == 5 then
-    return struct.pack('<Bi8i8i8i8', fields[1], fields[2], fields[3], fields[4], fields[5])
+    return pack('<Bi8i8i8i8', fields[1], fields[2], fields[3], fields[4], fields[5])
   end
-  local s = {struct.pack('<B', fields[1])}
+  local s = {pack('<B', fields[1])}
   for i = 2, #fields - 1, 2 do
-    s[#s + 1] = struct.pack('<i8i8', fields[i], fields[i + 1])
+    s[#s + 1] = pack('<i8i8', fields[i], fields[i + 1])
   end
   return table.concat(s)
 end
@@ -90,22 +96,22 @@ end
 -- state is equivalent to fresh (fresh_at), plus the margin. Without fields
 -- (a query, a refused composite), only a key found without a TTL gets one.
 local function store(key, fields, fresh_at)
-  local ttl = cdiv(math.max(fresh_at - now, 0) + margin, 1000)
+  local ttl = cdiv(max(fresh_at - now, 0) + margin, 1000)
   if fields then
     if fresh_at <= now then
-      redis.call('DEL', key)
+      call('DEL', key)
       return
     end
-    redis.call('SET', key, encode(fields), 'PX', ttl)
-  elseif redis.call('PTTL', key) == -1 then
-    redis.call('PEXPIRE', key, math.max(ttl, 1))
+    call('SET', key, encode(fields), 'PX', ttl)
+  elseif call('PTTL', key) == -1 then
+    call('PEXPIRE', key, max(ttl, 1))
   end
 end
 
 -- A decision as the script replies it: allowed (0/1), remaining, retry_after
 -- (µs, -1 for never), reset_after (µs), delay (µs).
 local function decision(allowed, remaining, retry, reset, delay)
-  if retry == math.huge then
+  if retry == huge then
     retry = -1
   end
   return {allowed and 1 or 0, remaining, retry, reset, delay}

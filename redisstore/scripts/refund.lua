@@ -6,12 +6,12 @@
 now = clock(tonumber(ARGV[6]))
 margin = tonumber(ARGV[7])
 local kind, rate, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local units = math.min(math.max(tonumber(ARGV[5]), 0), burst)
+local units = min(max(tonumber(ARGV[5]), 0), burst)
 local fields = refunds[kind](KEYS[1], rate, period, burst, units)
 if fields then
-  redis.call('SET', KEYS[1], encode(fields), 'KEEPTTL')
+  call('SET', KEYS[1], encode(fields), 'KEEPTTL')
 end
-local d, _, fresh_at = steps[kind](KEYS[1], rate, period, burst, 0, math.huge)
+local d, _, fresh_at = steps[kind](KEYS[1], rate, period, burst, 0, huge)
 if fields then
   store(KEYS[1], fields, fresh_at)
 end

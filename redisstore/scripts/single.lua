@@ -7,7 +7,7 @@ now = clock(tonumber(ARGV[7]))
 margin = tonumber(ARGV[8])
 local max_delay = tonumber(ARGV[6])
 if max_delay < 0 then
-  max_delay = math.huge
+  max_delay = huge
 end
 local d, fields, fresh_at = steps[tonumber(ARGV[1])](KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), max_delay)
 store(KEYS[1], fields, fresh_at)

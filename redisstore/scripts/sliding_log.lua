@@ -11,7 +11,7 @@ steps[6] = function(key, rate, period, burst, cost)
     end
   end
   if #log > 0 then
-    t = math.max(t, log[#log][1])
+    t = max(t, log[#log][1])
   end
   local kept = {}
   for _, e in ipairs(log) do
@@ -55,6 +55,6 @@ steps[6] = function(key, rate, period, burst, cost)
     fields[#fields + 1] = e[2]
   end
   -- A query may have pruned the log: it is stored too, as the Go step keeps it.
-  local d = decision(allowed, math.max(0, rate - used), retry, reset, 0)
+  local d = decision(allowed, max(0, rate - used), retry, reset, 0)
   return d, (cost > 0 or f) and fields or nil, t + reset
 end

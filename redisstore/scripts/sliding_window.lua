@@ -4,15 +4,15 @@ steps[5] = function(key, rate, period, burst, cost)
   local t, w = now, period
   local k = fdiv(t, w)
   local prev, cur = 0, 0
-  local f = load(key, 5)
-  if f and f[5] == w then
-    if k < f[2] then -- the clock went back across a window: read at its start
-      k, t = f[2], f[2] * w
+  local fk, fp, fc, fw = load(key, 5)
+  if fk and fw == w then
+    if k < fk then -- the clock went back across a window: read at its start
+      k, t = fk, fk * w
     end
-    if k - f[2] == 0 then
-      prev, cur = f[3], f[4]
-    elseif k - f[2] == 1 then
-      prev = f[4]
+    if k - fk == 0 then
+      prev, cur = fp, fc
+    elseif k - fk == 1 then
+      prev = fc
     end
   end
   local x = t - k * w
@@ -46,6 +46,6 @@ steps[5] = function(key, rate, period, burst, cost)
   elseif prev > 0 then
     reset = (k + 1) * w - t
   end
-  local d = decision(allowed, fdiv(math.max(0, rate * w - es), w), retry, reset, 0)
+  local d = decision(allowed, fdiv(max(0, rate * w - es), w), retry, reset, 0)
   return d, cost > 0 and {5, k, prev, cur, w} or nil, t + reset
 end

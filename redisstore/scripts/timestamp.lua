@@ -1,13 +1,13 @@
 -- timestamp.lua: the exact timestamps gcra and leaky-bucket keep, as whole µs
 -- plus a remainder over the rate; loaded only with those steps.
 
--- The timestamp a + b/scale in 1/rate µs: a changed rate rounds it up to the
+-- The timestamp a + b/scale in 1/r µs: a changed rate rounds it up to the
 -- next whole µs (rescaleTime).
-local function rescale_time(f, r)
-  if f[5] ~= r and f[3] ~= 0 then
-    return f[2] + 1, 0
+local function rescale_time(a, b, scale, r)
+  if scale ~= r and b ~= 0 then
+    return a + 1, 0
   end
-  return f[2], f[3]
+  return a, b
 end
 
 -- Clamps u + r/rt into [t, t + limit/rt]; returns it and its distance from t

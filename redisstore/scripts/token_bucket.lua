@@ -5,15 +5,14 @@
 
 -- The tokens refilled to t and the time of that update (bucketAt).
 local function bucket_at(key, t, rate, period, full)
-  local f = load(key, 1)
-  if not f then
+  local xs, l, _, scale = load(key, 1)
+  if not xs then
     return full, t
   end
-  local xs, l = f[2], f[3]
-  if f[5] ~= period then
-    xs = fdiv(xs, f[5]) * period
+  if scale ~= period then
+    xs = fdiv(xs, scale) * period
   end
-  xs = math.min(xs, full)
+  xs = min(xs, full)
   if t > l then
     -- t−l ≥ ⌈need/rate⌉ is (t−l)·rate ≥ need without the product, which
     -- may pass 2^53.
@@ -30,7 +29,7 @@ end
 steps[1] = function(key, rate, period, burst, cost)
   local full = burst * period
   local xs, l = bucket_at(key, now, rate, period, full)
-  local t = math.max(now, l)
+  local t = max(now, l)
   local allowed, retry = false, 0
   if cost * period <= xs then
     allowed = true
@@ -50,5 +49,5 @@ refunds[1] = function(key, rate, period, burst, units)
   end
   local full = burst * period
   local xs, l = bucket_at(key, now, rate, period, full)
-  return {1, math.min(full, xs + units * period), l, 0, period}
+  return {1, min(full, xs + units * period), l, 0, period}
 end
