@@ -19,11 +19,15 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -44,22 +48,106 @@ var (
 	_ sluice.LocalStore = (*Store)(nil)
 )
 
-// shard is one lock and the keys under it. Keys are found by their 64-bit
-// hash, computed once per decision (it also picks the shard); the rare keys
-// whose hashes collide are chained.
+// shard is a table of the keys whose hash picks it, and the lock its writers
+// (insert, sweep, reset) hold. Decisions on keys that exist take no shard
+// lock: they find the key's entry in the table without one (its slots are
+// read with atomic loads) and lock the entry. Each decision then writes one
+// cache line, the entry's, instead of the shard lock's and the entry's: with
+// goroutines on several cores the shard lock's line would move between them
+// on every decision.
 type shard struct {
 	mu      sync.Mutex
-	m       map[uint64]*entry
+	tab     atomic.Pointer[table]
 	n       int // keys held
+	used    int // slots ever filled in tab (keys and tombstones)
 	sweepAt int // sweep on the insert that brings n to this
-	_       [32]byte
+	_       [24]byte
 }
 
+// table is an open-addressing hash table of entries, probed linearly from
+// the key's hash. A slot is empty (hash 0), holds an entry, or is a tombstone
+// (a hash with no entry: its key was dropped; probes go on past it). Writers
+// fill a slot's entry before its hash, so a reader that sees the hash sees the
+// entry; a table that fills up is replaced by a new one, tombstones left out.
+type table struct {
+	mask  uint64
+	slots []slot
+}
+
+type slot struct {
+	h atomic.Uint64
+	e atomic.Pointer[entry]
+}
+
+// entry is one key's state and the lock decisions on it hold, 96 bytes: the
+// key, lock and freshAt, then the state, span two cache lines at most. An
+// entry dropped from its table (a sweep found it fresh, or Reset) is marked
+// dead under its lock (freshAt = dead); a decision that found it just before
+// then sees the mark and looks the key up again.
 type entry struct {
 	key     string
-	next    *entry // another key with the same hash
-	st      algo.State
+	mu      sync.Mutex
 	freshAt int64 // µs; from then on st is equivalent to the fresh state
+	st      algo.State
+}
+
+// dead is the freshAt of an entry dropped from its table.
+const dead = math.MinInt64
+
+// hashOf is the table's hash of key: never 0, which marks an empty slot.
+func hashOf(seed maphash.Seed, key string) uint64 {
+	h := maphash.String(seed, key)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// get returns key's live entry in sh's table, or nil. It takes no lock.
+func (sh *shard) get(h uint64, key string) *entry {
+	t := sh.tab.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		sl := &t.slots[i]
+		x := sl.h.Load()
+		if x == 0 {
+			return nil
+		}
+		if x == h {
+			if e := sl.e.Load(); e != nil && e.key == key {
+				return e
+			}
+		}
+	}
+}
+
+// lockEntry returns key's entry locked, creating it if need be (unless
+// create is false: then nil when there is none).
+func (sh *shard) lockEntry(h uint64, key string, now int64, create bool) *entry {
+	for {
+		if e := sh.get(h, key); e != nil {
+			e.mu.Lock()
+			if e.freshAt != dead {
+				return e
+			}
+			e.mu.Unlock()
+		}
+		if !create {
+			// Dead or missing: missing once the writer that dropped it is
+			// done.
+			if e := sh.get(h, key); e == nil {
+				return nil
+			}
+			continue
+		}
+		sh.mu.Lock()
+		e := sh.get(h, key)
+		if e == nil {
+			e = sh.insert(h, key, now)
+		}
+		e.mu.Lock()
+		sh.mu.Unlock()
+		return e // live: dropped only under sh.mu
+	}
 }
 
 // minSweep is the shard size below which no sweep runs.
@@ -102,26 +190,17 @@ func New(opts ...Option) *Store {
 	}
 	s.mask = uint64(len(s.shards) - 1)
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*entry)
+		s.shards[i].tab.Store(newTable(minTable))
 		s.shards[i].sweepAt = minSweep
 	}
 	return s
 }
 
-// locate returns key's shard and hash.
+// locate returns key's shard and hash. The shard comes from the hash's high
+// bits, the slot in the shard's table from its low bits.
 func (s *Store) locate(key string) (*shard, uint64) {
-	h := maphash.String(s.seed, key)
-	return &s.shards[h&s.mask], h
-}
-
-// get returns key's entry, or nil.
-func (sh *shard) get(h uint64, key string) *entry {
-	for e := sh.m[h]; e != nil; e = e.next {
-		if e.key == key {
-			return e
-		}
-	}
-	return nil
+	h := hashOf(s.seed, key)
+	return &s.shards[(h>>40)&s.mask], h
 }
 
 // Take makes one decision for req at the store's clock time. req must have
@@ -147,29 +226,34 @@ func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 	return d, err
 }
 
-// decide is the hot path: one step under the key's shard lock, written into
+// decide is the hot path: one step under the key's entry lock, written into
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err
 	}
 	sh, h := s.locate(key)
-	sh.mu.Lock()
 	e := sh.get(h, key)
+	if e != nil {
+		e.mu.Lock()
+		if e.freshAt == dead {
+			e.mu.Unlock()
+			e = nil
+		}
+	}
 	if e == nil {
-		if cost == 0 { // a query on a fresh key stores nothing
-			sh.mu.Unlock()
+		// A query on a fresh key stores nothing.
+		if e = sh.lockEntry(h, key, now, cost > 0); e == nil {
 			var fresh algo.State
 			algo.StepTo(p, &fresh, now, 0, maxDelay, d)
 			return nil
 		}
-		e = sh.insert(h, key, now)
 	}
 	algo.StepTo(p, &e.st, now, cost, maxDelay, d)
 	if cost > 0 || p.Kind == algo.SlidingLog {
 		e.freshAt = d.FreshAt
 	}
-	sh.mu.Unlock()
+	e.mu.Unlock()
 	return nil
 }
 
@@ -180,40 +264,49 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result
 	return sluice.FromDecision(&d), err
 }
 
-// TakeAllAt is TakeAll at time now (µs since the epoch). The shards of all
-// parts are locked together, in shard order, so the decision is atomic.
+// TakeAllAt is TakeAll at time now (µs since the epoch). The entries of all
+// parts are locked together, in one order (by hash, then key), so the
+// decision is atomic; a part that spends nothing on a key without an entry
+// steps a fresh state and stores nothing.
 func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err
 	}
 	// Small composites (up to 4 parts) allocate nothing.
-	var shardBuf, orderBuf [4]int
-	var hashBuf [4]uint64
+	var partBuf [4]part
 	var stateBuf [4]algo.State
 	var freshBuf [4]int64
-	shards, hashes := shardBuf[:0], hashBuf[:0]
-	for _, r := range reqs {
-		h := maphash.String(s.seed, r.Key)
-		shards, hashes = append(shards, int(h&s.mask)), append(hashes, h)
+	parts := partBuf[:0]
+	for i, r := range reqs {
+		sh, h := s.locate(r.Key)
+		parts = append(parts, part{sh: sh, h: h, key: r.Key, i: i})
 	}
-	order := append(orderBuf[:0], shards...)
-	slices.Sort(order)
-	order = slices.Compact(order)
-	for _, i := range order {
-		s.shards[i].mu.Lock()
-	}
+	slices.SortFunc(parts, func(a, b part) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	s.lockParts(parts, reqs, now)
 	defer func() {
-		for _, i := range order {
-			s.shards[i].mu.Unlock()
+		for j := range parts {
+			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
+				e.mu.Unlock()
+			}
 		}
 	}()
+	var entryBuf [4]*entry
+	entries := append(entryBuf[:0], make([]*entry, len(reqs))...)
+	for _, pt := range parts {
+		entries[pt.i] = pt.e
+	}
 	// Step every part on a copy of its state; keep the copies only if all
 	// grant.
 	states := append(stateBuf[:0], make([]algo.State, len(reqs))...)
 	freshAt := append(freshBuf[:0], make([]int64, len(reqs))...)
 	var acc algo.Decision
 	for i, r := range reqs {
-		if e := s.shards[shards[i]].get(hashes[i], r.Key); e != nil {
+		if e := entries[i]; e != nil {
 			states[i] = e.st
 			if e.st.Log != nil {
 				states[i].Log = slices.Clone(e.st.Log)
@@ -234,29 +327,78 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 		if r.Cost == 0 {
 			continue
 		}
-		sh := &s.shards[shards[i]]
-		e := sh.get(hashes[i], r.Key)
-		if e == nil {
-			e = sh.insert(hashes[i], r.Key, now)
-		}
-		e.st = states[i]
-		e.freshAt = freshAt[i]
+		entries[i].st = states[i]
+		entries[i].freshAt = freshAt[i]
 	}
 	return acc, nil
+}
+
+// part is one part of a composite: its key's shard, hash and entry, and its
+// index in the request.
+type part struct {
+	sh  *shard
+	h   uint64
+	key string
+	i   int
+	e   *entry
+}
+
+// lockParts locks the entries of parts, sorted by hash and key, in that order
+// (each distinct key once), creating those of the parts that spend. It holds
+// no entry lock while it takes a shard's lock, the order sweeps and inserts
+// take them in; an entry found dead after all are locked makes it start
+// again.
+func (s *Store) lockParts(parts []part, reqs []sluice.Request, now int64) {
+	for {
+		// Entries first, without entry locks.
+		for j := range parts {
+			pt := &parts[j]
+			pt.e = pt.sh.get(pt.h, pt.key)
+			if pt.e == nil && reqs[pt.i].Cost > 0 {
+				pt.sh.mu.Lock()
+				if pt.e = pt.sh.get(pt.h, pt.key); pt.e == nil {
+					pt.e = pt.sh.insert(pt.h, pt.key, now)
+				}
+				pt.sh.mu.Unlock()
+			}
+		}
+		// Parts on one key share its entry: the first that found one.
+		for j := 1; j < len(parts); j++ {
+			if parts[j].key == parts[j-1].key && parts[j-1].e != nil {
+				parts[j].e = parts[j-1].e
+			}
+		}
+		ok := true
+		for j := range parts {
+			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
+				e.mu.Lock()
+				if e.freshAt == dead {
+					ok = false
+				}
+			}
+		}
+		if ok {
+			return
+		}
+		for j := range parts {
+			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
+				e.mu.Unlock()
+			}
+		}
+	}
 }
 
 // Refund gives req.Cost units back to req.Key (see algo.Refund).
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	now := s.now()
 	sh, h := s.locate(req.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.get(h, req.Key)
+	e := sh.lockEntry(h, req.Key, now, false)
 	if e == nil {
 		var fresh algo.State
 		d, err := algo.Refund(&req.Params, &fresh, now, req.Cost)
 		return sluice.FromDecision(&d), err
 	}
+	defer e.mu.Unlock()
 	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
 	if err == nil {
 		e.freshAt = d.FreshAt
@@ -264,36 +406,85 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, er
 	return sluice.FromDecision(&d), err
 }
 
-// insert adds key's entry, first sweeping the shard when it has doubled.
+// minTable is the smallest table; a table is kept at most half full.
+const minTable = 16
+
+func newTable(n int) *table {
+	return &table{mask: uint64(n - 1), slots: make([]slot, n)}
+}
+
+// insert adds key's entry (sh.mu held, key not in the table), first sweeping
+// the shard when it has doubled, and growing or rebuilding the table when
+// its slots are half used.
 func (sh *shard) insert(h uint64, key string, now int64) *entry {
 	if sh.n+1 >= sh.sweepAt {
 		sh.sweep(now)
 		sh.sweepAt = max(minSweep, 2*(sh.n+1))
 	}
-	e := &entry{key: key, next: sh.m[h]}
-	sh.m[h] = e
+	t := sh.tab.Load()
+	if 2*(sh.used+1) > len(t.slots) {
+		t = sh.rebuild(max(minTable, pow2(2*(sh.n+1))))
+	}
+	e := &entry{key: key}
+	i := h & t.mask
+	for t.slots[i].h.Load() != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].e.Store(e)
+	t.slots[i].h.Store(h)
 	sh.n++
+	sh.used++
 	return e
 }
 
-// sweep drops the keys whose state is equivalent to fresh at now.
+// rebuild replaces sh's table by one of n slots holding its live entries
+// (sh.mu held). Readers of the old table still find every entry in it.
+func (sh *shard) rebuild(n int) *table {
+	old := sh.tab.Load()
+	t := newTable(n)
+	for k := range old.slots {
+		sl := &old.slots[k]
+		e := sl.e.Load()
+		if e == nil {
+			continue
+		}
+		h := sl.h.Load()
+		i := h & t.mask
+		for t.slots[i].h.Load() != 0 {
+			i = (i + 1) & t.mask
+		}
+		t.slots[i].e.Store(e)
+		t.slots[i].h.Store(h)
+	}
+	sh.used = sh.n
+	sh.tab.Store(t)
+	return t
+}
+
+// drop removes the entry in sl (sh.mu and the entry's lock held): a
+// tombstone in the table, the entry marked dead for a decision that found it
+// before.
+func (sh *shard) drop(sl *slot, e *entry) {
+	e.freshAt = dead
+	sl.e.Store(nil)
+	sh.n--
+}
+
+// sweep drops the keys whose state is equivalent to fresh at now (sh.mu
+// held).
 func (sh *shard) sweep(now int64) {
-	for h, first := range sh.m {
-		var kept *entry
-		for e := first; e != nil; {
-			next := e.next
-			if e.freshAt <= now {
-				sh.n--
-			} else {
-				e.next, kept = kept, e
-			}
-			e = next
+	t := sh.tab.Load()
+	for k := range t.slots {
+		sl := &t.slots[k]
+		e := sl.e.Load()
+		if e == nil {
+			continue
 		}
-		if kept == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = kept
+		e.mu.Lock()
+		if e.freshAt <= now {
+			sh.drop(sl, e)
 		}
+		e.mu.Unlock()
 	}
 }
 
@@ -302,26 +493,20 @@ func (s *Store) Reset(_ context.Context, key string) error {
 	sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	first := sh.m[h]
-	switch {
-	case first == nil:
-	case first.key == key:
-		if first.next == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = first.next
+	t := sh.tab.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		sl := &t.slots[i]
+		x := sl.h.Load()
+		if x == 0 {
+			return nil
 		}
-		sh.n--
-	default:
-		for prev := first; prev.next != nil; prev = prev.next {
-			if prev.next.key == key {
-				prev.next = prev.next.next
-				sh.n--
-				break
-			}
+		if e := sl.e.Load(); x == h && e != nil && e.key == key {
+			e.mu.Lock()
+			sh.drop(sl, e)
+			e.mu.Unlock()
+			return nil
 		}
 	}
-	return nil
 }
 
 // Sweep drops every key whose state is equivalent to fresh at the store's

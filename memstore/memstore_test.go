@@ -172,3 +172,87 @@ func TestMemoryPerKey(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// Decisions, composites, new keys (table growth), sweeps and resets all at
+// once: the entry locks keep every step atomic while keys come and go around
+// them. Eight hot keys that never become fresh admit exactly their burst,
+// whatever the churn; run with -race, it also checks the lock-free lookup.
+func TestConcurrentChurn(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(base)
+	s := memstore.New(memstore.WithMicros(func() int64 { return clock.Add(1) }), memstore.WithShards(4))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	hot := sluice.PerHour(1).WithBurst(500)
+	hotReq := request("", hot, 1)
+	cold := sluice.PerSecond(1_000_000).WithBurst(2) // fresh again 2µs after a take
+	const hotKeys, rounds = 8, 5000
+	var admitted [hotKeys]atomic.Int64
+	var stop atomic.Bool
+	var wg, churn sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				k := (g*7 + i) % hotKeys
+				if g%3 == 0 {
+					// A composite of two hot keys: both or neither.
+					k2 := (k + 1 + i%(hotKeys-1)) % hotKeys
+					a, b := hotReq, hotReq
+					a.Key, b.Key = "hot:"+strconv.Itoa(k), "hot:"+strconv.Itoa(k2)
+					r, err := s.TakeAll(ctx, []sluice.Request{a, b})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted[k].Add(1)
+						admitted[k2].Add(1)
+					}
+					continue
+				}
+				r, err := lim.Take(ctx, "hot:"+strconv.Itoa(k), hot, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	for g := 0; g < 3; g++ {
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			for i := 0; !stop.Load(); i++ {
+				key := "cold:" + strconv.Itoa(g) + ":" + strconv.Itoa(i%5000)
+				switch {
+				case g == 2 && i%50 == 0:
+					s.Sweep()
+				case g == 2 && i%7 == 0:
+					if err := s.Reset(ctx, key); err != nil {
+						t.Error(err)
+						return
+					}
+				default:
+					if _, err := lim.Take(ctx, key, cold, 1); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stop.Store(true)
+	churn.Wait()
+	for k := range admitted {
+		if got := admitted[k].Load(); got != 500 {
+			t.Errorf("hot:%d: %d admitted, want exactly its burst, 500", k, got)
+		}
+	}
+	t.Logf("%d keys held at the end", s.Len())
+}
