@@ -120,6 +120,26 @@ func (sh *shard) get(h uint64, key string) *entry {
 	}
 }
 
+// find returns the entry of the first slot holding hash h, or nil: key's
+// entry but for a 64-bit hash collision, which the caller rules out once it
+// holds the entry's lock. Locking before reading the key takes the entry's
+// cache line for writing at once, not shared first and then for writing.
+func (sh *shard) find(h uint64) *entry {
+	t := sh.tab.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		sl := &t.slots[i]
+		x := sl.h.Load()
+		if x == 0 {
+			return nil
+		}
+		if x == h {
+			if e := sl.e.Load(); e != nil {
+				return e
+			}
+		}
+	}
+}
+
 // lockEntry returns key's entry locked, creating it if need be (unless
 // create is false: then nil when there is none).
 func (sh *shard) lockEntry(h uint64, key string, now int64, create bool) *entry {
@@ -233,10 +253,10 @@ func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d 
 		return err
 	}
 	sh, h := s.locate(key)
-	e := sh.get(h, key)
+	e := sh.find(h)
 	if e != nil {
 		e.mu.Lock()
-		if e.freshAt == dead {
+		if e.freshAt == dead || e.key != key {
 			e.mu.Unlock()
 			e = nil
 		}
