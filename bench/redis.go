@@ -35,6 +35,10 @@ func RedisOptions(addr string) *redis.Options {
 		PoolSize: Callers,
 		// CLIENT SETINFO does not exist before Redis 7.2.
 		DisableIdentity: true,
+		// Calls end by their context's deadline, as sluice's README
+		// advises: the store's timeout then holds without a goroutine
+		// per call.
+		ContextTimeoutEnabled: true,
 	}
 }
 

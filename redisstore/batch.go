@@ -23,7 +23,28 @@ type batcher struct {
 	quit      chan struct{}
 	wg        sync.WaitGroup
 	once      sync.Once
+	// active counts the pipelines on their way and the calls a caller sends
+	// inline (claim).
+	active atomic.Int32
 }
+
+// claim reports whether the batcher is idle (no pipeline on its way, no call
+// waiting, none inline) and, if so, takes its inline slot: the caller then
+// sends its call itself and gives the slot back with release. Under load the
+// batcher is busy and calls queue to share pipelines.
+func (b *batcher) claim() bool {
+	if len(b.ch) > 0 || b.active.Load() != 0 {
+		return false
+	}
+	if b.active.Add(1) == 1 {
+		return true
+	}
+	b.active.Add(-1)
+	return false
+}
+
+// release gives back the inline slot claim took.
+func (b *batcher) release() { b.active.Add(-1) }
 
 // A single is one decision on one key, kept as integers until it is sent:
 // the decisions of a pipeline that share a slot and an algorithm are merged
@@ -190,7 +211,9 @@ func (b *batcher) loop() {
 			}
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		b.active.Add(1)
 		b.send(ctx, batch)
+		b.active.Add(-1)
 		cancel()
 	}
 }

@@ -109,6 +109,23 @@ func scriptCmd(ctx context.Context, c *Call, src bool) *redis.IntSliceCmd {
 	return redis.NewIntSliceCmd(ctx, append(args, c.Args...)...)
 }
 
+// boundByContext reports whether the go-redis client ends every call by its
+// context's deadline (ContextTimeoutEnabled): dialing, waiting for a pooled
+// connection, reading and writing. Without it go-redis waits out its own
+// ReadTimeout (3s by default) on a Redis that does not answer.
+func (g goRedis) boundByContext() bool {
+	switch c := g.c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// A contextBound Client ends every Run by its context's deadline.
+type contextBound interface{ boundByContext() bool }
+
 func isNoScript(err error) bool {
 	var re redis.Error
 	return err != nil && errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")

@@ -514,7 +514,8 @@ func (h *hungServer) close() {
 // answers: with WithTimeout(100ms) every decision, sequential or concurrent,
 // batched or not, returns within the timeout plus slack, as the policy says.
 // The go-redis client keeps its defaults (ReadTimeout 3s, context deadlines
-// not applied to reads and writes), as an application would.
+// not applied to reads and writes), as an application would, or has
+// ContextTimeoutEnabled, where a lone caller's call runs on its own goroutine.
 func TestHungServer(t *testing.T) {
 	const timeout, bound = 100 * time.Millisecond, 500 * time.Millisecond
 	var mu sync.Mutex
@@ -522,67 +523,70 @@ func TestHungServer(t *testing.T) {
 	t.Cleanup(func() { t.Logf("slowest decision against the hung server: %v (timeout %v)", worst, timeout) })
 	for _, batched := range []bool{true, false} {
 		for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen} {
-			name := map[bool]string{true: "batched", false: "unbatched"}[batched] + "/" + policyNames[policy]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				h := newHungServer(t)
-				client := redis.NewClient(&redis.Options{Addr: h.addr(), DisableIdentity: true})
-				opts := []redisstore.Option{redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(policy)}
-				if !batched {
-					opts = append(opts, redisstore.WithoutBatching())
-				}
-				st := redisstore.NewGoRedis(client, opts...)
-				ctx := context.Background()
-				lim := algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 10}
+			for _, ctxDeadlines := range []bool{false, true} {
+				name := map[bool]string{true: "batched", false: "unbatched"}[batched] + "/" + policyNames[policy] +
+					map[bool]string{true: "/context-deadlines", false: ""}[ctxDeadlines]
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					h := newHungServer(t)
+					client := redis.NewClient(&redis.Options{Addr: h.addr(), DisableIdentity: true, ContextTimeoutEnabled: ctxDeadlines})
+					opts := []redisstore.Option{redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(policy)}
+					if !batched {
+						opts = append(opts, redisstore.WithoutBatching())
+					}
+					st := redisstore.NewGoRedis(client, opts...)
+					ctx := context.Background()
+					lim := algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 10}
 
-				var slowest atomic.Int64
-				check := func(key string) {
+					var slowest atomic.Int64
+					check := func(key string) {
+						start := time.Now()
+						res, err := st.Take(ctx, sluice.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
+						d := time.Since(start)
+						for {
+							old := slowest.Load()
+							if int64(d) <= old || slowest.CompareAndSwap(old, int64(d)) {
+								break
+							}
+						}
+						if d > bound {
+							t.Errorf("%s: decision took %v, want < %v", key, d, bound)
+						}
+						if !byPolicy(policy, res, err) {
+							t.Errorf("%s: %+v, %v; want the %s decision", key, res, err, policyNames[policy])
+						}
+					}
+					for i := range 5 {
+						check(fmt.Sprintf("seq:%d", i))
+					}
+					var wg sync.WaitGroup
+					for g := range 8 {
+						wg.Go(func() {
+							for i := range 3 {
+								check(fmt.Sprintf("conc:%d:%d", g, i))
+							}
+						})
+					}
+					wg.Wait()
+					if h.accepted() == 0 {
+						t.Errorf("the hung server accepted %d connections: the store never reached it", h.accepted())
+					}
+					mu.Lock()
+					worst = max(worst, time.Duration(slowest.Load()))
+					mu.Unlock()
+
+					// Once the server goes away, nothing is left blocked: Close
+					// returns promptly.
+					h.close()
 					start := time.Now()
-					res, err := st.Take(ctx, sluice.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
-					d := time.Since(start)
-					for {
-						old := slowest.Load()
-						if int64(d) <= old || slowest.CompareAndSwap(old, int64(d)) {
-							break
-						}
+					st.Close()
+					client.Close()
+					if d := time.Since(start); d > time.Second {
+						t.Errorf("Close took %v after the server went away", d)
 					}
-					if d > bound {
-						t.Errorf("%s: decision took %v, want < %v", key, d, bound)
-					}
-					if !byPolicy(policy, res, err) {
-						t.Errorf("%s: %+v, %v; want the %s decision", key, res, err, policyNames[policy])
-					}
-				}
-				for i := range 5 {
-					check(fmt.Sprintf("seq:%d", i))
-				}
-				var wg sync.WaitGroup
-				for g := range 8 {
-					wg.Go(func() {
-						for i := range 3 {
-							check(fmt.Sprintf("conc:%d:%d", g, i))
-						}
-					})
-				}
-				wg.Wait()
-				if h.accepted() == 0 {
-					t.Errorf("the hung server accepted %d connections: the store never reached it", h.accepted())
-				}
-				mu.Lock()
-				worst = max(worst, time.Duration(slowest.Load()))
-				mu.Unlock()
-
-				// Once the server goes away, nothing is left blocked: Close
-				// returns promptly.
-				h.close()
-				start := time.Now()
-				st.Close()
-				client.Close()
-				if d := time.Since(start); d > time.Second {
-					t.Errorf("Close took %v after the server went away", d)
-				}
-				t.Logf("slowest of 29 decisions %v; the server accepted %d connections", time.Duration(slowest.Load()), h.accepted())
-			})
+					t.Logf("slowest of 29 decisions %v; the server accepted %d connections", time.Duration(slowest.Load()), h.accepted())
+				})
+			}
 		}
 	}
 }
