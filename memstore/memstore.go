@@ -110,19 +110,8 @@ func hashOf(seed maphash.Seed, key string) uint64 {
 
 // get returns key's live entry in sh's table, or nil. It takes no lock.
 func (sh *shard) get(h uint64, key string) *entry {
-	t := sh.tab.Load()
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		sl := &t.slots[i]
-		x := sl.h.Load()
-		if x == 0 {
-			return nil
-		}
-		if x == h {
-			if e := sl.e.Load(); e != nil && e.key == key {
-				return e
-			}
-		}
-	}
+	_, e := sh.tab.Load().lookup(h, key, false)
+	return e
 }
 
 // find returns the entry of the first slot holding hash h, or nil: key's
@@ -130,19 +119,36 @@ func (sh *shard) get(h uint64, key string) *entry {
 // holds the entry's lock. Locking before reading the key takes the entry's
 // cache line for writing at once, not shared first and then for writing.
 func (sh *shard) find(h uint64) *entry {
-	t := sh.tab.Load()
+	_, e := sh.tab.Load().lookup(h, "", true)
+	return e
+}
+
+// lookup returns the slot holding key's live entry and the entry, or nils;
+// with anyKey, those of the first live slot with hash h, whatever its key.
+func (t *table) lookup(h uint64, key string, anyKey bool) (*slot, *entry) {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		sl := &t.slots[i]
 		x := sl.h.Load()
 		if x == 0 {
-			return nil
+			return nil, nil
 		}
 		if x == h {
-			if e := sl.e.Load(); e != nil {
-				return e
+			if e := sl.e.Load(); e != nil && (anyKey || e.key == key) {
+				return sl, e
 			}
 		}
 	}
+}
+
+// put fills the first empty slot from h's with e (sh.mu held, or t not yet
+// published): the entry first, then the hash that makes readers look at it.
+func (t *table) put(h uint64, e *entry) {
+	i := h & t.mask
+	for t.slots[i].h.Load() != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].e.Store(e)
+	t.slots[i].h.Store(h)
 }
 
 // lockEntry returns key's entry locked, creating it if need be (unless
@@ -451,12 +457,7 @@ func (sh *shard) insert(h uint64, key string, now int64) *entry {
 		t = sh.rebuild(max(minTable, pow2(2*(sh.n+1))))
 	}
 	e := &entry{key: key}
-	i := h & t.mask
-	for t.slots[i].h.Load() != 0 {
-		i = (i + 1) & t.mask
-	}
-	t.slots[i].e.Store(e)
-	t.slots[i].h.Store(h)
+	t.put(h, e)
 	sh.n++
 	sh.used++
 	return e
@@ -473,13 +474,7 @@ func (sh *shard) rebuild(n int) *table {
 		if e == nil {
 			continue
 		}
-		h := sl.h.Load()
-		i := h & t.mask
-		for t.slots[i].h.Load() != 0 {
-			i = (i + 1) & t.mask
-		}
-		t.slots[i].e.Store(e)
-		t.slots[i].h.Store(h)
+		t.put(sl.h.Load(), e)
 	}
 	sh.used = sh.n
 	sh.tab.Store(t)
@@ -518,20 +513,12 @@ func (s *Store) Reset(_ context.Context, key string) error {
 	sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.tab.Load()
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		sl := &t.slots[i]
-		x := sl.h.Load()
-		if x == 0 {
-			return nil
-		}
-		if e := sl.e.Load(); x == h && e != nil && e.key == key {
-			e.mu.Lock()
-			sh.drop(sl, e)
-			e.mu.Unlock()
-			return nil
-		}
+	if sl, e := sh.tab.Load().lookup(h, key, false); e != nil {
+		e.mu.Lock()
+		sh.drop(sl, e)
+		e.mu.Unlock()
 	}
+	return nil
 }
 
 // Sweep drops every key whose state is equivalent to fresh at the store's
