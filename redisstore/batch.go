@@ -294,13 +294,16 @@ func singleCall(one *single) *Call {
 }
 
 // merge returns one multi-decision call for ps, single decisions of one
-// algorithm: each distinct limit once, then each decision's limit position,
-// cost and, when any decision carries its own time, now.
+// algorithm: each distinct limit once, then per decision only what differs
+// (see scripts/multi.lua): its limit's position when there are several
+// limits, its cost when the costs differ, its time when any decision carries
+// its own.
 func merge(ps []*pending) *Call {
 	var limits []limit
 	var index map[limit]int // past a few limits, instead of a scan
 	pos := make([]int, len(ps))
 	timed := false
+	shared := ps[0].one.cost
 	last := -1
 	for i, p := range ps {
 		k := p.one.lim
@@ -336,19 +339,35 @@ func merge(ps []*pending) *Call {
 		if p.one.now >= 0 {
 			timed = true
 		}
+		if p.one.cost != shared {
+			shared = -1
+		}
 	}
-	per := 2
+	per := 0
+	if len(limits) > 1 {
+		per++
+	}
+	if shared < 0 {
+		per++
+	}
+	flag := int64(0)
 	if timed {
-		per = 3
+		per++
+		flag = 1
 	}
-	m := &Call{Script: multis[ps[0].one.lim.kind], Keys: make([]string, len(ps)), Args: make([]any, 0, 3+5*len(limits)+per*len(ps))}
-	m.Args = append(m.Args, ps[0].one.margin, int64(len(limits)), int64(per-2))
+	m := &Call{Script: multis[ps[0].one.lim.kind], Keys: make([]string, len(ps)), Args: make([]any, 0, 4+5*len(limits)+per*len(ps))}
+	m.Args = append(m.Args, ps[0].one.margin, int64(len(limits)), shared, flag)
 	for _, l := range limits {
 		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.maxDelay)
 	}
 	for i, p := range ps {
 		m.Keys[i] = p.one.key
-		m.Args = append(m.Args, int64(pos[i]+1), p.one.cost)
+		if len(limits) > 1 {
+			m.Args = append(m.Args, int64(pos[i]+1))
+		}
+		if shared < 0 {
+			m.Args = append(m.Args, p.one.cost)
+		}
 		if timed {
 			m.Args = append(m.Args, p.one.now)
 		}

@@ -59,6 +59,10 @@ func TestMultiMatchesSingle(t *testing.T) {
 				at = -1
 				key = "srv" + key // the two runs read TIME apart: keys of their own
 			}
+			cost := r.Int64N(p.Capacity() + 2)
+			if b%5 == 4 {
+				cost = 1 // one cost for the batch: sent once
+			}
 			maxDelay := int64(-1)
 			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
 				maxDelay = r.Int64N(2 * p.Period)
@@ -66,7 +70,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 			one := single{
 				key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
 				lim:    limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelay},
-				cost:   r.Int64N(p.Capacity() + 2),
+				cost:   cost,
 				now:    at,
 				margin: 1_000_000,
 			}
@@ -110,4 +114,36 @@ func TestMultiMatchesSingle(t *testing.T) {
 		batches++
 	}
 	t.Logf("%d batches, %d decisions at the caller's time compared", batches, decisions)
+
+	// Batches as under load: one limit, one cost, the server's time, so each
+	// decision sends only its key. A bucket refilling once an hour decides
+	// the same (allowed, remaining) at either run's time.
+	hourly := limit{int64(algo.TokenBucket), 1, 3_600_000_000, 5, -1}
+	for b := 0; b < 20; b++ {
+		var singles []*Call
+		var ps []*pending
+		for i := 0; i < 30; i++ {
+			k := r.IntN(6)
+			one := single{key: fmt.Sprintf("multi:%d:us:%d", run, k), lim: hourly, cost: 1, now: -1, margin: 1_000_000}
+			singles = append(singles, singleCall(&one))
+			one.key = fmt.Sprintf("multi:%d:um:%d", run, k)
+			ps = append(ps, &pending{one: one})
+		}
+		m := merge(ps)
+		if len(m.Args) != 4+5 {
+			t.Fatalf("a uniform batch sends %d arguments, want the header and its limit, 9: %v", len(m.Args), m.Args)
+		}
+		client.Run(ctx, append(singles, m))
+		for _, c := range append(singles, m) {
+			if c.Err != nil {
+				t.Fatal(c.Err)
+			}
+		}
+		for i, c := range singles {
+			got := m.Reply[5*i : 5*i+5]
+			if got[0] != c.Reply[0] || got[1] != c.Reply[1] {
+				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].one.key, got, c.Reply)
+			}
+		}
+	}
 }

@@ -23,6 +23,11 @@
 // ErrStoreUnavailable, FailOpen allows, FailLocal decides with an in-process
 // memstore until Redis is back; a decision made by the policy is flagged
 // Result.Degraded. WithTimeout bounds how long a hung Redis can hold a call.
+// A go-redis client with ContextTimeoutEnabled ends its calls by their
+// deadline, and the store then sends a lone caller's decision on the caller's
+// goroutine; without it go-redis waits out its ReadTimeout on a Redis that
+// hangs, and the store keeps its timeout by handing each call to another
+// goroutine.
 package redisstore
 
 import (

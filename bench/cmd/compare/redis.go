@@ -201,7 +201,7 @@ func writeRedis(w io.Writer, out *Output, live *RedisRun, dir, cmdline, load str
 	if live != nil {
 		fmt.Fprintf(w, "- server: %s, on the same machine as the client (loopback)\n", live.Server)
 	}
-	fmt.Fprintf(w, "- client, the same for every library: go-redis v9 `redis.NewClient(&redis.Options{Addr, PoolSize: %d, DisableIdentity: true})`, a fresh one per library\n", bench.Callers)
+	fmt.Fprintf(w, "- client, the same for every library: go-redis v9 `redis.NewClient(&redis.Options{Addr, PoolSize: %d, DisableIdentity: true, ContextTimeoutEnabled: true})`, a fresh one per library\n", bench.Callers)
 	fmt.Fprintf(w, "- %s\n", cmdline)
 	fmt.Fprintf(w, "- %s/%s, cpu: %s, GOMAXPROCS %d\n", out.Header["goos"], out.Header["goarch"], out.Header["cpu"], out.Procs)
 	if load != "" {
