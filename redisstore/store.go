@@ -86,7 +86,7 @@ func init() {
 		all += mustRead(stepFiles[k])
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
-	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refund.lua"))
+	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refunds.lua") + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
 

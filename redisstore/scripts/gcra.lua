@@ -32,13 +32,3 @@ steps[2] = function(key, rate, period, burst, cost)
   return d, cost > 0 and {2, tu, tr, t, rate} or nil, t + reset
 end
 
--- The mirror of Refund for gcra: the fields after giving units back.
-refunds[2] = function(key, rate, period, burst, units)
-  if not load(key, 2) then
-    return nil
-  end
-  local t, _, _, bs = gcra_at(key, rate, burst * period)
-  bs = max(0, bs - units * period)
-  local q = fdiv(bs, rate)
-  return {2, t + q, bs - q * rate, t, rate}
-end

@@ -11,7 +11,7 @@
 
 -- now is the decision's time (µs) and margin the TTL margin (µs); the main
 -- sets them. steps[kind] is each algorithm's step, refunds[kind] its refund
--- where it has one.
+-- where it has one (refunds.lua, in the refund script only).
 local now, margin
 local steps, refunds = {}, {}
 
@@ -63,21 +63,6 @@ local function load(key, kind)
     return nil
   end
   return a, b, c, scale
-end
-
--- The fields of a list state of kind at key: kind, then pairs; nil (fresh)
--- when key holds none.
-local function load_pairs(key, kind)
-  local raw = call('GET', key)
-  if not raw or (#raw - 1) % 16 ~= 0 or string.byte(raw, 1) ~= kind then
-    return nil
-  end
-  local f, n, pos = {kind}, 1, 2
-  while pos < #raw do
-    f[n + 1], f[n + 2], pos = unpack('<i8i8', raw, pos)
-    n = n + 2
-  end
-  return f
 end
 
 -- The fields as the stored string.

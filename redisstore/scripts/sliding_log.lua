@@ -1,6 +1,22 @@
 -- sliding-log: the mirror of slidingLog in algo/step.go. Fields: the admitted
 -- requests of the trailing period as time, cost pairs, oldest first; requests
 -- in the same µs share a pair.
+
+-- The fields of a list state of kind at key: kind, then pairs; nil (fresh)
+-- when key holds none.
+local function load_pairs(key, kind)
+  local raw = call('GET', key)
+  if not raw or (#raw - 1) % 16 ~= 0 or string.byte(raw, 1) ~= kind then
+    return nil
+  end
+  local f, n, pos = {kind}, 1, 2
+  while pos < #raw do
+    f[n + 1], f[n + 2], pos = unpack('<i8i8', raw, pos)
+    n = n + 2
+  end
+  return f
+end
+
 steps[6] = function(key, rate, period, burst, cost)
   local t = now
   local log = {}

@@ -42,12 +42,3 @@ steps[1] = function(key, rate, period, burst, cost)
   return d, cost > 0 and {1, xs, l, 0, period} or nil, t + reset
 end
 
--- The mirror of Refund for token-bucket: the fields after giving units back.
-refunds[1] = function(key, rate, period, burst, units)
-  if not load(key, 1) then
-    return nil
-  end
-  local full = burst * period
-  local xs, l = bucket_at(key, now, rate, period, full)
-  return {1, min(full, xs + units * period), l, 0, period}
-end
