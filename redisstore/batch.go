@@ -218,56 +218,73 @@ func (b *batcher) loop() {
 	}
 }
 
-// send runs the calls in one pipeline, the single decisions among them merged
-// into one multi-decision script per slot and algorithm: the server's cost
-// per script (calling it, reading TIME, defining the helpers, reading each
-// limit) is then paid once.
+// send runs the calls in one pipeline, those that can be merged merged per
+// slot: the single decisions into one multi-decision script per algorithm,
+// the composites into one composite script. The server's cost per script
+// (calling it, reading TIME, defining the helpers, reading each limit) is
+// then paid once.
 func (b *batcher) send(ctx context.Context, batch []*pending) {
 	type group struct {
 		slot    int
-		kind    int64
+		kind    int64 // the singles' algorithm; composites: -1
 		members []*pending
 		call    *Call
 	}
 	var groups []*group
 	calls := make([]*Call, 0, len(batch))
 	for _, p := range batch {
+		kind, key := p.one.lim.kind, p.one.key
 		if p.call != nil {
-			calls = append(calls, p.call)
-			continue
+			if p.call.Script != composite {
+				calls = append(calls, p.call)
+				continue
+			}
+			kind, key = -1, p.call.Keys[0]
 		}
 		slot := 0
 		if b.clustered {
-			slot = Slot(p.one.key)
+			slot = Slot(key)
 		}
 		var g *group
 		for _, x := range groups {
-			if x.slot == slot && x.kind == p.one.lim.kind {
+			if x.slot == slot && x.kind == kind {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &group{slot: slot, kind: p.one.lim.kind}
+			g = &group{slot: slot, kind: kind}
 			groups = append(groups, g)
 		}
 		g.members = append(g.members, p)
 	}
 	for _, g := range groups {
-		if len(g.members) == 1 {
+		switch {
+		case g.kind < 0 && len(g.members) == 1:
+			g.call = g.members[0].call
+		case g.kind < 0:
+			g.call = mergeComposites(g.members)
+		case len(g.members) == 1:
 			g.call = singleCall(&g.members[0].one)
-		} else {
+		default:
 			g.call = merge(g.members)
 		}
 		calls = append(calls, g.call)
 	}
 	b.client.Run(ctx, calls)
 	for _, p := range batch {
-		if p.call != nil {
+		if p.call != nil && p.call.Script != composite {
 			p.answer()
 		}
 	}
 	for _, g := range groups {
+		if g.kind < 0 {
+			splitComposites(g.call, g.members)
+			for _, p := range g.members {
+				p.answer()
+			}
+			continue
+		}
 		r, err := g.call.Reply, g.call.Err
 		if err == nil && len(r) != 5*len(g.members) {
 			err = fmt.Errorf("script replied %d values for %d decisions", len(r), len(g.members))
@@ -280,6 +297,45 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 			}
 			p.answer()
 		}
+	}
+}
+
+// mergeComposites returns one composite script call for the composite calls
+// of ps, in order: their keys and their requests after one header (see
+// scripts/composite.lua).
+func mergeComposites(ps []*pending) *Call {
+	nk, na := 0, 2
+	for _, p := range ps {
+		nk += len(p.call.Keys)
+		na += len(p.call.Args) - 2
+	}
+	m := &Call{Script: composite, Keys: make([]string, 0, nk), Args: make([]any, 0, na)}
+	m.Args = append(m.Args, ps[0].call.Args[0], int64(len(ps)))
+	for _, p := range ps {
+		m.Keys = append(m.Keys, p.call.Keys...)
+		m.Args = append(m.Args, p.call.Args[2:]...)
+	}
+	return m
+}
+
+// splitComposites gives each composite call of ps its part of m's reply (or
+// m's error); m may be the only call itself.
+func splitComposites(m *Call, ps []*pending) {
+	if len(ps) == 1 && ps[0].call == m {
+		return
+	}
+	r, err := m.Reply, m.Err
+	if err == nil && len(r) != 5*len(m.Keys) {
+		err = fmt.Errorf("composite script replied %d values for %d limits", len(r), len(m.Keys))
+	}
+	for _, p := range ps {
+		c := p.call
+		if err != nil {
+			c.Err = err
+			continue
+		}
+		n := 5 * len(c.Keys)
+		c.Reply, r = r[:n:n], r[n:]
 	}
 }
 

@@ -147,3 +147,69 @@ func TestMultiMatchesSingle(t *testing.T) {
 		}
 	}
 }
+
+// TestCompositesMergedMatchAlone checks the batcher's merged composite calls
+// against the same composites sent one call each: the same replies, part by
+// part. Random composites of one to three parts over a few keys (a key twice
+// in one composite now and then), every algorithm, costs 0..capacity+1, at
+// the caller's time.
+func TestCompositesMergedMatchAlone(t *testing.T) {
+	client := GoRedis(redistest.Shared(t).Client())
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(11, seed))
+	var ps []algo.Params
+	for _, k := range algo.Kinds() {
+		for _, rp := range [][3]int64{{3, 1_000_000, 4}, {7, 100_000, 2}, {5, 1_000_000, 5}} {
+			ps = append(ps, algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: rp[2]})
+		}
+	}
+	run := time.Now().UnixNano()
+	now := int64(1_764_000_000_000_000)
+	compared := 0
+	for b := 0; b < 200; b++ {
+		n := 1 + r.IntN(12)
+		var alone []*Call
+		var pend []*pending
+		for i := 0; i < n; i++ {
+			now += r.Int64N(300_000)
+			parts := 1 + r.IntN(3)
+			build := func() *Call {
+				return &Call{Script: composite, Args: []any{int64(1_000_000), int64(1), now, int64(parts)}}
+			}
+			a, m := build(), build()
+			for j := 0; j < parts; j++ {
+				p := ps[r.IntN(len(ps))]
+				key := fmt.Sprintf("k%d:%d", r.IntN(4), p.Kind) // a key keeps one algorithm
+				cost := r.Int64N(p.Capacity() + 2)
+				a.Keys = append(a.Keys, fmt.Sprintf("comp:%d:a:%s", run, key))
+				m.Keys = append(m.Keys, fmt.Sprintf("comp:%d:m:%s", run, key))
+				args := []any{int64(p.Kind), p.Rate, p.Period, p.Burst, cost, int64(-1)}
+				a.Args = append(a.Args, args...)
+				m.Args = append(m.Args, args...)
+			}
+			alone = append(alone, a)
+			pend = append(pend, &pending{call: m})
+		}
+		for _, c := range alone {
+			client.Run(ctx, []*Call{c})
+			if c.Err != nil {
+				t.Fatalf("composite alone: %v", c.Err)
+			}
+		}
+		merged := mergeComposites(pend)
+		client.Run(ctx, []*Call{merged})
+		splitComposites(merged, pend)
+		for i, c := range alone {
+			got := pend[i].call
+			if got.Err != nil {
+				t.Fatalf("batch %d, composite %d: %v", b, i, got.Err)
+			}
+			if !slices.Equal(got.Reply, c.Reply) {
+				t.Fatalf("seed %d, batch %d, composite %d on %v, args %v: merged %v, alone %v", seed, b, i, c.Keys, c.Args, got.Reply, c.Reply)
+			}
+			compared++
+		}
+	}
+	t.Logf("%d composites compared", compared)
+}

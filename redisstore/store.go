@@ -396,8 +396,8 @@ func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (
 	if s.clustered && !s.oneSlot(reqs) {
 		return s.takeInTurn(ctx, reqs, now)
 	}
-	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 2+6*len(reqs))}
-	c.Args = append(c.Args, now, s.margin)
+	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 4+6*len(reqs))}
+	c.Args = append(c.Args, s.margin, int64(1), now, int64(len(reqs)))
 	for i, r := range reqs {
 		c.Keys[i] = s.prefix + r.Key
 		c.Args = append(c.Args, int64(r.Params.Kind), r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost, maxDelayArg(r.MaxDelay))
