@@ -105,6 +105,11 @@ type Store interface {
 // the decision's arithmetic). allowed is RetryAfter == 0.
 type LocalStore interface {
 	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
+	// TakeAllLocal is TakeAll for the Limiter's hot path, on the parts as
+	// the caller gave them: the store checks them (AppendRequests) into a
+	// buffer of its own, which a slice passed through the Store interface
+	// could not be (it would be allocated on the heap on every call).
+	TakeAllLocal(parts []Part, cost int64) (Result, error)
 }
 
 // Clock is the time a Limiter waits by. Tests pass a fake one; the default is
@@ -274,24 +279,31 @@ type Part struct {
 // ErrDuplicateKey: a composite request names the same key twice.
 var ErrDuplicateKey = errors.New("sluice: a composite names a key twice")
 
-func checkParts(parts []Part, cost int64) ([]Request, error) {
+// AppendRequests checks the parts of a composite request of cost units and
+// appends their requests (MaxDelay algo.Never) to dst, for stores that
+// implement LocalStore.TakeAllLocal. The error says which part is wrong, or
+// that two parts name one key (ErrDuplicateKey).
+func AppendRequests(dst []Request, parts []Part, cost int64) ([]Request, error) {
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
+		return dst, fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
 	}
-	reqs := make([]Request, len(parts))
-	for i, pt := range parts {
+	n := len(dst)
+	for i := range parts {
+		pt := &parts[i]
 		p, err := Check(pt.Key, pt.Limit, cost)
 		if err != nil {
-			return nil, fmt.Errorf("part %d (%q): %w", i, pt.Key, err)
+			return dst[:n], fmt.Errorf("part %d (%q): %w", i, pt.Key, err)
 		}
-		for _, r := range reqs[:i] {
-			if r.Key == pt.Key {
-				return nil, fmt.Errorf("%w: %q", ErrDuplicateKey, pt.Key)
+		for j := range i {
+			if parts[j].Key == pt.Key {
+				return dst[:n], fmt.Errorf("%w: %q", ErrDuplicateKey, pt.Key)
 			}
 		}
-		reqs[i] = Request{Key: pt.Key, Params: p, Cost: cost, MaxDelay: algo.Never}
+		dst = append(dst, Request{}) // set the fields: copying a Request costs more
+		r := &dst[len(dst)-1]
+		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, cost, algo.Never
 	}
-	return reqs, nil
+	return dst, nil
 }
 
 // TakeAll asks whether cost units may pass under every part (a global budget
@@ -299,7 +311,10 @@ func checkParts(parts []Part, cost int64) ([]Request, error) {
 // spends nothing anywhere. RetryAfter is the largest of the refusals',
 // Remaining the smallest of the parts'.
 func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
-	reqs, err := checkParts(parts, cost)
+	if l.local != nil {
+		return l.local.TakeAllLocal(parts, cost)
+	}
+	reqs, err := AppendRequests(nil, parts, cost)
 	if err != nil {
 		return Result{}, err
 	}
@@ -310,7 +325,7 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
 func (l *Limiter) WaitAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
-	reqs, err := checkParts(parts, cost)
+	reqs, err := AppendRequests(nil, parts, cost)
 	if err != nil {
 		return Result{}, err
 	}

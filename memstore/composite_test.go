@@ -3,6 +3,9 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -39,5 +42,87 @@ func TestTakeAllErrors(t *testing.T) {
 	}
 	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "", Limit: l}}, 1); !errors.Is(err, sluice.ErrEmptyKey) {
 		t.Errorf("empty key: %v", err)
+	}
+}
+
+// TestLimiterPathsAgree: the Limiter's hot paths (TakeLocal, TakeAllLocal)
+// decide as TakeAt and TakeAllAt do, on random composites over a few keys.
+func TestLimiterPathsAgree(t *testing.T) {
+	now := int64(1_764_000_000_000_000)
+	lim := sluice.New(memstore.New(memstore.WithMicros(func() int64 { return now })))
+	ref := memstore.New()
+	ctx := context.Background()
+	limits := []sluice.Limit{
+		sluice.PerSecond(3).WithBurst(5),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerSecond(4).Using(sluice.SlidingLog),
+		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	seen := map[string]int{}
+	for i := range 20000 {
+		now += rng.Int64N(400_000)
+		n := 1 + rng.IntN(3)
+		perm := rng.Perm(5)
+		parts := make([]sluice.Part, n)
+		for j := range parts {
+			parts[j] = sluice.Part{Key: fmt.Sprintf("k%d", perm[j]), Limit: limits[perm[j]%len(limits)]}
+		}
+		cost := rng.Int64N(4) // 3 is over the gcra limit's capacity
+		reqs, err := sluice.AppendRequests(nil, parts, cost)
+		var got, want sluice.Result
+		var gotErr, wantErr error
+		if n == 1 && rng.IntN(2) == 0 {
+			got, gotErr = lim.Take(ctx, parts[0].Key, parts[0].Limit, cost)
+			if _, err = sluice.Check(parts[0].Key, parts[0].Limit, cost); err == nil {
+				d, e := ref.TakeAt(reqs[0], now)
+				want, wantErr = sluice.FromDecision(&d), e
+			}
+		} else {
+			got, gotErr = lim.TakeAll(ctx, parts, cost)
+			if err == nil {
+				d, e := ref.TakeAllAt(reqs, now)
+				want, wantErr = sluice.FromDecision(&d), e
+			}
+		}
+		if err != nil {
+			wantErr = err
+		}
+		switch {
+		case gotErr != nil:
+			seen["error"]++
+		case got.Allowed:
+			seen["allowed"]++
+		default:
+			seen["denied"]++
+		}
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("step %d: %v cost %d: Limiter %+v, %v; store %+v, %v", i, parts, cost, got, gotErr, want, wantErr)
+		}
+	}
+	if seen["allowed"] < 1000 || seen["denied"] < 1000 || seen["error"] < 100 {
+		t.Errorf("a trace that tests little: %v", seen)
+	}
+}
+
+// TestZeroAllocs: a decision on a key that exists, alone or in a composite
+// of up to 4 parts, allocates nothing.
+func TestZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	lim := sluice.New(memstore.New())
+	ctx := context.Background()
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
+	parts := []sluice.Part{{Key: "chat:1", Limit: l}, {Key: "global", Limit: l.WithBurst(30)}, {Key: "c", Limit: l}, {Key: "d", Limit: l}}
+	for name, f := range map[string]func(){
+		"Take":         func() { lim.Take(ctx, "user:1", l, 1) },
+		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2], 1) },
+		"TakeAll of 4": func() { lim.TakeAll(ctx, parts, 1) },
+	} {
+		f()
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocations per decision, want 0", name, n)
+		}
 	}
 }

@@ -24,13 +24,11 @@
 package memstore
 
 import (
-	"cmp"
 	"context"
 	"hash/maphash"
 	"math"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -291,7 +289,21 @@ func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d 
 // TakeAll makes one decision for a composite request at the store's clock
 // time: it passes only if every part grants, and a refusal changes no part.
 func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	d, err := s.TakeAllAt(reqs, s.now())
+	var d algo.Decision
+	err := s.takeAll(reqs, s.now(), &d)
+	return sluice.FromDecision(&d), err
+}
+
+// TakeAllLocal is TakeAll for the Limiter's hot path
+// (sluice.LocalStore): composites of up to 4 parts allocate nothing.
+func (s *Store) TakeAllLocal(parts []sluice.Part, cost int64) (sluice.Result, error) {
+	var buf [4]sluice.Request
+	reqs, err := sluice.AppendRequests(buf[:0], parts, cost)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	var d algo.Decision
+	err = s.takeAll(reqs, s.now(), &d)
 	return sluice.FromDecision(&d), err
 }
 
@@ -300,92 +312,104 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result
 // decision is atomic; a part that spends nothing on a key without an entry
 // steps a fresh state and stores nothing.
 func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, error) {
+	var acc algo.Decision
+	err := s.takeAll(reqs, now, &acc)
+	return acc, err
+}
+
+// part is one part of a composite: its key, shard, hash and entry, its index
+// in the request, and the state it steps (a copy, kept only if every part
+// grants).
+type part struct {
+	key     string
+	sh      *shard
+	h       uint64
+	e       *entry
+	i       int
+	freshAt int64
+	st      algo.State
+}
+
+// before reports whether a's entry is locked before b's: by hash, then key.
+func (a *part) before(b *part) bool {
+	if a.h != b.h {
+		return a.h < b.h
+	}
+	return a.key < b.key
+}
+
+// takeAll is TakeAllAt writing the decision into *acc, which must be zero.
+// Composites of up to 4 parts allocate nothing.
+func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, err
+		return err
 	}
-	// Small composites (up to 4 parts) allocate nothing.
 	var partBuf [4]part
-	var stateBuf [4]algo.State
-	var freshBuf [4]int64
-	parts := partBuf[:0]
-	for i, r := range reqs {
-		sh, h := s.locate(r.Key)
-		parts = append(parts, part{sh: sh, h: h, key: r.Key, i: i})
+	var orderBuf [4]int
+	parts, order := partBuf[:0], orderBuf[:0]
+	if len(reqs) > len(partBuf) {
+		parts, order = make([]part, 0, len(reqs)), make([]int, 0, len(reqs))
 	}
-	slices.SortFunc(parts, func(a, b part) int {
-		if c := cmp.Compare(a.h, b.h); c != 0 {
-			return c
-		}
-		return strings.Compare(a.key, b.key)
-	})
-	s.lockParts(parts, reqs, now)
-	defer func() {
-		for j := range parts {
-			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
-				e.mu.Unlock()
-			}
-		}
-	}()
-	var entryBuf [4]*entry
-	entries := append(entryBuf[:0], make([]*entry, len(reqs))...)
-	for _, pt := range parts {
-		entries[pt.i] = pt.e
+	if len(reqs) == 0 {
+		return nil
 	}
+	for i := range reqs {
+		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
+		pt := &parts[i]
+		pt.key, pt.i = reqs[i].Key, i
+		pt.sh, pt.h = s.locate(pt.key)
+		// Insertion sort of the lock order: composites are small.
+		j := len(order)
+		order = append(order, i)
+		for ; j > 0 && pt.before(&parts[order[j-1]]); j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = i
+	}
+	s.lockParts(parts, order, reqs, now)
 	// Step every part on a copy of its state; keep the copies only if all
 	// grant.
-	states := append(stateBuf[:0], make([]algo.State, len(reqs))...)
-	freshAt := append(freshBuf[:0], make([]int64, len(reqs))...)
-	var acc algo.Decision
-	for i, r := range reqs {
-		if e := entries[i]; e != nil {
-			states[i] = e.st
-			if e.st.Log != nil {
-				states[i].Log = slices.Clone(e.st.Log)
+	for i := range parts {
+		pt, r := &parts[i], &reqs[i]
+		if pt.e != nil {
+			pt.st = pt.e.st
+			if pt.st.Log != nil {
+				pt.st.Log = slices.Clone(pt.st.Log)
 			}
 		}
-		d := algo.Step(&reqs[i].Params, &states[i], now, r.Cost, r.MaxDelay)
-		freshAt[i] = d.FreshAt
+		var d algo.Decision
+		algo.StepTo(&r.Params, &pt.st, now, r.Cost, r.MaxDelay, &d)
+		pt.freshAt = d.FreshAt
 		if i == 0 {
-			acc = d
+			*acc = d
 		} else {
-			algo.Combine(&acc, d)
+			algo.Combine(acc, d)
 		}
 	}
-	if !acc.Allowed {
-		return acc, nil
-	}
-	for i, r := range reqs {
-		if r.Cost == 0 {
-			continue
+	if acc.Allowed {
+		for i := range parts {
+			if pt := &parts[i]; reqs[i].Cost > 0 {
+				pt.e.st = pt.st
+				pt.e.freshAt = pt.freshAt
+			}
 		}
-		entries[i].st = states[i]
-		entries[i].freshAt = freshAt[i]
 	}
-	return acc, nil
+	unlockParts(parts, order)
+	return nil
 }
 
-// part is one part of a composite: its key's shard, hash and entry, and its
-// index in the request.
-type part struct {
-	sh  *shard
-	h   uint64
-	key string
-	i   int
-	e   *entry
-}
-
-// lockParts locks the entries of parts, sorted by hash and key, in that order
-// (each distinct key once), creating those of the parts that spend. It holds
-// no entry lock while it takes a shard's lock, the order sweeps and inserts
-// take them in; an entry found dead after all are locked makes it start
-// again.
-func (s *Store) lockParts(parts []part, reqs []sluice.Request, now int64) {
+// lockParts locks the entries of the parts in order (sorted by hash and
+// key), each distinct key once, creating those of the parts that spend. It
+// holds no entry lock while it takes a shard's lock, the order sweeps and
+// inserts take them in; an entry found dead after all are locked makes it
+// start again.
+func (s *Store) lockParts(parts []part, order []int, reqs []sluice.Request, now int64) {
 	for {
 		// Entries first, without entry locks.
-		for j := range parts {
-			pt := &parts[j]
+		for _, i := range order {
+			pt := &parts[i]
 			pt.e = pt.sh.get(pt.h, pt.key)
-			if pt.e == nil && reqs[pt.i].Cost > 0 {
+			if pt.e == nil && reqs[i].Cost > 0 {
 				pt.sh.mu.Lock()
 				if pt.e = pt.sh.get(pt.h, pt.key); pt.e == nil {
 					pt.e = pt.sh.insert(pt.h, pt.key, now)
@@ -394,14 +418,14 @@ func (s *Store) lockParts(parts []part, reqs []sluice.Request, now int64) {
 			}
 		}
 		// Parts on one key share its entry: the first that found one.
-		for j := 1; j < len(parts); j++ {
-			if parts[j].key == parts[j-1].key && parts[j-1].e != nil {
-				parts[j].e = parts[j-1].e
+		for j := 1; j < len(order); j++ {
+			if a, b := &parts[order[j-1]], &parts[order[j]]; b.key == a.key && a.e != nil {
+				b.e = a.e
 			}
 		}
 		ok := true
-		for j := range parts {
-			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
+		for j, i := range order {
+			if e := parts[i].e; e != nil && (j == 0 || e != parts[order[j-1]].e) {
 				e.mu.Lock()
 				if e.freshAt == dead {
 					ok = false
@@ -411,10 +435,15 @@ func (s *Store) lockParts(parts []part, reqs []sluice.Request, now int64) {
 		if ok {
 			return
 		}
-		for j := range parts {
-			if e := parts[j].e; e != nil && (j == 0 || e != parts[j-1].e) {
-				e.mu.Unlock()
-			}
+		unlockParts(parts, order)
+	}
+}
+
+// unlockParts unlocks what lockParts locked.
+func unlockParts(parts []part, order []int) {
+	for j, i := range order {
+		if e := parts[i].e; e != nil && (j == 0 || e != parts[order[j-1]].e) {
+			e.mu.Unlock()
 		}
 	}
 }
