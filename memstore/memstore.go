@@ -317,15 +317,14 @@ func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, erro
 	return acc, err
 }
 
-// part is one part of a composite: its key, shard, hash and entry, its index
-// in the request, and the state it steps (a copy, kept only if every part
+// part is one part of a composite (parts[i] is reqs[i]'s): its key, shard,
+// hash and entry, and the state it steps (a copy, kept only if every part
 // grants).
 type part struct {
 	key     string
 	sh      *shard
 	h       uint64
 	e       *entry
-	i       int
 	freshAt int64
 	st      algo.State
 }
@@ -356,7 +355,7 @@ func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) er
 	for i := range reqs {
 		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
 		pt := &parts[i]
-		pt.key, pt.i = reqs[i].Key, i
+		pt.key = reqs[i].Key
 		pt.sh, pt.h = s.locate(pt.key)
 		// Insertion sort of the lock order: composites are small.
 		j := len(order)
