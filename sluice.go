@@ -276,7 +276,8 @@ type Part struct {
 	Limit Limit
 }
 
-// ErrDuplicateKey: a composite request names the same key twice.
+// ErrDuplicateKey is returned when a composite request names the same key
+// twice.
 var ErrDuplicateKey = errors.New("sluice: a composite names a key twice")
 
 // AppendRequests checks the parts of a composite request of cost units and

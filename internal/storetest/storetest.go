@@ -29,8 +29,9 @@ func req(key string, l sluice.Limit, cost int64) sluice.Request {
 	return sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
 }
 
-// OneUserBurst: a per-user limit of 1 and a global one of 10; one user sends 20
-// at once: exactly 1 passes, and the global budget is spent by exactly 1.
+// OneUserBurst checks a composite of a per-user limit of 1 and a global one
+// of 10 when one user sends 20 at once: exactly 1 passes, and the global
+// budget is spent by exactly 1.
 func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	user := sluice.PerMinute(1)
 	global := sluice.PerMinute(10)
@@ -116,8 +117,8 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 	t.Logf("%d composite decisions equal to the model (seed %d)", decisions, seed)
 }
 
-// Refund: a token bucket or GCRA gives units back, never past its burst; the
-// other algorithms refuse to.
+// Refund checks that a token bucket or GCRA gives units back, never past its
+// burst, and that the other algorithms refuse to.
 func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 	ctx := context.Background()
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
