@@ -315,7 +315,7 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result
 	if l.local != nil {
 		return l.local.TakeAllLocal(parts, cost)
 	}
-	reqs, err := AppendRequests(nil, parts, cost)
+	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts, cost)
 	if err != nil {
 		return Result{}, err
 	}
@@ -326,7 +326,7 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
 func (l *Limiter) WaitAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
-	reqs, err := AppendRequests(nil, parts, cost)
+	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts, cost)
 	if err != nil {
 		return Result{}, err
 	}
