@@ -169,14 +169,20 @@ func (sh *shard) lockEntry(h uint64, key string, now int64, create bool) *entry 
 			continue
 		}
 		sh.mu.Lock()
-		e := sh.get(h, key)
-		if e == nil {
-			e = sh.insert(h, key, now)
-		}
+		e := sh.getOrInsert(h, key, now)
 		e.mu.Lock()
 		sh.mu.Unlock()
 		return e // live: dropped only under sh.mu
 	}
+}
+
+// getOrInsert returns key's live entry, inserting it if need be (sh.mu
+// held).
+func (sh *shard) getOrInsert(h uint64, key string, now int64) *entry {
+	if e := sh.get(h, key); e != nil {
+		return e
+	}
+	return sh.insert(h, key, now)
 }
 
 // minSweep is the shard size below which no sweep runs.
@@ -343,14 +349,14 @@ func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) er
 	if err := algo.CheckTime(now); err != nil {
 		return err
 	}
+	if len(reqs) == 0 {
+		return nil
+	}
 	var partBuf [4]part
 	var orderBuf [4]int
 	parts, order := partBuf[:0], orderBuf[:0]
 	if len(reqs) > len(partBuf) {
 		parts, order = make([]part, 0, len(reqs)), make([]int, 0, len(reqs))
-	}
-	if len(reqs) == 0 {
-		return nil
 	}
 	for i := range reqs {
 		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
@@ -410,9 +416,7 @@ func (s *Store) lockParts(parts []part, order []int, reqs []sluice.Request, now 
 			pt.e = pt.sh.get(pt.h, pt.key)
 			if pt.e == nil && reqs[i].Cost > 0 {
 				pt.sh.mu.Lock()
-				if pt.e = pt.sh.get(pt.h, pt.key); pt.e == nil {
-					pt.e = pt.sh.insert(pt.h, pt.key, now)
-				}
+				pt.e = pt.sh.getOrInsert(pt.h, pt.key, now)
 				pt.sh.mu.Unlock()
 			}
 		}
@@ -423,8 +427,8 @@ func (s *Store) lockParts(parts []part, order []int, reqs []sluice.Request, now 
 			}
 		}
 		ok := true
-		for j, i := range order {
-			if e := parts[i].e; e != nil && (j == 0 || e != parts[order[j-1]].e) {
+		for j := range order {
+			if e := lockedAt(parts, order, j); e != nil {
 				e.mu.Lock()
 				if e.freshAt == dead {
 					ok = false
@@ -440,11 +444,21 @@ func (s *Store) lockParts(parts []part, order []int, reqs []sluice.Request, now 
 
 // unlockParts unlocks what lockParts locked.
 func unlockParts(parts []part, order []int) {
-	for j, i := range order {
-		if e := parts[i].e; e != nil && (j == 0 || e != parts[order[j-1]].e) {
+	for j := range order {
+		if e := lockedAt(parts, order, j); e != nil {
 			e.mu.Unlock()
 		}
 	}
+}
+
+// lockedAt returns the entry lockParts locks at the j-th place of order:
+// the part's entry, unless it has none or shares the previous part's.
+func lockedAt(parts []part, order []int, j int) *entry {
+	e := parts[order[j]].e
+	if j > 0 && e == parts[order[j-1]].e {
+		return nil
+	}
+	return e
 }
 
 // Refund gives req.Cost units back to req.Key (see algo.Refund).

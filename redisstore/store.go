@@ -266,22 +266,15 @@ func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo
 		now:    now,
 		margin: s.margin,
 	}
-	if s.batch != nil {
-		if !s.inline || !s.batch.claim() {
-			r, err := s.batch.decide(ctx, &one)
-			if err != nil {
-				return algo.Decision{}, unavailable(err)
-			}
-			return decisionOf(r[:]), nil
+	if !s.alone() {
+		r, err := s.batch.decide(ctx, &one)
+		if err != nil {
+			return algo.Decision{}, unavailable(err)
 		}
-		defer s.batch.release()
+		return decisionOf(r[:]), nil
 	}
 	c := singleCall(&one)
-	err := s.direct(ctx, c)
-	if err == nil {
-		err = c.Err
-	}
-	if err != nil {
+	if err := s.direct(ctx, c); err != nil {
 		return algo.Decision{}, unavailable(err)
 	}
 	if len(c.Reply) != 5 {
@@ -290,42 +283,48 @@ func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo
 	return decisionOf(c.Reply), nil
 }
 
-// run sends one call and waits at most the store's timeout for it: through
-// the batcher, or in its own round trip when batching is off or the batcher
-// lets it go inline (see batcher.claim: with a client that ends calls by
-// their deadline, a lone caller is spared two hand-offs between goroutines,
-// about a fifth of a local round trip).
+// run sends one call and waits at most the store's timeout for it: in its
+// own round trip (alone) or through the batcher.
 func (s *Store) run(ctx context.Context, c *Call) error {
 	var err error
-	switch {
-	case s.batch == nil:
+	if s.alone() {
 		err = s.direct(ctx, c)
-	case s.inline && s.batch.claim():
-		err = s.direct(ctx, c)
-		s.batch.release()
-	default:
-		err = s.batch.run(ctx, c)
+	} else if err = s.batch.run(ctx, c); err == nil {
+		err = c.Err
 	}
 	if err != nil {
 		return unavailable(err)
 	}
-	if c.Err != nil {
-		return unavailable(c.Err)
-	}
 	return nil
 }
 
-// direct sends c in its own round trip within the store's timeout: on this
-// goroutine when the client ends calls by their deadline, else on another
-// (runAlone).
+// alone reports whether a call goes in its own round trip now, sent with
+// direct: batching is off, or the batcher is idle and the client ends calls
+// by their deadline. Then the caller holds the batcher's inline slot
+// (batcher.claim), which direct gives back: a lone caller is spared two
+// hand-offs between goroutines, about a fifth of a local round trip.
+func (s *Store) alone() bool {
+	return s.batch == nil || s.inline && s.batch.claim()
+}
+
+// direct sends c, which alone let go in its own round trip, within the
+// store's timeout: on this goroutine when the client ends calls by their
+// deadline, else on another (runAlone). It returns the round trip's error
+// or c's.
 func (s *Store) direct(ctx context.Context, c *Call) error {
+	if s.batch != nil {
+		defer s.batch.release()
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.inline {
+	if !s.inline {
+		if err := runAlone(ctx, s.client, c); err != nil {
+			return err
+		}
+	} else {
 		s.client.Run(ctx, []*Call{c})
-		return nil
 	}
-	return runAlone(ctx, s.client, c)
+	return c.Err
 }
 
 // runAlone sends c in its own round trip and waits for its reply or for ctx,

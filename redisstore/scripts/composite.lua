@@ -10,25 +10,16 @@
 -- reply    per request, one decision per limit (see decision in the
 --          prelude), flattened
 margin = tonumber(ARGV[1])
-local server
 local reply, r = {}, 0
 local a, k = 2, 0 -- the arguments and keys read so far
 for _ = 1, tonumber(ARGV[2]) do
-  now = tonumber(ARGV[a + 1])
-  if now < 0 then
-    server = server or clock(-1)
-    now = server
-  end
+  now = clock(tonumber(ARGV[a + 1]))
   local n = tonumber(ARGV[a + 2])
   a = a + 2
   local ds, writes, fresh = {}, {}, {}
   local all = true
   for i = 1, n do
-    local max_delay = tonumber(ARGV[a + 6])
-    if max_delay < 0 then
-      max_delay = huge
-    end
-    ds[i], writes[i], fresh[i] = steps[tonumber(ARGV[a + 1])](KEYS[k + i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), max_delay)
+    ds[i], writes[i], fresh[i] = steps[tonumber(ARGV[a + 1])](KEYS[k + i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), delay_bound(tonumber(ARGV[a + 6])))
     all = all and ds[i][1] == 1
     a = a + 6
   end

@@ -21,15 +21,10 @@ local nl, shared, timed = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local limits = {}
 for j = 1, nl do
   local a = 4 + (j - 1) * 5
-  local max_delay = tonumber(ARGV[a + 5])
-  if max_delay < 0 then
-    max_delay = huge
-  end
-  limits[tostring(j)] = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), max_delay}
+  limits[tostring(j)] = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), delay_bound(tonumber(ARGV[a + 5]))}
 end
 local per = (nl > 1 and 1 or 0) + (shared < 0 and 1 or 0) + (timed and 1 or 0)
 local a = 4 + nl * 5
-local server
 local reply, n = {}, 0
 for i = 1, #KEYS do
   local l, cost = limits['1'], shared
@@ -42,14 +37,7 @@ for i = 1, #KEYS do
     b = b + 1
     cost = tonumber(ARGV[b])
   end
-  now = -1
-  if timed then
-    now = tonumber(ARGV[b + 1])
-  end
-  if now < 0 then
-    server = server or clock(-1)
-    now = server
-  end
+  now = clock(timed and tonumber(ARGV[b + 1]) or -1)
   local d, fields, fresh_at = l[1](KEYS[i], l[2], l[3], l[4], cost, l[5])
   store(KEYS[i], fields, fresh_at)
   reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] = d[1], d[2], d[3], d[4], d[5]

@@ -20,13 +20,26 @@ local steps, refunds = {}, {}
 local floor, max, min, huge = math.floor, math.max, math.min, math.huge
 local call, pack, unpack = redis.call, struct.pack, struct.unpack
 
--- The decision's time: the caller's, or the server's TIME when negative.
+-- A decision's time: the caller's, or the server's TIME when negative, read
+-- once per script (a script is atomic: its decisions share that instant).
+local server_time
 local function clock(t)
-  if t < 0 then
-    local s = call('TIME')
-    t = tonumber(s[1]) * 1000000 + tonumber(s[2])
+  if t >= 0 then
+    return t
   end
-  return t
+  if not server_time then
+    local s = call('TIME')
+    server_time = tonumber(s[1]) * 1000000 + tonumber(s[2])
+  end
+  return server_time
+end
+
+-- A max delay argument (µs), -1 for none.
+local function delay_bound(x)
+  if x < 0 then
+    return huge
+  end
+  return x
 end
 
 -- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.

@@ -5,10 +5,6 @@
 -- reply    the decision (see decision in the prelude)
 now = clock(tonumber(ARGV[7]))
 margin = tonumber(ARGV[8])
-local max_delay = tonumber(ARGV[6])
-if max_delay < 0 then
-  max_delay = huge
-end
-local d, fields, fresh_at = steps[tonumber(ARGV[1])](KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), max_delay)
+local d, fields, fresh_at = steps[tonumber(ARGV[1])](KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), delay_bound(tonumber(ARGV[6])))
 store(KEYS[1], fields, fresh_at)
 return d
