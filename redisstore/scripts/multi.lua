@@ -25,6 +25,9 @@ for j = 1, nl do
 end
 local per = (nl > 1 and 1 or 0) + (shared < 0 and 1 or 0) + (timed and 1 or 0)
 local a = 4 + nl * 5
+if not timed then
+  now = clock(-1)
+end
 local reply, n = {}, 0
 for i = 1, #KEYS do
   local l, cost = limits['1'], shared
@@ -37,7 +40,9 @@ for i = 1, #KEYS do
     b = b + 1
     cost = tonumber(ARGV[b])
   end
-  now = clock(timed and tonumber(ARGV[b + 1]) or -1)
+  if timed then
+    now = clock(tonumber(ARGV[b + 1]))
+  end
   local d, fields, fresh_at = l[1](KEYS[i], l[2], l[3], l[4], cost, l[5])
   store(KEYS[i], fields, fresh_at)
   reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] = d[1], d[2], d[3], d[4], d[5]
