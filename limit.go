@@ -27,6 +27,11 @@ const (
 	// FixedWindow admits Rate units per window of Period opened by the first
 	// request; up to 2·Rate across a seam.
 	FixedWindow = Algorithm(algo.FixedWindow)
+	// AlignedWindow admits Rate units per window of Period aligned to the
+	// Unix epoch (a minute's window starts on the minute, a day's at UTC
+	// midnight): what envoyproxy/ratelimit, Kong and limitador count. Up to
+	// 2·Rate across a seam.
+	AlignedWindow = Algorithm(algo.AlignedWindow)
 	// SlidingWindow weighs the previous window's count by how much of it still
 	// overlaps the trailing Period: cheap, and close to exact for even traffic.
 	SlidingWindow = Algorithm(algo.SlidingWindow)
@@ -36,7 +41,7 @@ const (
 )
 
 // String returns the algorithm's name: "token-bucket", "gcra", "leaky-bucket",
-// "fixed-window", "sliding-window" or "sliding-log".
+// "fixed-window", "aligned-window", "sliding-window" or "sliding-log".
 func (a Algorithm) String() string { return algo.Kind(a).String() }
 
 // ParseAlgorithm returns the algorithm that String names s.
@@ -54,7 +59,8 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 //
 // A Limit travels with every call instead of being stored with the key, so a
 // changed limit needs no migration: the key's state is kept and read under the
-// new limit.
+// new limit, another algorithm included, as SEMANTICS.md's "Changed limits"
+// says: spent units are never forgotten.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64

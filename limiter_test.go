@@ -180,11 +180,11 @@ func TestWaitAll(t *testing.T) {
 	lim, clock := newLimiter()
 	ctx := context.Background()
 	parts := []sluice.Part{
-		{Key: "chat:1", Limit: sluice.PerSecond(1).WithBurst(1)},
-		{Key: "global", Limit: sluice.PerSecond(30)},
+		{Key: "chat:1", Limit: sluice.PerSecond(1).WithBurst(1), Cost: 1},
+		{Key: "global", Limit: sluice.PerSecond(30), Cost: 1},
 	}
 	for i := 0; i < 3; i++ {
-		if r, err := lim.WaitAll(ctx, parts, 1); err != nil || !r.Allowed {
+		if r, err := lim.WaitAll(ctx, parts); err != nil || !r.Allowed {
 			t.Fatalf("WaitAll %d: %+v %v", i, r, err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestWaitAll(t *testing.T) {
 	}
 	dctx, cancel := context.WithDeadline(ctx, clock.Now().Add(100*time.Millisecond))
 	defer cancel()
-	if _, err := lim.WaitAll(dctx, parts, 1); !errors.Is(err, sluice.ErrDeadline) {
+	if _, err := lim.WaitAll(dctx, parts); !errors.Is(err, sluice.ErrDeadline) {
 		t.Fatalf("WaitAll past the deadline: %v", err)
 	}
 }

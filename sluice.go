@@ -109,7 +109,7 @@ type LocalStore interface {
 	// the caller gave them: the store checks them (AppendRequests) into a
 	// buffer of its own, which a slice passed through the Store interface
 	// could not be (it would be allocated on the heap on every call).
-	TakeAllLocal(parts []Part, cost int64) (Result, error)
+	TakeAllLocal(parts []Part) (Result, error)
 }
 
 // Clock is the time a Limiter waits by. Tests pass a fake one; the default is
@@ -270,28 +270,31 @@ func (l *Limiter) wait(ctx context.Context, take func(maxDelay int64) (Result, e
 	}
 }
 
-// Part is one limit of a composite request: Limit, spent on Key.
+// Part is one limit of a composite request: Cost units spent on Key under
+// Limit. Each part has its own cost ("1 request and 850 tokens"); a part of
+// Cost 0 only looks, as Take with cost 0 does.
 type Part struct {
 	Key   string
 	Limit Limit
+	Cost  int64
 }
 
 // ErrDuplicateKey is returned when a composite request names the same key
 // twice.
 var ErrDuplicateKey = errors.New("sluice: a composite names a key twice")
 
-// AppendRequests checks the parts of a composite request of cost units and
-// appends their requests (MaxDelay algo.Never) to dst, for stores that
-// implement LocalStore.TakeAllLocal. The error says which part is wrong, or
-// that two parts name one key (ErrDuplicateKey).
-func AppendRequests(dst []Request, parts []Part, cost int64) ([]Request, error) {
+// AppendRequests checks the parts of a composite request and appends their
+// requests (MaxDelay algo.Never) to dst, for stores that implement
+// LocalStore.TakeAllLocal. The error says which part is wrong, or that two
+// parts name one key (ErrDuplicateKey).
+func AppendRequests(dst []Request, parts []Part) ([]Request, error) {
 	if len(parts) == 0 {
 		return dst, fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
 	}
 	n := len(dst)
 	for i := range parts {
 		pt := &parts[i]
-		p, err := Check(pt.Key, pt.Limit, cost)
+		p, err := Check(pt.Key, pt.Limit, pt.Cost)
 		if err != nil {
 			return dst[:n], fmt.Errorf("part %d (%q): %w", i, pt.Key, err)
 		}
@@ -302,20 +305,25 @@ func AppendRequests(dst []Request, parts []Part, cost int64) ([]Request, error) 
 		}
 		dst = append(dst, Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
-		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, cost, algo.Never
+		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, pt.Cost, algo.Never
 	}
 	return dst, nil
 }
 
-// TakeAll asks whether cost units may pass under every part (a global budget
-// and a per-chat one, say) and spends them on all only if all grant: a refusal
-// spends nothing anywhere. RetryAfter is the largest of the refusals',
-// Remaining the smallest of the parts'.
-func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
+// TakeAll asks whether every part may spend its cost (a global budget and a
+// per-chat one, say) and spends on all only if all grant: a refusal spends
+// nothing anywhere.
+//
+// Admitted, Remaining is the smallest of the parts' after spending,
+// ResetAfter and Delay the largest. Refused, nothing was spent, so Remaining
+// and ResetAfter describe the unspent parts (the smallest and the largest of
+// a look at each), Delay is 0, and RetryAfter is the largest of the refusing
+// parts'.
+func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
 	if l.local != nil {
-		return l.local.TakeAllLocal(parts, cost)
+		return l.local.TakeAllLocal(parts)
 	}
-	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts, cost)
+	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -325,8 +333,8 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, cost int64) (Result
 // WaitAll is Wait for a composite request: it blocks until every part grants
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
-func (l *Limiter) WaitAll(ctx context.Context, parts []Part, cost int64) (Result, error) {
-	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts, cost)
+func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
+	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}

@@ -1,12 +1,10 @@
 package algo
 
-import "errors"
-
 // Combine folds the decision d of one limit of a composite request into acc,
-// the decision so far (start from the first limit's decision). A composite
-// passes only if every limit grants; its RetryAfter is the largest of the
-// refusals', Remaining the smallest, ResetAfter, Delay and FreshAt the
-// largest.
+// the decision so far (start from the first limit's decision), as
+// SEMANTICS.md's "Composite limits" says for an admitted request: Remaining
+// the smallest, ResetAfter, Delay and FreshAt the largest, RetryAfter 0. A
+// refused composite spends nothing; its decision is CombineRefused's.
 func Combine(acc *Decision, d Decision) {
 	acc.Allowed = acc.Allowed && d.Allowed
 	acc.Remaining = min(acc.Remaining, d.Remaining)
@@ -19,34 +17,20 @@ func Combine(acc *Decision, d Decision) {
 	}
 }
 
-// ErrNoRefund is returned by Refund for an algorithm that cannot give units
-// back without risking admitting more than its limit: the windows would have
-// to know which window the units were spent in, and a leaky bucket has
-// already handed out the later turns.
-var ErrNoRefund = errors.New("only token-bucket and gcra can give units back")
-
-// Refund gives units back to the state s at time now, as if that many fewer
-// had been spent, but never beyond the bucket's capacity: a refund cannot
-// create capacity. It serves work whose real cost is known only afterwards,
-// and undoing one limit of a composite that another refused. Like Step it
-// updates *s in place; it returns what a query sees afterwards.
-func Refund(p *Params, s *State, now, units int64) (Decision, error) {
-	units = min(max(units, 0), p.Burst)
-	switch p.Kind {
-	case TokenBucket:
-		if s.Kind == TokenBucket {
-			xs, l := bucketAt(p, s, now)
-			*s = State{Kind: TokenBucket, A: min(p.Burst*p.Period, xs+units*p.Period), B: l, Scale: p.Period}
+// Refused turns the decision of a refused composite, folded by Combine from
+// its parts' decisions, into what SEMANTICS.md reports: nothing was spent, so
+// Remaining and ResetAfter come from looks (cost 0) at every part — looks[i]
+// is part i's look — Delay is 0 and RetryAfter stays the largest of the
+// refusing parts'. FreshAt is the largest of the looks'.
+func Refused(acc *Decision, looks []Decision) {
+	acc.Allowed, acc.Delay = false, 0
+	for i, l := range looks {
+		if i == 0 {
+			acc.Remaining, acc.ResetAfter, acc.FreshAt = l.Remaining, l.ResetAfter, l.FreshAt
+			continue
 		}
-	case GCRA:
-		if s.Kind == GCRA {
-			now = seen(s, GCRA, now)
-			_, _, bs := gcraAt(p, s, now)
-			bs = max(0, bs-units*p.Period)
-			*s = State{Kind: GCRA, A: now + bs/p.Rate, B: bs % p.Rate, C: now, Scale: p.Rate}
-		}
-	default:
-		return Decision{}, ErrNoRefund
+		acc.Remaining = min(acc.Remaining, l.Remaining)
+		acc.ResetAfter = max(acc.ResetAfter, l.ResetAfter)
+		acc.FreshAt = max(acc.FreshAt, l.FreshAt)
 	}
-	return Step(p, s, now, 0, Never), nil
 }

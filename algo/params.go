@@ -32,6 +32,7 @@ const (
 	FixedWindow                   // Rate units per window opened by the first request
 	SlidingWindow                 // counter approximation over epoch-aligned windows
 	SlidingLog                    // exact: Rate units per trailing Period
+	AlignedWindow                 // Rate units per window of Period aligned to the epoch
 )
 
 var kindNames = [...]string{
@@ -41,11 +42,12 @@ var kindNames = [...]string{
 	FixedWindow:   "fixed-window",
 	SlidingWindow: "sliding-window",
 	SlidingLog:    "sliding-log",
+	AlignedWindow: "aligned-window",
 }
 
 // Kinds lists every algorithm, in a fixed order.
 func Kinds() []Kind {
-	return []Kind{TokenBucket, GCRA, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
+	return []Kind{TokenBucket, GCRA, LeakyBucket, FixedWindow, AlignedWindow, SlidingWindow, SlidingLog}
 }
 
 // String returns the algorithm's name as the command line spells it.
@@ -57,7 +59,7 @@ func (k Kind) String() string {
 }
 
 // Valid reports whether k names an algorithm.
-func (k Kind) Valid() bool { return k >= TokenBucket && k <= SlidingLog }
+func (k Kind) Valid() bool { return k >= TokenBucket && k <= AlignedWindow }
 
 // ParseKind returns the algorithm named s ("token-bucket", "gcra", ...).
 func ParseKind(s string) (Kind, error) {
@@ -66,7 +68,7 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of token-bucket, gcra, leaky-bucket, fixed-window, sliding-window, sliding-log)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want one of token-bucket, gcra, leaky-bucket, fixed-window, aligned-window, sliding-window, sliding-log)", s)
 }
 
 // Bounds that keep every intermediate of every step below 2^53, the range in

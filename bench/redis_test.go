@@ -254,7 +254,7 @@ func BenchmarkRedisKeys10k64(b *testing.B) {
 func BenchmarkComposite(b *testing.B) {
 	parts := make([][]sluice.Part, Keys)
 	for i := range parts {
-		parts[i] = []sluice.Part{{Key: ChatKey(i), Limit: ChatLimit}, {Key: GlobalKey, Limit: GlobalLimit}}
+		parts[i] = []sluice.Part{{Key: ChatKey(i), Limit: ChatLimit, Cost: 1}, {Key: GlobalKey, Limit: GlobalLimit, Cost: 1}}
 	}
 	for _, store := range []string{"mem", "redis"} {
 		for _, callers := range []int{1, Callers} {
@@ -282,7 +282,7 @@ func BenchmarkComposite(b *testing.B) {
 					}
 					if kind == "composite" {
 						o = func(i int) (bool, error) {
-							res, err := lim.TakeAll(ctx, parts[i%Keys], 1)
+							res, err := lim.TakeAll(ctx, parts[i%Keys])
 							return res.Allowed, err
 						}
 					}

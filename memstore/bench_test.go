@@ -55,13 +55,13 @@ func BenchmarkManyKeysParallel(b *testing.B) {
 func BenchmarkCompositeOneKey(b *testing.B) {
 	lim := sluice.New(memstore.New())
 	parts := []sluice.Part{
-		{Key: "chat:1", Limit: sluice.PerSecond(1_000_000).WithBurst(1000)},
-		{Key: "global", Limit: sluice.PerSecond(30_000_000).WithBurst(1000)},
+		{Key: "chat:1", Limit: sluice.PerSecond(1_000_000).WithBurst(1000), Cost: 1},
+		{Key: "global", Limit: sluice.PerSecond(30_000_000).WithBurst(1000), Cost: 1},
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := lim.TakeAll(ctx, parts, 1); err != nil {
+		if _, err := lim.TakeAll(ctx, parts); err != nil {
 			b.Fatal(err)
 		}
 	}

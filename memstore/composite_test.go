@@ -31,16 +31,16 @@ func TestTakeAllErrors(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	ctx := context.Background()
 	l := sluice.PerSecond(1)
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l}, {Key: "a", Limit: l}}, 1); !errors.Is(err, sluice.ErrDuplicateKey) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 1}, {Key: "a", Limit: l, Cost: 1}}); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate key: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, nil, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+	if _, err := lim.TakeAll(ctx, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("no parts: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l}, {Key: "b", Limit: sluice.PerSecond(10)}}, 2); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 2}, {Key: "b", Limit: sluice.PerSecond(10), Cost: 2}}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("cost over one part's capacity: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "", Limit: l}}, 1); !errors.Is(err, sluice.ErrEmptyKey) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "", Limit: l, Cost: 1}}); !errors.Is(err, sluice.ErrEmptyKey) {
 		t.Errorf("empty key: %v", err)
 	}
 }
@@ -66,10 +66,11 @@ func TestLimiterPathsAgree(t *testing.T) {
 		perm := rng.Perm(5)
 		parts := make([]sluice.Part, n)
 		for j := range parts {
-			parts[j] = sluice.Part{Key: fmt.Sprintf("k%d", perm[j]), Limit: limits[perm[j]%len(limits)]}
+			// 3 is over the gcra limit's capacity
+			parts[j] = sluice.Part{Key: fmt.Sprintf("k%d", perm[j]), Limit: limits[perm[j]%len(limits)], Cost: rng.Int64N(4)}
 		}
-		cost := rng.Int64N(4) // 3 is over the gcra limit's capacity
-		reqs, err := sluice.AppendRequests(nil, parts, cost)
+		cost := parts[0].Cost
+		reqs, err := sluice.AppendRequests(nil, parts)
 		var got, want sluice.Result
 		var gotErr, wantErr error
 		if n == 1 && rng.IntN(2) == 0 {
@@ -79,7 +80,7 @@ func TestLimiterPathsAgree(t *testing.T) {
 				want, wantErr = sluice.FromDecision(&d), e
 			}
 		} else {
-			got, gotErr = lim.TakeAll(ctx, parts, cost)
+			got, gotErr = lim.TakeAll(ctx, parts)
 			if err == nil {
 				d, e := ref.TakeAllAt(reqs, now)
 				want, wantErr = sluice.FromDecision(&d), e
@@ -114,11 +115,11 @@ func TestZeroAllocs(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	ctx := context.Background()
 	l := sluice.PerSecond(1_000_000).WithBurst(1000)
-	parts := []sluice.Part{{Key: "chat:1", Limit: l}, {Key: "global", Limit: l.WithBurst(30)}, {Key: "c", Limit: l}, {Key: "d", Limit: l}}
+	parts := []sluice.Part{{Key: "chat:1", Limit: l, Cost: 1}, {Key: "global", Limit: l.WithBurst(30), Cost: 1}, {Key: "c", Limit: l, Cost: 1}, {Key: "d", Limit: l, Cost: 1}}
 	for name, f := range map[string]func(){
 		"Take":         func() { lim.Take(ctx, "user:1", l, 1) },
-		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2], 1) },
-		"TakeAll of 4": func() { lim.TakeAll(ctx, parts, 1) },
+		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2]) },
+		"TakeAll of 4": func() { lim.TakeAll(ctx, parts) },
 	} {
 		f()
 		if n := testing.AllocsPerRun(1000, f); n != 0 {

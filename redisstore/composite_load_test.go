@@ -11,7 +11,7 @@ package redisstore_test
 // selected by -test.run and marked by the compositeChildEnv variable). Each
 // child runs loadGoroutines goroutines calling
 //
-//	TakeAll(ctx, []sluice.Part{{chat, perChat}, {"global", global}}, 1)
+//	TakeAll(ctx, []sluice.Part{{chat, perChat, 1}, {"global", global, 1}})
 //
 // round-robin over compositeChats chats. The children start and stop
 // together (loadChild's ready line, then the stop time on stdin) and print
@@ -224,7 +224,7 @@ func TestCompositeLoadChild(t *testing.T) {
 	}
 	parts := make([][]sluice.Part, len(cfg.Chats))
 	for k, chat := range cfg.Chats {
-		parts[k] = []sluice.Part{{Key: chat, Limit: chatLim}, {Key: cfg.Global, Limit: globalLim}}
+		parts[k] = []sluice.Part{{Key: chat, Limit: chatLim, Cost: 1}, {Key: cfg.Global, Limit: globalLim, Cost: 1}}
 	}
 
 	stop := awaitStart(t)
@@ -234,7 +234,7 @@ func TestCompositeLoadChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := hammer(cfg.Goroutines, len(cfg.Chats), stop, func(k int) (sluice.Result, error) {
-		r, err := l.TakeAll(ctx, parts[k], 1)
+		r, err := l.TakeAll(ctx, parts[k])
 		if err == nil && r.Degraded {
 			err = fmt.Errorf("degraded decision %+v", r)
 		}
@@ -585,23 +585,24 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 		case "token-bucket":
 			runBound = lim.Burst + span*lim.Rate/lim.Period
 			looseBound = lim.Burst + window*lim.Rate/lim.Period
-			// "1 xs l 0 period": tokens scaled by the period, last update.
+			// "1 ls l 0 rate period": the level (full − tokens) scaled by
+			// the period, last update.
 			if missing[i] {
-				f = []int64{1, lim.Burst * lim.Period, tRead[n], 0, lim.Period}
+				f = []int64{1, 0, tRead[n], 0, lim.Rate, lim.Period}
 				lines = append(lines, "final state: full again (key deleted)")
 			}
-			if len(f) != 5 || f[0] != 1 || f[4] != lim.Period {
+			if len(f) != 6 || f[0] != 1 || f[5] != lim.Period {
 				t.Errorf("%s: final state %v is not a token bucket's", k, f)
 				break
 			}
-			xs, l := f[1], f[2]
+			xs, l := lim.Burst*lim.Period-f[1], f[2]
 			stateBound = loadFloorDiv(lim.Burst*lim.Period-xs+lim.Rate*(l-tS[n]), lim.Period)
 		case "fixed-window":
 			runBound = lim.Rate * (span/lim.Period + 1)
 			looseBound = lim.Rate * (window/lim.Period + 1)
-			// "4 c e 0 0": the count of the window ending at e. A window
+			// "4 c e 0 rate period": the count of the window ending at e. A window
 			// key outlives its window by the minute of TTL margin.
-			if len(f) != 5 || f[0] != 4 {
+			if len(f) != 6 || f[0] != 4 {
 				t.Errorf("%s: final state %v is not a fixed window's", k, f)
 				break
 			}
@@ -661,7 +662,7 @@ func compositeCheckWindows(t *testing.T, name string, lim compositePart, states 
 	t.Helper()
 	windows := map[int64]int64{} // end → highest count seen
 	for _, st := range states {
-		if len(st) != 5 || st[0] != 4 {
+		if len(st) != 6 || st[0] != 4 {
 			t.Errorf("%s: sampled state %v is not a fixed window's", name, st)
 			continue
 		}

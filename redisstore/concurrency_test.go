@@ -313,13 +313,18 @@ func loadServerTime(t *testing.T, c *redis.Client) int64 {
 
 // loadParseState reads a key's packed state (see load in scripts/prelude.lua):
 // the kind in one byte, then each field as a little-endian 8-byte integer,
-// "kind a b c scale" or "kind t1 n1 t2 n2 ...".
+// "kind a b c rate period", or for a sliding log "kind rate period t1 n1 t2
+// n2 ...", returned without its rate and period: "kind t1 n1 t2 n2 ...".
 func loadParseState(raw string) ([]int64, error) {
 	if len(raw) == 0 || (len(raw)-1)%8 != 0 {
 		return nil, fmt.Errorf("state %q: %d bytes is not a kind and 8-byte fields", raw, len(raw))
 	}
 	out := []int64{int64(raw[0])}
-	for i := 1; i < len(raw); i += 8 {
+	from := 1
+	if raw[0] == 6 {
+		from = 17
+	}
+	for i := from; i < len(raw); i += 8 {
 		out = append(out, int64(binary.LittleEndian.Uint64([]byte(raw[i:i+8]))))
 	}
 	return out, nil
@@ -479,13 +484,14 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 		f := final[k]
 		switch lc.alg {
 		case "token-bucket":
-			// "1 xs l 0 period": tokens scaled by the period, last update.
-			if len(f) != 5 || f[0] != 1 || f[4] != lc.period {
+			// "1 ls l 0 rate period": the level (full − tokens) scaled by
+			// the period, last update.
+			if len(f) != 6 || f[0] != 1 || f[5] != lc.period {
 				t.Errorf("%s %s: final state %v is not a token bucket's", lc.alg, name, f)
 				break
 			}
-			xs, l := f[1], f[2]
 			full := lc.burst * lc.period
+			xs, l := full-f[1], f[2]
 			stateBound := loadFloorDiv(full-xs+lc.rate*(l-tS), lc.period)
 			// Never full again after the first admission: equality at the
 			// real first admission time.
@@ -497,8 +503,8 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 					lc.alg, name, a, stateBound, f, tS)
 			}
 		case "gcra":
-			// "2 tu tr 0 rate": TAT = tu + tr/rate µs.
-			if len(f) != 5 || f[0] != 2 || f[4] != lc.rate {
+			// "2 tu tr seen rate period": TAT = tu + tr/rate µs.
+			if len(f) != 6 || f[0] != 2 || f[4] != lc.rate {
 				t.Errorf("%s %s: final state %v is not a GCRA's", lc.alg, name, f)
 				break
 			}
@@ -512,8 +518,8 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 					lc.alg, name, a, stateBound, f, tS)
 			}
 		case "fixed-window":
-			// "4 c e 0 0": the count of the window ending at e.
-			if len(f) != 5 || f[0] != 4 {
+			// "4 c e 0 rate period": the count of the window ending at e.
+			if len(f) != 6 || f[0] != 4 {
 				t.Errorf("%s %s: final state %v is not a fixed window's", lc.alg, name, f)
 				break
 			}
@@ -553,7 +559,7 @@ func loadCheckFixed(t *testing.T, lc loadCase, name string, admitted int64, stat
 	t.Helper()
 	windows := map[int64]int64{} // end → highest count seen
 	for _, st := range states {
-		if len(st) != 5 || st[0] != 4 {
+		if len(st) != 6 || st[0] != 4 {
 			t.Errorf("%s %s: sampled state %v is not a fixed window's", lc.alg, name, st)
 			continue
 		}

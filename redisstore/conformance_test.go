@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
@@ -111,6 +113,61 @@ func TestConformanceCluster(t *testing.T) {
 		traces, n = 1, 40
 	}
 	conform(t, cl.Client(), traces, n)
+}
+
+// conformChanged replays traces whose limits change (rate, period, burst,
+// algorithm) through memstore, the model and the Redis store, and requires
+// every decision equal: each store reads another limit's state as
+// SEMANTICS.md's "Changed limits" says.
+func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
+	ctx := context.Background()
+	seed := storetest.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 8))
+	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	defer rs.Close()
+	decisions := 0
+	for ti := 0; ti < traces; ti++ {
+		ms := memstore.New()
+		ks := model.NewKeys()
+		prefix := fmt.Sprintf("t%d:", ti)
+		trace := storetest.ChangedTrace(r, n)
+		for i, q := range trace {
+			req := sluice.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
+			want, _ := ms.TakeAt(req, q.Now)
+			want.FreshAt = 0
+			got, err := rs.TakeAt(ctx, req, q.Now)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			exact := ks.Take(q.Key, storetest.ModelLimit(q.Params), q.Now, q.Cost)
+			if got != want || got != exact {
+				var hist strings.Builder
+				for _, h := range trace[max(0, i-20) : i+1] {
+					fmt.Fprintf(&hist, "  %s %v %d/%dµs burst %d t=+%d cost %d\n", h.Key, h.Params.Kind, h.Params.Rate, h.Params.Period, h.Params.Burst, h.Now-base, h.Cost)
+				}
+				t.Fatalf("seed %d trace %d request %d:\n redis  %+v\n memory %+v\n model  %+v\n%s", seed, ti, i, got, want, exact, hist.String())
+			}
+			decisions++
+		}
+	}
+	t.Logf("%d decisions under changing limits identical in Redis, memory and the model", decisions)
+}
+
+func TestConformanceChangedLimits(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		traces, n := 12, 200
+		if testing.Short() {
+			traces, n = 2, 100
+		}
+		conformChanged(t, redistest.Shared(t).Client(), traces, n)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		traces, n := 4, 150
+		if testing.Short() {
+			traces, n = 1, 60
+		}
+		conformChanged(t, redistest.Cluster(t).Client(), traces, n)
+	})
 }
 
 func TestMain(m *testing.M) { redistest.Main(m) }

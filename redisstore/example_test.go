@@ -38,8 +38,8 @@ func ExampleStore_TakeAll() {
 	defer rdb.Close()
 	lim := sluice.New(redisstore.NewGoRedis(rdb))
 	res, err := lim.TakeAll(context.Background(), []sluice.Part{
-		{Key: "{tenant:7}:user:42", Limit: sluice.PerSecond(5)},
-		{Key: "{tenant:7}:all", Limit: sluice.PerSecond(100)},
-	}, 1)
+		{Key: "{tenant:7}:user:42", Limit: sluice.PerSecond(5), Cost: 1},
+		{Key: "{tenant:7}:all", Limit: sluice.PerSecond(100), Cost: 1},
+	})
 	fmt.Println(res.Allowed, err)
 }

@@ -53,8 +53,8 @@ var scriptFiles embed.FS
 // algorithm's step and the single-decision main; multis the same with the
 // multi-decision main. composite holds every step and the composite main.
 var (
-	scripts      [algo.SlidingLog + 1]*Script
-	multis       [algo.SlidingLog + 1]*Script
+	scripts      [algo.AlignedWindow + 1]*Script
+	multis       [algo.AlignedWindow + 1]*Script
 	composite    *Script
 	refundScript *Script
 	resetScript  *Script
@@ -65,14 +65,17 @@ var stepFiles = [...]string{
 	algo.GCRA:          "gcra.lua",
 	algo.LeakyBucket:   "leaky_bucket.lua",
 	algo.FixedWindow:   "fixed_window.lua",
+	algo.AlignedWindow: "aligned_window.lua",
 	algo.SlidingWindow: "sliding_window.lua",
 	algo.SlidingLog:    "sliding_log.lua",
 }
 
 func init() {
 	// Each script defines only the helpers its steps use: Lua recreates
-	// every local function on every call.
-	prelude, timestamp := mustRead("prelude.lua"), mustRead("timestamp.lua")
+	// every local function on every call. Every step reads the states other
+	// limits wrote (convert.lua).
+	prelude := mustRead("prelude.lua") + mustRead("convert.lua")
+	timestamp := mustRead("timestamp.lua")
 	stepOf := func(k algo.Kind) string {
 		if k == algo.GCRA || k == algo.LeakyBucket {
 			return timestamp + mustRead(stepFiles[k])
@@ -86,7 +89,7 @@ func init() {
 		all += mustRead(stepFiles[k])
 	}
 	composite = NewScript(all + mustRead("composite.lua"))
-	refundScript = NewScript(prelude + timestamp + mustRead(stepFiles[algo.TokenBucket]) + mustRead(stepFiles[algo.GCRA]) + mustRead("refunds.lua") + mustRead("refund.lua"))
+	refundScript = NewScript(prelude + mustRead("refund.lua"))
 	resetScript = NewScript(mustRead("reset.lua"))
 }
 
@@ -408,13 +411,18 @@ func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (
 		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", sluice.ErrStoreUnavailable, c.Reply)
 	}
 	var acc algo.Decision
+	looks := make([]algo.Decision, len(reqs))
 	for i := range reqs {
-		d := decisionOf(c.Reply[5*i : 5*i+5])
+		looks[i] = decisionOf(c.Reply[5*i : 5*i+5])
 		if i == 0 {
-			acc = d
+			acc = looks[i]
 		} else {
-			algo.Combine(&acc, d)
+			algo.Combine(&acc, looks[i])
 		}
+	}
+	if !acc.Allowed {
+		// The script replied looks for the parts that granted.
+		algo.Refused(&acc, looks)
 	}
 	return acc, nil
 }

@@ -53,9 +53,9 @@ func (s *Sender) Step(ctx context.Context, now time.Time) (time.Time, error) {
 	for len(s.queue) > 0 && !s.queue[0].Due.After(now) {
 		m := heap.Pop(&s.queue).(Message)
 		r, err := s.lim.TakeAll(ctx, []sluice.Part{
-			{Key: fmt.Sprintf("chat:%d", m.Chat), Limit: perChat}, // the narrow limit first
-			{Key: "global", Limit: global},
-		}, 1)
+			{Key: fmt.Sprintf("chat:%d", m.Chat), Limit: perChat, Cost: 1}, // the narrow limit first
+			{Key: "global", Limit: global, Cost: 1},
+		})
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -24,33 +24,86 @@ import (
 	"github.com/sluice-go/sluice/algo"
 )
 
-// Model is the contract's answer for one limit, over any number of keys. The
-// zero Model is not usable; call New. A Model is not safe for concurrent use.
-type Model struct {
-	kind                algo.Kind
-	rate, period, burst int64
-	t                   *big.Rat // the emission interval T = period/rate, µs
-	keys                map[string]*keyState
+// Limit is a limit as the contract states it: rate units per period (µs),
+// burst meaning what the contract says for kind.
+type Limit struct {
+	Kind                algo.Kind
+	Rate, Period, Burst int64
 }
 
-// keyState is one key's state. Only the fields of the model's kind are used; a
-// key missing from the map is fresh.
+// Capacity is the largest cost the contract lets pass on a fresh key: B for
+// token-bucket and gcra, Q+1 for leaky-bucket, rate for the windows and the log.
+func (l Limit) Capacity() int64 {
+	switch l.Kind {
+	case algo.TokenBucket, algo.GCRA:
+		return l.Burst
+	case algo.LeakyBucket:
+		return l.Burst + 1
+	}
+	return l.Rate
+}
+
+func (l Limit) check() {
+	if !l.Kind.Valid() {
+		panic(fmt.Sprintf("model: unknown kind %d", l.Kind))
+	}
+	if l.Rate <= 0 || l.Period <= 0 || l.Burst < 0 {
+		panic(fmt.Sprintf("model: bad limit rate=%d period=%d burst=%d", l.Rate, l.Period, l.Burst))
+	}
+	if (l.Kind == algo.TokenBucket || l.Kind == algo.GCRA) && l.Burst < 1 {
+		panic(fmt.Sprintf("model: %v needs burst ≥ 1", l.Kind))
+	}
+}
+
+// bucket reports whether the limit's algorithm keeps a level that refills.
+func (l Limit) bucket() bool {
+	return l.Kind == algo.TokenBucket || l.Kind == algo.GCRA || l.Kind == algo.LeakyBucket
+}
+
+// Keys is a key space: each key's state and the limit that wrote it. Every
+// call names its own limit, as a Limiter's calls do, so one key may be read
+// under another rate, period, burst or algorithm than the one that wrote it
+// (SEMANTICS.md, "Changed limits"). The zero Keys is not usable; call
+// NewKeys. Keys is not safe for concurrent use.
+type Keys struct {
+	keys map[string]*keyState
+}
+
+// NewKeys returns an empty key space.
+func NewKeys() *Keys { return &Keys{keys: make(map[string]*keyState)} }
+
+// Model is the contract's answer for one limit, over a key space of its own
+// (New) or a shared one (On). A Model is not safe for concurrent use.
+type Model struct {
+	lim Limit
+	ks  *Keys
+	t   *big.Rat // the emission interval T = period/rate, µs
+	// keys is ks.keys, for the composite's save and restore.
+	keys map[string]*keyState
+}
+
+// keyState is one key's state, under lim, the limit that wrote it. Only
+// the fields of lim's algorithm are used; a key missing from the map is
+// fresh.
 type keyState struct {
+	lim  Limit
 	last int64 // the key's latest time, to refuse a clock that goes back
 
-	// token-bucket: tokens x at time l; x == nil is fresh (full).
+	// token-bucket: tokens x at time l.
 	x *big.Rat
 	l int64
 
-	// gcra: the theoretical arrival time; nil is fresh.
+	// gcra: the theoretical arrival time.
 	tat *big.Rat
 
-	// leaky-bucket: D, the time the queue is empty again; nil is fresh.
+	// leaky-bucket: D, the time the queue is empty again.
 	d *big.Rat
 
-	// fixed-window: whether a window was ever opened, its count and end.
+	// fixed-window: whether a window is open, its count and end;
+	// aligned-window: its count c in window k.
 	open bool
 	c, e int64
+	k    int64
 
 	// sliding-window: admitted units per epoch-aligned window index.
 	counts map[int64]int64
@@ -62,64 +115,48 @@ type keyState struct {
 type entry struct{ t, cost int64 }
 
 // New returns the model of the limit: rate units per periodUS microseconds,
-// with burst meaning what the contract says for kind. It panics on a limit the
-// contract does not define (rate or period not positive, a negative burst, a
-// token-bucket or gcra burst of 0, an unknown kind).
+// with burst meaning what the contract says for kind, over a key space of
+// its own. It panics on a limit the contract does not define (rate or
+// period not positive, a negative burst, a token-bucket or gcra burst of 0,
+// an unknown kind).
 func New(kind algo.Kind, rate, periodUS, burst int64) *Model {
-	switch kind {
-	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket, algo.FixedWindow, algo.SlidingWindow, algo.SlidingLog:
-	default:
-		panic(fmt.Sprintf("model: unknown kind %d", kind))
-	}
-	if rate <= 0 || periodUS <= 0 || burst < 0 {
-		panic(fmt.Sprintf("model: bad limit rate=%d period=%d burst=%d", rate, periodUS, burst))
-	}
-	if (kind == algo.TokenBucket || kind == algo.GCRA) && burst < 1 {
-		panic(fmt.Sprintf("model: %v needs burst ≥ 1", kind))
-	}
-	return &Model{
-		kind:   kind,
-		rate:   rate,
-		period: periodUS,
-		burst:  burst,
-		t:      big.NewRat(periodUS, rate),
-		keys:   make(map[string]*keyState),
-	}
+	return NewKeys().Model(Limit{kind, rate, periodUS, burst})
 }
 
-// Capacity is the largest cost the contract lets pass on a fresh key: B for
-// token-bucket and gcra, Q+1 for leaky-bucket, rate for the windows and the log.
-func (m *Model) Capacity() int64 {
-	switch m.kind {
-	case algo.TokenBucket, algo.GCRA:
-		return m.burst
-	case algo.LeakyBucket:
-		return m.burst + 1
-	}
-	return m.rate
+// Model returns the model of lim over the key space ks.
+func (ks *Keys) Model(lim Limit) *Model {
+	lim.check()
+	return &Model{lim: lim, ks: ks, t: big.NewRat(lim.Period, lim.Rate), keys: ks.keys}
 }
+
+// Take decides cost units for key at now under lim (see Model.Take).
+func (ks *Keys) Take(key string, lim Limit, now, cost int64) algo.Decision {
+	return ks.Model(lim).Take(key, now, cost)
+}
+
+// Capacity is the limit's capacity (Limit.Capacity).
+func (m *Model) Capacity() int64 { return m.lim.Capacity() }
 
 // Take decides a request of cost units for key at time now (µs) and updates
 // the key's state. It fills Allowed, Remaining, RetryAfter, ResetAfter and
 // Delay; FreshAt is left zero. It panics when cost is outside [0, Capacity()]
 // (the contract's error, which leaves the state unchanged) or when now is
 // before the key's previous time.
+//
+// A state another limit wrote is first read as "Changed limits" says
+// (carry); then the algorithm decides on it. A request of cost > 0 stores
+// the state its algorithm leaves, allowed or denied; a query stores nothing.
 func (m *Model) Take(key string, now, cost int64) algo.Decision {
 	if cost < 0 || cost > m.Capacity() {
 		panic(fmt.Sprintf("model: cost %d outside [0, %d]", cost, m.Capacity()))
 	}
-	st, ok := m.keys[key]
-	if !ok {
-		st = &keyState{last: now}
-		m.keys[key] = st
+	old, ok := m.keys[key]
+	if ok && now < old.last {
+		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, old.last))
 	}
-	if now < st.last {
-		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, st.last))
-	}
-	st.last = now
-
+	st := m.carry(old, now)
 	var d algo.Decision
-	switch m.kind {
+	switch m.lim.Kind {
 	case algo.TokenBucket:
 		d = m.tokenBucket(st, now, cost)
 	case algo.GCRA:
@@ -128,6 +165,8 @@ func (m *Model) Take(key string, now, cost int64) algo.Decision {
 		d = m.leakyBucket(st, now, cost)
 	case algo.FixedWindow:
 		d = m.fixedWindow(st, now, cost)
+	case algo.AlignedWindow:
+		d = m.alignedWindow(st, now, cost)
 	case algo.SlidingWindow:
 		d = m.slidingWindow(st, now, cost)
 	case algo.SlidingLog:
@@ -136,7 +175,143 @@ func (m *Model) Take(key string, now, cost int64) algo.Decision {
 	if cost == 0 && (!d.Allowed || d.RetryAfter != 0) {
 		panic("model: a query was denied") // the contract's own promise
 	}
+	if cost > 0 {
+		st.last = now
+		m.keys[key] = st
+	} else if ok {
+		old.last = now
+	}
 	return d
+}
+
+// carry returns a copy of old (nil: fresh) as m's limit reads it at now:
+// the state itself when m's limit wrote it; otherwise, as SEMANTICS.md's
+// "Changed limits" says, the state holding what old held under its own
+// limit.
+func (m *Model) carry(old *keyState, now int64) *keyState {
+	st := &keyState{lim: m.lim}
+	if old == nil {
+		return st
+	}
+	if old.lim == m.lim {
+		return old.clone()
+	}
+	l, o := m.lim, old.lim
+	switch {
+	case l.bucket() && o.bucket():
+		// The level carries: exactly under the same period, else in whole
+		// units rounded up; capped at the capacity (a bucket is at most
+		// empty).
+		lv := old.level(now)
+		if l.Period != o.Period {
+			lv = rat(ceil(lv))
+		}
+		m.setLevel(st, now, minRat(lv, rat(l.Capacity())))
+		return st
+	case l.Kind == algo.FixedWindow && o.Kind == algo.FixedWindow:
+		// An open window keeps its start and count; it ends a new period
+		// after its start. One that had ended stays ended.
+		if old.open && now < old.e {
+			st.open, st.c, st.e = true, old.c, old.e-o.Period+l.Period
+		}
+		return st
+	case l.Kind == algo.SlidingLog && o.Kind == algo.SlidingLog:
+		// The log's times are absolute: it is read as it is, but for the
+		// entries that had left the old period.
+		for _, e := range old.log {
+			if e.t > now-o.Period {
+				st.log = append(st.log, e)
+			}
+		}
+		return st
+	case l.Kind == algo.AlignedWindow && o.Kind == algo.AlignedWindow && l.Period == o.Period,
+		l.Kind == algo.SlidingWindow && o.Kind == algo.SlidingWindow && l.Period == o.Period:
+		// Counts kept as they are under a new rate.
+		c := old.clone()
+		c.lim = l
+		return c
+	}
+	// Otherwise: the whole units old holds now, capped at the capacity, as
+	// if spent now on a fresh key.
+	u := min(old.held(now), l.Capacity())
+	if u == 0 {
+		return st
+	}
+	switch l.Kind {
+	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
+		m.setLevel(st, now, rat(u))
+	case algo.FixedWindow:
+		st.open, st.c, st.e = true, u, now+l.Period
+	case algo.AlignedWindow:
+		st.k, st.c = now/l.Period, u
+	case algo.SlidingWindow:
+		st.counts = map[int64]int64{now / l.Period: u}
+	case algo.SlidingLog:
+		st.log = []entry{{now, u}}
+	}
+	return st
+}
+
+// level is a bucket state's level at now under its own limit: the units
+// spent and not yet refilled (B − x for the token bucket, the backlog over T
+// for gcra and the leaky bucket), at least 0.
+func (st *keyState) level(now int64) *big.Rat {
+	t := big.NewRat(st.lim.Period, st.lim.Rate)
+	var lv *big.Rat
+	switch st.lim.Kind {
+	case algo.TokenBucket:
+		b := rat(st.lim.Burst)
+		x := minRat(b, add(st.x, quo(rat(now-st.l), t)))
+		lv = sub(b, x)
+	case algo.GCRA:
+		lv = quo(sub(st.tat, rat(now)), t)
+	case algo.LeakyBucket:
+		lv = quo(sub(st.d, rat(now)), t)
+	}
+	return maxRat(rat(0), lv)
+}
+
+// setLevel makes st, of m's bucket algorithm, hold the level lv at now.
+func (m *Model) setLevel(st *keyState, now int64, lv *big.Rat) {
+	switch m.lim.Kind {
+	case algo.TokenBucket:
+		st.x, st.l = sub(rat(m.lim.Burst), lv), now
+	case algo.GCRA:
+		st.tat = add(rat(now), mul(lv, m.t))
+	case algo.LeakyBucket:
+		st.d = add(rat(now), mul(lv, m.t))
+	}
+}
+
+// held is the whole units a state holds at now under its own limit: a
+// bucket's level rounded up, an open window's count, a sliding window's
+// estimate rounded up, the log's units in its trailing period.
+func (st *keyState) held(now int64) int64 {
+	l := st.lim
+	switch l.Kind {
+	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
+		return ceil(st.level(now))
+	case algo.FixedWindow:
+		if st.open && now < st.e {
+			return st.c
+		}
+	case algo.AlignedWindow:
+		if now/l.Period == st.k {
+			return st.c
+		}
+	case algo.SlidingWindow:
+		old := &Model{lim: l}
+		return ceil(old.estimate(st.counts, now))
+	case algo.SlidingLog:
+		n := int64(0)
+		for _, e := range st.log {
+			if e.t > now-l.Period {
+				n += e.cost
+			}
+		}
+		return n
+	}
+	return 0
 }
 
 // tokenBucket:
@@ -146,7 +321,7 @@ func (m *Model) Take(key string, now, cost int64) algo.Decision {
 //	else:        denied,  retry_after = ceil((cost − x)·T)
 //	remaining = floor(x);  reset_after = ceil((B − x)·T)
 func (m *Model) tokenBucket(st *keyState, now, cost int64) algo.Decision {
-	b := rat(m.burst)
+	b := rat(m.lim.Burst)
 	x := b // fresh: full
 	if st.x != nil {
 		x = minRat(b, add(st.x, quo(rat(now-st.l), m.t)))
@@ -174,7 +349,7 @@ func (m *Model) tokenBucket(st *keyState, now, cost int64) algo.Decision {
 //	remaining = floor(B − (TAT − t)/T);  reset_after = ceil(TAT − t)
 func (m *Model) gcra(st *keyState, now, cost int64) algo.Decision {
 	t := rat(now)
-	bt := mul(rat(m.burst), m.t)
+	bt := mul(rat(m.lim.Burst), m.t)
 	tat := t // fresh: full, TAT at or before now
 	if st.tat != nil {
 		tat = maxRat(st.tat, t)
@@ -188,7 +363,7 @@ func (m *Model) gcra(st *keyState, now, cost int64) algo.Decision {
 		d.RetryAfter = ceil(sub(sub(next, t), bt))
 	}
 	backlog := sub(tat, t)
-	d.Remaining = floor(sub(rat(m.burst), quo(backlog, m.t)))
+	d.Remaining = floor(sub(rat(m.lim.Burst), quo(backlog, m.t)))
 	d.ResetAfter = ceil(backlog)
 	if cost > 0 {
 		st.tat = tat
@@ -214,7 +389,7 @@ func (m *Model) leakyBucket(st *keyState, now, cost int64) algo.Decision {
 	}
 	s := maxRat(t, dq)
 	last := sub(add(s, mul(rat(cost-1), m.t)), t)
-	qt := mul(rat(m.burst), m.t)
+	qt := mul(rat(m.lim.Burst), m.t)
 	var d algo.Decision
 	if cost == 0 || last.Cmp(qt) <= 0 {
 		d.Allowed = true
@@ -226,7 +401,7 @@ func (m *Model) leakyBucket(st *keyState, now, cost int64) algo.Decision {
 		d.RetryAfter = ceil(sub(last, qt))
 	}
 	backlog := maxRat(rat(0), sub(dq, t))
-	d.Remaining = max(0, floor(sub(rat(m.burst+1), quo(backlog, m.t))))
+	d.Remaining = max(0, floor(sub(rat(m.lim.Burst+1), quo(backlog, m.t))))
 	d.ResetAfter = ceil(backlog)
 	if cost > 0 {
 		st.d = dq
@@ -244,30 +419,56 @@ func (m *Model) fixedWindow(st *keyState, now, cost int64) algo.Decision {
 	c, e := st.c, st.e
 	if !st.open || now >= e {
 		if cost == 0 { // nothing is open and a query opens nothing: fresh
-			return algo.Decision{Allowed: true, Remaining: m.rate}
+			return algo.Decision{Allowed: true, Remaining: m.lim.Rate}
 		}
-		c, e = 0, now+m.period
+		c, e = 0, now+m.lim.Period
 	}
 	var d algo.Decision
-	if c+cost <= m.rate {
+	if cost == 0 || c+cost <= m.lim.Rate { // a query passes, even over a lowered rate
 		d.Allowed = true
 		c += cost
 	} else {
 		d.RetryAfter = e - now
 	}
-	d.Remaining = m.rate - c
+	d.Remaining = max(0, m.lim.Rate-c)
 	d.ResetAfter = e - now
-	if cost > 0 {
-		st.open, st.c, st.e = true, c, e
+	st.open, st.c, st.e = true, c, e
+	return d
+}
+
+// alignedWindow:
+//
+//	if the state's window ≠ k:  c ← 0                  (a new window)
+//	if c + cost ≤ rate: allowed, c ← c + cost
+//	else: denied, retry_after = e − t
+//	remaining = rate − c;  reset_after = e − t if c > 0, else 0
+func (m *Model) alignedWindow(st *keyState, now, cost int64) algo.Decision {
+	k, _ := m.window(now)
+	e := (k + 1) * m.lim.Period
+	c := int64(0)
+	if st.k == k {
+		c = st.c
 	}
+	var d algo.Decision
+	if cost == 0 || c+cost <= m.lim.Rate {
+		d.Allowed = true
+		c += cost
+	} else {
+		d.RetryAfter = e - now
+	}
+	d.Remaining = max(0, m.lim.Rate-c)
+	if c > 0 {
+		d.ResetAfter = e - now
+	}
+	st.k, st.c = k, c
 	return d
 }
 
 // window returns the index k of the epoch-aligned window of length W holding
 // time t, and the offset of t in it.
 func (m *Model) window(t int64) (k, x int64) {
-	k = t / m.period // times are ≥ 0
-	return k, t - k*m.period
+	k = t / m.lim.Period // times are ≥ 0
+	return k, t - k*m.lim.Period
 }
 
 // estimate is the contract's prev·(W − x)/W + cur at time t, read from the
@@ -276,8 +477,8 @@ func (m *Model) window(t int64) (k, x int64) {
 // call it often and each big.Rat operation reduces its result.
 func (m *Model) estimate(counts map[int64]int64, t int64) *big.Rat {
 	k, x := m.window(t)
-	w := big.NewInt(m.period)
-	num := new(big.Int).Mul(big.NewInt(counts[k-1]), big.NewInt(m.period-x))
+	w := big.NewInt(m.lim.Period)
+	num := new(big.Int).Mul(big.NewInt(counts[k-1]), big.NewInt(m.lim.Period-x))
 	num.Add(num, new(big.Int).Mul(big.NewInt(counts[k]), w))
 	return new(big.Rat).SetFrac(num, w)
 }
@@ -303,23 +504,23 @@ func (m *Model) slidingWindow(st *keyState, now, cost int64) algo.Decision {
 			delete(counts, w)
 		}
 	}
-	room := rat(m.rate - cost) // estimate + cost ≤ rate  ⇔  estimate ≤ rate − cost
+	room := rat(m.lim.Rate - cost) // estimate + cost ≤ rate  ⇔  estimate ≤ rate − cost
 	fits := func(t int64) bool { return m.estimate(counts, t).Cmp(room) <= 0 }
 	var d algo.Decision
-	if fits(now) {
+	if cost == 0 || fits(now) {
 		d.Allowed = true
 		if cost > 0 {
 			counts[k] += cost
 		}
 	} else {
-		d.RetryAfter = search(1, 2*m.period+1, func(d int64) bool { return fits(now + d) })
+		d.RetryAfter = search(1, 2*m.lim.Period+1, func(d int64) bool { return fits(now + d) })
 	}
-	d.Remaining = max(0, floor(sub(rat(m.rate), m.estimate(counts, now))))
+	d.Remaining = max(0, floor(sub(rat(m.lim.Rate), m.estimate(counts, now))))
 	switch {
 	case counts[k] > 0:
-		d.ResetAfter = (k+2)*m.period - now
+		d.ResetAfter = (k+2)*m.lim.Period - now
 	case counts[k-1] > 0:
-		d.ResetAfter = (k+1)*m.period - now
+		d.ResetAfter = (k+1)*m.lim.Period - now
 	}
 	for w, n := range counts { // reading a missing window added nothing, but keep the map tidy
 		if n == 0 {
@@ -339,7 +540,7 @@ func (m *Model) slidingWindow(st *keyState, now, cost int64) algo.Decision {
 // remaining is read after the decision, as the contract's table defines it:
 // an admitted request counts in used.
 func (m *Model) slidingLog(st *keyState, now, cost int64) algo.Decision {
-	w := m.period
+	w := m.lim.Period
 	kept := st.log[:0:0]
 	for _, e := range st.log {
 		if e.t > now-w {
@@ -358,7 +559,7 @@ func (m *Model) slidingLog(st *keyState, now, cost int64) algo.Decision {
 	}
 	used := usedAfter(now)
 	var d algo.Decision
-	if used+cost <= m.rate {
+	if cost == 0 || used+cost <= m.lim.Rate {
 		d.Allowed = true
 		if cost > 0 {
 			st.log = append(st.log, entry{now, cost})
@@ -366,9 +567,9 @@ func (m *Model) slidingLog(st *keyState, now, cost int64) algo.Decision {
 		}
 	} else {
 		// At d = W every entry (all at times ≤ t) has left, and cost ≤ rate fits.
-		d.RetryAfter = search(1, w, func(d int64) bool { return usedAfter(now+d)+cost <= m.rate })
+		d.RetryAfter = search(1, w, func(d int64) bool { return usedAfter(now+d)+cost <= m.lim.Rate })
 	}
-	d.Remaining = m.rate - used
+	d.Remaining = max(0, m.lim.Rate-used)
 	if n := len(st.log); n > 0 {
 		d.ResetAfter = st.log[n-1].t + w - now
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -65,56 +67,92 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	}
 }
 
-// RandomComposites replays random composite traces (two or three parts of
-// random algorithms) and requires every decision equal to the model's, which
-// applies SEMANTICS.md limit by limit.
+// RandomComposites replays random composite traces (one to three parts of
+// random algorithms, each with its own cost, over a small pool of keys so
+// that a key is read under other limits too) and requires every decision
+// equal to the model's, which applies SEMANTICS.md limit by limit.
 func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int) {
-	seed := uint64(time.Now().UnixNano())
+	seed := Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(4),
+		sluice.PerSecond(3).WithBurst(4).Using(sluice.GCRA),
 		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
 		sluice.PerSecond(5).WithBurst(3).Using(sluice.LeakyBucket),
 		sluice.PerSecond(6).Using(sluice.FixedWindow),
+		sluice.Per(6, 2*time.Second).Using(sluice.FixedWindow),
+		sluice.PerSecond(4).Using(sluice.AlignedWindow),
 		sluice.PerSecond(5).Using(sluice.SlidingWindow),
 		sluice.PerSecond(4).Using(sluice.SlidingLog),
 	}
-	decisions := 0
+	decisions, refused := 0, 0
 	for ti := 0; ti < traces; ti++ {
-		np := 2 + r.IntN(2)
-		var parts []sluice.Request
-		var models []*model.Model
-		var keys []string
-		capacity := int64(1 << 62)
-		for i := 0; i < np; i++ {
-			l := limits[r.IntN(len(limits))]
-			key := fmt.Sprintf("%st%d:p%d", prefix, ti, i)
-			p, _ := l.Params()
-			parts = append(parts, req(key, l, 0))
-			models = append(models, model.New(p.Kind, p.Rate, p.Period, p.Burst))
-			keys = append(keys, key)
-			capacity = min(capacity, p.Capacity())
-		}
+		ks := model.NewKeys()
+		pool := 2 + r.IntN(3)
 		now := Base
 		for i := 0; i < n; i++ {
 			now += r.Int64N(400_000) * int64(r.IntN(2))
-			cost := r.Int64N(capacity + 1)
-			for j := range parts {
-				parts[j].Cost = cost
+			np := 1 + r.IntN(min(3, pool))
+			perm := r.Perm(pool)
+			var parts []sluice.Request
+			var models []*model.Model
+			var keys []string
+			var costs []int64
+			for j := 0; j < np; j++ {
+				l := limits[r.IntN(len(limits))]
+				p, _ := l.Params()
+				key := fmt.Sprintf("%st%d:k%d", prefix, ti, perm[j])
+				cost := r.Int64N(p.Capacity() + 1)
+				if r.IntN(3) == 0 {
+					cost = min(1, cost)
+				}
+				parts = append(parts, req(key, l, cost))
+				models = append(models, ks.Model(model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}))
+				keys = append(keys, key)
+				costs = append(costs, cost)
 			}
 			got, err := take(parts, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got.FreshAt = 0
-			want := model.TakeAll(models, keys, now, cost)
+			want := model.TakeAll(models, keys, costs, now)
 			if got != want {
-				t.Fatalf("seed %d trace %d request %d (cost %d at +%dµs) over %v:\n got  %+v\n want %+v", seed, ti, i, cost, now-Base, keys, got, want)
+				t.Fatalf("seed %d trace %d request %d at +%dµs: %s\n got  %+v\n want %+v", seed, ti, i, now-Base, describe(parts), got, want)
+			}
+			if !got.Allowed {
+				refused++
 			}
 			decisions++
 		}
 	}
-	t.Logf("%d composite decisions equal to the model (seed %d)", decisions, seed)
+	if refused == 0 || refused == decisions {
+		t.Errorf("%d of %d composites refused: a trace that tests little", refused, decisions)
+	}
+	t.Logf("%d composite decisions (%d refused) equal to the model (seed %d)", decisions, refused, seed)
+}
+
+func describe(reqs []sluice.Request) string {
+	s := ""
+	for _, r := range reqs {
+		s += fmt.Sprintf("[%s %v %d/%dµs burst %d cost %d] ", r.Key, r.Params.Kind, r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost)
+	}
+	return s
+}
+
+// Seed returns the seed of a random test: SLUICE_SEED when set, else one
+// from the clock. It logs it, so a failure can be replayed.
+func Seed(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SLUICE_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SLUICE_SEED=%q is not a number", v)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (set SLUICE_SEED to replay it)", seed)
+	return seed
 }
 
 // Refund checks that a token bucket or GCRA gives units back, never past its
@@ -147,4 +185,66 @@ func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 	if !errors.Is(err, algo.ErrNoRefund) {
 		t.Fatalf("refund on a window: %v", err)
 	}
+}
+
+// A TraceReq is one request of a trace whose limits change.
+type TraceReq struct {
+	Key       string
+	Params    algo.Params
+	Now, Cost int64
+}
+
+// ChangedTrace draws n requests over three keys, each under one of a few
+// limits of every algorithm: a key often stays under one limit for a while,
+// then moves to another (a new rate, period or burst, or another algorithm,
+// as a rolling deploy does). Gaps run from zero to a few periods, costs from
+// 0 to the capacity.
+func ChangedTrace(r *rand.Rand, n int) []TraceReq {
+	kinds := algo.Kinds()
+	shapes := [][2]int64{{3, 1_000_000}, {7, 100_000}, {1, 60_000_000}, {5, 1_000_000}, {4, 2_000_000}, {13, 1000}}
+	var limits []algo.Params
+	for range 3 + r.IntN(4) {
+		k := kinds[r.IntN(len(kinds))]
+		sh := shapes[r.IntN(len(shapes))]
+		if len(limits) > 0 && r.IntN(2) == 0 { // a variant of a limit drawn before
+			q := limits[r.IntN(len(limits))]
+			if r.IntN(2) == 0 {
+				k = q.Kind
+			} else {
+				sh = [2]int64{q.Rate, q.Period}
+			}
+		}
+		burst := 1 + r.Int64N(6)
+		if k == algo.LeakyBucket {
+			burst--
+		}
+		limits = append(limits, algo.Params{Kind: k, Rate: sh[0], Period: sh[1], Burst: burst})
+	}
+	cur := map[string]algo.Params{}
+	tr := make([]TraceReq, n)
+	now := Base + r.Int64N(1_000_000)
+	for i := range tr {
+		key := "k" + strconv.Itoa(r.IntN(3))
+		p, ok := cur[key]
+		if !ok || r.IntN(6) == 0 {
+			p = limits[r.IntN(len(limits))]
+			cur[key] = p
+		}
+		switch r.IntN(4) {
+		case 0: // same instant
+		case 1:
+			now += r.Int64N(p.Period/p.Rate + 2)
+		case 2:
+			now += r.Int64N(p.Period + 1)
+		default:
+			now += r.Int64N(3*p.Period + 1)
+		}
+		tr[i] = TraceReq{Key: key, Params: p, Now: now, Cost: r.Int64N(p.Capacity() + 1)}
+	}
+	return tr
+}
+
+// ModelLimit is p as the model states it.
+func ModelLimit(p algo.Params) model.Limit {
+	return model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}
 }

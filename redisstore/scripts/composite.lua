@@ -8,7 +8,8 @@
 --          number of limits, then per limit: kind, rate, period (µs), burst,
 --          cost, max delay (µs, -1 for none)
 -- reply    per request, one decision per limit (see decision in the
---          prelude), flattened
+--          prelude), flattened; in a refused request, a part that granted
+--          reports a look (cost 0) at its key, since nothing was spent
 margin = tonumber(ARGV[1])
 local reply, r = {}, 0
 local a, k = 2, 0 -- the arguments and keys read so far
@@ -16,10 +17,12 @@ for _ = 1, tonumber(ARGV[2]) do
   now = clock(tonumber(ARGV[a + 1]))
   local n = tonumber(ARGV[a + 2])
   a = a + 2
-  local ds, writes, fresh = {}, {}, {}
+  local ds, writes, fresh, lims = {}, {}, {}, {}
   local all = true
   for i = 1, n do
-    ds[i], writes[i], fresh[i] = steps[tonumber(ARGV[a + 1])](KEYS[k + i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), delay_bound(tonumber(ARGV[a + 6])))
+    local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), delay_bound(tonumber(ARGV[a + 6]))}
+    lims[i] = l
+    ds[i], writes[i], fresh[i] = l[1](KEYS[k + i], l[2], l[3], l[4], tonumber(ARGV[a + 5]), l[5])
     all = all and ds[i][1] == 1
     a = a + 6
   end
@@ -27,6 +30,13 @@ for _ = 1, tonumber(ARGV[2]) do
     if all then
       store(KEYS[k + i], writes[i], fresh[i])
     else
+      -- Nothing is spent: a part that granted reports a look (cost 0) at
+      -- its key, as it is.
+      if ds[i][1] == 1 then
+        local l = lims[i]
+        local look, _, f = l[1](KEYS[k + i], l[2], l[3], l[4], 0, l[5])
+        ds[i], fresh[i] = look, f
+      end
       store(KEYS[k + i], nil, fresh[i])
     end
     local d = ds[i]

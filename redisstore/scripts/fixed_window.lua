@@ -1,12 +1,23 @@
--- fixed-window: the mirror of fixedWindow in algo/step.go. Fields: the count
--- and the window's end.
+-- fixed-window: the mirror of algo/fixed_window.go. Fields: the count and the
+-- window's end; then the rate and period.
 steps[4] = function(key, rate, period, burst, cost)
   local t = now
   local c, e = 0, 0
-  local a, b = load(key, 4)
-  if a then
+  local k, a, b, fc, r, p, raw = load(key)
+  if k == 4 then
     c, e = a, b
-    t = max(t, e - period)
+    local start = e - p
+    t = max(t, start)
+    if p ~= period and t < e then
+      e = start + period
+    end
+  elseif k then
+    -- Another algorithm's units, as if spent now in a window opened now.
+    local u
+    u, t = held(k, a, b, fc, r, p, raw, t)
+    if u > 0 then
+      c, e = min(u, rate), t + period
+    end
   end
   if t >= e then
     if cost == 0 then -- a query opens no window
@@ -15,12 +26,12 @@ steps[4] = function(key, rate, period, burst, cost)
     c, e = 0, t + period
   end
   local allowed, retry = false, 0
-  if c + cost <= rate then
+  if cost == 0 or c + cost <= rate then
     allowed = true
     c = c + cost
   else
     retry = e - t
   end
   local d = decision(allowed, max(0, rate - c), retry, e - t, 0)
-  return d, cost > 0 and {4, c, e, 0, 0} or nil, e
+  return d, cost > 0 and {4, c, e, 0, rate, period} or nil, e
 end

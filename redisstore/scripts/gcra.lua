@@ -1,24 +1,18 @@
--- gcra: the mirror of gcra in algo/step.go. Fields: TAT = a + b/rate µs, the
--- latest time the key was seen (a clock that went back is read then), and
--- the rate b is counted in.
-
--- The time to read the key at, and the TAT read then with its backlog scaled
--- by rate (seen, gcraAt).
-local function gcra_at(key, rate, full)
-  local t, tu, tr = now, now, 0
-  local a, b, seen, scale = load(key, 2)
-  if a then
-    t = max(now, seen)
-    tu, tr = rescale_time(a, b, scale, rate)
-  end
-  local bs
-  tu, tr, bs = backlog(tu, tr, t, rate, full)
-  return t, tu, tr, bs
-end
-
+-- gcra: the mirror of algo/gcra.go. Fields: TAT = a + b/rate µs, the latest
+-- time the key was seen (a clock that went back is read then); then the rate
+-- and period.
 steps[2] = function(key, rate, period, burst, cost)
   local full = burst * period
-  local t, tu, tr, bs = gcra_at(key, rate, full)
+  local k, a, b, c, r, p, raw = load(key)
+  local t, tu, tr, bs
+  if k == 2 and r == rate and p == period then
+    t = max(now, c)
+    tu, tr, bs = backlog(a, b, t, rate, full)
+  else
+    bs, t = bucket_level(k, a, b, c, r, p, raw, now, period, burst)
+    local q = fdiv(bs, rate)
+    tu, tr = t + q, bs - q * rate
+  end
   local allowed, retry = false, 0
   if bs + cost * period <= full then
     allowed = true
@@ -29,6 +23,5 @@ steps[2] = function(key, rate, period, burst, cost)
   end
   local reset = cdiv(bs, rate)
   local d = decision(allowed, fdiv(full - bs, period), retry, reset, 0)
-  return d, cost > 0 and {2, tu, tr, t, rate} or nil, t + reset
+  return d, cost > 0 and {2, tu, tr, t, rate, period} or nil, t + reset
 end
-

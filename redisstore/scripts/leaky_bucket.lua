@@ -1,19 +1,18 @@
--- leaky-bucket: the mirror of leakyBucket in algo/step.go. Fields: the time the
+-- leaky-bucket: the mirror of algo/leaky_bucket.go. Fields: the time the
 -- queue is empty again, D = a + b/rate µs, the latest time the key was seen
--- (a clock that went back is read then), and the rate b is counted in.
+-- (a clock that went back is read then); then the rate and period.
 steps[3] = function(key, rate, period, burst, cost, max_delay)
   local qs = burst * period
-  local t = now
-  local a, b, seen, scale = load(key, 3)
-  if a then
-    t = max(now, seen)
+  local k, a, b, c, r, p, raw = load(key)
+  local t, du, dr, bs
+  if k == 3 and r == rate and p == period then
+    t = max(now, c)
+    du, dr, bs = backlog(a, b, t, rate, qs + period)
+  else
+    bs, t = bucket_level(k, a, b, c, r, p, raw, now, period, burst + 1)
+    local q = fdiv(bs, rate)
+    du, dr = t + q, bs - q * rate
   end
-  local du, dr = t, 0
-  if a then
-    du, dr = rescale_time(a, b, scale, rate)
-  end
-  local bs
-  du, dr, bs = backlog(du, dr, t, rate, qs + period)
   local allowed, retry, wait = false, 0, 0
   local delay = cdiv(bs, rate)
   local last = bs + (cost - 1) * period
@@ -29,5 +28,5 @@ steps[3] = function(key, rate, period, burst, cost, max_delay)
   end
   local reset = cdiv(bs, rate)
   local d = decision(allowed, fdiv(max(0, qs + period - bs), period), retry, reset, wait)
-  return d, cost > 0 and {3, du, dr, t, rate} or nil, t + reset
+  return d, cost > 0 and {3, du, dr, t, rate, period} or nil, t + reset
 end

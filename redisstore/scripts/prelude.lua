@@ -2,8 +2,7 @@
 -- prelude, the step of one algorithm (or of all, for composites) and a main
 -- (single.lua or composite.lua), so each decision stays one EVALSHA.
 --
--- A key's state is one string, the packed fields "kind a b c scale" (a
--- sliding log: "kind t1 n1 t2 n2 ..."; see load), always with a TTL.
+-- A key's state is one string, packed (see load), always with a TTL.
 --
 -- Lua numbers are doubles: every quantity stays below 2^53 (Params.Validate
 -- bounds them), where doubles hold integers exactly. Division is the one
@@ -60,31 +59,55 @@ end
 -- A state is stored packed: its kind in one byte, then each field as a
 -- little-endian 8-byte integer (pack: one C call each way, where the
 -- decimal text it replaced took a match, a format and a tonumber per field).
--- The five-field states are 33 bytes; a sliding log is its kind, then its
--- (time, cost) pairs.
+-- A single-state kind is 41 bytes: kind, a, b, c and the rate and period of
+-- the limit that wrote it; a sliding log (kind 6) is its kind, rate and
+-- period, then its (time, cost) pairs.
 
--- The stored fields a, b, c, scale of key when they are a five-field state of
--- kind, else nil (fresh): values, not a table, spare the server a table per
--- decision.
-local function load(key, kind)
+-- The state at key: nil when there is none; else its kind, fields a, b, c
+-- (nil for a log), the rate and period that wrote it, and the raw string
+-- (a log's pairs are read from it). Values, not a table, spare the server a
+-- table per decision. A value sluice did not write (another program's, or
+-- a layout it does not know) is an error, never read as fresh: writing over
+-- it would destroy another program's data.
+local function load(key)
   local raw = call('GET', key)
-  if not raw or #raw ~= 33 then
+  if not raw then
     return nil
   end
-  local k, a, b, c, scale = unpack('<Bi8i8i8i8', raw)
-  if k ~= kind then
-    return nil
+  local n = #raw
+  if n == 41 then
+    local k, a, b, c, r, p = unpack('<Bi8i8i8i8i8', raw)
+    if k >= 1 and k <= 7 and k ~= 6 and r > 0 and p > 0 then
+      return k, a, b, c, r, p, raw
+    end
+  elseif n >= 17 and (n - 17) % 16 == 0 and string.byte(raw, 1) == 6 then
+    local _, r, p = unpack('<Bi8i8', raw)
+    if r > 0 and p > 0 then
+      return 6, nil, nil, nil, r, p, raw
+    end
   end
-  return a, b, c, scale
+  error('sluice: foreign data at key ' .. key .. ': it holds a value sluice did not write')
 end
 
--- The fields as the stored string.
-local function encode(fields)
-  if #fields == 5 then
-    return pack('<Bi8i8i8i8', fields[1], fields[2], fields[3], fields[4], fields[5])
+-- The (time, cost) pairs of a sliding log's raw state, oldest first.
+local function pairs_of(raw)
+  local log, pos = {}, 18
+  while pos < #raw do
+    local t, c
+    t, c, pos = unpack('<i8i8', raw, pos)
+    log[#log + 1] = {t, c}
   end
-  local s = {pack('<B', fields[1])}
-  for i = 2, #fields - 1, 2 do
+  return log
+end
+
+-- The fields as the stored string: kind, a, b, c, rate, period; a log's:
+-- kind, rate, period, then its pairs.
+local function encode(fields)
+  if fields[1] ~= 6 then
+    return pack('<Bi8i8i8i8i8', fields[1], fields[2], fields[3], fields[4], fields[5], fields[6])
+  end
+  local s = {pack('<Bi8i8', 6, fields[2], fields[3])}
+  for i = 4, #fields - 1, 2 do
     s[#s + 1] = pack('<i8i8', fields[i], fields[i + 1])
   end
   return table.concat(s)

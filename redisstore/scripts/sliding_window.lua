@@ -1,24 +1,29 @@
--- sliding-window: the mirror of slidingWindow in algo/step.go. Fields: the
--- current window's index, the previous and current counts, the window length.
+-- sliding-window: the mirror of algo/sliding_window.go. Fields: the current
+-- window's index, the previous and current counts; then the rate and the
+-- window length.
 steps[5] = function(key, rate, period, burst, cost)
   local t, w = now, period
-  local k = fdiv(t, w)
+  local kk = fdiv(t, w)
   local prev, cur = 0, 0
-  local fk, fp, fc, fw = load(key, 5)
-  if fk and fw == w then
-    if k < fk then -- the clock went back across a window: read at its start
-      k, t = fk, fk * w
+  local k, a, b, c, r, p, raw = load(key)
+  if k == 5 and p == w then
+    if kk < a then -- the clock went back across a window: read at its start
+      kk, t = a, a * w
     end
-    if k - fk == 0 then
-      prev, cur = fp, fc
-    elseif k - fk == 1 then
-      prev = fc
+    if kk - a == 0 then
+      prev, cur = b, c
+    elseif kk - a == 1 then
+      prev = c
     end
+  elseif k then
+    local u
+    u, t = held(k, a, b, c, r, p, raw, t)
+    kk, cur = fdiv(t, w), min(u, rate)
   end
-  local x = t - k * w
+  local x = t - kk * w
   local es = prev * (w - x) + cur * w
   local allowed, retry = false, 0
-  if es + cost * w <= rate * w then
+  if cost == 0 or es + cost * w <= rate * w then
     allowed = true
     cur = cur + cost
     es = es + cost * w
@@ -42,10 +47,10 @@ steps[5] = function(key, rate, period, burst, cost)
   end
   local reset = 0
   if cur > 0 then
-    reset = (k + 2) * w - t
+    reset = (kk + 2) * w - t
   elseif prev > 0 then
-    reset = (k + 1) * w - t
+    reset = (kk + 1) * w - t
   end
   local d = decision(allowed, fdiv(max(0, rate * w - es), w), retry, reset, 0)
-  return d, cost > 0 and {5, k, prev, cur, w} or nil, t + reset
+  return d, cost > 0 and {5, kk, prev, cur, rate, w} or nil, t + reset
 end

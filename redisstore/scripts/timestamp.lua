@@ -1,15 +1,6 @@
 -- timestamp.lua: the exact timestamps gcra and leaky-bucket keep, as whole µs
 -- plus a remainder over the rate; loaded only with those steps.
 
--- The timestamp a + b/scale in 1/r µs: a changed rate rounds it up to the
--- next whole µs (rescaleTime).
-local function rescale_time(a, b, scale, r)
-  if scale ~= r and b ~= 0 then
-    return a + 1, 0
-  end
-  return a, b
-end
-
 -- Clamps u + r/rt into [t, t + limit/rt]; returns it and its distance from t
 -- scaled by rt (backlog).
 local function backlog(u, r, t, rt, limit)
@@ -29,4 +20,3 @@ local function add_time(u, r, n, rt)
   local q = fdiv(r, rt)
   return u + q, r - q * rt
 end
-

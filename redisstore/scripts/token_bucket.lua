@@ -1,35 +1,25 @@
--- token-bucket: the mirror of tokenBucket in algo/step.go. Fields: tokens
--- scaled by the period (a), last update (b), the period they were scaled by.
--- Like every step it returns the decision, the fields to store (nil: store
--- nothing) and the time the state is equivalent to fresh.
-
--- The tokens refilled to t and the time of that update (bucketAt).
-local function bucket_at(key, t, rate, period, full)
-  local xs, l, _, scale = load(key, 1)
-  if not xs then
-    return full, t
-  end
-  if scale ~= period then
-    xs = fdiv(xs, scale) * period
-  end
-  xs = min(xs, full)
-  if t > l then
-    -- t−l ≥ ⌈need/rate⌉ is (t−l)·rate ≥ need without the product, which
-    -- may pass 2^53.
-    if t - l >= cdiv(full - xs, rate) then
-      xs = full
-    else
-      xs = xs + (t - l) * rate
-    end
-    l = t
-  end
-  return xs, l
-end
-
+-- token-bucket: the mirror of algo/token_bucket.go. Fields: the level (units
+-- spent and not yet refilled) scaled by the period (a), the last update (b);
+-- then the rate and period. Like every step it returns the decision, the
+-- fields to store (nil: store nothing) and the time the state is equivalent
+-- to fresh.
 steps[1] = function(key, rate, period, burst, cost)
   local full = burst * period
-  local xs, l = bucket_at(key, now, rate, period, full)
-  local t = max(now, l)
+  local k, a, b, c, r, p, raw = load(key)
+  local ls, t
+  if k == 1 and r == rate and p == period then
+    -- drain: refill over t − l without the product, which may pass 2^53.
+    t = max(now, b)
+    local e = t - b
+    if e >= cdiv(a, rate) then
+      ls = 0
+    else
+      ls = min(a - e * rate, full)
+    end
+  else
+    ls, t = bucket_level(k, a, b, c, r, p, raw, now, period, burst)
+  end
+  local xs = full - ls
   local allowed, retry = false, 0
   if cost * period <= xs then
     allowed = true
@@ -39,6 +29,5 @@ steps[1] = function(key, rate, period, burst, cost)
   end
   local reset = cdiv(full - xs, rate)
   local d = decision(allowed, fdiv(xs, period), retry, reset, 0)
-  return d, cost > 0 and {1, xs, l, 0, period} or nil, t + reset
+  return d, cost > 0 and {1, full - xs, t, 0, rate, period} or nil, t + reset
 end
-

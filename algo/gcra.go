@@ -1,0 +1,51 @@
+package algo
+
+// gcra keeps the theoretical arrival time TAT = A + B/Rate µs (B in [0, Rate)):
+// the instant the bucket is full again. Its backlog TAT−now, scaled by Rate,
+// equals the token bucket's level scaled by Period, so the two give the same
+// decisions. C is the latest time the key was seen: the decisions need only
+// the TAT, but a clock that went back is read at C, as the token bucket reads
+// it at its last update, so neither refills nor penalises.
+func gcra(p *Params, s *State, now, cost int64, d *Decision) {
+	full := p.Burst * p.Period
+	var tu, tr, bs int64
+	if s.same(p) {
+		now = max(now, s.C)
+		tu, tr, bs = backlog(s.A, s.B, now, p.Rate, full)
+	} else {
+		bs, now = bucketLevel(p, s, now, p.Burst)
+		tu, tr = now+bs/p.Rate, bs%p.Rate
+	}
+	if bs+cost*p.Period <= full {
+		d.Allowed = true
+		tu, tr = addTime(tu, tr, cost*p.Period, p.Rate)
+		bs += cost * p.Period
+	} else {
+		d.RetryAfter = ceilDiv(bs+cost*p.Period-full, p.Rate)
+	}
+	d.Remaining = (full - bs) / p.Period
+	d.ResetAfter = ceilDiv(bs, p.Rate)
+	d.FreshAt = now + d.ResetAfter
+	if cost > 0 {
+		s.set(p, tu, tr, now)
+	}
+}
+
+// backlog clamps the timestamp u + r/rate into [now, now + limit/rate] and
+// returns it with its distance from now scaled by rate. The upper clamp only
+// acts after a shrunk burst.
+func backlog(u, r, now, rate, limit int64) (int64, int64, int64) {
+	if u < now || u == now && r == 0 {
+		return now, 0, 0
+	}
+	if q := limit / rate; u-now > q || u-now == q && r > limit%rate {
+		return now + q, limit % rate, limit
+	}
+	return u, r, (u-now)*rate + r
+}
+
+// addTime adds n/rate µs to the timestamp u + r/rate.
+func addTime(u, r, n, rate int64) (int64, int64) {
+	r += n
+	return u + r/rate, r % rate
+}
