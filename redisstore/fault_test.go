@@ -88,7 +88,7 @@ func noScriptErrors(t *testing.T, c *redis.Client) int64 {
 	return 0
 }
 
-// flushUnderLoad runs workers taking decisions through st (all six
+// flushUnderLoad runs workers taking decisions through st (all seven
 // algorithms, limits admitting exactly n units per key, costs 0 to 2) while
 // flush empties the script cache several times. No call may fail, and every
 // key must have admitted exactly n units once drained.

@@ -104,7 +104,7 @@ func checkTTL(t *testing.T, key string, pttl time.Duration, p0, p1 time.Time, w 
 	}
 }
 
-// TestTTLAfterRandomLoad runs a random load over all six algorithms (many
+// TestTTLAfterRandomLoad runs a random load over all seven algorithms (many
 // keys, costs from 0 to capacity, the server's time), then scans the
 // namespace: every key has a TTL, none longer than its algorithm's time to
 // fresh plus the margin, and each expires neither before nor (beyond

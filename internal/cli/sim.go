@@ -23,7 +23,7 @@ func init() {
 func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	lf := limitFlags{algorithm: "token-bucket"} // sim shows all six; parse needs one
+	lf := limitFlags{algorithm: "token-bucket"} // sim shows all seven; parse needs one
 	fs.StringVar(&lf.limit, "limit", "10/1s", "the limit every algorithm enforces, RATE/PERIOD: 10/1s, 20/100ms, 1/1m")
 	fs.Int64Var(&lf.burst, "burst", 4, "bucket capacity (token-bucket, gcra) and units that may wait (leaky-bucket)")
 	window := fs.Duration("window", 0, "the windows' length (fixed-window, sliding-window, sliding-log); default burst·period/rate, so a window holds burst units")

@@ -180,6 +180,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 		algo.GCRA:          fmt.Sprintf("as token-bucket: bucket of %d, 1 per %s", l.Burst, t),
 		algo.LeakyBucket:   fmt.Sprintf("queue: 1 leaves per %s, %d may wait", t, l.Burst),
 		algo.FixedWindow:   fmt.Sprintf("%d per %s window, opened by its first request", wrate, ws),
+		algo.AlignedWindow: fmt.Sprintf("%d per %s window, aligned to the epoch", wrate, ws),
 		algo.SlidingWindow: fmt.Sprintf("~%d per %s, estimated from 2 fixed windows", wrate, ws),
 		algo.SlidingLog:    fmt.Sprintf("%d in any trailing %s", wrate, ws),
 	}
@@ -187,7 +188,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 	for _, k := range algo.Kinds() {
 		lk := l.Using(sluice.Algorithm(k))
 		switch k {
-		case algo.FixedWindow, algo.SlidingWindow, algo.SlidingLog:
+		case algo.FixedWindow, algo.AlignedWindow, algo.SlidingWindow, algo.SlidingLog:
 			lk.Rate, lk.Period, lk.Burst = wrate, window, 0
 		}
 		p, err := lk.Params()

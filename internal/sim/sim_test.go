@@ -176,10 +176,11 @@ func TestSetups(t *testing.T) {
 		algo.GCRA:          {Kind: algo.GCRA, Rate: 10, Period: 1e6, Burst: 4},
 		algo.LeakyBucket:   {Kind: algo.LeakyBucket, Rate: 10, Period: 1e6, Burst: 4},
 		algo.FixedWindow:   {Kind: algo.FixedWindow, Rate: 4, Period: 4e5},
+		algo.AlignedWindow: {Kind: algo.AlignedWindow, Rate: 4, Period: 4e5},
 		algo.SlidingWindow: {Kind: algo.SlidingWindow, Rate: 4, Period: 4e5},
 		algo.SlidingLog:    {Kind: algo.SlidingLog, Rate: 4, Period: 4e5},
 	}
-	if wrate != 4 || len(setups) != 6 {
+	if wrate != 4 || len(setups) != 7 {
 		t.Fatalf("window rate %d, %d setups", wrate, len(setups))
 	}
 	for _, s := range setups {

@@ -64,7 +64,7 @@ func (t textWriter) paint(code, s string) string {
 func (t textWriter) header(res *Result) {
 	cfg := res.Config
 	l := cfg.Limit
-	fmt.Fprintf(t.w, "%s one trace through each of the six algorithms, %d ticks of %s\n",
+	fmt.Fprintf(t.w, "%s one trace through each of the seven algorithms, %d ticks of %s\n",
 		t.paint(ansiBold, "sluice sim:"), cfg.Ticks, fmtDur(cfg.Tick.Microseconds()))
 	fmt.Fprintf(t.w, "limit %d/%s (%s per tick), burst %d; each algorithm has its own key and is set up as:\n",
 		l.Rate, fmtDur(l.Period.Microseconds()), perTick(res), l.Burst)

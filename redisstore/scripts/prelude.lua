@@ -9,10 +9,9 @@
 -- operation that rounds, so it goes through fdiv.
 
 -- now is the decision's time (µs) and margin the TTL margin (µs); the main
--- sets them. steps[kind] is each algorithm's step, refunds[kind] its refund
--- where it has one (refunds.lua, in the refund script only).
+-- sets them. steps[kind] is each algorithm's step.
 local now, margin
-local steps, refunds = {}, {}
+local steps = {}
 
 -- The library functions the steps call, as locals: a global is a table
 -- lookup on every use.
