@@ -27,6 +27,10 @@ func TestRefund(t *testing.T) {
 	storetest.Refund(t, sluice.New(memstore.New()), "")
 }
 
+func TestChangedLimits(t *testing.T) {
+	storetest.ChangedLimits(t, sluice.New(memstore.New()), "")
+}
+
 func TestTakeAllErrors(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	ctx := context.Background()

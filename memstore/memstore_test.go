@@ -126,6 +126,26 @@ func TestSweepKeepsLiveState(t *testing.T) {
 	}
 }
 
+// A query or a refund under another algorithm leaves the key's state, and
+// the time it is fresh at, as they were: a sweep after it keeps what was
+// spent.
+func TestQueryOfAnotherAlgorithmKeepsState(t *testing.T) {
+	now := base
+	s := memstore.New(memstore.WithMicros(func() int64 { return now }))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	l := sluice.PerHour(5)
+	lim.Take(ctx, "k", l, 5)
+	for _, a := range []sluice.Algorithm{sluice.SlidingLog, sluice.FixedWindow, sluice.AlignedWindow} {
+		lim.Take(ctx, "k", sluice.PerSecond(5).Using(a), 0)
+	}
+	now += 2_000_000
+	s.Sweep()
+	if r, _ := lim.Take(ctx, "k", l, 1); r.Allowed {
+		t.Fatal("a sweep after queries of other algorithms forgot the spent units")
+	}
+}
+
 // A query on an unknown key stores nothing.
 func TestQueryStoresNothing(t *testing.T) {
 	s := memstore.New()

@@ -56,3 +56,13 @@ func TestRefund(t *testing.T) {
 	defer s.Close()
 	storetest.Refund(t, sluice.New(s), "")
 }
+
+func TestChangedLimits(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+		t.Run(name, func(t *testing.T) {
+			s := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", time.Now().UnixNano())))
+			defer s.Close()
+			storetest.ChangedLimits(t, sluice.New(s), "")
+		})
+	}
+}

@@ -248,3 +248,69 @@ func ChangedTrace(r *rand.Rand, n int) []TraceReq {
 func ModelLimit(p algo.Params) model.Limit {
 	return model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}
 }
+
+// ChangedLimits runs the cases of changed limits users meet through lim
+// (whose store must decide at the real time): a rolling deploy alternating
+// token bucket and GCRA on one key spends one budget; a raised burst keeps
+// what was spent; a fixed window whose period shrinks ends a new period after
+// its start; a window's units count when a token bucket takes the key over;
+// a query or a refund under another algorithm changes nothing.
+func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
+	ctx := context.Background()
+	tb := sluice.PerHour(10)
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		l := tb
+		if i%2 == 1 {
+			l = tb.Using(sluice.GCRA)
+		}
+		r, err := lim.Take(ctx, prefix+"deploy", l, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("alternating token-bucket and gcra on a limit of 10/hour admitted %d of 100", admitted)
+	}
+
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
+		key := prefix + "burst:" + a.String()
+		l := sluice.PerHour(10).Using(a)
+		if r, _ := lim.Take(ctx, key, l, 10); !r.Allowed {
+			t.Fatalf("%v: a fresh bucket refused its burst", a)
+		}
+		r, err := lim.Take(ctx, key, l.WithBurst(100), 0)
+		if err != nil || r.Remaining != 90 {
+			t.Errorf("%v: burst 10 → 100 with 10 spent: %+v %v, want 90 remaining", a, r, err)
+		}
+	}
+
+	hour := sluice.Per(1, time.Hour).Using(sluice.FixedWindow)
+	if r, _ := lim.Take(ctx, prefix+"window", hour, 1); !r.Allowed {
+		t.Fatal("a fresh fixed window refused")
+	}
+	r, err := lim.Take(ctx, prefix+"window", sluice.Per(1, time.Second).Using(sluice.FixedWindow), 1)
+	if err != nil || r.Allowed || r.RetryAfter > time.Second {
+		t.Errorf("fixed window shrunk from an hour to a second: %+v %v, want a refusal for at most a second", r, err)
+	}
+
+	key := prefix + "handover"
+	if r, _ := lim.Take(ctx, key, sluice.PerHour(5).Using(sluice.SlidingLog), 3); !r.Allowed {
+		t.Fatal("a fresh sliding log refused")
+	}
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.FixedWindow, sluice.AlignedWindow, sluice.LeakyBucket} {
+		if r, _ := lim.Take(ctx, key, sluice.PerMinute(5).WithBurst(7).Using(a), 0); !r.Allowed {
+			t.Errorf("a query under %v was refused", a)
+		}
+	}
+	if _, err := lim.Refund(ctx, key+":other", tb, 5); err != nil {
+		t.Errorf("refund on a fresh key: %v", err)
+	}
+	r, err = lim.Take(ctx, key, sluice.PerHour(5), 0)
+	if err != nil || r.Remaining != 2 {
+		t.Errorf("a token bucket taking over a sliding log that spent 3 of 5: %+v %v, want 2 remaining", r, err)
+	}
+}
