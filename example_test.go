@@ -83,6 +83,49 @@ func ExampleLeakyBucket() {
 	// call 5: allowed=false delay=0s
 }
 
+// An LLM API allows 60 requests and 100,000 tokens a minute: each call
+// spends one request and its tokens, atomically; Remaining is the smallest
+// of the parts'. A refusal spends nothing and reports the parts as they are.
+func ExampleLimiter_TakeAll() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	ctx := context.Background()
+	requests, tokens := sluice.PerMinute(60), sluice.PerMinute(100_000)
+
+	for _, n := range []int64{40_000, 50_000, 20_000, 9_000} {
+		r, err := lim.TakeAll(ctx, []sluice.Part{
+			{Key: "req:acme", Limit: requests, Cost: 1},
+			{Key: "tok:acme", Limit: tokens, Cost: n},
+		})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%6d tokens: allowed=%v remaining=%d retry_after=%v\n", n, r.Allowed, r.Remaining, r.RetryAfter)
+	}
+	// Output:
+	//  40000 tokens: allowed=true remaining=59 retry_after=0s
+	//  50000 tokens: allowed=true remaining=58 retry_after=0s
+	//  20000 tokens: allowed=false remaining=58 retry_after=6s
+	//   9000 tokens: allowed=true remaining=57 retry_after=0s
+}
+
+// A rolling deploy moves a key from the token bucket to GCRA: the units
+// spent under one are spent under the other.
+func ExampleLimit_changed() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	ctx := context.Background()
+	old := sluice.PerHour(10)
+	lim.Take(ctx, "user:42", old, 7)
+	r, _ := lim.Take(ctx, "user:42", old.Using(sluice.GCRA), 0)
+	fmt.Println("gcra sees", r.Remaining, "left")
+	r, _ = lim.Take(ctx, "user:42", old.WithBurst(20), 0)
+	fmt.Println("a burst of 20 leaves", r.Remaining)
+	// Output:
+	// gcra sees 3 left
+	// a burst of 20 leaves 13
+}
+
 func ExampleParseLimit() {
 	l, err := sluice.ParseLimit("20/100ms")
 	if err != nil {
