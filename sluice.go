@@ -200,13 +200,16 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 	}
 	if l.local != nil {
 		remaining, retry, reset, delay, err := l.local.TakeLocal(key, p, cost)
+		if err != nil {
+			return Result{}, err // never Allowed with an error
+		}
 		return Result{
 			Allowed:    retry == 0,
 			Remaining:  remaining,
 			RetryAfter: micros(retry),
 			ResetAfter: micros(reset),
 			Delay:      micros(delay),
-		}, err
+		}, nil
 	}
 	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 }

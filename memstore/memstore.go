@@ -25,6 +25,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"runtime"
@@ -246,11 +247,24 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, erro
 	return sluice.FromDecision(&d), err
 }
 
-// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore).
+// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore). On an
+// error every figure is 0 but retryAfter, which is algo.Never: read as
+// "allowed is retryAfter == 0", an error is never allowed.
 func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
 	var d algo.Decision
-	err = s.decide(key, &p, cost, algo.Never, s.now(), &d)
-	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
+		return 0, algo.Never, 0, 0, err
+	}
+	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+}
+
+// checkTime returns an error wrapping sluice.ErrInvalidTime for a time a step
+// does not accept (before the epoch, after algo.MaxTime).
+func checkTime(now int64) error {
+	if err := algo.CheckTime(now); err != nil {
+		return fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+	}
+	return nil
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
@@ -264,7 +278,7 @@ func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 // decide is the hot path: one step under the key's entry lock, written into
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
-	if err := algo.CheckTime(now); err != nil {
+	if err := checkTime(now); err != nil {
 		return err
 	}
 	sh, h := s.locate(key)
@@ -346,7 +360,7 @@ func (a *part) before(b *part) bool {
 // takeAll is TakeAllAt writing the decision into *acc, which must be zero.
 // Composites of up to 4 parts allocate nothing.
 func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) error {
-	if err := algo.CheckTime(now); err != nil {
+	if err := checkTime(now); err != nil {
 		return err
 	}
 	if len(reqs) == 0 {
@@ -464,6 +478,9 @@ func lockedAt(parts []part, order []int, j int) *entry {
 // Refund gives req.Cost units back to req.Key (see algo.Refund).
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	now := s.now()
+	if err := checkTime(now); err != nil {
+		return sluice.Result{}, err
+	}
 	sh, h := s.locate(req.Key)
 	e := sh.lockEntry(h, req.Key, now, false)
 	if e == nil {
