@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // Base is a time near the present, in µs since the epoch.
@@ -69,7 +70,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 // random algorithms) and requires every decision equal to the model's, which
 // applies SEMANTICS.md limit by limit.
 func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int) {
-	seed := uint64(time.Now().UnixNano())
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(4),
