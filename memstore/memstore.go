@@ -258,13 +258,10 @@ func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (remaining, ret
 	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 }
 
-// checkTime returns an error wrapping sluice.ErrInvalidTime for a time a step
-// does not accept (before the epoch, after algo.MaxTime).
-func checkTime(now int64) error {
-	if err := algo.CheckTime(now); err != nil {
-		return fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
-	}
-	return nil
+// invalidTime wraps algo.CheckTime's error in sluice.ErrInvalidTime, off the
+// hot path.
+func invalidTime(err error) error {
+	return fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
@@ -278,8 +275,8 @@ func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 // decide is the hot path: one step under the key's entry lock, written into
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
-	if err := checkTime(now); err != nil {
-		return err
+	if err := algo.CheckTime(now); err != nil {
+		return invalidTime(err)
 	}
 	sh, h := s.locate(key)
 	e := sh.find(h)
@@ -360,8 +357,8 @@ func (a *part) before(b *part) bool {
 // takeAll is TakeAllAt writing the decision into *acc, which must be zero.
 // Composites of up to 4 parts allocate nothing.
 func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) error {
-	if err := checkTime(now); err != nil {
-		return err
+	if err := algo.CheckTime(now); err != nil {
+		return invalidTime(err)
 	}
 	if len(reqs) == 0 {
 		return nil
@@ -478,8 +475,8 @@ func lockedAt(parts []part, order []int, j int) *entry {
 // Refund gives req.Cost units back to req.Key (see algo.Refund).
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	now := s.now()
-	if err := checkTime(now); err != nil {
-		return sluice.Result{}, err
+	if err := algo.CheckTime(now); err != nil {
+		return sluice.Result{}, invalidTime(err)
 	}
 	sh, h := s.locate(req.Key)
 	e := sh.lockEntry(h, req.Key, now, false)

@@ -617,8 +617,16 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 
 	sleeper := srv.NewClient(t, nil)
 	slept := make(chan error, 1)
-	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "1").Err() }()
-	time.Sleep(50 * time.Millisecond) // the server is asleep
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "2").Err() }()
+	// The server is asleep once a PING goes unanswered for 20ms (a fixed
+	// pause was not enough on a busy machine); the 2s sleep leaves the loop
+	// below a wide margin.
+	probe := srv.NewClient(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 20*time.Millisecond, -1 })
+	for asleep := time.Now().Add(5 * time.Second); probe.Ping(ctx).Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(asleep) {
+			t.Fatal("the server answered PING for 5s after DEBUG SLEEP was sent")
+		}
+	}
 	failed := 0
 	for start := time.Now(); time.Since(start) < 650*time.Millisecond; failed++ {
 		if res, err := take(1); !errors.Is(err, sluice.ErrStoreUnavailable) {
