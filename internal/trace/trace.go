@@ -185,18 +185,26 @@ func Parse(b []byte) (Request, error) {
 func integer(field string, v []byte, unit string) (int64, error) {
 	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
 		if v[0] == '"' {
-			return 0, fmt.Errorf(`%q is the string %s, want a JSON integer (%s) without quotes`, field, v, unit)
+			return 0, fmt.Errorf(`%q is the string %s, want a JSON integer (%s) without quotes`, field, short(v), unit)
 		}
 		return 0, fmt.Errorf(`%q is %s, want a JSON integer (%s)`, field, kind(v), unit)
 	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil {
 		if bytes.ContainsAny(v, ".eE") {
-			return 0, fmt.Errorf(`%q %s is not a whole number, want a JSON integer (%s)`, field, v, unit)
+			return 0, fmt.Errorf(`%q %s is not a whole number, want a JSON integer (%s)`, field, short(v), unit)
 		}
-		return 0, fmt.Errorf(`%q %s is out of range for a whole number of %s`, field, v, unit)
+		return 0, fmt.Errorf(`%q %s is out of range for a whole number of %s`, field, short(v), unit)
 	}
 	return n, nil
+}
+
+// short returns a raw value for an error message, cut to 40 bytes.
+func short(v []byte) string {
+	if len(v) <= 40 {
+		return string(v)
+	}
+	return string(bytes.ToValidUTF8(v[:40], nil)) + "…"
 }
 
 // kind names the JSON type of a valid raw value, for error messages.

@@ -88,6 +88,7 @@ func TestParseErrors(t *testing.T) {
 		{`{"t_us": 1, "key": x}`, `not a JSON object: invalid character 'x' looking for beginning of value (at column 20)`},
 		{`{"t_us": 1, "key": "k"} {}`, `text after the JSON object (at column 25)`},
 		{`[1]`, `not a JSON object: the line is an array`},
+		{`{"t_us": "` + strings.Repeat("9", 100) + `", "key": "k"}`, `"t_us" is the string "999999999999999999999999999999999999999…, want`},
 		{`"x"`, `not a JSON object: the line is a string`},
 	} {
 		_, err := Parse([]byte(c.in))
