@@ -136,5 +136,5 @@ func ExampleParseLimit() {
 	fmt.Println(err)
 	// Output:
 	// 20/100ms gcra burst 5
-	// sluice: invalid limit: period 0s is not a whole number of microseconds (at least 1µs)
+	// sluice: invalid limit: period "0s" in "10/0s" must be positive (like 1s, 100ms, 1m, 250us)
 }

@@ -111,12 +111,16 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w: rate %q in %q is not a whole number", ErrInvalidLimit, rs, s)
 	}
 	ps = strings.TrimSpace(ps)
-	if ps != "" && (ps[0] < '0' || ps[0] > '9') && ps[0] != '.' {
-		ps = "1" + ps
+	d := ps
+	if d != "" && (d[0] < '0' || d[0] > '9') && d[0] != '.' && d[0] != '-' && d[0] != '+' {
+		d = "1" + d // "10/s" is 10/1s
 	}
-	period, err := time.ParseDuration(ps)
+	period, err := time.ParseDuration(d)
 	if err != nil {
 		return Limit{}, fmt.Errorf("%w: period %q in %q is not a duration (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
+	}
+	if period <= 0 {
+		return Limit{}, fmt.Errorf("%w: period %q in %q must be positive (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
 	}
 	l := Per(rate, period)
 	if err := l.Validate(); err != nil {

@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,24 @@ func TestParseLimit(t *testing.T) {
 	for _, in := range []string{"", "10", "10/", "/1s", "x/1s", "10/1x", "0/1s", "-1/1s", "10/0s", "10/-1s", "10/500ns", "10/1500ns", "1.5/1s", "99999999999999999999/1s", "10/1s/2"} {
 		if _, err := sluice.ParseLimit(in); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("ParseLimit(%q) = %v, want ErrInvalidLimit", in, err)
+		}
+	}
+}
+
+// ParseLimit's errors quote the period as the user wrote it, and a period
+// that is not positive says so.
+func TestParseLimitPeriodErrors(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"10/-1s", `period "-1s" in "10/-1s" must be positive`},
+		{"10/0s", `period "0s" in "10/0s" must be positive`},
+		{"10/ -5m", `period "-5m" in "10/ -5m" must be positive`},
+		{"10/-s", `period "-s" in "10/-s" is not a duration`},
+		{"10/1x", `period "1x" in "10/1x" is not a duration`},
+		{"10/x", `period "x" in "10/x" is not a duration`},
+	} {
+		_, err := sluice.ParseLimit(c.in)
+		if !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseLimit(%q) = %v, want ErrInvalidLimit saying %s", c.in, err, c.want)
 		}
 	}
 }

@@ -200,13 +200,16 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 	}
 	if l.local != nil {
 		remaining, retry, reset, delay, err := l.local.TakeLocal(key, p, cost)
+		if err != nil {
+			return Result{}, err // never Allowed with an error
+		}
 		return Result{
 			Allowed:    retry == 0,
 			Remaining:  remaining,
 			RetryAfter: micros(retry),
 			ResetAfter: micros(reset),
 			Delay:      micros(delay),
-		}, err
+		}, nil
 	}
 	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 }
@@ -224,24 +227,33 @@ var ErrDeadline = errors.New("sluice: would wait past the context's deadline")
 
 // Wait blocks until cost units for key pass under lim, and for LeakyBucket
 // until the admitted request's delay has passed. When the context's deadline
-// comes before that could happen, Wait returns at once with ErrDeadline,
-// spending nothing. When the context is canceled while an admitted LeakyBucket
-// request waits out its delay, the units stay spent.
+// (read on the Limiter's clock) comes before that could happen, Wait returns
+// at once with ErrDeadline, spending nothing; a context canceled already
+// returns its error at once, spending nothing. When the context is canceled
+// while an admitted LeakyBucket request waits out its delay, the units stay
+// spent.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
 	p, err := Check(key, lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
-	return l.wait(ctx, func(maxDelay int64) (Result, error) {
+	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
 		return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
 	})
 }
 
 // wait calls take until it admits, sleeping out each RetryAfter, and then
 // sleeps out the admission's Delay. maxDelay is the time left before the
-// context's deadline, in µs.
-func (l *Limiter) wait(ctx context.Context, take func(maxDelay int64) (Result, error)) (Result, error) {
+// context's deadline, in µs. single says take decides one key, so that a
+// LeakyBucket refusal's ResetAfter is the delay its turn would need.
+func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int64) (Result, error)) (Result, error) {
 	for {
+		if err := ctx.Err(); err != nil {
+			// Canceled: take nothing. A deadline is read on l.clock below.
+			if _, ok := ctx.Deadline(); !ok || !errors.Is(err, context.DeadlineExceeded) {
+				return Result{}, err
+			}
+		}
 		maxDelay := algo.Never
 		left := time.Duration(math.MaxInt64)
 		if dl, ok := ctx.Deadline(); ok {
@@ -260,6 +272,12 @@ func (l *Limiter) wait(ctx context.Context, take func(maxDelay int64) (Result, e
 				err = l.clock.Sleep(ctx, r.Delay)
 			}
 			return r, err
+		}
+		if r.RetryAfter == math.MaxInt64 { // Never: a LeakyBucket turn past the deadline
+			if single {
+				return r, fmt.Errorf("%w (%w): its turn would come in %v, after the deadline", ErrDeadline, context.DeadlineExceeded, r.ResetAfter)
+			}
+			return r, fmt.Errorf("%w (%w): its turn would come after the deadline", ErrDeadline, context.DeadlineExceeded)
 		}
 		if r.RetryAfter > left {
 			return r, fmt.Errorf("%w (%w): next chance in %v", ErrDeadline, context.DeadlineExceeded, r.RetryAfter)
@@ -338,7 +356,7 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return l.wait(ctx, func(maxDelay int64) (Result, error) {
+	return l.wait(ctx, false, func(maxDelay int64) (Result, error) {
 		for i := range reqs {
 			reqs[i].MaxDelay = maxDelay
 		}

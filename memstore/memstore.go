@@ -25,6 +25,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"runtime"
@@ -246,11 +247,21 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, erro
 	return sluice.FromDecision(&d), err
 }
 
-// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore).
+// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore). On an
+// error every figure is 0 but retryAfter, which is algo.Never: read as
+// "allowed is retryAfter == 0", an error is never allowed.
 func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
 	var d algo.Decision
-	err = s.decide(key, &p, cost, algo.Never, s.now(), &d)
-	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
+		return 0, algo.Never, 0, 0, err
+	}
+	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+}
+
+// invalidTime wraps algo.CheckTime's error in sluice.ErrInvalidTime, off the
+// hot path.
+func invalidTime(err error) error {
+	return fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch). Replays
@@ -265,7 +276,7 @@ func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return err
+		return invalidTime(err)
 	}
 	sh, h := s.locate(key)
 	e := sh.find(h)
@@ -347,7 +358,7 @@ func (a *part) before(b *part) bool {
 // Composites of up to 4 parts allocate nothing.
 func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return err
+		return invalidTime(err)
 	}
 	if len(reqs) == 0 {
 		return nil
@@ -478,6 +489,9 @@ func lockedAt(parts []part, order []int, j int) *entry {
 // Refund gives req.Cost units back to req.Key (see algo.Refund).
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
 	now := s.now()
+	if err := algo.CheckTime(now); err != nil {
+		return sluice.Result{}, invalidTime(err)
+	}
 	sh, h := s.locate(req.Key)
 	e := sh.lockEntry(h, req.Key, now, false)
 	if e == nil {

@@ -153,6 +153,9 @@ func (m *Memory) pop(now, lead int64) (*Job, int64) {
 // Ack removes job for good, whether it is still in flight or already back
 // in the queue for redelivery.
 func (m *Memory) Ack(ctx context.Context, job *Job) error {
+	if err := checkAck(job); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // randomLimit is a leaky-bucket limit with an emission interval that is
@@ -24,7 +25,7 @@ func randomLimit(rng *rand.Rand) sluice.Limit {
 // the leaky bucket's decisions (algo.Step, cost 1): accepted as allowed, the
 // slot at now + delay, the same retry_after.
 func TestPushIsTheLeakyBucket(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	for trace := range 300 {
 		l := randomLimit(rng)
 		p, err := l.Params()
@@ -63,7 +64,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 // deliveries at least ⌈T⌉ apart and never before their slot, slots at least
 // ⌊T⌋ apart, no acknowledged job delivered again, and nothing lost.
 func TestRandomInvariants(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 3), 4))
 	redelivered := 0
 	for range 200 {
 		l := randomLimit(rng)
@@ -253,7 +254,7 @@ func testWorkers(t *testing.T, qs []Queue, workers, n, rate int) {
 	}
 	want := time.Duration(n) * time.Second / time.Duration(rate)
 	t.Logf("%d jobs in %v (first to last delivery %v), want %v", n, took, jobs[n-1].DeliveredAt.Sub(jobs[0].DeliveredAt), want)
-	if took < want*95/100 || took > want*125/100 {
+	if (took < want*95/100 || took > want*125/100) && testenv.Timing(t, "drained within 25% of n×T") {
 		t.Errorf("took %v, want %v within 25%%", took, want)
 	}
 }
@@ -270,7 +271,7 @@ func TestPopContext(t *testing.T) {
 	if j, err := q.Pop(ctx); j != nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Pop on an empty queue: %v, %v", j, err)
 	}
-	if d := time.Since(start); d > time.Second {
+	if d := time.Since(start); d > time.Second && testenv.Timing(t, "Pop returns within 1s of its deadline") {
 		t.Errorf("Pop returned %v after its deadline", d)
 	}
 	// A Push wakes a waiting Pop at once, whatever the poll interval.
@@ -316,7 +317,10 @@ func TestClaimAhead(t *testing.T) {
 	// its instant, 100ms after the first's...
 	j2, _, _ := q.TryPop(ctx)
 	if j2 != nil {
-		t.Fatalf("TryPop released %s %v after the first", j2.ID, j2.DeliveredAt.Sub(j1.DeliveredAt))
+		if gap := j2.DeliveredAt.Sub(j1.DeliveredAt); gap < 100*time.Millisecond {
+			t.Fatalf("TryPop released %s %v after the first", j2.ID, gap)
+		}
+		t.Skipf("the machine stalled %v between the first Pop and TryPop, which then released the second job in time: nothing left to test", time.Since(start))
 	}
 	j2, err = q.Pop(ctx)
 	if err != nil {
@@ -326,7 +330,7 @@ func TestClaimAhead(t *testing.T) {
 	if gap := j2.DeliveredAt.Sub(j1.DeliveredAt); gap != 100*time.Millisecond {
 		t.Errorf("releases %v apart, want 100ms", gap)
 	}
-	if took := time.Since(start); took < 90*time.Millisecond {
+	if took := time.Since(start); took < 90*time.Millisecond && testenv.Timing(t, "Pop returns at the release instant") {
 		t.Errorf("second Pop returned %v after the first, want about 100ms", took)
 	}
 }

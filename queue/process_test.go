@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // The cross-process tests run this test binary again, with childEnv set, as
@@ -335,7 +336,7 @@ func TestDrainAcrossProcesses(t *testing.T) {
 	if slotMin < interval || relMin < interval {
 		t.Errorf("gaps below T = %dµs: slots %d, releases %d", interval, slotMin, relMin)
 	}
-	if total < want*95/100 || total > want*105/100 {
+	if (total < want*95/100 || total > want*105/100) && testenv.Timing(t, "total within 5% of n×T") {
 		t.Errorf("total %v, want %v within 5%%", total, want)
 		// Where the time went: releases later than T after the previous
 		// one (no worker claimed the job in time: a stalled machine?).
@@ -399,7 +400,8 @@ func TestKilledWorker(t *testing.T) {
 	}
 	back := j.DeliveredAt.Sub(time.UnixMicro(first.delivered))
 	t.Logf("delivered again %v after the first delivery (visibility timeout %v), attempt %d", back, vis, j.Attempt)
-	if j.ID != r.ID || string(j.Payload) != "precious" || j.Attempt != 2 || back < vis || back > vis+250*time.Millisecond {
+	if j.ID != r.ID || string(j.Payload) != "precious" || j.Attempt != 2 || back < vis ||
+		back > vis+250*time.Millisecond && testenv.Timing(t, "redelivered within 250ms of the visibility timeout") {
 		t.Fatalf("redelivery: %s %q attempt %d after %v; want %s attempt 2 after %v", j.ID, j.Payload, j.Attempt, back, r.ID, vis)
 	}
 	if err := q.Ack(ctx, j); err != nil {

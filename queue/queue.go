@@ -61,7 +61,9 @@ type Queue interface {
 	Push(ctx context.Context, payload []byte) (PushResult, error)
 	// Pop blocks until a job may be released and returns it, or returns
 	// ctx's error once ctx is done. The job must be acknowledged with Ack
-	// within the visibility timeout, or it is delivered again.
+	// within the visibility timeout, or it is delivered again. A job whose
+	// payload is missing is an error matching ErrJobDataMissing, a
+	// *DataMissingError holding the job (see there).
 	Pop(ctx context.Context) (*Job, error)
 	// TryPop is Pop without waiting: a job whose release time has come, or
 	// nil and the wait after which one may be (negative when the queue holds
@@ -69,7 +71,8 @@ type Queue interface {
 	TryPop(ctx context.Context) (*Job, time.Duration, error)
 	// Ack removes a delivered job for good: it is never delivered again. It
 	// returns ErrUnknownJob when the queue no longer holds the job (it was
-	// acknowledged already, by this delivery or another).
+	// acknowledged already, by this delivery or another), ErrNilJob for a
+	// nil job.
 	Ack(ctx context.Context, job *Job) error
 	// Len returns the number of jobs the queue holds: waiting for release,
 	// and delivered but not yet acknowledged.
@@ -116,6 +119,41 @@ type Job struct {
 
 // ErrUnknownJob is returned by Ack for a job the queue no longer holds.
 var ErrUnknownJob = errors.New("queue: unknown job (already acknowledged)")
+
+// ErrNilJob is returned by Ack for a nil job.
+var ErrNilJob = errors.New("queue: Ack of a nil job")
+
+// ErrJobDataMissing is matched (errors.Is) by the error Pop and TryPop of a
+// Redis queue return for a job whose payload is gone from Redis (deleted, or
+// evicted under a maxmemory policy that evicts keys without a TTL) while
+// its id was still queued. The error is a *DataMissingError, which holds the
+// job.
+var ErrJobDataMissing = errors.New("queue: job data missing")
+
+// DataMissingError is the error of a delivery whose payload is missing (see
+// ErrJobDataMissing). The delivery counts: the job is in flight, so it is
+// delivered again, with the same error, after its visibility timeout. To
+// drop it for good, Ack Job.
+type DataMissingError struct {
+	// Job is the delivery, with every field set but Payload (nil).
+	Job *Job
+}
+
+// Error names the job and what becomes of it.
+func (e *DataMissingError) Error() string {
+	return fmt.Sprintf("queue: job %s (attempt %d): its data is missing (deleted or evicted); it is delivered again after its visibility timeout unless acknowledged", e.Job.ID, e.Job.Attempt)
+}
+
+// Is reports whether target is ErrJobDataMissing.
+func (e *DataMissingError) Is(target error) bool { return target == ErrJobDataMissing }
+
+// checkAck returns the error of an Ack of job, if it is not a job at all.
+func checkAck(job *Job) error {
+	if job == nil {
+		return ErrNilJob
+	}
+	return nil
+}
 
 const (
 	defaultVisibility = 30 * time.Second

@@ -161,19 +161,30 @@ func (q *Redis) claim(ctx context.Context, lead time.Duration) (*Job, time.Durat
 		return nil, 0, badReply(r)
 	}
 	released, now := num(r[4]), num(r[7])
-	return &Job{
+	job := &Job{
 		ID:          str(r[1]),
-		Payload:     []byte(str(r[2])),
 		ReleaseAt:   micros(num(r[3])),
 		DeliveredAt: micros(released),
 		Attempt:     int(num(r[5])),
 		Deadline:    micros(num(r[6])),
-	}, time.Duration(released-now) * time.Microsecond, nil
+	}
+	payload, ok := r[2].(string)
+	if !ok {
+		// HGET found no data (Lua false, nil here): the job stays in
+		// flight, so it comes back after its visibility timeout unless
+		// the caller acknowledges it.
+		return nil, 0, &DataMissingError{Job: job}
+	}
+	job.Payload = []byte(payload)
+	return job, time.Duration(released-now) * time.Microsecond, nil
 }
 
 // Ack removes job for good, whether it is still in flight or already back
 // in the queue for redelivery.
 func (q *Redis) Ack(ctx context.Context, job *Job) error {
+	if err := checkAck(job); err != nil {
+		return err
+	}
 	n, err := ackScript.Run(ctx, q.c, q.keys, job.ID).Int64()
 	if err != nil {
 		return unavailable(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -48,7 +49,7 @@ func TestCluster(t *testing.T) {
 	mk := redisMaker(cl.Client())
 	runBehaviours(t, mk)
 	t.Run("Invariants", func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(5, 6))
+		rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 5), 6))
 		for range 3 {
 			l := randomLimit(rng)
 			p, _ := l.Params()
@@ -77,7 +78,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	c := redistest.Shared(t).Client()
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(7, 8))
+	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 7), 8))
 	for trace := range 20 {
 		l := randomLimit(rng)
 		p, _ := l.Params()

@@ -94,6 +94,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -631,7 +632,7 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 			k, n, a, runBound, pct, looseBound, stateBound, den, strings.Join(append([]string{""}, lines...), " | "))
 		if i == g {
 			out.bound, out.unused = runBound, stateBound-a
-			if v.tag && 10*a < 9*runBound {
+			if v.tag && 10*a < 9*runBound && testenv.Timing(t, "the global limit saturated under load") {
 				t.Errorf("%s: admitted %d, only %.1f%% of %d: the global limit was not saturated", k, a, pct, runBound)
 			}
 		}

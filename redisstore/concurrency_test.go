@@ -72,6 +72,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -546,7 +547,7 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 			lines = append(lines, loadCheckLog(t, lc, name, a, append(keySamples[k], f)))
 		}
 		pct := 100 * float64(a) / float64(max(saturation, 1))
-		if 10*a < 9*saturation {
+		if 10*a < 9*saturation && testenv.Timing(t, "the limiter saturated under load") {
 			t.Errorf("%s %s: admitted %d, only %.1f%% of %d: the limiter was not saturated", lc.alg, name, a, pct, saturation)
 		}
 		t.Logf("  %s: admitted %d (%.1f%%), denied %d | %s", name, a, pct, denied[k], strings.Join(lines, " | "))

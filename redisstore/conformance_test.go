@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storetest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
@@ -67,10 +68,9 @@ func randomTrace(r *rand.Rand, p algo.Params, n int) []traceReq {
 // store, and requires every decision equal.
 func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
-	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()
 	decisions := 0
 	for li, p := range limits() {
@@ -121,7 +121,7 @@ func TestConformanceCluster(t *testing.T) {
 // SEMANTICS.md's "Changed limits" says.
 func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
-	seed := storetest.Seed(t)
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 8))
 	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()

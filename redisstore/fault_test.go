@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
@@ -365,7 +366,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 			t.Errorf("%s: %d of %d calls on a fresh key allowed during the outage, want %d", name, got, probes, want)
 		}
 	}
-	if probeMax > timeout+250*time.Millisecond {
+	if probeMax > timeout+250*time.Millisecond && testenv.Timing(t, "outage calls within the timeout plus 250ms") {
 		t.Errorf("a call during the outage took %v, with a timeout of %v", probeMax, timeout)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -388,7 +389,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 			if !byPolicy(policy, res, err) {
 				t.Errorf("%s while recovering: %+v, %v", name, res, err)
 			}
-			if time.Since(up) > 5*time.Second {
+			if d := time.Since(up); d > time.Minute || d > 5*time.Second && testenv.TimingOn() {
 				t.Fatalf("%s: no decision from Redis 5s after it was back: last %+v, %v", name, res, err)
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -450,7 +451,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		}
 	}
 	t.Logf("load: %d decisions before the kill, %d in the outage, %d around the restart, %d after recovery", before, during, other, after)
-	if before == 0 || during == 0 || after == 0 {
+	if (before == 0 || during == 0 || after == 0) && testenv.Timing(t, "load in every phase") {
 		t.Errorf("load too thin to judge: %d before, %d during, %d after", before, during, after)
 	}
 }
@@ -549,7 +550,7 @@ func TestHungServer(t *testing.T) {
 								break
 							}
 						}
-						if d > bound {
+						if d > bound && testenv.Timing(t, "each decision within 500ms") {
 							t.Errorf("%s: decision took %v, want < %v", key, d, bound)
 						}
 						if !byPolicy(policy, res, err) {
@@ -581,7 +582,7 @@ func TestHungServer(t *testing.T) {
 					start := time.Now()
 					st.Close()
 					client.Close()
-					if d := time.Since(start); d > time.Second {
+					if d := time.Since(start); d > time.Second && testenv.Timing(t, "Close within 1s") {
 						t.Errorf("Close took %v after the server went away", d)
 					}
 					t.Logf("slowest of 29 decisions %v; the server accepted %d connections", time.Duration(slowest.Load()), h.accepted())
@@ -616,8 +617,16 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 
 	sleeper := srv.NewClient(t, nil)
 	slept := make(chan error, 1)
-	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "1").Err() }()
-	time.Sleep(50 * time.Millisecond) // the server is asleep
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "2").Err() }()
+	// The server is asleep once a PING goes unanswered for 20ms (a fixed
+	// pause was not enough on a busy machine); the 2s sleep leaves the loop
+	// below a wide margin.
+	probe := srv.NewClient(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 20*time.Millisecond, -1 })
+	for asleep := time.Now().Add(5 * time.Second); probe.Ping(ctx).Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(asleep) {
+			t.Fatal("the server answered PING for 5s after DEBUG SLEEP was sent")
+		}
+	}
 	failed := 0
 	for start := time.Now(); time.Since(start) < 650*time.Millisecond; failed++ {
 		if res, err := take(1); !errors.Is(err, sluice.ErrStoreUnavailable) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // TestMultiMatchesSingle checks the batcher's merged scripts against the
@@ -23,7 +24,7 @@ import (
 func TestMultiMatchesSingle(t *testing.T) {
 	client := GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
-	r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	r := rand.New(rand.NewPCG(7, testenv.Seed(t)))
 	var ps []algo.Params
 	for _, k := range algo.Kinds() {
 		for _, rp := range [][3]int64{{3, 1_000_000, 4}, {7, 100_000, 2}, {1, 60_000_000, 2}, {5, 1_000_000, 5}} {
@@ -156,7 +157,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 func TestCompositesMergedMatchAlone(t *testing.T) {
 	client := GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(11, seed))
 	var ps []algo.Params
 	for _, k := range algo.Kinds() {

@@ -221,17 +221,27 @@ func (s *Store) Key(key string) string { return s.prefix + key }
 // Take makes one decision for req, at the server's time unless the store was
 // given the caller's.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	d, err := s.decide(ctx, req, s.clock())
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.decide(ctx, req, now)
 	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, req) })
 }
 
 // clock is the time a decision is made at: the caller's, or -1 for the
-// server's TIME.
-func (s *Store) clock() int64 {
-	if s.now != nil {
-		return s.now()
+// server's TIME. A caller's time a step does not accept is an error wrapping
+// sluice.ErrInvalidTime, which no failure policy turns into a decision (a
+// negative one would otherwise read as "use TIME" in the scripts).
+func (s *Store) clock() (int64, error) {
+	if s.now == nil {
+		return -1, nil
 	}
-	return -1
+	now := s.now()
+	if err := algo.CheckTime(now); err != nil {
+		return 0, fmt.Errorf("%w: caller time: %v", sluice.ErrInvalidTime, err)
+	}
+	return now, nil
 }
 
 // settle turns a decision, or the error that kept Redis from making it, into
@@ -381,7 +391,11 @@ func unavailable(err error) error {
 // wasted its windows on the global's refusals and the global reached 37% of
 // its bound; taken after it, 100%.)
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	d, err := s.takeAll(ctx, reqs, s.clock())
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.takeAll(ctx, reqs, now)
 	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, reqs) })
 }
 
@@ -487,7 +501,11 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
 		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
 	}
-	d, err := s.refund(ctx, req, s.clock())
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.refund(ctx, req, now)
 	return sluice.FromDecision(&d), err
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
@@ -116,9 +117,8 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	const margin = 100 * time.Millisecond
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	prefix := fmt.Sprintf("ttl:%d:", seed)
+	seed := testenv.Seed(t)
+	prefix := fmt.Sprintf("ttl:%d:%d:", seed, time.Now().UnixNano())
 	st := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
 	defer st.Close()
 
@@ -371,10 +371,9 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
-	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer st.Close()
 
 	traces, n := 6, 120
@@ -428,7 +427,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	var mu sync.Mutex
 	clock := base
 	set := func(us int64) { mu.Lock(); clock = us; mu.Unlock() }
-	cs := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:caller:", seed)),
+	cs := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
 		redisstore.WithCallerTime(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.UnixMicro(clock) }))
 	defer cs.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
@@ -472,10 +471,9 @@ func TestClockBackwardsConformance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := context.Background()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 12))
-	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("backconf:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("backconf:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer st.Close()
 	n := 80
 	if testing.Short() {

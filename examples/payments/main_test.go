@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/queue"
 )
 
@@ -33,12 +35,15 @@ func TestPayments(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	// The release instants, in order: workers report them in whatever order
+	// they get the lock, not the order they were released in.
+	slices.SortFunc(at, time.Time.Compare)
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap < 50*time.Millisecond {
 			t.Fatalf("calls %d and %d only %v apart", i-1, i, gap)
 		}
 	}
-	if d := time.Since(start); d < 1900*time.Millisecond || d > 8*time.Second {
+	if d := time.Since(start); d < 1900*time.Millisecond || d > 8*time.Second && testenv.Timing(t, "40 calls within 8s") {
 		t.Fatalf("40 calls at 20/s took %v", d)
 	}
 }

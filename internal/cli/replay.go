@@ -104,60 +104,71 @@ func (r redisDecider) Close() error {
 type limitFlags struct {
 	algorithm, limit string
 	burst            int64
+	burstGiven       bool // else the rate (ParseLimit's default)
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.algorithm, "algorithm", "token-bucket", "token-bucket, gcra, leaky-bucket, fixed-window, sliding-window or sliding-log")
 	fs.StringVar(&f.limit, "limit", "", "the limit as RATE/PERIOD, PERIOD in Go duration syntax: 10/1s, 20/100ms, 1/1m, 5/250us")
-	fs.Int64Var(&f.burst, "burst", -1, "the burst: bucket capacity (token-bucket, gcra), units that may wait (leaky-bucket); default the rate")
+	fs.Int64Var(&f.burst, "burst", 0, "the burst, 0 or more: bucket capacity (token-bucket, gcra), units that may wait (leaky-bucket); default the rate")
 }
 
 func (f *limitFlags) parse() (sluice.Limit, error) {
 	if f.limit == "" {
 		return sluice.Limit{}, errors.New("--limit RATE/PERIOD is required")
 	}
+	if f.burstGiven && f.burst < 0 {
+		return sluice.Limit{}, fmt.Errorf("--burst %d is negative: want 0 or more (or leave it out for the rate)", f.burst)
+	}
 	l, err := sluice.ParseLimit(f.limit)
 	if err != nil {
-		return l, err
+		return l, fmt.Errorf("--limit %s: %w", f.limit, err)
 	}
 	a, err := sluice.ParseAlgorithm(f.algorithm)
 	if err != nil {
-		return l, err
+		return l, fmt.Errorf("--algorithm %s: %w", f.algorithm, err)
 	}
 	l = l.Using(a)
-	if f.burst >= 0 {
-		l = l.WithBurst(f.burst)
+	given := "--limit " + f.limit
+	if a != sluice.TokenBucket {
+		given += " --algorithm " + f.algorithm
 	}
-	return l, l.Validate()
+	if f.burstGiven {
+		l = l.WithBurst(f.burst)
+		given += fmt.Sprintf(" --burst %d", f.burst)
+	}
+	if err := l.Validate(); err != nil {
+		return l, fmt.Errorf("%s: %w", given, err)
+	}
+	return l, nil
 }
 
 func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var lf limitFlags
 	lf.register(fs)
 	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
 	prefix := fs.String("prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
 	summary := fs.Bool("summary", false, "print totals per key and overall to stderr")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory|redis://HOST:PORT/DB] [--prefix P] [--summary] < trace.jsonl > decisions.jsonl
+	usage := func(w io.Writer) {
+		fs.SetOutput(w)
+		fmt.Fprint(w, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory|redis://HOST:PORT/DB] [--prefix P] [--summary] < trace.jsonl > decisions.jsonl
 
 Reads one request a line, {"t_us": 1764000000000000, "key": "user:1", "cost": 1}
 (cost defaults to 1), decides each at its t_us, and writes one line per request:
 its fields plus allowed, remaining, retry_after_us, reset_after_us, delay_us, or
 plus "error" for a request that could never pass. Time comes from the trace only,
-also in Redis, where each decision runs at the trace's time.
+also in Redis, where each decision runs at the trace's time. t_us and cost are
+JSON integers; lines may be of any length; a line that already holds the
+decision's fields (an earlier replay's output) has them replaced.
 
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
+	lf.burstGiven = flagGiven(fs, "burst")
 	lim, err := lf.parse()
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // randomTraceText is a JSON-lines trace over a few keys with gaps from zero to
@@ -26,7 +27,7 @@ func randomTraceText(r *rand.Rand, n int) string {
 func TestReplayRedisMatchesMemory(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cl := redistest.Cluster(t)
-	r := rand.New(rand.NewPCG(1, 2))
+	r := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	in := randomTraceText(r, 300)
 	stores := []string{"redis://" + srv.Addr() + "/0", "redis-cluster://" + strings.Join(cl.Addrs(), ",")}
 	for _, a := range []string{"token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-window", "sliding-log"} {

@@ -22,8 +22,7 @@ func init() {
 
 func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	lf := limitFlags{algorithm: "token-bucket"} // sim shows all seven; parse needs one
+	lf := limitFlags{algorithm: "token-bucket", burstGiven: true} // sim shows all seven; parse needs one
 	fs.StringVar(&lf.limit, "limit", "10/1s", "the limit every algorithm enforces, RATE/PERIOD: 10/1s, 20/100ms, 1/1m")
 	fs.Int64Var(&lf.burst, "burst", 4, "bucket capacity (token-bucket, gcra) and units that may wait (leaky-bucket)")
 	window := fs.Duration("window", 0, "the windows' length (fixed-window, sliding-window, sliding-log); default burst·period/rate, so a window holds burst units")
@@ -32,8 +31,9 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	ticks := fs.Int("ticks", 0, "the number of columns (default 30, or what the --trace spans, up to 30)")
 	svgPath := fs.String("svg", "", "also write the figure as an SVG image to this file")
 	noColor := fs.Bool("no-color", false, "no ANSI colors (the default when stdout is not a terminal or NO_COLOR is set)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice sim [--limit RATE/PERIOD] [--burst B] [--window D] [--tick D] [--ticks N]
+	usage := func(w io.Writer) {
+		fs.SetOutput(w)
+		fmt.Fprint(w, `Usage: sluice sim [--limit RATE/PERIOD] [--burst B] [--window D] [--tick D] [--ticks N]
                  [--trace FILE] [--svg FILE] [--no-color]
 
 Runs one bursty trace through each algorithm (token-bucket, gcra, leaky-bucket,
@@ -46,12 +46,8 @@ under 10/1s with a burst of 4; --trace shows a replay trace instead
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+		return err
 	}
 	if *ticks < 0 || *ticks > sim.MaxTicks {
 		return fmt.Errorf("--ticks %d: want 1 to %d (or 0 to fit the arrivals)", *ticks, sim.MaxTicks)
@@ -67,7 +63,7 @@ under 10/1s with a burst of 4; --trace shows a replay trace instead
 	}
 	lim, err := lf.parse()
 	if err != nil {
-		return fmt.Errorf("--limit %s --burst %d: %w", lf.limit, lf.burst, err)
+		return err
 	}
 	cfg := sim.Config{Limit: lim, Window: *window, Tick: *tick, Ticks: *ticks}
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // Base is a time near the present, in µs since the epoch.
@@ -72,7 +72,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 // that a key is read under other limits too) and requires every decision
 // equal to the model's, which applies SEMANTICS.md limit by limit.
 func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int) {
-	seed := Seed(t)
+	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(4),
@@ -140,20 +140,6 @@ func describe(reqs []sluice.Request) string {
 	return s
 }
 
-// Seed returns the seed of a random test: SLUICE_SEED when set, else one
-// from the clock. It logs it, so a failure can be replayed.
-func Seed(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("SLUICE_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("SLUICE_SEED=%q is not a number", v)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (set SLUICE_SEED to replay it)", seed)
-	return seed
-}
 
 // Refund checks that a token bucket or GCRA gives units back, never past its
 // burst, and that the other algorithms refuse to.

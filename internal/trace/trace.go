@@ -1,11 +1,16 @@
 // Package trace reads and writes the JSON-lines traces of `sluice replay`: one
 // request a line in, one decision a line out.
 //
-// A request line is a JSON object with t_us (integer µs since the epoch), key
-// (a non-empty string) and optionally cost (an integer ≥ 0, default 1); other
-// fields are carried through. A decision line is the request's object with
-// allowed, remaining, retry_after_us, reset_after_us and delay_us appended, or
-// error for a request that could never pass.
+// A request line is a JSON object with t_us (a JSON integer: µs since the
+// epoch), key (a non-empty string) and optionally cost (a JSON integer ≥ 0,
+// default 1); other fields are carried through. A decision line is the
+// request's object with allowed, remaining, retry_after_us, reset_after_us and
+// delay_us appended, or error for a request that could never pass. A request
+// line that already holds any of those six fields (an earlier replay's output
+// replayed) has them replaced, never repeated.
+//
+// Lines may be of any length; a UTF-8 byte order mark before the first line
+// is skipped, and so are blank lines.
 package trace
 
 import (
@@ -22,32 +27,50 @@ import (
 
 // Request is one line of a trace.
 type Request struct {
-	Line int    // 1-based line number
-	Raw  []byte // the line's JSON object, trimmed; valid until the next Read
-	T    int64  // µs since the epoch
+	Line int // 1-based line number
+	// Raw is the line's JSON object, trimmed, without the fields a decision
+	// line writes (Outputs); valid until the next Read.
+	Raw  []byte
+	T    int64 // µs since the epoch
 	Key  string
 	Cost int64
 }
 
+// Outputs are the fields a decision line writes. A request line's own
+// fields of these names are dropped from Request.Raw.
+var Outputs = []string{"allowed", "remaining", "retry_after_us", "reset_after_us", "delay_us", "error"}
+
 // Reader reads requests from a trace.
 type Reader struct {
-	s    *bufio.Scanner
+	r    *bufio.Reader
 	line int
+	long []byte // a line longer than r's buffer, gathered
 }
 
-// NewReader returns a Reader over r. Lines may be up to 1 MiB long.
+// NewReader returns a Reader over r. Lines may be of any length.
 func NewReader(r io.Reader) *Reader {
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 64*1024), 1<<20)
-	return &Reader{s: s}
+	return &Reader{r: bufio.NewReaderSize(r, 64*1024)}
 }
+
+// bom is the UTF-8 byte order mark some editors put at a file's start.
+var bom = []byte("\xef\xbb\xbf")
 
 // Read returns the next request, io.EOF at the end, or an error naming the
 // malformed line. Blank lines are skipped.
 func (r *Reader) Read() (Request, error) {
-	for r.s.Scan() {
+	for {
+		b, err := r.readLine()
+		if err != nil && err != io.EOF {
+			return Request{}, fmt.Errorf("line %d: %w", r.line+1, err)
+		}
+		if len(b) == 0 && err == io.EOF {
+			return Request{}, io.EOF
+		}
 		r.line++
-		b := bytes.TrimSpace(r.s.Bytes())
+		if r.line == 1 {
+			b = bytes.TrimPrefix(b, bom)
+		}
+		b = bytes.TrimSpace(b)
 		if len(b) == 0 {
 			continue
 		}
@@ -58,56 +81,235 @@ func (r *Reader) Read() (Request, error) {
 		req.Line = r.line
 		return req, nil
 	}
-	if err := r.s.Err(); err != nil {
-		return Request{}, fmt.Errorf("line %d: %w", r.line+1, err)
-	}
-	return Request{}, io.EOF
 }
 
-type wire struct {
-	T    *json.Number `json:"t_us"`
-	Key  *string      `json:"key"`
-	Cost *json.Number `json:"cost"`
+// readLine returns the next line, with its newline, however long; a last
+// line without one comes with io.EOF.
+func (r *Reader) readLine() ([]byte, error) {
+	r.long = r.long[:0]
+	for {
+		chunk, err := r.r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			r.long = append(r.long, chunk...)
+			continue
+		}
+		if len(r.long) > 0 {
+			r.long = append(r.long, chunk...)
+			return r.long, err
+		}
+		return chunk, err
+	}
 }
 
 // Parse reads one request line (a JSON object, already trimmed).
 func Parse(b []byte) (Request, error) {
-	if len(b) == 0 || b[0] != '{' {
-		return Request{}, errors.New("not a JSON object")
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var w wire
-	if err := d.Decode(&w); err != nil {
-		return Request{}, fmt.Errorf("not a JSON object: %v", err)
-	}
-	if d.More() || d.InputOffset() != int64(len(b)) {
-		return Request{}, errors.New("text after the JSON object")
-	}
 	req := Request{Raw: b, Cost: 1}
-	if w.T == nil {
-		return req, errors.New(`missing "t_us"`)
+	if !json.Valid(b) {
+		var v json.RawMessage
+		d := json.NewDecoder(bytes.NewReader(b))
+		if err := d.Decode(&v); err == nil {
+			rest := bytes.TrimLeft(b[d.InputOffset():], " \t\r\n")
+			return req, fmt.Errorf("text after the JSON object (at column %d)", len(b)-len(rest)+1)
+		}
+		return req, fmt.Errorf("not a JSON object: %v", syntaxError(json.Unmarshal(b, &v)))
 	}
-	t, err := strconv.ParseInt(string(*w.T), 10, 64)
+	if b[0] != '{' {
+		return req, fmt.Errorf("not a JSON object: the line is %s", kind(b))
+	}
+	members, err := scanObject(b)
 	if err != nil {
-		return req, fmt.Errorf(`"t_us" %s is not a whole number of microseconds`, *w.T)
+		return req, err
 	}
-	if err := algo.CheckTime(t); err != nil {
-		return req, fmt.Errorf(`"t_us": %v`, err)
+	var t, key, cost []byte
+	var drop []member
+	for _, m := range members {
+		var dst *[]byte
+		switch m.name {
+		case "t_us":
+			dst = &t
+		case "key":
+			dst = &key
+		case "cost":
+			dst = &cost
+		default:
+			if isOutput(m.name) {
+				drop = append(drop, m)
+			}
+			continue
+		}
+		if *dst != nil {
+			return req, fmt.Errorf("%q appears twice", m.name)
+		}
+		*dst = m.value
 	}
-	req.T = t
-	if w.Key == nil || *w.Key == "" {
-		return req, errors.New(`missing or empty "key"`)
+	if t == nil {
+		return req, errors.New(`missing "t_us" (µs since the epoch, a JSON integer)`)
 	}
-	req.Key = *w.Key
-	if w.Cost != nil {
-		c, err := strconv.ParseInt(string(*w.Cost), 10, 64)
-		if err != nil || c < 0 {
-			return req, fmt.Errorf(`"cost" %s is not a whole number ≥ 0`, *w.Cost)
+	n, err := integer("t_us", t, "µs since the epoch")
+	if err != nil {
+		return req, err
+	}
+	if err := algo.CheckTime(n); err != nil {
+		return req, fmt.Errorf(`"t_us" %d is out of range: want 0 to 2^52 µs since the epoch (the year 2112)`, n)
+	}
+	req.T = n
+	if key == nil {
+		return req, errors.New(`missing "key" (a non-empty string)`)
+	}
+	if key[0] != '"' {
+		return req, fmt.Errorf(`"key" is %s, want a non-empty string`, kind(key))
+	}
+	if err := json.Unmarshal(key, &req.Key); err != nil {
+		return req, fmt.Errorf(`"key" is not a valid JSON string: %v`, err)
+	}
+	if req.Key == "" {
+		return req, errors.New(`"key" is empty, want a non-empty string`)
+	}
+	if cost != nil {
+		c, err := integer("cost", cost, "units")
+		if err != nil {
+			return req, err
+		}
+		if c < 0 {
+			return req, fmt.Errorf(`"cost" %d is negative, want a whole number ≥ 0`, c)
 		}
 		req.Cost = c
 	}
+	if len(drop) > 0 {
+		req.Raw = without(b, members, drop)
+	}
 	return req, nil
+}
+
+// integer reads a field's raw value as a JSON integer that fits an int64.
+func integer(field string, v []byte, unit string) (int64, error) {
+	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		if v[0] == '"' {
+			return 0, fmt.Errorf(`%q is the string %s, want a JSON integer (%s) without quotes`, field, short(v), unit)
+		}
+		return 0, fmt.Errorf(`%q is %s, want a JSON integer (%s)`, field, kind(v), unit)
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		if bytes.ContainsAny(v, ".eE") {
+			return 0, fmt.Errorf(`%q %s is not a whole number, want a JSON integer (%s)`, field, short(v), unit)
+		}
+		return 0, fmt.Errorf(`%q %s is out of range for a whole number of %s`, field, short(v), unit)
+	}
+	return n, nil
+}
+
+// short returns a raw value for an error message, cut to 40 bytes.
+func short(v []byte) string {
+	if len(v) <= 40 {
+		return string(v)
+	}
+	return string(bytes.ToValidUTF8(v[:40], nil)) + "…"
+}
+
+// kind names the JSON type of a valid raw value, for error messages.
+func kind(v []byte) string {
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "true or false"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// syntaxError words a JSON syntax error with the column (1-based byte)
+// where it was found.
+func syntaxError(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at column %d)", se.Error(), se.Offset)
+	}
+	return err.Error()
+}
+
+func isOutput(name string) bool {
+	for _, o := range Outputs {
+		if name == o {
+			return true
+		}
+	}
+	return false
+}
+
+// member is one top-level field of a request line: its decoded name, its
+// raw value, and the bytes [from, to) it spans in the line (with the comma
+// before it, if any, and the white space around).
+type member struct {
+	name     string
+	value    []byte
+	from, to int
+}
+
+// scanObject splits a valid JSON object into its top-level members.
+func scanObject(b []byte) ([]member, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if _, err := d.Token(); err != nil { // {
+		return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+	}
+	var ms []member
+	for d.More() {
+		from := int(d.InputOffset())
+		tok, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+		}
+		ms = append(ms, member{name: name, value: v, from: from, to: int(d.InputOffset())})
+	}
+	if _, err := d.Token(); err != nil { // }
+		return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+	}
+	if d.InputOffset() != int64(len(b)) {
+		return nil, errors.New("text after the JSON object")
+	}
+	return ms, nil
+}
+
+// without returns a copy of the object b without the members in drop (a
+// subset of members, in order), the others' bytes as they were.
+func without(b []byte, members, drop []member) []byte {
+	out := make([]byte, 0, len(b))
+	start := 1 // after {
+	if len(members) > 0 {
+		start = members[0].from
+	}
+	out = append(out, b[:start]...)
+	first := true
+	for _, m := range members {
+		if len(drop) > 0 && drop[0].from == m.from {
+			drop = drop[1:]
+			continue
+		}
+		span := b[m.from:m.to]
+		if first && m.from != members[0].from {
+			// The first kept member, after dropped ones, loses its comma.
+			span = bytes.TrimLeft(span, " \t\r\n")
+			span = bytes.TrimLeft(bytes.TrimPrefix(span, []byte(",")), " \t\r\n")
+		}
+		first = false
+		out = append(out, span...)
+	}
+	last := 1
+	if len(members) > 0 {
+		last = members[len(members)-1].to
+	}
+	return append(out, b[last:]...)
 }
 
 // AppendDecision appends the request's object with the decision's fields to

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -37,8 +38,105 @@ func TestAppend(t *testing.T) {
 	}
 }
 
+// Lines of any length are read: a 3 MiB key is no "token too long".
+func TestLongLine(t *testing.T) {
+	key := strings.Repeat("k", 3<<20)
+	in := `{"t_us": 10, "key": "` + key + `"}` + "\n" + `{"t_us": 11, "key": "b"}`
+	r := NewReader(strings.NewReader(in))
+	a, err := r.Read()
+	if err != nil || a.Key != key || a.Line != 1 {
+		t.Fatalf("long line: key of %d bytes, line %d, %v", len(a.Key), a.Line, err)
+	}
+	b, err := r.Read()
+	if err != nil || b.Key != "b" || b.Line != 2 {
+		t.Fatalf("after the long line: %+v, %v", b, err)
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("want EOF, got %v", err)
+	}
+}
+
+// A UTF-8 byte order mark before the first line is skipped.
+func TestBOM(t *testing.T) {
+	r := NewReader(strings.NewReader("\xef\xbb\xbf{\"t_us\": 10, \"key\": \"a\"}\r\n"))
+	a, err := r.Read()
+	if err != nil || a.Key != "a" || string(a.Raw) != `{"t_us": 10, "key": "a"}` {
+		t.Fatalf("%+v, %v", a, err)
+	}
+}
+
+// Bad lines get errors in the user's terms: the field, what it is, what was
+// expected; never Go's type names.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"t_us": "123", "key": "k"}`, `"t_us" is the string "123", want a JSON integer (µs since the epoch) without quotes`},
+		{`{"t_us": true, "key": "k"}`, `"t_us" is true or false, want a JSON integer`},
+		{`{"t_us": null, "key": "k"}`, `"t_us" is null, want a JSON integer`},
+		{`{"t_us": 1.5, "key": "k"}`, `"t_us" 1.5 is not a whole number`},
+		{`{"t_us": 1e3, "key": "k"}`, `"t_us" 1e3 is not a whole number`},
+		{`{"t_us": 99999999999999999999, "key": "k"}`, `"t_us" 99999999999999999999 is out of range`},
+		{`{"t_us": -1, "key": "k"}`, `"t_us" -1 is out of range: want 0 to 2^52`},
+		{`{"key": "k"}`, `missing "t_us"`},
+		{`{"t_us": 1}`, `missing "key"`},
+		{`{"t_us": 1, "key": 7}`, `"key" is a number, want a non-empty string`},
+		{`{"t_us": 1, "key": {"a": 1}}`, `"key" is an object, want a non-empty string`},
+		{`{"t_us": 1, "key": ""}`, `"key" is empty`},
+		{`{"t_us": 1, "key": "k", "cost": "2"}`, `"cost" is the string "2", want a JSON integer`},
+		{`{"t_us": 1, "key": "k", "cost": -2}`, `"cost" -2 is negative`},
+		{`{"t_us": 1, "key": "k", "t_us": 2}`, `"t_us" appears twice`},
+		{`{"t_us": 1, "key": "k"`, `not a JSON object: unexpected end of JSON input`},
+		{`{"t_us": 1, "key": x}`, `not a JSON object: invalid character 'x' looking for beginning of value (at column 20)`},
+		{`{"t_us": 1, "key": "k"} {}`, `text after the JSON object (at column 25)`},
+		{`[1]`, `not a JSON object: the line is an array`},
+		{`{"t_us": "` + strings.Repeat("9", 100) + `", "key": "k"}`, `"t_us" is the string "999999999999999999999999999999999999999…, want`},
+		{`"x"`, `not a JSON object: the line is a string`},
+	} {
+		_, err := Parse([]byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%s) = %v, want %q", c.in, err, c.want)
+			continue
+		}
+		for _, internal := range []string{"wire", "Go struct", "json.", "json:", "Number"} {
+			if strings.Contains(err.Error(), internal) {
+				t.Errorf("Parse(%s) = %q: names %q", c.in, err, internal)
+			}
+		}
+	}
+}
+
+// A line that already holds the fields a decision writes (an earlier
+// replay's output, replayed) has them replaced, never repeated; the other
+// fields are kept as they were, in order.
+func TestOutputsReplaced(t *testing.T) {
+	d := algo.Decision{Allowed: true, Remaining: 2, ResetAfter: 7, Delay: 3}
+	for _, c := range []struct{ in, want string }{
+		{`{"t_us":10,"key":"a","allowed":false,"remaining":0,"retry_after_us":5,"reset_after_us":1,"delay_us":0}`,
+			`{"t_us":10,"key":"a","allowed":true,"remaining":2,"retry_after_us":0,"reset_after_us":7,"delay_us":3}`},
+		{`{"allowed":false, "t_us": 10, "error": "x", "key": "a", "note": 1, "delay_us": 9 }`,
+			`{"t_us": 10, "key": "a", "note": 1,"allowed":true,"remaining":2,"retry_after_us":0,"reset_after_us":7,"delay_us":3}`},
+		{`{"\u0061llowed": false, "t_us": 10, "key": "a"}`,
+			`{"t_us": 10, "key": "a","allowed":true,"remaining":2,"retry_after_us":0,"reset_after_us":7,"delay_us":3}`},
+	} {
+		req, err := Parse([]byte(c.in))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", c.in, err)
+		}
+		if got := string(AppendDecision(nil, req, d)); got != c.want+"\n" {
+			t.Errorf("Parse(%s), AppendDecision:\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+	req, err := Parse([]byte(`{"t_us": 10, "key": "a", "error": "old", "allowed": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(AppendError(nil, req, errors.New("new"))), `{"t_us": 10, "key": "a","error":"new"}`+"\n"; got != want {
+		t.Errorf("AppendError:\n got %s\nwant %s", got, want)
+	}
+}
+
 // FuzzParse: no input panics; what parses round-trips into valid JSON with
-// the decision appended, and its fields are in range.
+// the decision appended, each top-level field once, and parses again to the
+// same request; its fields are in range.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		`{"t_us": 1764000000000000, "key": "user:1", "cost": 1}`,
@@ -46,6 +144,9 @@ func FuzzParse(f *testing.F) {
 		`{"t_us": 1, "key": "k", "x": {"y": [1,2]}}`,
 		`{}`, `{"t_us": 1e3, "key": "k"}`, `{"t_us": 1, "key": "k", "cost": 99999999999999999999}`,
 		`{"t_us": 1, "key": "k"}}`, `{"key": "\u00e9", "t_us": 0}`,
+		`{"t_us": "1", "key": "k"}`,
+		`{"allowed": 1, "t_us": 1, "key": "k", "remaining": 2, "error": "e"}`,
+		`{"t_us": 1, "\u0065rror": 1, "key": "k", "delay_us": 0}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -58,13 +159,29 @@ func FuzzParse(f *testing.F) {
 		if req.Key == "" || req.Cost < 0 || algo.CheckTime(req.T) != nil {
 			t.Fatalf("Parse(%q) accepted %+v", b, req)
 		}
-		out := AppendDecision(nil, req, algo.Decision{Allowed: true, Remaining: 1})
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("output for %q is not JSON: %v\n%s", b, err, out)
-		}
-		if v["allowed"] != true {
-			t.Fatalf("output for %q lost allowed: %s", b, out)
+		for _, out := range [][]byte{
+			AppendDecision(nil, req, algo.Decision{Allowed: true, Remaining: 1}),
+			AppendError(nil, req, errors.New("e")),
+		} {
+			var v map[string]any
+			if err := json.Unmarshal(out, &v); err != nil {
+				t.Fatalf("output for %q is not JSON: %v\n%s", b, err, out)
+			}
+			ms, err := scanObject(bytes.TrimSpace(out))
+			if err != nil {
+				t.Fatalf("output for %q: %v\n%s", b, err, out)
+			}
+			seen := map[string]bool{}
+			for _, m := range ms {
+				if seen[m.name] && isOutput(m.name) {
+					t.Fatalf("output for %q holds %q twice: %s", b, m.name, out)
+				}
+				seen[m.name] = true
+			}
+			again, err := Parse(bytes.TrimSpace(out))
+			if err != nil || again.T != req.T || again.Key != req.Key || again.Cost != req.Cost {
+				t.Fatalf("output for %q parses to %+v, %v; want %+v", b, again, err, req)
+			}
 		}
 	})
 }

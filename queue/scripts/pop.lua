@@ -5,7 +5,8 @@
 -- ARGV[6]  lead (µs)
 -- ARGV[7]  visibility timeout (µs)
 -- ARGV[8]  the most expired jobs to put back in one call
--- reply    {1, id, payload, slot, released, attempt, deadline, now}, or
+-- reply    {1, id, payload (false when its data is missing), slot, released,
+--          attempt, deadline, now}, or
 --          {0, wait}: the µs until a job may be released (-1: no job at all)
 setup()
 local lead, vis, batch = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// Help asked for goes to stdout and exits 0, for the command and each
+// subcommand; no arguments at all is a usage error (stderr, 2).
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"}, {"-help"},
+		{"replay", "--help"}, {"replay", "-h"}, {"replay", "--limit", "1/1s", "--help"},
+		{"sim", "--help"}, {"sim", "-h"},
+	} {
+		code, out, errs := runCLI(t, "", args...)
+		if code != 0 || !strings.Contains(out, "Usage: sluice") || errs != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", args, code, out, errs)
+		}
+	}
+	code, out, errs := runCLI(t, "")
+	if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") {
+		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, out, errs)
+	}
+	for _, args := range [][]string{{"replay", "--nope"}, {"sim", "--nope"}, {"replay", "extra"}} {
+		code, out, errs := runCLI(t, "", args...)
+		if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") || !strings.Contains(errs, strings.TrimLeft(args[1], "-")) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, the error and the usage on stderr", args, code, out, errs)
+		}
+	}
+}
+
+// --burst: negative is an error, 0 is 0 (a leaky bucket that lets none
+// wait), and left out it is the rate.
+func TestReplayBurst(t *testing.T) {
+	for _, b := range []string{"-5", "-1"} {
+		code, _, errs := runCLI(t, "", "replay", "--limit", "10/1s", "--burst", b)
+		if code != 2 || !strings.Contains(errs, "--burst "+b+" is negative") {
+			t.Errorf("--burst %s: exit %d, stderr %q; want 2 and a clear error", b, code, errs)
+		}
+	}
+	in := strings.Repeat(`{"t_us": 1764000000000000, "key": "k"}`+"\n", 12)
+	for _, c := range []struct {
+		args    []string
+		allowed int
+	}{
+		{[]string{"--limit", "10/1s"}, 10}, // burst = rate
+		{[]string{"--limit", "10/1s", "--burst", "3"}, 3},
+		{[]string{"--limit", "10/1s", "--algorithm", "leaky-bucket", "--burst", "0"}, 1},
+		{[]string{"--limit", "10/1s", "--algorithm", "leaky-bucket"}, 11},
+	} {
+		code, out, errs := runCLI(t, in, append([]string{"replay"}, c.args...)...)
+		if n := strings.Count(out, `"allowed":true`); code != 0 || n != c.allowed {
+			t.Errorf("%v: exit %d (%s), %d allowed, want %d", c.args, code, errs, n, c.allowed)
+		}
+	}
+}
+
+// Replay reads what it wrote: a trace of its own output replays to the same
+// decisions, each field once; long lines, a byte order mark and t_us as a
+// string are handled.
+func TestReplayInputs(t *testing.T) {
+	in := "\xef\xbb\xbf" + `{"t_us": 1764000000000000, "key": "k", "note": "` + strings.Repeat("x", 2<<20) + `"}` + "\n" +
+		strings.Repeat(`{"t_us": 1764000000000000, "key": "k"}`+"\n", 3)
+	code, first, errs := runCLI(t, in, "replay", "--limit", "2/1s")
+	if code != 0 || strings.Count(first, "\n") != 4 {
+		t.Fatalf("exit %d, stderr %q, %d lines", code, errs, strings.Count(first, "\n"))
+	}
+	code, second, errs := runCLI(t, first, "replay", "--limit", "2/1s")
+	if code != 0 || second != first {
+		t.Fatalf("replaying the output: exit %d, stderr %q; output differs from the first run", code, errs)
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(second, "\n"), "\n") {
+		dec := json.NewDecoder(strings.NewReader(line))
+		seen := map[string]bool{}
+		dec.Token()
+		for dec.More() {
+			k, _ := dec.Token()
+			var v json.RawMessage
+			dec.Decode(&v)
+			if seen[k.(string)] {
+				t.Errorf("line %d holds %q twice", i+1, k)
+			}
+			seen[k.(string)] = true
+		}
+	}
+	code, _, errs = runCLI(t, `{"t_us": "1764000000000000", "key": "k"}`+"\n", "replay", "--limit", "2/1s")
+	if code != 2 || !strings.Contains(errs, `line 1: "t_us" is the string "1764000000000000", want a JSON integer`) {
+		t.Errorf("t_us as a string: exit %d, stderr %q", code, errs)
+	}
+	code, _, errs = runCLI(t, "", "replay", "--limit", "10/-1s")
+	if code != 2 || !strings.Contains(errs, `period "-1s" in "10/-1s" must be positive`) {
+		t.Errorf("--limit 10/-1s: exit %d, stderr %q", code, errs)
+	}
+}
