@@ -140,7 +140,6 @@ func describe(reqs []sluice.Request) string {
 	return s
 }
 
-
 // Refund checks that a token bucket or GCRA gives units back, never past its
 // burst, and that the other algorithms refuse to.
 func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
