@@ -30,9 +30,11 @@ func init() {
 	}
 }
 
-// decider makes one decision at a time the caller gives: the trace's.
+// decider makes one decision, single or composite, at a time the caller
+// gives: the trace's.
 type decider interface {
 	TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error)
+	TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error)
 	Close() error
 }
 
@@ -40,6 +42,10 @@ type memDecider struct{ s *memstore.Store }
 
 func (m memDecider) TakeAt(_ context.Context, req sluice.Request, now int64) (algo.Decision, error) {
 	return m.s.TakeAt(req, now)
+}
+
+func (m memDecider) TakeAllAt(_ context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	return m.s.TakeAllAt(reqs, now)
 }
 
 func (memDecider) Close() error { return nil }
@@ -95,6 +101,10 @@ func (r redisDecider) TakeAt(ctx context.Context, req sluice.Request, now int64)
 	return r.s.TakeAt(ctx, req, now)
 }
 
+func (r redisDecider) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	return r.s.TakeAllAt(ctx, reqs, now)
+}
+
 func (r redisDecider) Close() error {
 	r.s.Close()
 	return r.c.Close()
@@ -108,9 +118,32 @@ type limitFlags struct {
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.algorithm, "algorithm", "token-bucket", "token-bucket, gcra, leaky-bucket, fixed-window, sliding-window or sliding-log")
+	fs.StringVar(&f.algorithm, "algorithm", "token-bucket", "token-bucket, gcra, leaky-bucket, fixed-window, aligned-window, sliding-window or sliding-log")
 	fs.StringVar(&f.limit, "limit", "", "the limit as RATE/PERIOD, PERIOD in Go duration syntax: 10/1s, 20/100ms, 1/1m, 5/250us")
 	fs.Int64Var(&f.burst, "burst", 0, "the burst, 0 or more: bucket capacity (token-bucket, gcra), units that may wait (leaky-bucket); default the rate")
+}
+
+// partLimit is the limit of one part of a composite line: the part's own
+// limit, algorithm and burst, each defaulting to the flags'.
+func (f *limitFlags) partLimit(pt trace.Part) (sluice.Limit, error) {
+	g := *f
+	if pt.Limit != "" {
+		g.limit = pt.Limit
+	}
+	if pt.Algorithm != "" {
+		g.algorithm = pt.Algorithm
+	}
+	if pt.Burst >= 0 {
+		g.burst, g.burstGiven = pt.Burst, true
+	}
+	if g.limit == "" {
+		return sluice.Limit{}, fmt.Errorf("part %q has no \"limit\" and no --limit was given", pt.Key)
+	}
+	l, err := g.parse()
+	if err != nil {
+		return l, fmt.Errorf("part %q: %w", pt.Key, err)
+	}
+	return l, nil
 }
 
 func (f *limitFlags) parse() (sluice.Limit, error) {
@@ -162,6 +195,16 @@ also in Redis, where each decision runs at the trace's time. t_us and cost are
 JSON integers; lines may be of any length; a line that already holds the
 decision's fields (an earlier replay's output) has them replaced.
 
+A composite request (all parts must grant; a refusal spends nothing) gives
+"parts" in place of key and cost:
+  {"t_us": 1764000000000000, "parts": [
+    {"key": "chat:7", "algorithm": "token-bucket", "limit": "1/1s", "burst": 1, "cost": 1},
+    {"key": "global", "limit": "30/1s", "burst": 30, "cost": 1}]}
+A part's algorithm, limit and burst default to the flags' (--limit is then
+needed only for lines with a key); its cost to 1. The output is the composite's
+decision, in the same fields. --summary counts a composite under its keys
+joined by +, one unit per admitted request.
+
 `)
 		fs.PrintDefaults()
 	}
@@ -169,13 +212,16 @@ decision's fields (an earlier replay's output) has them replaced.
 		return err
 	}
 	lf.burstGiven = flagGiven(fs, "burst")
-	lim, err := lf.parse()
-	if err != nil {
-		return err
-	}
-	p, err := lim.Params()
-	if err != nil {
-		return err
+	var lim sluice.Limit
+	var p algo.Params
+	if lf.limit != "" { // checked before anything is read
+		var err error
+		if lim, err = lf.parse(); err != nil {
+			return err
+		}
+		if p, err = lim.Params(); err != nil {
+			return err
+		}
 	}
 	store, err := openStore(*storeSpec, *prefix)
 	if err != nil {
@@ -185,9 +231,12 @@ decision's fields (an earlier replay's output) has them replaced.
 
 	out := bufio.NewWriterSize(stdout, 64*1024)
 	defer out.Flush()
-	tally := newTally(p)
+	tally := newTally(p.Period)
+	limits := map[trace.Part]sluice.Limit{} // a part's limit by its text
 	r := trace.NewReader(stdin)
 	var buf []byte
+	var reqs []sluice.Request
+	var parts []sluice.Part
 	for {
 		req, err := r.Read()
 		if err == io.EOF {
@@ -198,32 +247,75 @@ decision's fields (an earlier replay's output) has them replaced.
 			return err
 		}
 		buf = buf[:0]
-		if err := sluice.CheckParams(req.Key, p, req.Cost); err != nil {
-			buf = trace.AppendError(buf, req, err)
-			tally.fail(req.Key)
-		} else {
-			d, err := store.TakeAt(ctx, sluice.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
-			if err != nil {
+		if req.Parts == nil {
+			if lf.limit == "" {
 				out.Flush()
-				return fmt.Errorf("line %d: %w", req.Line, err)
+				return fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 			}
-			buf = trace.AppendDecision(buf, req, d)
-			tally.add(req.Key, req.T, req.Cost, d)
+			if err := sluice.CheckParams(req.Key, p, req.Cost); err != nil {
+				buf = trace.AppendError(buf, req, err)
+				tally.fail(req.Key)
+			} else {
+				d, err := store.TakeAt(ctx, sluice.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+				if err != nil {
+					out.Flush()
+					return fmt.Errorf("line %d: %w", req.Line, err)
+				}
+				buf = trace.AppendDecision(buf, req, d)
+				tally.add(req.Key, req.T, req.Cost, d)
+			}
+		} else {
+			parts = parts[:0]
+			names := make([]string, 0, len(req.Parts))
+			var lerr error
+			for _, pt := range req.Parts {
+				key := pt
+				key.Key, key.Cost = "", 0
+				l, ok := limits[key]
+				if !ok {
+					if l, lerr = lf.partLimit(pt); lerr != nil {
+						break
+					}
+					limits[key] = l
+				}
+				parts = append(parts, sluice.Part{Key: pt.Key, Limit: l, Cost: pt.Cost})
+				names = append(names, pt.Key)
+				tally.period(l.Period.Microseconds())
+			}
+			if lerr != nil {
+				out.Flush()
+				return fmt.Errorf("line %d: %w", req.Line, lerr)
+			}
+			name := strings.Join(names, "+")
+			var err error
+			if reqs, err = sluice.AppendRequests(reqs[:0], parts); err != nil {
+				buf = trace.AppendError(buf, req, err)
+				tally.fail(name)
+			} else {
+				d, err := store.TakeAllAt(ctx, reqs, req.T)
+				if err != nil {
+					out.Flush()
+					return fmt.Errorf("line %d: %w", req.Line, err)
+				}
+				buf = trace.AppendDecision(buf, req, d)
+				tally.add(name, req.T, 1, d)
+			}
 		}
 		if _, err := out.Write(buf); err != nil {
 			return err
 		}
 	}
 	if *summary {
-		tally.print(stderr, lim)
+		tally.print(stderr)
 	}
 	return out.Flush()
 }
 
-// tally counts a replay's decisions per key for --summary.
+// tally counts a replay's decisions per key (a composite's: its keys joined
+// by +) for --summary; peaks are over the period of the first limit seen.
 type tally struct {
-	p    algo.Params
-	keys map[string]*keyTally
+	periodUS int64
+	keys     map[string]*keyTally
 }
 
 type keyTally struct {
@@ -233,7 +325,14 @@ type keyTally struct {
 
 type event struct{ t, n int64 }
 
-func newTally(p algo.Params) *tally { return &tally{p: p, keys: map[string]*keyTally{}} }
+func newTally(periodUS int64) *tally { return &tally{periodUS: periodUS, keys: map[string]*keyTally{}} }
+
+// period sets the peaks' period, if none was set.
+func (t *tally) period(us int64) {
+	if t.periodUS == 0 {
+		t.periodUS = us
+	}
+}
 
 func (t *tally) key(k string) *keyTally {
 	kt := t.keys[k]
@@ -275,24 +374,24 @@ func peak(ev []event, period int64) int64 {
 	return best
 }
 
-func (t *tally) print(w io.Writer, lim sluice.Limit) {
+func (t *tally) print(w io.Writer) {
 	names := make([]string, 0, len(t.keys))
 	for k := range t.keys {
 		names = append(names, k)
 	}
 	slices.Sort(names)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "key\tallowed\tdenied\terrors\tunits\tpeak/%s\t\n", lim.Period)
+	fmt.Fprintf(tw, "key\tallowed\tdenied\terrors\tunits\tpeak/%s\t\n", time.Duration(t.periodUS)*time.Microsecond)
 	var all keyTally
 	for _, k := range names {
 		kt := t.keys[k]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", strings.ReplaceAll(k, "\t", " "), kt.allowed, kt.denied, kt.errors, kt.units, peak(kt.admitted, t.p.Period))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", strings.ReplaceAll(k, "\t", " "), kt.allowed, kt.denied, kt.errors, kt.units, peak(kt.admitted, t.periodUS))
 		all.allowed += kt.allowed
 		all.denied += kt.denied
 		all.errors += kt.errors
 		all.units += kt.units
 		all.admitted = append(all.admitted, kt.admitted...)
 	}
-	fmt.Fprintf(tw, "all %d keys\t%d\t%d\t%d\t%d\t%d\t\n", len(names), all.allowed, all.denied, all.errors, all.units, peak(all.admitted, t.p.Period))
+	fmt.Fprintf(tw, "all %d keys\t%d\t%d\t%d\t%d\t%d\t\n", len(names), all.allowed, all.denied, all.errors, all.units, peak(all.admitted, t.periodUS))
 	tw.Flush()
 }

@@ -30,7 +30,7 @@ func TestReplayRedisMatchesMemory(t *testing.T) {
 	r := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	in := randomTraceText(r, 300)
 	stores := []string{"redis://" + srv.Addr() + "/0", "redis-cluster://" + strings.Join(cl.Addrs(), ",")}
-	for _, a := range []string{"token-bucket", "gcra", "leaky-bucket", "fixed-window", "sliding-window", "sliding-log"} {
+	for _, a := range []string{"token-bucket", "gcra", "leaky-bucket", "fixed-window", "aligned-window", "sliding-window", "sliding-log"} {
 		args := []string{"replay", "--algorithm", a, "--limit", "7/1s", "--burst", "3"}
 		code, want, errs := runCLI(t, in, args...)
 		if code != 0 {
@@ -45,6 +45,17 @@ func TestReplayRedisMatchesMemory(t *testing.T) {
 				t.Fatalf("%s %s: output differs from memory:\n%s", a, st, firstDiff(got, want))
 			}
 		}
+	}
+	// Composites: the same decisions too (on the cluster, parts in
+	// different slots go part by part, so only the standalone store must
+	// match exactly).
+	comp := compositeTraceText(r, 300)
+	code, want, errs := runCLI(t, comp, "replay")
+	if code != 0 {
+		t.Fatalf("composites in memory: exit %d: %s", code, errs)
+	}
+	if code, got, errs := runCLI(t, comp, "replay", "--store", stores[0]); code != 0 || got != want {
+		t.Fatalf("composites in Redis: exit %d %s\n%s", code, errs, firstDiff(got, want))
 	}
 	// Two replays never see each other's state (fresh namespace per run),
 	// unless they share --prefix.

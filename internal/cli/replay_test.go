@@ -4,8 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/trace"
 )
 
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
@@ -84,7 +91,6 @@ func TestReplayMalformed(t *testing.T) {
 
 func TestReplayFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"replay"},
 		{"replay", "--limit", "0/1s"},
 		{"replay", "--limit", "1/1s", "--algorithm", "nope"},
 		{"replay", "--limit", "1/1s", "--store", "nope://"},
@@ -111,6 +117,123 @@ func TestReplayAlgorithms(t *testing.T) {
 		}
 		if a == "leaky-bucket" && !strings.Contains(out, `"delay_us":200000`) {
 			t.Errorf("leaky-bucket: no third unit delayed by 200ms:\n%s", out)
+		}
+	}
+}
+
+// compositeTraceText is a JSON-lines trace of composite requests: one to
+// three parts over a few keys, each with its own algorithm, limit, burst and
+// cost.
+func compositeTraceText(r *rand.Rand, n int) string {
+	algos := []string{"token-bucket", "gcra", "leaky-bucket", "fixed-window", "aligned-window", "sliding-window", "sliding-log"}
+	var b strings.Builder
+	now := int64(1_764_000_000_000_000)
+	for i := 0; i < n; i++ {
+		now += r.Int64N(400_000) * int64(r.IntN(2))
+		fmt.Fprintf(&b, `{"t_us": %d, "parts": [`, now)
+		perm := r.Perm(4)
+		for j := range 1 + r.IntN(3) {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			k := perm[j]
+			fmt.Fprintf(&b, `{"key": "k%d", "algorithm": %q, "limit": "%d/1s", "burst": %d, "cost": %d}`, k, algos[(k+i/50)%len(algos)], 3+k, 2+k, r.IntN(3))
+		}
+		b.WriteString("]}\n")
+	}
+	return b.String()
+}
+
+// A composite line's decision is the model's: all parts must grant, a
+// refusal spends nothing and reports the parts as they are.
+func TestReplayComposites(t *testing.T) {
+	r := rand.New(rand.NewPCG(testenv.SeedOr(t, 3), 4))
+	in := compositeTraceText(r, 400)
+	code, out, errs := runCLI(t, in, "replay")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	ks := model.NewKeys()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	allowed, denied, failed := 0, 0, 0
+	for i, line := range strings.Split(strings.TrimSpace(in), "\n") {
+		req, err := trace.Parse([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var models []*model.Model
+		var keys []string
+		var costs []int64
+		bad := false
+		for _, pt := range req.Parts {
+			l, err := sluice.ParseLimit(pt.Limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := sluice.ParseAlgorithm(pt.Algorithm)
+			p, err := l.WithBurst(pt.Burst).Using(a).Params()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad = bad || pt.Cost > p.Capacity()
+			models = append(models, ks.Model(model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}))
+			keys = append(keys, pt.Key)
+			costs = append(costs, pt.Cost)
+		}
+		var got struct {
+			Allowed                           *bool
+			Remaining, RetryAfter, ResetAfter int64
+			Delay                             int64
+			Error                             string
+		}
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &raw); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if bad {
+			if raw["error"] == nil {
+				t.Fatalf("line %d: a cost over a part's capacity must be an error: %s", i+1, lines[i])
+			}
+			failed++
+			continue
+		}
+		want := model.TakeAll(models, keys, costs, req.T)
+		json.Unmarshal([]byte(lines[i]), &got)
+		if got.Allowed == nil || *got.Allowed != want.Allowed || int64(raw["remaining"].(float64)) != want.Remaining ||
+			int64(raw["retry_after_us"].(float64)) != want.RetryAfter || int64(raw["reset_after_us"].(float64)) != want.ResetAfter ||
+			int64(raw["delay_us"].(float64)) != want.Delay {
+			t.Fatalf("line %d: %s\nwant %+v", i+1, lines[i], want)
+		}
+		if want.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	if allowed < 50 || denied < 50 {
+		t.Errorf("a trace that tests little: %d allowed, %d denied, %d errors", allowed, denied, failed)
+	}
+	t.Logf("%d composite lines equal to the model: %d allowed, %d denied, %d errors", len(lines), allowed, denied, failed)
+}
+
+func TestReplayCompositeLines(t *testing.T) {
+	for _, c := range []struct{ in, args, want string }{
+		{`{"t_us": 1, "parts": [{"key": "a", "limit": "1/1s"}], "key": "b"}`, "", `"parts" and "key"`},
+		{`{"t_us": 1, "parts": []}`, "", `"parts" is empty`},
+		{`{"t_us": 1, "key": "a"}`, "", `line 1: a line with a key needs --limit`},
+		{`{"t_us": 1, "parts": {"key": "a"}}`, "", `"parts" is an object`},
+		{`{"t_us": 1, "parts": [{"limit": "1/1s"}]}`, "", `"parts"[0]: missing or empty "key"`},
+		{`{"t_us": 1, "parts": [{"key": "a", "limit": "1/1s", "cost": "2"}]}`, "", `"cost" is the string "2"`},
+		{`{"t_us": 1, "parts": [{"key": "a", "limit": "1/1s", "rate": 2}]}`, "", `unknown field "rate"`},
+		{`{"t_us": 1, "parts": [{"key": "a"}]}`, "", `part "a" has no "limit"`},
+		{`{"t_us": 1, "parts": [{"key": "a", "limit": "1/1s", "algorithm": "nope"}]}`, "", `unknown algorithm "nope"`},
+		{`{"t_us": 1, "parts": [{"key": "a"}, {"key": "b", "limit": "5/1s"}]}`, "--limit 2/1s", `"allowed":true,"remaining":1`},
+		{`{"t_us": 1, "parts": [{"key": "a", "limit": "1/1s"}, {"key": "a", "limit": "1/1s"}]}`, "", `names a key twice`},
+	} {
+		args := append([]string{"replay"}, strings.Fields(c.args)...)
+		_, out, errs := runCLI(t, c.in+"\n", args...)
+		if !strings.Contains(out+errs, c.want) {
+			t.Errorf("%s: stdout %q stderr %q, want %q", c.in, out, errs, c.want)
 		}
 	}
 }

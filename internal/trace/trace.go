@@ -3,7 +3,10 @@
 //
 // A request line is a JSON object with t_us (a JSON integer: µs since the
 // epoch), key (a non-empty string) and optionally cost (a JSON integer ≥ 0,
-// default 1); other fields are carried through. A decision line is the
+// default 1); or, for a composite request, t_us and parts in place of key and
+// cost: a non-empty array of objects, each with key, limit (RATE/PERIOD),
+// and optionally algorithm, burst and cost (default 1). Other fields are
+// carried through. A decision line is the
 // request's object with allowed, remaining, retry_after_us, reset_after_us and
 // delay_us appended, or error for a request that could never pass. A request
 // line that already holds any of those six fields (an earlier replay's output
@@ -34,6 +37,19 @@ type Request struct {
 	T    int64 // µs since the epoch
 	Key  string
 	Cost int64
+	// Parts, when set, make the line a composite request; Key and Cost are
+	// then unused.
+	Parts []Part
+}
+
+// Part is one limit of a composite request line. Limit and Algorithm are the
+// text the line gave ("" when it gave none); Burst is -1 when it gave none.
+type Part struct {
+	Key       string
+	Limit     string
+	Algorithm string
+	Burst     int64
+	Cost      int64
 }
 
 // Outputs are the fields a decision line writes. A request line's own
@@ -120,7 +136,7 @@ func Parse(b []byte) (Request, error) {
 	if err != nil {
 		return req, err
 	}
-	var t, key, cost []byte
+	var t, key, cost, parts []byte
 	var drop []member
 	for _, m := range members {
 		var dst *[]byte
@@ -131,6 +147,8 @@ func Parse(b []byte) (Request, error) {
 			dst = &key
 		case "cost":
 			dst = &cost
+		case "parts":
+			dst = &parts
 		default:
 			if isOutput(m.name) {
 				drop = append(drop, m)
@@ -153,6 +171,18 @@ func Parse(b []byte) (Request, error) {
 		return req, fmt.Errorf(`"t_us" %d is out of range: want 0 to 2^52 µs since the epoch (the year 2112)`, n)
 	}
 	req.T = n
+	if parts != nil {
+		if key != nil || cost != nil {
+			return req, errors.New(`"parts" and "key" or "cost" on one line: a composite's keys and costs are its parts'`)
+		}
+		if req.Parts, err = parseParts(parts); err != nil {
+			return req, err
+		}
+		if len(drop) > 0 {
+			req.Raw = without(b, members, drop)
+		}
+		return req, nil
+	}
 	if key == nil {
 		return req, errors.New(`missing "key" (a non-empty string)`)
 	}
@@ -179,6 +209,84 @@ func Parse(b []byte) (Request, error) {
 		req.Raw = without(b, members, drop)
 	}
 	return req, nil
+}
+
+// parseParts reads a composite line's "parts": a non-empty array of objects.
+func parseParts(v []byte) ([]Part, error) {
+	if v[0] != '[' {
+		return nil, fmt.Errorf(`"parts" is %s, want an array of objects like {"key": "global", "limit": "30/1s", "cost": 1}`, kind(v))
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(v, &raws); err != nil {
+		return nil, fmt.Errorf(`"parts": %v`, err)
+	}
+	if len(raws) == 0 {
+		return nil, errors.New(`"parts" is empty, want at least one part`)
+	}
+	parts := make([]Part, len(raws))
+	for i, raw := range raws {
+		pt, err := parsePart(raw)
+		if err != nil {
+			return nil, fmt.Errorf(`"parts"[%d]: %w`, i, err)
+		}
+		parts[i] = pt
+	}
+	return parts, nil
+}
+
+func parsePart(v []byte) (Part, error) {
+	pt := Part{Burst: -1, Cost: 1}
+	if v[0] != '{' {
+		return pt, fmt.Errorf(`is %s, want an object like {"key": "global", "limit": "30/1s"}`, kind(v))
+	}
+	members, err := scanObject(v)
+	if err != nil {
+		return pt, err
+	}
+	seen := map[string]bool{}
+	for _, m := range members {
+		if seen[m.name] {
+			return pt, fmt.Errorf("%q appears twice", m.name)
+		}
+		seen[m.name] = true
+		switch m.name {
+		case "key", "limit", "algorithm":
+			if m.value[0] != '"' {
+				return pt, fmt.Errorf("%q is %s, want a string", m.name, kind(m.value))
+			}
+			var str string
+			if err := json.Unmarshal(m.value, &str); err != nil {
+				return pt, fmt.Errorf("%q is not a valid JSON string: %v", m.name, err)
+			}
+			switch m.name {
+			case "key":
+				pt.Key = str
+			case "limit":
+				pt.Limit = str
+			default:
+				pt.Algorithm = str
+			}
+		case "burst", "cost":
+			n, err := integer(m.name, m.value, "units")
+			if err != nil {
+				return pt, err
+			}
+			if n < 0 {
+				return pt, fmt.Errorf("%q %d is negative, want a whole number ≥ 0", m.name, n)
+			}
+			if m.name == "burst" {
+				pt.Burst = n
+			} else {
+				pt.Cost = n
+			}
+		default:
+			return pt, fmt.Errorf("unknown field %q (a part has key, limit, algorithm, burst and cost)", m.name)
+		}
+	}
+	if pt.Key == "" {
+		return pt, errors.New(`missing or empty "key", want a non-empty string`)
+	}
+	return pt, nil
 }
 
 // integer reads a field's raw value as a JSON integer that fits an int64.
