@@ -68,7 +68,7 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
-	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	rs := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()
 	decisions := 0
 	for li, p := range limits() {
