@@ -500,3 +500,22 @@ func TestUncheckedRequests(t *testing.T) {
 		t.Error("Reset of an empty key: no error")
 	}
 }
+
+// A refund on a key of another program's is an error wrapping
+// ErrForeignKey, and leaves the key alone.
+func TestRefundForeignKey(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ctx := context.Background()
+	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix("rf:"))
+	defer st.Close()
+	if err := srv.Client().SAdd(ctx, st.Key("k"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
+	if _, err := st.Refund(ctx, sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}); !errors.Is(err, redisstore.ErrForeignKey) {
+		t.Errorf("Refund: %v, want ErrForeignKey", err)
+	}
+	if typ, _ := srv.Client().Type(ctx, st.Key("k")).Result(); typ != "set" {
+		t.Errorf("the foreign key is now a %q", typ)
+	}
+}
