@@ -519,3 +519,38 @@ func TestRefundForeignKey(t *testing.T) {
 		t.Errorf("the foreign key is now a %q", typ)
 	}
 }
+
+// A store pointed at a replica (a primary demoted by a failover) gets
+// READONLY: an outage, so the failure policy applies.
+func TestReadOnlyReplicaIsAnOutage(t *testing.T) {
+	primary, replica := redistest.Standalone(t), redistest.Standalone(t)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	if err := replica.Client().Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
+	for _, batched := range []bool{true, false} {
+		for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen} {
+			opts := []redisstore.Option{redisstore.WithFailurePolicy(policy)}
+			if !batched {
+				opts = append(opts, redisstore.WithoutBatching())
+			}
+			st := newGoRedis(t, replica.Client(), opts...)
+			r, err := st.Take(ctx, sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+			switch policy {
+			case redisstore.FailClosed:
+				if !errors.Is(err, sluice.ErrStoreUnavailable) {
+					t.Errorf("batched=%v FailClosed: %+v, %v; want ErrStoreUnavailable", batched, r, err)
+				} else {
+					t.Log(err)
+				}
+			case redisstore.FailOpen:
+				if err != nil || !r.Allowed || !r.Degraded {
+					t.Errorf("batched=%v FailOpen: %+v, %v; want a degraded admission", batched, r, err)
+				}
+			}
+			st.Close()
+		}
+	}
+}
