@@ -53,8 +53,9 @@ type Call struct {
 }
 
 // Client runs scripts on Redis or Valkey. Run sends the calls, as one pipeline
-// where it can, each as EVALSHA with EVAL on NOSCRIPT, and sets each call's
-// Reply or Err. Each call must go to the server of its first key. GoRedis
+// where it can, each as EVALSHA with EVAL on NOSCRIPT (EVAL when
+// Script.SHA is ""), and sets each call's Reply or Err.
+// Each call must go to the server of its first key. GoRedis
 // adapts go-redis; another client is plugged in by implementing Run, and
 // Router when it can say where keys live (without it the store never names
 // two keys in one script; see Router).
@@ -101,6 +102,7 @@ type routed struct {
 	group func(string) (uint64, bool)
 }
 
+// Group returns key's group, as the wrapper says.
 func (r routed) Group(key string) (uint64, bool) { return r.group(key) }
 
 func (r routed) boundByContext() bool {
@@ -152,6 +154,7 @@ type goRedis struct {
 	numShards atomic.Uint64
 }
 
+// Group returns key's group: see GoRedis.
 func (g *goRedis) Group(key string) (uint64, bool) { return g.group(key) }
 
 // shard returns the number of the Ring shard that holds key now: the Ring's
@@ -169,6 +172,8 @@ func (g *goRedis) shard(r *redis.Ring, key string) (uint64, bool) {
 	return n.(uint64), true
 }
 
+// Run sends the calls, one pipeline when there are several, and EVAL for
+// those EVALSHA could not run (NOSCRIPT; NOPERM on EVALSHA).
 func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 	evalOnly := g.evalOnly.Load()
 	if len(calls) == 1 {
