@@ -339,7 +339,8 @@ func NewGoRedis(c redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // Close stops the store's batching goroutines; every call made after it
 // returns ErrClosed at once, and so do the calls still waiting to be sent.
-// It does not close the client.
+// It waits for the pipelines already on their way (at most the store's
+// timeout). It does not close the client.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	if s.batch != nil {
@@ -794,7 +795,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 // of a Ring) and returns an error wrapping ErrEvictingPolicy when one is not
 // noeviction. A limiter key is state, not a cache entry: evicted, it
 // forgets what was spent and the next decision admits as on a fresh key
-// (measured: a 5/hour limit admitted 45 of 50 under allkeys-lru and memory
+// (as reported: a 5/hour limit admitted 45 of 50 under allkeys-lru and memory
 // pressure). Every key the store writes has a TTL, so the volatile-*
 // policies evict them too. Where CONFIG is refused (managed services, an
 // ACL without it) or the Client cannot send it, the error wraps
