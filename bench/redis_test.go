@@ -92,7 +92,10 @@ var newRedisTakers = map[string]func(tb testing.TB, c *redis.Client) redisTaker{
 }
 
 func sluiceRedis(tb testing.TB, c *redis.Client, opts ...redisstore.Option) redisTaker {
-	st := redisstore.NewGoRedis(c, opts...)
+	st, err := redisstore.NewGoRedis(c, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() { st.Close() })
 	lim := sluice.New(st)
 	l := sluice.PerSecond(Rate).WithBurst(Burst)
@@ -270,7 +273,10 @@ func BenchmarkComposite(b *testing.B) {
 						lim = sluice.New(memstoreNew())
 					} else {
 						addr := redisAddr(b)
-						st := redisstore.NewGoRedis(newRedisClient(b, addr))
+						st, err := redisstore.NewGoRedis(newRedisClient(b, addr))
+						if err != nil {
+							b.Fatal(err)
+						}
 						b.Cleanup(func() { st.Close() })
 						lim = sluice.New(st)
 						p = redisProbe(b, addr)

@@ -82,7 +82,11 @@ func SluiceScriptCommand() ([]string, string, error) {
 		return nil, "", err
 	}
 	sc := redisstore.ScriptFor(p.Kind)
-	args := []string{"EVALSHA", sc.SHA, "1", "sluice:rb:__rand_int__"}
+	sha := sc.SHA()
+	if sha == "" {
+		return nil, "", fmt.Errorf("SHA-1 of the script is not available here (GODEBUG=fips140=only?)")
+	}
+	args := []string{"EVALSHA", sha, "1", "sluice:rb:__rand_int__"}
 	for _, v := range []int64{int64(p.Kind), p.Rate, p.Period, p.Burst, 1, -1, -1, 1_000_000} {
 		args = append(args, strconv.FormatInt(v, 10))
 	}
@@ -202,7 +206,10 @@ func measureRoundTrips(ctx context.Context, admin *redis.Client, addr string, n 
 	if !m.batching {
 		opts = append(opts, redisstore.WithoutBatching())
 	}
-	st := redisstore.NewGoRedis(c, opts...)
+	st, err := redisstore.NewGoRedis(c, opts...)
+	if err != nil {
+		return RoundTrips{}, err
+	}
 	defer st.Close()
 	lim := sluice.New(st)
 	decide := func(i int) error {

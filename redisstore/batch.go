@@ -16,13 +16,18 @@ const maxBatch = 256
 // maxBatch), and sends them in one round trip. Under no load a call goes alone
 // at once; under load the round trips are shared.
 type batcher struct {
-	client    Client
-	timeout   time.Duration
-	clustered bool // merge only decisions whose keys share a slot
-	ch        chan *pending
-	quit      chan struct{}
-	wg        sync.WaitGroup
-	once      sync.Once
+	client  Client
+	timeout time.Duration
+	// group is the client's Router.Group: only decisions whose keys share
+	// a group are merged.
+	group func(key string) (uint64, bool)
+	ch    chan *pending
+	quit  chan struct{} // closed by close: the loops stop
+	// stopped is closed once the loops have stopped and the calls left
+	// waiting have been answered ErrClosed.
+	stopped chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
 	// active counts the pipelines on their way and the calls a caller sends
 	// inline (claim).
 	active atomic.Int32
@@ -99,8 +104,8 @@ func (p *pending) answer() {
 	}
 }
 
-func newBatcher(c Client, loops int, timeout time.Duration, clustered bool) *batcher {
-	b := &batcher{client: c, timeout: timeout, clustered: clustered, ch: make(chan *pending, maxBatch), quit: make(chan struct{})}
+func newBatcher(c Client, loops int, timeout time.Duration, group func(string) (uint64, bool)) *batcher {
+	b := &batcher{client: c, timeout: timeout, group: group, ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{})}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -137,7 +142,9 @@ func (b *batcher) run(ctx context.Context, c *Call) error {
 // whichever comes first. A caller that gives up abandons p: a loop that has
 // not sent it yet drops it, so a caller told the store is unavailable is not
 // charged later for a call that was still waiting to be sent; a pipeline
-// already on its way may still reach the server.
+// already on its way may still reach the server. After close it returns
+// ErrClosed at once, and a call still waiting when the loops stopped is
+// answered ErrClosed, never sent.
 func (b *batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
@@ -152,7 +159,14 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	}()
 	var err error
 	select {
+	case <-b.quit:
+		return ErrClosed
+	default:
+	}
+	select {
 	case b.ch <- p:
+	case <-b.quit:
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
@@ -161,6 +175,9 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	select {
 	case <-p.done:
 		return nil
+	case <-b.stopped:
+		// No loop will send p now (those that ran have answered theirs).
+		err = ErrClosed
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -177,6 +194,11 @@ func (b *batcher) loop() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, maxBatch)
 	for {
+		select {
+		case <-b.quit:
+			return // not another batch after close, even with calls waiting
+		default:
+		}
 		select {
 		case p := <-b.ch:
 			batch = append(batch[:0], p)
@@ -225,8 +247,9 @@ func (b *batcher) loop() {
 // then paid once.
 func (b *batcher) send(ctx context.Context, batch []*pending) {
 	type group struct {
-		slot    int
-		kind    int64 // the singles' algorithm; composites: -1
+		group   uint64 // the keys' group (Router.Group)
+		kind    int64  // the singles' algorithm; composites: -1
+		alone   bool   // the key's group is unknown: merged with none
 		members []*pending
 		call    *Call
 	}
@@ -241,19 +264,18 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 			}
 			kind, key = -1, p.call.Keys[0]
 		}
-		slot := 0
-		if b.clustered {
-			slot = Slot(key)
-		}
+		id, ok := b.group(key)
 		var g *group
-		for _, x := range groups {
-			if x.slot == slot && x.kind == kind {
-				g = x
-				break
+		if ok {
+			for _, x := range groups {
+				if x.group == id && x.kind == kind && !x.alone {
+					g = x
+					break
+				}
 			}
 		}
 		if g == nil {
-			g = &group{slot: slot, kind: kind}
+			g = &group{group: id, kind: kind, alone: !ok}
 			groups = append(groups, g)
 		}
 		g.members = append(g.members, p)
@@ -287,7 +309,7 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 		}
 		r, err := g.call.Reply, g.call.Err
 		if err == nil && len(r) != 5*len(g.members) {
-			err = fmt.Errorf("script replied %d values for %d decisions", len(r), len(g.members))
+			err = fmt.Errorf("%w: %d values for %d decisions", errBadReply, len(r), len(g.members))
 		}
 		for i, p := range g.members {
 			if err != nil {
@@ -326,7 +348,7 @@ func splitComposites(m *Call, ps []*pending) {
 	}
 	r, err := m.Reply, m.Err
 	if err == nil && len(r) != 5*len(m.Keys) {
-		err = fmt.Errorf("composite script replied %d values for %d limits", len(r), len(m.Keys))
+		err = fmt.Errorf("%w: composite script replied %d values for %d limits", errBadReply, len(r), len(m.Keys))
 	}
 	for _, p := range ps {
 		c := p.call
@@ -431,9 +453,35 @@ func merge(ps []*pending) *Call {
 	return m
 }
 
+// close stops the loops and answers ErrClosed to the calls waiting to be
+// sent, at once; a loop sending a pipeline ends it first (its callers get
+// its answer, or their timeout).
 func (b *batcher) close() {
 	b.once.Do(func() {
 		close(b.quit)
+		b.drain()
 		b.wg.Wait()
+		b.drain() // calls queued while the loops stopped
+		close(b.stopped)
 	})
+}
+
+// drain answers ErrClosed to the calls waiting in the queue.
+func (b *batcher) drain() {
+	for {
+		select {
+		case p := <-b.ch:
+			if !p.state.CompareAndSwap(waiting, answered) {
+				continue // its caller gave up
+			}
+			if p.call != nil {
+				p.call.Err = ErrClosed
+			} else {
+				p.err = ErrClosed
+			}
+			p.done <- struct{}{}
+		default:
+			return
+		}
+	}
 }

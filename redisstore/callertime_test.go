@@ -24,7 +24,7 @@ func TestInvalidCallerTime(t *testing.T) {
 	for _, now := range []int64{-1, -5_000_000, algo.MaxTime + 1} {
 		for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal} {
 			name := fmt.Sprintf("now=%d/policy=%d", now, policy)
-			st := redisstore.NewGoRedis(client,
+			st := newGoRedis(t, client,
 				redisstore.WithPrefix(fmt.Sprintf("callertime:%d:", time.Now().UnixNano())),
 				redisstore.WithFailurePolicy(policy),
 				redisstore.WithCallerTime(func() time.Time { return time.UnixMicro(now) }))

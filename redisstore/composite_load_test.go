@@ -204,7 +204,7 @@ func TestCompositeLoadChild(t *testing.T) {
 	// Unbatched: the parent counts the scripts the servers ran to check the
 	// protocol (take, take, give back), which needs one script per step
 	// rather than the batcher's multi-decision scripts.
-	store := redisstore.NewGoRedis(client,
+	store := newGoRedis(t, client,
 		redisstore.WithPrefix(cfg.Prefix),
 		redisstore.WithTimeout(20*time.Second),
 		redisstore.WithTTLMargin(time.Minute),

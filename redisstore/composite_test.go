@@ -23,7 +23,7 @@ func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 
 func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, string) {
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
-	s := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
 	return func(reqs []sluice.Request, now int64) (algo.Decision, error) {
 		return s.TakeAllAt(context.Background(), reqs, now)
@@ -52,7 +52,7 @@ func TestCompositeCluster(t *testing.T) {
 }
 
 func TestRefund(t *testing.T) {
-	s := redisstore.NewGoRedis(redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("refund:%d:", time.Now().UnixNano())))
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("refund:%d:", time.Now().UnixNano())))
 	defer s.Close()
 	storetest.Refund(t, sluice.New(s), "")
 }
@@ -60,7 +60,7 @@ func TestRefund(t *testing.T) {
 func TestChangedLimits(t *testing.T) {
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
-			s := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", time.Now().UnixNano())))
+			s := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", time.Now().UnixNano())))
 			defer s.Close()
 			storetest.ChangedLimits(t, sluice.New(s), "")
 		})

@@ -148,7 +148,7 @@ func TestLoadChild(t *testing.T) {
 		PoolTimeout:  20 * time.Second,
 	})
 	defer client.Close()
-	store := redisstore.NewGoRedis(client,
+	store := newGoRedis(t, client,
 		redisstore.WithPrefix(cfg.Prefix),
 		redisstore.WithTimeout(20*time.Second),
 		redisstore.WithTTLMargin(time.Minute))

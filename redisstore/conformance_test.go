@@ -70,7 +70,7 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
-	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+	rs := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("conform:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()
 	decisions := 0
 	for li, p := range limits() {
@@ -123,7 +123,7 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 8))
-	rs := redisstore.NewGoRedis(c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", seed)), redisstore.WithTTLMargin(time.Hour))
+	rs := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()
 	decisions := 0
 	for ti := 0; ti < traces; ti++ {

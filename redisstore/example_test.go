@@ -16,11 +16,19 @@ import (
 func ExampleNewGoRedis() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	store := redisstore.NewGoRedis(rdb,
+	store, err := redisstore.NewGoRedis(rdb,
 		redisstore.WithPrefix("myapp:rl:"),
 		redisstore.WithTimeout(50*time.Millisecond),
 		redisstore.WithFailurePolicy(redisstore.FailLocal))
+	if err != nil {
+		fmt.Println("bad options:", err)
+		return
+	}
 	defer store.Close()
+	// At start-up: is Redis configured to keep limiter keys?
+	if err := store.CheckConfig(context.Background()); err != nil {
+		fmt.Println("check the Redis configuration:", err)
+	}
 	lim := sluice.New(store)
 
 	res, err := lim.Take(context.Background(), "partner:acme", sluice.PerSecond(10).WithBurst(50), 10)
@@ -36,7 +44,13 @@ func ExampleNewGoRedis() {
 func ExampleStore_TakeAll() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}})
 	defer rdb.Close()
-	lim := sluice.New(redisstore.NewGoRedis(rdb))
+	store, err := redisstore.NewGoRedis(rdb)
+	if err != nil {
+		fmt.Println("bad options:", err)
+		return
+	}
+	defer store.Close()
+	lim := sluice.New(store)
 	res, err := lim.TakeAll(context.Background(), []sluice.Part{
 		{Key: "{tenant:7}:user:42", Limit: sluice.PerSecond(5), Cost: 1},
 		{Key: "{tenant:7}:all", Limit: sluice.PerSecond(100), Cost: 1},

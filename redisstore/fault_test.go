@@ -56,6 +56,14 @@ type countingClient struct {
 	runs, multi, merged atomic.Int64
 }
 
+// Group passes on the real client's routing (see redisstore.Router).
+func (c *countingClient) Group(key string) (uint64, bool) {
+	if r, ok := c.Client.(redisstore.Router); ok {
+		return r.Group(key)
+	}
+	return 0, false
+}
+
 func (c *countingClient) Run(ctx context.Context, calls []*redisstore.Call) {
 	c.runs.Add(1)
 	if len(calls) > 1 {
@@ -197,7 +205,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			if !batched {
 				opts = append(opts, redisstore.WithoutBatching())
 			}
-			st := redisstore.New(cc, opts...)
+			st := newStore(t, cc, opts...)
 			defer st.Close()
 			flushUnderLoad(t, st, func(ctx context.Context, i int) error {
 				mode := []string{"SYNC", "ASYNC"}[i%2]
@@ -225,7 +233,7 @@ func TestScriptFlushUnderLoadCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.Cluster(t)
 	cc := cl.Client()
-	st := redisstore.NewGoRedis(cc, redisstore.WithPrefix("flush:"))
+	st := newGoRedis(t, cc, redisstore.WithPrefix("flush:"))
 	defer st.Close()
 	flushUnderLoad(t, st, func(ctx context.Context, i int) error {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -292,9 +300,9 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 	client := srv.NewClient(t, nil) // go-redis defaults, as an application would have them
 	const timeout = 250 * time.Millisecond
 	stores := map[string]*redisstore.Store{
-		"batched": redisstore.NewGoRedis(client, redisstore.WithPrefix("b:"),
+		"batched": newGoRedis(t, client, redisstore.WithPrefix("b:"),
 			redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(policy)),
-		"unbatched": redisstore.NewGoRedis(client, redisstore.WithPrefix("u:"),
+		"unbatched": newGoRedis(t, client, redisstore.WithPrefix("u:"),
 			redisstore.WithTimeout(timeout), redisstore.WithFailurePolicy(policy), redisstore.WithoutBatching()),
 	}
 	for _, st := range stores {
@@ -535,7 +543,7 @@ func TestHungServer(t *testing.T) {
 					if !batched {
 						opts = append(opts, redisstore.WithoutBatching())
 					}
-					st := redisstore.NewGoRedis(client, opts...)
+					st := newGoRedis(t, client, opts...)
 					ctx := context.Background()
 					lim := algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 10}
 
@@ -603,7 +611,7 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 	srv := redistest.Standalone(t)
 	client := srv.NewClient(t, nil)
 	const loops = 2
-	st := redisstore.NewGoRedis(client, redisstore.WithPrefix("stall:"),
+	st := newGoRedis(t, client, redisstore.WithPrefix("stall:"),
 		redisstore.WithTimeout(100*time.Millisecond), redisstore.WithBatching(loops))
 	defer st.Close()
 	ctx := context.Background()
@@ -660,7 +668,7 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	defer client.Close()
 	var now atomic.Int64
 	now.Store(base)
-	st := redisstore.NewGoRedis(client, redisstore.WithTimeout(50*time.Millisecond),
+	st := newGoRedis(t, client, redisstore.WithTimeout(50*time.Millisecond),
 		redisstore.WithFailurePolicy(redisstore.FailLocal),
 		redisstore.WithCallerTime(func() time.Time { return time.UnixMicro(now.Load()) }))
 	defer st.Close()
@@ -711,7 +719,7 @@ func queuedCall(t *testing.T, batched bool) {
 	if !batched {
 		batching = redisstore.WithoutBatching()
 	}
-	st := redisstore.NewGoRedis(client, redisstore.WithPrefix("queued:"),
+	st := newGoRedis(t, client, redisstore.WithPrefix("queued:"),
 		redisstore.WithTimeout(400*time.Millisecond), batching)
 	defer st.Close()
 	ctx := context.Background()

@@ -119,7 +119,7 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 	const margin = 100 * time.Millisecond
 	seed := testenv.Seed(t)
 	prefix := fmt.Sprintf("ttl:%d:%d:", seed, time.Now().UnixNano())
-	st := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
+	st := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
 	defer st.Close()
 
 	ps := ttlLimits()
@@ -230,7 +230,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 	ctx := context.Background()
 	const margin = 100 * time.Millisecond
 	prefix := fmt.Sprintf("idle:%d:", time.Now().UnixNano())
-	st := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
+	st := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
 	t.Cleanup(func() { st.Close() }) // after the parallel subtests
 	for _, p := range []algo.Params{
 		{Kind: algo.TokenBucket, Rate: 2, Period: 200_000, Burst: 3}, // refills in 300ms
@@ -295,7 +295,7 @@ func TestTTLRepair(t *testing.T) {
 	ctx := context.Background()
 	const margin = 100 * time.Millisecond
 	prefix := fmt.Sprintf("repair:%d:", time.Now().UnixNano())
-	st := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
+	st := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(margin))
 	t.Cleanup(func() { st.Close() }) // after the parallel subtests
 
 	type variant struct {
@@ -373,7 +373,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
-	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer st.Close()
 
 	traces, n := 6, 120
@@ -427,7 +427,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	var mu sync.Mutex
 	clock := base
 	set := func(us int64) { mu.Lock(); clock = us; mu.Unlock() }
-	cs := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
+	cs := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
 		redisstore.WithCallerTime(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.UnixMicro(clock) }))
 	defer cs.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
@@ -473,7 +473,7 @@ func TestClockBackwardsConformance(t *testing.T) {
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 12))
-	st := redisstore.NewGoRedis(srv.Client(), redisstore.WithPrefix(fmt.Sprintf("backconf:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("backconf:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer st.Close()
 	n := 80
 	if testing.Short() {

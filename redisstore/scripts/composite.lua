@@ -2,6 +2,8 @@
 -- request passes only if every limit grants, and a refusal spends nothing
 -- anywhere. The batcher merges the requests that wait together (on a
 -- cluster, those in one slot) into one call, made in order, each atomic.
+-- A request whose step raises on any of its parts (see guard.lua) writes
+-- nothing and replies failed(code) for every part; the others go on.
 -- KEYS     per request, one key per limit; all in one cluster slot
 -- ARGV     TTL margin (µs), the number of requests, then per request: now
 --          (µs, -1 for the server's TIME, read once for the script), its
@@ -10,13 +12,12 @@
 -- reply    per request, one decision per limit (see decision in the
 --          prelude), flattened; in a refused request, a part that granted
 --          reports a look (cost 0) at its key, since nothing was spent
-margin = tonumber(ARGV[1])
-local reply, r = {}, 0
-local a, k = 2, 0 -- the arguments and keys read so far
-for _ = 1, tonumber(ARGV[2]) do
-  now = clock(tonumber(ARGV[a + 1]))
-  local n = tonumber(ARGV[a + 2])
-  a = a + 2
+
+-- The steps of one request's n parts, from key k + 1 and argument a + 1:
+-- their decisions, the fields to write and the times they are fresh, and
+-- whether all grant. When one refuses, a part that granted is looked at
+-- instead (cost 0): nothing will be spent. It writes nothing.
+local function steps_of(n, k, a)
   local ds, writes, fresh, lims = {}, {}, {}, {}
   local all = true
   for i = 1, n do
@@ -26,20 +27,56 @@ for _ = 1, tonumber(ARGV[2]) do
     all = all and ds[i][1] == 1
     a = a + 6
   end
-  for i = 1, n do
-    if all then
-      store(KEYS[k + i], writes[i], fresh[i])
-    else
-      -- Nothing is spent: a part that granted reports a look (cost 0) at
-      -- its key, as it is.
+  if not all then
+    for i = 1, n do
       if ds[i][1] == 1 then
         local l = lims[i]
         local look, _, f = l[1](KEYS[k + i], l[2], l[3], l[4], 0, l[5])
         ds[i], fresh[i] = look, f
       end
+    end
+  end
+  return ds, writes, fresh, all
+end
+
+-- The writes of one request: every part's fields when all grant, else only
+-- the TTL repair. A write that raised after another of the request had been
+-- made would leave that one: Redis refuses a script's writes for memory
+-- only before its first write, and SET, DEL, PTTL and PEXPIRE take a key of
+-- any type, so no failure this guards against comes there.
+local function stores_of(n, k, writes, fresh, all)
+  for i = 1, n do
+    if all then
+      store(KEYS[k + i], writes[i], fresh[i])
+    else
       store(KEYS[k + i], nil, fresh[i])
     end
-    local d = ds[i]
+  end
+end
+
+margin = tonumber(ARGV[1])
+local reply, r = {}, 0
+local a, k = 2, 0 -- the arguments and keys read so far
+for _ = 1, tonumber(ARGV[2]) do
+  local code = guarded_clock(tonumber(ARGV[a + 1]))
+  local n = tonumber(ARGV[a + 2])
+  a = a + 2
+  local ds, writes, fresh, all
+  if not code then
+    local ok
+    ok, ds, writes, fresh, all = pcall(steps_of, n, k, a)
+    if not ok then
+      code = failure_code(ds, false)
+    else
+      local stored, e = pcall(stores_of, n, k, writes, fresh, all)
+      if not stored then
+        code = failure_code(e, false)
+      end
+    end
+  end
+  a = a + 6 * n
+  for i = 1, n do
+    local d = code and failed(code) or ds[i]
     reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = d[1], d[2], d[3], d[4], d[5]
     r = r + 5
   end

@@ -14,7 +14,8 @@
 --          position (1..L) when L > 1, its cost when the cost is -1, and its
 --          time when timed (µs, -1 for the server's TIME, read once for the
 --          script)
--- reply    one decision per key (see decision in the prelude), flattened
+-- reply    one decision per key (see decision in the prelude), or
+--          failed(code) for a decision that raised (see guard.lua), flattened
 margin = tonumber(ARGV[1])
 local nl, shared, timed = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 -- limits by the argument that names them: a table lookup, not a tonumber.
@@ -25,8 +26,9 @@ for j = 1, nl do
 end
 local per = (nl > 1 and 1 or 0) + (shared < 0 and 1 or 0) + (timed and 1 or 0)
 local a = 4 + nl * 5
+local no_time -- the failure's code when reading TIME raised
 if not timed then
-  now = clock(-1)
+  no_time = guarded_clock(-1)
 end
 local reply, n = {}, 0
 for i = 1, #KEYS do
@@ -40,11 +42,16 @@ for i = 1, #KEYS do
     b = b + 1
     cost = tonumber(ARGV[b])
   end
+  local d
+  local code = no_time
   if timed then
-    now = clock(tonumber(ARGV[b + 1]))
+    code = guarded_clock(tonumber(ARGV[b + 1]))
   end
-  local d, fields, fresh_at = l[1](KEYS[i], l[2], l[3], l[4], cost, l[5])
-  store(KEYS[i], fields, fresh_at)
+  if code then
+    d = failed(code)
+  else
+    d = guarded(l[1], KEYS[i], l[2], l[3], l[4], cost, l[5])
+  end
   reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] = d[1], d[2], d[3], d[4], d[5]
   n = n + 5
   a = a + per

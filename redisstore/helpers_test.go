@@ -1,0 +1,29 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// newGoRedis is redisstore.NewGoRedis for tests: an error fails t.
+func newGoRedis(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.NewGoRedis(c, opts...)
+	if err != nil {
+		t.Fatalf("NewGoRedis: %v", err)
+	}
+	return st
+}
+
+// newStore is redisstore.New for tests: an error fails t.
+func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return st
+}
