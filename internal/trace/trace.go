@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice/algo"
 )
@@ -360,33 +361,86 @@ type member struct {
 	from, to int
 }
 
-// scanObject splits a valid JSON object into its top-level members.
+// scanObject splits a JSON object, which json.Valid has accepted, into its
+// top-level members. Validity makes the scan simple: a string ends at the
+// first unescaped quote, a number or literal at a comma, brace or space, an
+// object or array at its matching bracket.
 func scanObject(b []byte) ([]member, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	if _, err := d.Token(); err != nil { // {
-		return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+	ms := make([]member, 0, 8)
+	i := skipSpace(b, 1) // after {
+	if b[i] == '}' {
+		return ms, nil
 	}
-	var ms []member
-	for d.More() {
-		from := int(d.InputOffset())
-		tok, err := d.Token()
-		if err != nil {
-			return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+	from := 1
+	for {
+		i = skipSpace(b, i)
+		end := skipString(b, i)
+		name := b[i+1 : end-1]
+		var m member
+		if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) { // as encoding/json reads it
+			if err := json.Unmarshal(b[i:end], &m.name); err != nil {
+				return nil, fmt.Errorf("not a JSON object: %v", err)
+			}
+		} else {
+			m.name = string(name)
 		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := d.Decode(&v); err != nil {
-			return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+		i = skipSpace(b, skipSpace(b, end)+1) // after :
+		vend := skipValue(b, i)
+		m.value, m.from, m.to = b[i:vend], from, vend
+		ms = append(ms, m)
+		i = skipSpace(b, vend)
+		if b[i] == '}' {
+			if skipSpace(b, i+1) != len(b) {
+				return nil, errors.New("text after the JSON object")
+			}
+			return ms, nil
 		}
-		ms = append(ms, member{name: name, value: v, from: from, to: int(d.InputOffset())})
+		from = vend
+		i++ // the comma
 	}
-	if _, err := d.Token(); err != nil { // }
-		return nil, fmt.Errorf("not a JSON object: %v", syntaxError(err))
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
 	}
-	if d.InputOffset() != int64(len(b)) {
-		return nil, errors.New("text after the JSON object")
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
 	}
-	return ms, nil
+	return i + 1
+}
+
+// skipValue returns the index after the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\r' && b[i] != '\n' {
+		i++
+	}
+	return i
 }
 
 // without returns a copy of the object b without the members in drop (a

@@ -152,6 +152,25 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		b = bytes.TrimSpace(b)
+		if json.Valid(b) && b[0] == '{' {
+			// The hand-written scan agrees with encoding/json's tokens
+			// (a member's span may start with the white space before its
+			// comma, which the decoder's offsets leave out).
+			got, err := scanObject(b)
+			if err != nil {
+				t.Fatalf("scanObject(%q): %v", b, err)
+			}
+			want := refMembers(t, b)
+			if len(got) != len(want) {
+				t.Fatalf("scanObject(%q): %d members, want %d", b, len(got), len(want))
+			}
+			for i := range got {
+				if got[i].name != want[i].name || !bytes.Equal(got[i].value, want[i].value) || skipSpace(b, got[i].from) != skipSpace(b, want[i].from) || got[i].to != want[i].to {
+					t.Fatalf("scanObject(%q) member %d: %q=%s [%d,%d), want %q=%s [%d,%d)", b, i,
+						got[i].name, got[i].value, got[i].from, got[i].to, want[i].name, want[i].value, want[i].from, want[i].to)
+				}
+			}
+		}
 		req, err := Parse(b)
 		if err != nil {
 			return
@@ -167,12 +186,8 @@ func FuzzParse(f *testing.F) {
 			if err := json.Unmarshal(out, &v); err != nil {
 				t.Fatalf("output for %q is not JSON: %v\n%s", b, err, out)
 			}
-			ms, err := scanObject(bytes.TrimSpace(out))
-			if err != nil {
-				t.Fatalf("output for %q: %v\n%s", b, err, out)
-			}
 			seen := map[string]bool{}
-			for _, m := range ms {
+			for _, m := range refMembers(t, bytes.TrimSpace(out)) {
 				if seen[m.name] && isOutput(m.name) {
 					t.Fatalf("output for %q holds %q twice: %s", b, m.name, out)
 				}
@@ -184,4 +199,28 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refMembers is scanObject done with encoding/json's tokens: the reference
+// the fuzz target holds it to.
+func refMembers(t *testing.T, b []byte) []member {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	if _, err := d.Token(); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	var ms []member
+	for d.More() {
+		from := int(d.InputOffset())
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		ms = append(ms, member{name: tok.(string), value: v, from: from, to: int(d.InputOffset())})
+	}
+	return ms
 }
