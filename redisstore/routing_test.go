@@ -131,8 +131,10 @@ func checkOneShard(t *testing.T, st *redisstore.Store, shards []*redis.Client, k
 func TestRingSingles(t *testing.T) {
 	ring, shards := newRing(t)
 	for name, mk := range map[string]func() *redisstore.Store{
-		"New(GoRedis(ring))": func() *redisstore.Store { return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:"), patient) },
-		"NewGoRedis(ring)":   func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:"), patient) },
+		"New(GoRedis(ring))": func() *redisstore.Store {
+			return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
+		},
+		"NewGoRedis(ring)": func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:"), patient) },
 		"unrouted": func() *redisstore.Store {
 			return newStore(t, unrouted{redisstore.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
 		},
