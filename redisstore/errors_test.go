@@ -32,7 +32,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
 	cc := &countingClient{Client: redisstore.GoRedis(srv.Client())}
-	st := newStore(t, cc, redisstore.WithPrefix("poison:"), redisstore.WithFailurePolicy(redisstore.FailOpen))
+	st := newStore(t, cc, redisstore.WithPrefix("poison:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
 	if err := srv.Client().HSet(ctx, st.Key("k0"), "owner", "another program").Err(); err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 func TestPoisonedComposite(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
-	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix("pc:"), redisstore.WithFailurePolicy(redisstore.FailOpen))
+	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix("pc:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
 	if err := srv.Client().LPush(ctx, st.Key("bad"), "x").Err(); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestACLWithoutEvalsha(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := aclClient(t, srv, "noevalsha", "+@all", "-evalsha")
 	for _, batched := range []bool{true, false} {
-		opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("acl:%v:", batched)), redisstore.WithFailurePolicy(redisstore.FailOpen)}
+		opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("acl:%v:", batched)), redisstore.WithFailurePolicy(redisstore.FailOpen), patient}
 		if !batched {
 			opts = append(opts, redisstore.WithoutBatching())
 		}
@@ -295,7 +295,7 @@ func TestOutOfMemory(t *testing.T) {
 	admin := srv.Client()
 	p := algo.Params{Kind: algo.FixedWindow, Rate: 5, Period: hour}
 	for _, batched := range []bool{true, false} {
-		opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("oom:%v:", batched)), redisstore.WithFailurePolicy(redisstore.FailOpen)}
+		opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("oom:%v:", batched)), redisstore.WithFailurePolicy(redisstore.FailOpen), patient}
 		if !batched {
 			opts = append(opts, redisstore.WithoutBatching())
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,6 +34,10 @@ func newRing(t *testing.T) (*redis.Ring, []*redis.Client) {
 	t.Cleanup(func() { _ = ring.Close() })
 	return ring, []*redis.Client{a.Client(), b.Client()}
 }
+
+// patient gives the stores of correctness tests a timeout that a loaded
+// test machine does not reach: they count admissions, not latency.
+var patient = redisstore.WithTimeout(30 * time.Second)
 
 // unrouted is a Client that says nothing about where keys live.
 type unrouted struct{ c redisstore.Client }
@@ -126,10 +131,12 @@ func checkOneShard(t *testing.T, st *redisstore.Store, shards []*redis.Client, k
 func TestRingSingles(t *testing.T) {
 	ring, shards := newRing(t)
 	for name, mk := range map[string]func() *redisstore.Store{
-		"New(GoRedis(ring))": func() *redisstore.Store { return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:")) },
-		"NewGoRedis(ring)":   func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:")) },
+		"New(GoRedis(ring))": func() *redisstore.Store {
+			return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
+		},
+		"NewGoRedis(ring)": func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:"), patient) },
 		"unrouted": func() *redisstore.Store {
-			return newStore(t, unrouted{redisstore.GoRedis(ring)}, redisstore.WithPrefix("unr:"))
+			return newStore(t, unrouted{redisstore.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -215,12 +222,12 @@ func TestRingComposite(t *testing.T) {
 		"unrouted": unrouted{redisstore.GoRedis(ring)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := newStore(t, c, redisstore.WithPrefix(name+":serial:"))
+			st := newStore(t, c, redisstore.WithPrefix(name+":serial:"), patient)
 			defer st.Close()
 			if got := compositeSerial(t, st, users, 200, global); got != global {
 				t.Errorf("serial: %d admitted, want the global bound %d", got, global)
 			}
-			st2 := newStore(t, c, redisstore.WithPrefix(name+":load:"))
+			st2 := newStore(t, c, redisstore.WithPrefix(name+":load:"), patient)
 			defer st2.Close()
 			if got := compositeHammer(t, st2, users, 20, global); got > global || got < global/2 {
 				t.Errorf("under load: %d admitted, want at most the global bound %d (and not far below)", got, global)
@@ -256,7 +263,7 @@ func TestClusterRouting(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := mk(redisstore.WithPrefix(name+":"), redisstore.WithFailurePolicy(redisstore.FailOpen))
+			st := mk(redisstore.WithPrefix(name+":"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 			defer st.Close()
 			const keys, burst = 20, 10
 			checkExact(t, routeHammer(t, st, 64, 40, keys, burst), burst)
