@@ -103,7 +103,7 @@ func boundsRuns() (runs, length int) {
 func TestBucketBurstBound(t *testing.T) {
 	runs, length := boundsRuns()
 	for _, k := range []algo.Kind{algo.TokenBucket, algo.GCRA} {
-		for _, seed := range seeds() {
+		for _, seed := range seeds(t) {
 			rng := rand.New(rand.NewPCG(seed, 17))
 			for range runs {
 				p := randomParams(rng, k)
@@ -162,7 +162,7 @@ func TestBucketBurstBoundIsReached(t *testing.T) {
 // i.e. k·period < (d+1)·rate. For a whole T that is the contract's bound.
 func TestLeakyBucketSpacing(t *testing.T) {
 	runs, length := boundsRuns()
-	for _, seed := range seeds() {
+	for _, seed := range seeds(t) {
 		rng := rand.New(rand.NewPCG(seed, 23))
 		for range runs {
 			p := randomParams(rng, algo.LeakyBucket)
@@ -207,7 +207,7 @@ func TestLeakyBucketRoundedSpacing(t *testing.T) {
 func TestWindowBounds(t *testing.T) {
 	runs, length := boundsRuns()
 	for _, k := range []algo.Kind{algo.FixedWindow, algo.SlidingWindow, algo.SlidingLog} {
-		for _, seed := range seeds() {
+		for _, seed := range seeds(t) {
 			rng := rand.New(rand.NewPCG(seed, 29))
 			for range runs {
 				p := randomParams(rng, k)

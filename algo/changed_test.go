@@ -75,7 +75,7 @@ func TestChangedLimitsMatchModel(t *testing.T) {
 		traces = 100
 	}
 	compared := 0
-	for _, seed := range seeds() {
+	for _, seed := range seeds(t) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		for n := range traces {
 			trace := changedTrace(rng, length)

@@ -3,13 +3,14 @@ package algo_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // t0 is near the time these tests were written: real timestamps are large, and
@@ -250,10 +251,13 @@ func shrink(p algo.Params, trace []event) []event {
 	return trace
 }
 
-// seeds are fixed, so a failure reproduces; one more from the clock lets each
-// run explore new traces (its value is printed on failure).
-func seeds() []uint64 {
-	return []uint64{1, 2, 3, 0x5eed, 20251124, uint64(time.Now().UnixNano())}
+// seeds are fixed, so a failure reproduces; one more, fresh and logged, lets
+// each run explore new traces. SLUICE_SEED replays one seed alone.
+func seeds(t testing.TB) []uint64 {
+	if os.Getenv(testenv.SeedEnv) != "" {
+		return []uint64{testenv.Seed(t)}
+	}
+	return []uint64{1, 2, 3, 0x5eed, 20251124, testenv.Seed(t)}
 }
 
 // randomParams draws a limit of kind k: a rate from the table and a burst in
@@ -300,7 +304,7 @@ func TestStepMatchesModel(t *testing.T) {
 	for _, k := range algo.Kinds() {
 		t.Run(k.String(), func(t *testing.T) {
 			t.Parallel()
-			for _, seed := range seeds() {
+			for _, seed := range seeds(t) {
 				rng := rand.New(rand.NewPCG(seed, uint64(k)))
 				for n := range traces {
 					p := randomParams(rng, k)

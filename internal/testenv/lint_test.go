@@ -11,12 +11,7 @@ import (
 )
 
 // Files not yet held to the rules below, each with why.
-var exempt = map[string]string{
-	"algo/model_test.go":         "algo is being rewritten on another branch: seeds() there still mixes in a clock seed",
-	"algo/bounds_test.go":        "algo is being rewritten on another branch (uses algo's seeds())",
-	"algo/table_test.go":         "algo is being rewritten on another branch",
-	"memstore/composite_test.go": "memstore's composites are being rewritten on another branch",
-}
+var exempt = map[string]string{}
 
 var (
 	fixedOrClockSeed = regexp.MustCompile(`rand\.NewPCG\(\s*\d+\s*,\s*\d+\s*\)|rand\.NewPCG\([^)]*time\.Now|seed\s*:?=\s*uint64\(time\.Now`)
