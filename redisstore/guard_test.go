@@ -21,7 +21,7 @@ steps[1] = function(key, rate, period, burst, cost)
   if key == 'bad' then
     error('sluice: foreign data: ' .. key .. ' is not a sluice state')
   end
-  return decision(true, 7, 0, 0, 0), {1, 1, 1, 0, period}, now + 1000000
+  return decision(true, 7, 0, 0, 0), {1, 1, 1, 0, rate, period}, now + 1000000
 end
 `
 	multi := NewScript(mustRead("prelude.lua") + mustRead("guard.lua") + step + mustRead("multi.lua"))
