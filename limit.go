@@ -146,7 +146,7 @@ func (l Limit) params() (algo.Params, error) {
 	}
 	p := algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: l.Burst}
 	if err := p.Validate(); err != nil {
-		return algo.Params{}, fmt.Errorf("%w: %s", ErrInvalidLimit, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+		return algo.Params{}, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
 	}
 	return p, nil
 }
@@ -154,7 +154,7 @@ func (l Limit) params() (algo.Params, error) {
 // Errors that callers can test for with errors.Is.
 var (
 	// ErrInvalidLimit: the limit cannot be used (see Limit.Validate).
-	ErrInvalidLimit = errors.New("sluice: invalid limit")
+	ErrInvalidLimit = algo.ErrInvalid
 	// ErrCostExceedsCapacity: the cost could never pass, even on a fresh key.
 	// Nothing is spent.
 	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")

@@ -81,8 +81,9 @@ const (
 	MaxScaled = int64(1) << 50
 )
 
-// ErrInvalid is wrapped by every error Params.Validate returns.
-var ErrInvalid = errors.New("invalid limit")
+// ErrInvalid is wrapped by every error Params.Validate returns. It is the
+// root package's ErrInvalidLimit, so the errors need no rewording there.
+var ErrInvalid = errors.New("sluice: invalid limit")
 
 // Params is a validated limit: Rate units per Period microseconds, and Burst,
 // whose meaning depends on Kind (the bucket's capacity for token-bucket and gcra,

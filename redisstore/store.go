@@ -376,7 +376,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 // limit that Validate refuses), or nil.
 func checkRequest(req *sluice.Request) error {
 	if err := req.Params.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", sluice.ErrInvalidLimit, err)
+		return err // wraps sluice.ErrInvalidLimit
 	}
 	if err := sluice.CheckParams(req.Key, req.Params, req.Cost); err != nil {
 		return err
@@ -784,7 +784,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
 	}
 	if err := req.Params.Validate(); err != nil {
-		return sluice.Result{}, fmt.Errorf("%w: %v", sluice.ErrInvalidLimit, err)
+		return sluice.Result{}, err // wraps sluice.ErrInvalidLimit
 	}
 	switch {
 	case req.Key == "":
