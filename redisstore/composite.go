@@ -1,0 +1,161 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+)
+
+// TakeAll makes one decision for a composite request (see sluice.Store).
+//
+// When the client puts every key in one group (see Router: always on a
+// single node; on a cluster, keys that share a {hash tag}; on a Ring, keys
+// its hash puts on one shard) it is one atomic script: every part is stepped
+// and all are written only if all grant. Where the keys are apart no script
+// can see them all, so the parts are taken one at a time and when one
+// refuses the parts already taken are given back (Refund). That never
+// admits over any limit. Its weakness: between a part's take and its
+// give-back a concurrent request on that key may be refused that would have
+// passed; a process dying in between (or a give-back that fails) leaves
+// those units spent; and only token-bucket and gcra parts can be given back.
+// So the parts that can be given back go first, in the order given (put the
+// narrowest first: it refuses most, and a refusal there costs nothing), and
+// the others after them; with two or more window or leaky parts, all but the
+// last can lose units to a later refusal. A refusal on this path reports the
+// parts it reached (the ones after the refusing part are not looked at).
+// Taking a window part after the refundable ones matters: a per-chat fixed
+// window taken before a global token bucket wastes its windows on the
+// global's refusals (see the README's composite figures).
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
+	if err := checkRequests(reqs); err != nil {
+		return sluice.Result{}, err
+	}
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.takeAll(ctx, reqs, now)
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, reqs) })
+}
+
+// TakeAllAt is TakeAll at time now (µs since the epoch), with no failure
+// policy.
+func (s *Store) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	if err := algo.CheckTime(now); err != nil {
+		return algo.Decision{}, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+	}
+	if err := checkRequests(reqs); err != nil {
+		return algo.Decision{}, err
+	}
+	return s.takeAll(ctx, reqs, now)
+}
+
+func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	if !s.together(reqs) {
+		return s.takeInTurn(ctx, reqs, now)
+	}
+	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 4+6*len(reqs))}
+	c.Args = append(c.Args, s.margin, int64(1), now, int64(len(reqs)))
+	for i, r := range reqs {
+		c.Keys[i] = s.prefix + r.Key
+		c.Args = append(c.Args, int64(r.Params.Kind), r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost, maxDelayArg(r.MaxDelay))
+	}
+	if err := s.run(ctx, &c); err != nil {
+		return algo.Decision{}, err
+	}
+	if len(c.Reply) != 5*len(reqs) {
+		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", errBadReply, c.Reply)
+	}
+	var acc algo.Decision
+	looks := make([]algo.Decision, len(reqs))
+	for i := range reqs {
+		d, err := decisionOf(c.Reply[5*i:5*i+5], c.Keys[i])
+		if err != nil {
+			return algo.Decision{}, err
+		}
+		looks[i] = d
+		if i == 0 {
+			acc = looks[i]
+		} else {
+			algo.Combine(&acc, looks[i])
+		}
+	}
+	if !acc.Allowed {
+		// The script replied looks for the parts that granted.
+		algo.Refused(&acc, looks)
+	}
+	return acc, nil
+}
+
+// takeInTurn takes the parts one at a time and gives back the ones taken when
+// a later one refuses.
+func (s *Store) takeInTurn(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+	reqs = slices.Clone(reqs)
+	slices.SortStableFunc(reqs, func(a, b sluice.Request) int {
+		return cmp.Compare(refundRank(a.Params.Kind), refundRank(b.Params.Kind))
+	})
+	var acc algo.Decision
+	taken := make([]algo.Decision, 0, len(reqs))
+	for i, r := range reqs {
+		d, err := s.decide(ctx, r, now)
+		if err != nil || !d.Allowed {
+			// Give back what can be; the refusal then reports the parts
+			// taken as they are afterwards (a refund replies a look), the
+			// ones not given back as spent, and the refusing part's own
+			// look. The parts after it were not reached.
+			looks := taken
+			for j, t := range reqs[:i] {
+				if t.Cost > 0 && (t.Params.Kind == algo.TokenBucket || t.Params.Kind == algo.GCRA) {
+					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now); rerr == nil {
+						looks[j] = l
+					}
+				}
+			}
+			if err != nil {
+				return algo.Decision{}, err
+			}
+			looks = append(looks, d)
+			acc = d
+			algo.Refused(&acc, looks)
+			return acc, nil
+		}
+		taken = append(taken, d)
+		if i == 0 {
+			acc = d
+		} else {
+			algo.Combine(&acc, d)
+		}
+	}
+	return acc, nil
+}
+
+// refundRank orders the parts of a cross-slot composite: those that can be
+// given back first.
+func refundRank(k algo.Kind) int {
+	if k == algo.TokenBucket || k == algo.GCRA {
+		return 0
+	}
+	return 1
+}
+
+// together reports whether one script may name every request's key: one
+// key, or keys the client puts in one group (see Router).
+func (s *Store) together(reqs []sluice.Request) bool {
+	if len(reqs) == 1 {
+		return true
+	}
+	g, ok := s.group(s.prefix + reqs[0].Key)
+	if !ok {
+		return false
+	}
+	for _, r := range reqs[1:] {
+		if h, ok := s.group(s.prefix + r.Key); !ok || h != g {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,130 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+)
+
+// Errors that callers can test for with errors.Is. None of them is an
+// outage: the failure policy does not apply to them, and the decision they
+// report spent nothing.
+var (
+	// ErrClosed: the store was closed (Close).
+	ErrClosed = errors.New("redisstore: store closed")
+	// ErrForeignKey: the decision's key holds data that is not a limiter
+	// state of sluice's (another type, or a string of another program).
+	// The error names the key; delete it, or give the store a prefix of
+	// its own (WithPrefix).
+	ErrForeignKey = errors.New("redisstore: key holds foreign data")
+	// ErrOutOfMemory: Redis refused the decision's write (OOM, used memory
+	// above maxmemory under maxmemory-policy noeviction). Give Redis more
+	// memory, or the limiter a Redis of its own.
+	ErrOutOfMemory = errors.New("redisstore: Redis is out of memory (OOM)")
+	// ErrNoPermission: the ACL user may not run a command the store needs
+	// (NOPERM): TIME in scripts (use WithCallerTime, or grant +time), EVAL,
+	// or GET/SET on the store's keys (grant ~prefix*).
+	ErrNoPermission = errors.New("redisstore: the Redis user may not run a command the store needs (NOPERM)")
+	// ErrInvalidOption: New was given an option that cannot work.
+	ErrInvalidOption = errors.New("redisstore: invalid option")
+	// ErrEvictingPolicy: CheckConfig found a server whose maxmemory-policy
+	// may evict limiter keys.
+	ErrEvictingPolicy = errors.New("redisstore: Redis may evict limiter keys")
+	// ErrConfigUnreadable: CheckConfig could not read the servers'
+	// maxmemory-policy (CONFIG refused, as on managed services, or a
+	// Client that cannot send CONFIG GET).
+	ErrConfigUnreadable = errors.New("redisstore: cannot read Redis's maxmemory-policy")
+)
+
+// errBadReply: a script replied something else than its decisions.
+var errBadReply = errors.New("redisstore: unexpected script reply")
+
+// settle turns a decision, or the error that kept Redis from making it, into
+// the caller's answer: the failure policy applies to an outage
+// (sluice.ErrStoreUnavailable) only; local decides in process.
+func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result, error)) (sluice.Result, error) {
+	if err == nil {
+		return sluice.FromDecision(d), nil
+	}
+	if !errors.Is(err, sluice.ErrStoreUnavailable) {
+		return sluice.Result{}, err
+	}
+	switch s.policy {
+	case FailOpen:
+		return sluice.Result{Allowed: true, Degraded: true}, nil
+	case FailLocal:
+		r, lerr := local()
+		r.Degraded = true
+		return r, lerr
+	}
+	return sluice.Result{}, err
+}
+
+// failed sorts the error of a call made for a caller whose context is ctx:
+// the caller's context that ended is returned as its own error, an error
+// that waiting will not cure as itself (with what to do), and an outage
+// wrapped in sluice.ErrStoreUnavailable, for the failure policy.
+func (s *Store) failed(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, errBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("redisstore: the caller's context ended: %w", ctx.Err())
+	}
+	if perm := permanent(err, s.now == nil); perm != nil {
+		return perm
+	}
+	return unavailable(err)
+}
+
+// permanent returns err as an error that says what to do when it is not an
+// outage (an error waiting will not cure), else nil. serverTime: the store
+// reads Redis's TIME.
+func permanent(err error, serverTime bool) error {
+	if errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("redisstore: the go-redis client is closed: %w", err)
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return nil // the network, a timeout: an outage
+	}
+	msg := re.Error()
+	for _, p := range transientReplies {
+		if strings.HasPrefix(msg, p) {
+			return nil
+		}
+	}
+	switch {
+	case strings.HasPrefix(msg, "NOPERM"), strings.Contains(msg, "can't run this command"):
+		if serverTime {
+			return fmt.Errorf("%w: %v (if TIME is refused, give the store the caller's time: WithCallerTime)", ErrNoPermission, err)
+		}
+		return fmt.Errorf("%w: %v", ErrNoPermission, err)
+	case strings.HasPrefix(msg, "WRONGTYPE"), strings.Contains(msg, "sluice: foreign data"):
+		return fmt.Errorf("%w: %v (delete the key, or give the store a prefix of its own: WithPrefix)", ErrForeignKey, err)
+	case strings.HasPrefix(msg, "OOM"):
+		return fmt.Errorf("%w: %v", ErrOutOfMemory, err)
+	}
+	return fmt.Errorf("redisstore: Redis refused the call: %w", err)
+}
+
+// transientReplies are the error replies of a server that cannot serve now
+// but will (loading, failing over, a slot moving, a script running too
+// long, too many clients): outages, for the failure policy.
+var transientReplies = []string{
+	"LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "TRYAGAIN", "BUSY",
+	"MISCONF", "NOREPLICAS", "MOVED", "ASK", "NOSCRIPT", "ERR max number of clients",
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, sluice.ErrStoreUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+}

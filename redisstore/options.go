@@ -1,0 +1,93 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// FailurePolicy says what a decision does when Redis cannot be reached or
+// does not answer in time.
+type FailurePolicy uint8
+
+const (
+	// FailClosed returns an error wrapping sluice.ErrStoreUnavailable.
+	FailClosed FailurePolicy = iota
+	// FailOpen allows the request, flagged Degraded.
+	FailOpen
+	// FailLocal decides with an in-process memstore for the outage, flagged
+	// Degraded: each process then limits on its own.
+	FailLocal
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix puts prefix in front of every key (default "sluice:").
+func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
+
+// WithTimeout bounds each decision: a Redis that does not answer within d is
+// unavailable for that call (default 1s). d must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(s *Store) {
+		if d <= 0 {
+			s.optErr = append(s.optErr, fmt.Errorf("WithTimeout(%v): a decision needs a positive time to reach Redis", d))
+		}
+		s.timeout = d
+	}
+}
+
+// WithTTLMargin sets how long past the moment its state is equivalent to
+// fresh a key is kept (default 1s). It covers the distance between the
+// clock decisions use and the server's expiry clock. d must not be
+// negative.
+func WithTTLMargin(d time.Duration) Option {
+	return func(s *Store) {
+		if d < 0 {
+			s.optErr = append(s.optErr, fmt.Errorf("WithTTLMargin(%v): a negative margin would expire keys before their state is fresh", d))
+		}
+		s.margin = d.Microseconds()
+	}
+}
+
+// WithFailurePolicy sets what happens when Redis cannot be reached or does
+// not answer in time (default FailClosed).
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(s *Store) {
+		if p > FailLocal {
+			s.optErr = append(s.optErr, fmt.Errorf("WithFailurePolicy(%d): not FailClosed, FailOpen or FailLocal", p))
+		}
+		s.policy = p
+	}
+}
+
+// WithCallerTime makes decisions at the caller's time instead of the server's
+// TIME; the FailLocal fallback then decides at the caller's time too. Use it
+// where the Redis user may not run TIME in scripts.
+func WithCallerTime(now func() time.Time) Option {
+	return func(s *Store) {
+		if now == nil {
+			s.optErr = append(s.optErr, errors.New("WithCallerTime(nil): no clock"))
+			return
+		}
+		s.now = func() int64 { return now().UnixMicro() }
+	}
+}
+
+// WithoutBatching sends every decision in its own round trip, for callers
+// who want strict per-call latency over throughput.
+func WithoutBatching() Option { return func(s *Store) { s.batchN = 0 } }
+
+// maxPipelines bounds WithBatching.
+const maxPipelines = 1024
+
+// WithBatching sets how many pipelines may be in flight at once (default 4;
+// 0 is WithoutBatching; at most 1024).
+func WithBatching(pipelines int) Option {
+	return func(s *Store) {
+		if pipelines < 0 || pipelines > maxPipelines {
+			s.optErr = append(s.optErr, fmt.Errorf("WithBatching(%d): pipelines in flight must be from 0 to %d", pipelines, maxPipelines))
+		}
+		s.batchN = pipelines
+	}
+}

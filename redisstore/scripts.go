@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"embed"
+	"fmt"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+)
+
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+// scripts holds each algorithm's script by algo.Kind: the prelude, the guard,
+// the algorithm's step and the single-decision main; multis the same with the
+// multi-decision main. composite holds every step and the composite main.
+var (
+	scripts      [algo.AlignedWindow + 1]*Script
+	multis       [algo.AlignedWindow + 1]*Script
+	composite    *Script
+	refundScript *Script
+	resetScript  *Script
+)
+
+var stepFiles = [...]string{
+	algo.TokenBucket:   "token_bucket.lua",
+	algo.GCRA:          "gcra.lua",
+	algo.LeakyBucket:   "leaky_bucket.lua",
+	algo.FixedWindow:   "fixed_window.lua",
+	algo.AlignedWindow: "aligned_window.lua",
+	algo.SlidingWindow: "sliding_window.lua",
+	algo.SlidingLog:    "sliding_log.lua",
+}
+
+func init() {
+	// Each script defines only the helpers its steps use: Lua recreates
+	// every local function on every call. Every step reads the states other
+	// limits wrote (convert.lua). Digests are computed on first use
+	// (Script.SHA), not here.
+	prelude, timestamp, guard := mustRead("prelude.lua")+mustRead("convert.lua"), mustRead("timestamp.lua"), mustRead("guard.lua")
+	stepOf := func(k algo.Kind) string {
+		if k == algo.GCRA || k == algo.LeakyBucket {
+			return timestamp + mustRead(stepFiles[k])
+		}
+		return mustRead(stepFiles[k])
+	}
+	all := prelude + guard + timestamp
+	for _, k := range algo.Kinds() {
+		scripts[k] = NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
+		multis[k] = NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
+		all += mustRead(stepFiles[k])
+	}
+	composite = NewScript(all + mustRead("composite.lua"))
+	refundScript = NewScript(prelude + mustRead("refund.lua"))
+	resetScript = NewScript(mustRead("reset.lua"))
+}
+
+func mustRead(name string) string {
+	b, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// ScriptFor returns the script that decides for algorithm k.
+func ScriptFor(k algo.Kind) *Script { return scripts[k] }
+
+func maxDelayArg(us int64) int64 {
+	if us == algo.Never {
+		return -1
+	}
+	return us
+}
+
+// The codes of a decision the script could not make (guard.lua).
+const (
+	codeForeignType int64 = iota + 1
+	codeForeignData
+	codeNoMemory
+	codeNoPermission
+	codeNoTime
+	codeNotWritable
+	codeOther
+)
+
+// decisionOf reads a script's reply of one decision on key, or the error
+// the script reports for it (allowed -1, then a code: see guard.lua).
+func decisionOf(r []int64, key string) (algo.Decision, error) {
+	if r[0] < 0 {
+		return algo.Decision{}, failure(r[1], key)
+	}
+	d := algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Delay: r[4]}
+	if d.RetryAfter < 0 {
+		d.RetryAfter = algo.Never
+	}
+	return d, nil
+}
+
+// failure is the error of a decision on key that the script reports with
+// code.
+func failure(code int64, key string) error {
+	switch code {
+	case codeForeignType:
+		return fmt.Errorf("%w: %q holds another type than a string (WRONGTYPE): delete it, or give the store a prefix of its own (WithPrefix)", ErrForeignKey, key)
+	case codeForeignData:
+		return fmt.Errorf("%w: %q holds a string that is not a sluice state: delete it, or give the store a prefix of its own (WithPrefix)", ErrForeignKey, key)
+	case codeNoMemory:
+		return fmt.Errorf("%w: the write of %q was refused; raise maxmemory, or give the limiter a Redis of its own", ErrOutOfMemory, key)
+	case codeNoPermission:
+		return fmt.Errorf("%w: on %q (grant the user read and write on the store's keys, ~prefix*)", ErrNoPermission, key)
+	case codeNoTime:
+		return fmt.Errorf("%w: TIME, in the script for %q: give the store the caller's time (WithCallerTime), or grant +time", ErrNoPermission, key)
+	case codeNotWritable:
+		return fmt.Errorf("%w: Redis refused the write of %q (a replica, loading, or failing to persist)", sluice.ErrStoreUnavailable, key)
+	}
+	return fmt.Errorf("redisstore: the script failed on %q (code %d)", key, code)
+}
