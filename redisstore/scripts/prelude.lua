@@ -56,8 +56,8 @@ local function cdiv(a, b)
 end
 
 -- A state is stored packed: its kind in one byte, then each field as a
--- little-endian 8-byte integer (pack: one C call each way, where the
--- decimal text it replaced took a match, a format and a tonumber per field).
+-- little-endian 8-byte integer (struct.pack and unpack: one C call each way,
+-- where decimal text would take a match, a format and a tonumber per field).
 -- A single-state kind is 41 bytes: kind, a, b, c and the rate and period of
 -- the limit that wrote it; a sliding log (kind 6) is its kind, rate and
 -- period, then its (time, cost) pairs.
