@@ -332,6 +332,18 @@ func WithErrorLog(f func(r *http.Request, err error)) Option {
 	return func(m *Middleware) error { m.onError = f; return nil }
 }
 
+// WithClock sets the clock an admitted leaky-bucket request sleeps out its
+// Delay on (default sluice.SystemClock); tests pass one that does not sleep.
+func WithClock(c sluice.Clock) Option {
+	return func(m *Middleware) error {
+		if c == nil {
+			return errors.New("WithClock(nil)")
+		}
+		m.clock = c
+		return nil
+	}
+}
+
 // WithKeyPrefix sets the prefix of the store keys (default "httplimit:"): a
 // policy's keys are prefix + name + ":" + key.
 func WithKeyPrefix(prefix string) Option {
@@ -352,6 +364,7 @@ type Middleware struct {
 	unavailable       time.Duration
 	onError           func(*http.Request, error)
 	prefix            string
+	clock             sluice.Clock
 }
 
 type policy struct {
@@ -380,6 +393,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		headers:     []HeaderStyle{HeadersDraft11},
 		unavailable: time.Second,
 		prefix:      "httplimit:",
+		clock:       sluice.SystemClock,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -753,11 +767,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if res.Delay > 0 { // a leaky bucket's turn
-		t := time.NewTimer(res.Delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := m.clock.Sleep(ctx, res.Delay); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
 			return
 		}
