@@ -493,7 +493,9 @@ type Decision struct {
 
 // PolicyResult is one policy's numbers after a decision.
 type PolicyResult struct {
-	Name   string
+	// Name is the policy's name.
+	Name string
+	// Shadow reports a shadow policy.
 	Shadow bool
 	// Key is the request's key under the policy (without the store prefix).
 	Key string
@@ -600,7 +602,9 @@ func refund(ctx context.Context, name string, units int64) error {
 
 // Stats is what one policy decided since the Middleware was made.
 type Stats struct {
+	// Policy is the policy's name.
 	Policy string
+	// Shadow reports a shadow policy.
 	Shadow bool
 	// Allowed counts the requests the policy admitted (for an enforced
 	// policy: the composite admitted them).

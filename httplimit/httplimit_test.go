@@ -879,3 +879,51 @@ func TestBadCost(t *testing.T) {
 		t.Errorf("%d errors logged, want 3", logged.Load())
 	}
 }
+
+func TestHeadersOfSeveralPolicies(t *testing.T) {
+	c := newClock()
+	lim := frozenLimiter(c)
+	bucket := sluice.PerMinute(6).WithBurst(5)
+	logL := sluice.Per(3, 10*time.Second).Using(sluice.SlidingLog)
+	m := mustNew(t, lim, []httplimit.Policy{
+		{Name: "bucket", Limit: bucket},
+		{Name: "log", Limit: logL, Key: httplimit.Static("all")},
+	})
+	srv := httptest.NewServer(m.Handler(echo))
+	defer srv.Close()
+	ctx := context.Background()
+	refusals := 0
+	for i := range 8 {
+		resp, body := get(t, srv.Client(), srv.URL)
+		b, _ := lim.Take(ctx, "httplimit:bucket:127.0.0.1", bucket, 0)
+		l, _ := lim.Take(ctx, "httplimit:log:all", logL, 0)
+		want := fmt.Sprintf(`"bucket";r=%d;t=%d, "log";r=%d;t=%d`, b.Remaining, ceilSeconds(b.ResetAfter), l.Remaining, ceilSeconds(l.ResetAfter))
+		if got := resp.Header.Get("RateLimit"); got != want {
+			t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
+		}
+		if items, err := parseSFList(resp.Header.Get("RateLimit-Policy")); err != nil || len(items) != 2 ||
+			items[0].Params["q"] != int64(5) || items[0].Params["w"] != int64(50) || items[1].Params["q"] != int64(3) || items[1].Params["w"] != int64(10) {
+			t.Errorf("request %d: RateLimit-Policy %q (%v)", i, resp.Header.Get("RateLimit-Policy"), err)
+		}
+		if resp.StatusCode == 429 {
+			p := readProblem(t, resp, body)
+			wantV := []string{}
+			if b.Remaining < 1 {
+				wantV = append(wantV, "bucket")
+			}
+			if l.Remaining < 1 {
+				wantV = append(wantV, "log")
+			}
+			if fmt.Sprint(p.Violated) != fmt.Sprint(wantV) {
+				t.Errorf("request %d: violated %v, want %v", i, p.Violated, wantV)
+			}
+		}
+		if resp.StatusCode == 429 {
+			refusals++
+		}
+		c.Add(2 * time.Second)
+	}
+	if refusals == 0 {
+		t.Error("no refusal: the log (3 per 10s) should refuse requests 2s apart")
+	}
+}
