@@ -146,11 +146,15 @@ type Policy struct {
 	// error goes to WithErrorLog's function only.
 	CostFunc func(r *http.Request) (int64, error)
 	// Shadow makes the policy count without refusing: it is decided (and
-	// spends) as if enforced, its refusals only counted in Stats.
+	// spends) as if enforced, its refusals only counted in Stats. Shadow
+	// policies are decided for every request that is not skipped, as a
+	// composite of their own after the enforced one, whatever its outcome.
 	Shadow bool
 	// Optional makes the policy not apply to a request whose key is not
 	// found (a per-user budget for anonymous requests); otherwise such a
-	// request is answered by WithMissingKey's handler.
+	// request is answered by WithMissingKey's handler. A shadow policy is
+	// always optional, and a shadow policy's cost that cannot be read
+	// leaves it out (counted in Stats.Errors): it never answers.
 	Optional bool
 }
 
@@ -790,7 +794,7 @@ func (m *Middleware) parts(w http.ResponseWriter, r *http.Request, st *state, po
 		key, ok := p.Key(r)
 		if !ok || key == "" {
 			p.stats.missing.Add(1)
-			if p.Optional {
+			if p.Optional || p.Shadow { // a shadow policy never answers
 				continue
 			}
 			st.dec.Missing = p.Name
@@ -811,6 +815,9 @@ func (m *Middleware) parts(w http.ResponseWriter, r *http.Request, st *state, po
 			if err != nil {
 				p.stats.errors.Add(1)
 				m.logError(r, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err))
+				if p.Shadow {
+					continue
+				}
 				writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request",
 					fmt.Sprintf("the request's cost under rate-limit policy %q cannot be read", p.Name), nil)
 				return nil, false

@@ -927,3 +927,22 @@ func TestHeadersOfSeveralPolicies(t *testing.T) {
 		t.Error("no refusal: the log (3 per 10s) should refuse requests 2s apart")
 	}
 }
+
+func TestShadowPolicyNeverAnswers(t *testing.T) {
+	c := newClock()
+	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{
+		{Name: "s-key", Limit: sluice.PerMinute(1), Key: httplimit.Header("X-User"), Shadow: true},
+		{Name: "s-cost", Limit: sluice.PerMinute(1), CostFunc: costHeader, Shadow: true},
+	})
+	srv := httptest.NewServer(m.Handler(echo))
+	defer srv.Close()
+	for i := range 5 {
+		if resp, body := get(t, srv.Client(), srv.URL, "X-Cost", "bad"); resp.StatusCode != 200 {
+			t.Fatalf("request %d without a shadow key and with a bad shadow cost: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	st := m.Stats()
+	if st[0].Missing != 5 || st[1].Errors != 5 {
+		t.Errorf("stats %+v: want 5 missing keys and 5 cost errors counted", st)
+	}
+}
