@@ -60,3 +60,40 @@ func ExampleNew() {
 	// RateLimit-Policy: "per-ip";q=3;w=60, "per-key";q=100;w=60
 	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"refused by policy \"per-ip\"; retry in 20s","violated-policies":["per-ip"]}
 }
+
+// An API client that keeps to 2 calls a second per host (bursts of 2),
+// whatever its callers do. The third call waits for its turn; a 429 with
+// Retry-After from the API would hold the host for every client sharing the
+// store.
+func ExampleNewTransport() {
+	lim := sluice.New(memstore.New())
+	t, err := httplimit.NewTransport(lim, []httplimit.Policy{
+		{Name: "per-host", Limit: sluice.PerSecond(2)},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "pong")
+	}))
+	defer api.Close()
+	client := &http.Client{Transport: t}
+
+	start := time.Now()
+	for range 3 {
+		resp, err := client.Get(api.URL)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode)
+	}
+	fmt.Println("the third call waited:", time.Since(start) >= 400*time.Millisecond)
+	// Output:
+	// 200
+	// 200
+	// 200
+	// the third call waited: true
+}

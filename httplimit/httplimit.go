@@ -32,8 +32,15 @@
 // CF-Connecting-IP: WithProxyHeader) is read, a list walked from the right,
 // skipping trusted hops. IPv6 clients are grouped by prefix (default /64,
 // WithIPv6Prefix); an IPv4-mapped IPv6 address is read as IPv4. Header,
-// Context, Route, MuxRoute, Static and Join build other keys. Each policy's
-// keys live under "httplimit:" + its name + ":" in the store (WithKeyPrefix).
+// FromContext, Route, MuxRoute, Static and Join build other keys. Each
+// policy's keys live under "httplimit:" + its name + ":" in the store
+// (WithKeyPrefix).
+//
+// # Outbound
+//
+// Transport is the other direction: an http.RoundTripper that waits for its
+// policies before each call, and holds an upstream's host after a 429 or 503
+// with Retry-After for every caller that shares the store.
 //
 // A request whose key is not found (no peer address, a missing header) is
 // never counted under a shared empty key: an Optional policy does not apply

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -351,9 +352,23 @@ func TestRetryAfterRoundsUpAndIsNeverZero(t *testing.T) {
 }
 
 func TestCompositeUnderConcurrency(t *testing.T) {
-	c := newClock() // frozen: nothing refills, so the counts are exact
+	t.Run("memstore", func(t *testing.T) {
+		compositeUnderConcurrency(t, frozenLimiter(newClock())) // frozen: nothing refills, so the counts are exact
+	})
+	t.Run("redisstore", func(t *testing.T) {
+		c := newClock()
+		srv := redistest.Standalone(t)
+		store, err := redisstore.NewGoRedis(srv.Client(), redisstore.WithCallerTime(c.Now), redisstore.WithTimeout(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		compositeUnderConcurrency(t, sluice.New(store))
+	})
+}
+
+func compositeUnderConcurrency(t *testing.T, lim *sluice.Limiter) {
 	const userBurst, tenantBurst = 5, 20
-	lim := frozenLimiter(c)
 	userLimit, tenantLimit := sluice.PerMinute(1).WithBurst(userBurst), sluice.PerMinute(1).WithBurst(tenantBurst)
 	m := mustNew(t, lim, []httplimit.Policy{
 		{Name: "per-user", Limit: userLimit, Key: httplimit.Header("X-User")},
@@ -944,5 +959,39 @@ func TestShadowPolicyNeverAnswers(t *testing.T) {
 	st := m.Stats()
 	if st[0].Missing != 5 || st[1].Errors != 5 {
 		t.Errorf("stats %+v: want 5 missing keys and 5 cost errors counted", st)
+	}
+}
+
+type userKey struct{}
+
+func TestKeysFromContextAndJoin(t *testing.T) {
+	c := newClock()
+	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{{Name: "user-route", Limit: sluice.PerMinute(1),
+		Key: httplimit.Join(httplimit.FromContext(userKey{}), httplimit.Header("X-Part"))}})
+	auth := func(next http.Handler) http.Handler { // an auth middleware before the limiter
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if u := r.Header.Get("X-Auth-User"); u != "" {
+				r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv := httptest.NewServer(auth(m.Handler(echo)))
+	defer srv.Close()
+	// "a|b" + "c" and "a" + "b|c" must not share a key.
+	for i, hdr := range [][]string{
+		{"X-Auth-User", "a|b", "X-Part", "c"},
+		{"X-Auth-User", "a", "X-Part", "b|c"},
+		{"X-Auth-User", "a%7Cb", "X-Part", "c"},
+	} {
+		if resp, _ := get(t, srv.Client(), srv.URL, hdr...); resp.StatusCode != 200 {
+			t.Errorf("request %d (%q): status %d: joined keys collided", i, hdr, resp.StatusCode)
+		}
+	}
+	if resp, _ := get(t, srv.Client(), srv.URL, "X-Auth-User", "a", "X-Part", "b|c"); resp.StatusCode != 429 {
+		t.Errorf("the same user and part again: status %d, want 429", resp.StatusCode)
+	}
+	if resp, _ := get(t, srv.Client(), srv.URL, "X-Part", "c"); resp.StatusCode != 400 {
+		t.Errorf("no identity: status %d, want 400", resp.StatusCode)
 	}
 }

@@ -94,10 +94,10 @@ func MuxRoute(mux *http.ServeMux) KeyFunc {
 	}
 }
 
-// Context keys a request on a value its context holds under ctxKey: an
+// FromContext keys a request on a value its context holds under ctxKey: an
 // authenticated identity set by an earlier middleware. The value must be a
 // non-empty string or a fmt.Stringer; anything else is not found.
-func Context(ctxKey any) KeyFunc {
+func FromContext(ctxKey any) KeyFunc {
 	return func(r *http.Request) (string, bool) {
 		var s string
 		switch v := r.Context().Value(ctxKey).(type) {
