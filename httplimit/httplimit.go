@@ -650,8 +650,14 @@ func (m *Middleware) Stats() []Stats {
 	return out
 }
 
-// Handler returns next limited by m's policies.
+// Handler returns next limited by m's policies. A nil next answers every
+// request 500 with a problem body that says the handler is missing.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusInternalServerError, "about:blank", "Internal Server Error", "httplimit: Handler was given no handler to limit", nil)
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})

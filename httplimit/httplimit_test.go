@@ -995,3 +995,72 @@ func TestKeysFromContextAndJoin(t *testing.T) {
 		t.Errorf("no identity: status %d, want 400", resp.StatusCode)
 	}
 }
+
+func TestOddInputsNeverPanic(t *testing.T) {
+	m := mustNew(t, frozenLimiter(newClock()), []httplimit.Policy{{Name: "ip", Limit: sluice.PerMinute(100)}},
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("fe80::/10")))
+	rec := httptest.NewRecorder()
+	m.Handler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != 500 {
+		t.Errorf("Handler(nil): status %d", rec.Code)
+	}
+	// A zoned link-local peer is matched by its prefix and its forwarded
+	// client read.
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "[fe80::1%eth0]:443"
+	req.Header.Set("X-Forwarded-For", "203.0.113.1")
+	rec = httptest.NewRecorder()
+	m.Handler(echo).ServeHTTP(rec, req)
+	if got := rec.Header().Get("X-Client-Key"); got != "203.0.113.1" {
+		t.Errorf("zoned trusted peer: key %q", got)
+	}
+	// Odd forwarding headers.
+	for _, v := range []string{",,,", `"`, `for="[::1`, strings.Repeat("1.2.3.4, ", 1000), "\x00"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "[fe80::1]:443"
+		req.Header.Set("X-Forwarded-For", v)
+		req.Header.Set("Forwarded", v)
+		rec := httptest.NewRecorder()
+		m.Handler(echo).ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Errorf("X-Forwarded-For %.20q: status %d", v, rec.Code)
+		}
+	}
+}
+
+// FuzzForwardingHeaders: whatever a client sends, the key is an address or
+// an IPv6 prefix, never an error or a panic, and an untrusted peer is keyed
+// on itself.
+func FuzzForwardingHeaders(f *testing.F) {
+	f.Add("203.0.113.7, 10.0.0.1", `for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`, true)
+	f.Add("unknown", `for=_hidden, for="\"`, false)
+	f.Add(",", ";;;=", true)
+	lim := sluice.New(memstore.New())
+	trusted := mustNew(f, lim, []httplimit.Policy{{Name: "ip", Limit: sluice.PerSecond(1 << 20)}},
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")))
+	fwd := mustNew(f, lim, []httplimit.Policy{{Name: "ip", Limit: sluice.PerSecond(1 << 20)}},
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")), httplimit.WithProxyHeader("Forwarded"))
+	untrusted := mustNew(f, lim, []httplimit.Policy{{Name: "ip", Limit: sluice.PerSecond(1 << 20)}})
+	f.Fuzz(func(t *testing.T, xff, forwarded string, _ bool) {
+		for i, m := range []*httplimit.Middleware{trusted, fwd, untrusted} {
+			req := httptest.NewRequest("GET", "/", nil)
+			req.RemoteAddr = "127.0.0.1:1234"
+			req.Header["X-Forwarded-For"] = []string{xff}
+			req.Header["Forwarded"] = []string{forwarded}
+			rec := httptest.NewRecorder()
+			m.Handler(echo).ServeHTTP(rec, req)
+			key := rec.Header().Get("X-Client-Key")
+			if rec.Code != 200 {
+				t.Fatalf("middleware %d: status %d", i, rec.Code)
+			}
+			if _, err := netip.ParseAddr(key); err != nil {
+				if p, err := netip.ParsePrefix(key); err != nil || p.Bits() != 64 {
+					t.Fatalf("middleware %d: key %q is not an address or a /64", i, key)
+				}
+			}
+			if i == 2 && key != "127.0.0.1" {
+				t.Fatalf("untrusted peer keyed on %q", key)
+			}
+		}
+	})
+}

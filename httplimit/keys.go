@@ -175,7 +175,7 @@ func ClientAddr(r *http.Request) (netip.Addr, bool) {
 // alone).
 func peerAddr(r *http.Request) (netip.Addr, bool) {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap(), true
+		return ap.Addr().WithZone("").Unmap(), true // a zone would match no prefix
 	}
 	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
 		return a.WithZone("").Unmap(), true
