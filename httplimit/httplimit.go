@@ -57,8 +57,9 @@
 // replaces the body (the headers are set before it runs; DecisionFrom tells
 // it why). A cost that could never pass, even on a fresh key, is answered 413
 // Content Too Large. An admitted leaky-bucket request waits out its Delay
-// before the next handler runs; when the request's context ends first the
-// units stay spent, the next handler is not called and the answer is 503.
+// before the next handler runs; when the request's context ends first (or
+// its deadline comes before the turn, which is answered at once) the units
+// stay spent, the next handler is not called and the answer is 503.
 //
 // # Headers
 //
@@ -788,6 +789,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if res.Delay > 0 { // a leaky bucket's turn
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < res.Delay {
+			// Its turn comes after the request's deadline: say so now
+			// rather than wait for it to pass.
+			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request's turn comes after its deadline", nil)
+			return
+		}
 		if err := m.clock.Sleep(ctx, res.Delay); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
 			return

@@ -772,9 +772,17 @@ func TestLeakyBucketDelays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx)) // an hour's delay
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx)) // an hour's delay, past the deadline
 	if served2.Load() != 1 || rec.Code != 503 {
 		t.Errorf("served %d, status %d: want the delayed request dropped with 503", served2.Load(), rec.Code)
+	}
+	// No deadline, canceled while it waits.
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	go func() { time.Sleep(10 * time.Millisecond); cancel3() }()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx3))
+	if served2.Load() != 1 || rec.Code != 503 {
+		t.Errorf("served %d, status %d: want the canceled request dropped with 503", served2.Load(), rec.Code)
 	}
 }
 
