@@ -1,0 +1,51 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+// BenchmarkMiddleware measures the middleware's own cost in process (no
+// network): one policy, and a two-policy composite whose headers need a
+// look at each policy.
+func BenchmarkMiddleware(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		ps   []httplimit.Policy
+	}{
+		{"one-policy", []httplimit.Policy{{Name: "ip", Limit: sluice.PerSecond(1 << 30)}}},
+		{"two-policies", []httplimit.Policy{
+			{Name: "ip", Limit: sluice.PerSecond(1 << 30)},
+			{Name: "user", Limit: sluice.PerSecond(1 << 30), Key: httplimit.Header("X-User")},
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m, err := httplimit.New(sluice.New(memstore.New()), tc.ps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			reqs := make([]*http.Request, 256)
+			for i := range reqs {
+				reqs[i] = httptest.NewRequest("GET", "/", nil)
+				reqs[i].RemoteAddr = "192.0.2." + strconv.Itoa(i) + ":1234"
+				reqs[i].Header.Set("X-User", "u"+strconv.Itoa(i))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, reqs[i%len(reqs)])
+				if w.Code != 200 {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,44 @@
+package httplimit_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestNoHeavyDependencies: importing httplimit (or the root package,
+// memstore, redisstore) compiles no gRPC, protobuf or Prometheus, and
+// httplimit needs nothing outside the standard library and this module.
+func TestNoHeavyDependencies(t *testing.T) {
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(goTool); err != nil {
+		if goTool, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to run go list")
+		}
+	}
+	const module = "github.com/sluice-go/sluice"
+	heavy := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/golang/protobuf", "github.com/prometheus/"}
+	for _, pkg := range []string{module + "/httplimit", module, module + "/memstore", module + "/redisstore"} {
+		out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) == 0 {
+			t.Fatalf("go list -deps %s listed nothing", pkg)
+		}
+		for _, d := range deps {
+			for _, h := range heavy {
+				if strings.HasPrefix(d, h) {
+					t.Errorf("%s compiles %s", pkg, d)
+				}
+			}
+			if pkg == module+"/httplimit" && d != module && !strings.HasPrefix(d, module+"/") {
+				t.Errorf("httplimit imports %s: only the standard library and sluice are allowed", d)
+			}
+		}
+		t.Logf("%s: %d non-standard packages: %v", pkg, len(deps), deps)
+	}
+}

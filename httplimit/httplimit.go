@@ -1,0 +1,953 @@
+// Package httplimit is HTTP middleware over a *sluice.Limiter: per-client,
+// per-user, per-tenant and per-route budgets for a net/http server, with the
+// answers clients can act on (429, Retry-After, the IETF RateLimit headers,
+// an RFC 9457 problem body).
+//
+// It imports the standard library and sluice only.
+//
+//	lim := sluice.New(memstore.New())
+//	m, err := httplimit.New(lim, []httplimit.Policy{
+//		{Name: "per-ip", Limit: sluice.PerMinute(100)},                                  // keyed on the client IP
+//		{Name: "per-user", Limit: sluice.PerSecond(10).WithBurst(50), Key: httplimit.Header("X-User")},
+//	})
+//	if err != nil { ... }
+//	http.ListenAndServe(":8080", m.Handler(mux))
+//
+// # Policies and composites
+//
+// A Middleware's enforced policies are decided as one composite
+// (sluice.Limiter.TakeAll): a request passes only if every policy grants,
+// and a refusal spends nothing on any of them. The answer names the
+// policies that refused. Shadow policies (Policy.Shadow) are decided as a
+// composite of their own, after the enforced one, whatever its outcome: they
+// spend as they would if enforced, their refusals are only counted (Stats),
+// and they can never make an enforced policy refuse. Per-route policies: wrap
+// each route's handler in a Middleware of its own, with any router.
+//
+// # Keys
+//
+// A policy's key is the client's IP by default (ClientIP): the connection's
+// peer address. Proxies are believed only when trusted (WithTrustedProxies):
+// then X-Forwarded-For (or Forwarded, or a single-value header such as
+// CF-Connecting-IP: WithProxyHeader) is read, a list walked from the right,
+// skipping trusted hops. IPv6 clients are grouped by prefix (default /64,
+// WithIPv6Prefix); an IPv4-mapped IPv6 address is read as IPv4. Header,
+// FromContext, Route, MuxRoute, Static and Join build other keys. Each
+// policy's keys live under "httplimit:" + its name + ":" in the store
+// (WithKeyPrefix).
+//
+// # Outbound
+//
+// Transport is the other direction: an http.RoundTripper that waits for its
+// policies before each call, and holds an upstream's host after a 429 or 503
+// with Retry-After for every caller that shares the store.
+//
+// A request whose key is not found (no peer address, a missing header) is
+// never counted under a shared empty key: an Optional policy does not apply
+// to it; otherwise it is answered 400 Bad Request with a problem body naming
+// the policy (or by WithMissingKey's handler), and the next handler is not
+// called.
+//
+// # Answers
+//
+// A refusal is answered 429 (WithStatus) with a Retry-After in whole
+// seconds, rounded up and at least 1, and an application/problem+json body
+// of type https://iana.org/assignments/http-problem-types#quota-exceeded
+// whose "violated-policies" lists the refusing policies; WithDenyHandler
+// replaces the body (the headers are set before it runs; DecisionFrom tells
+// it why). A cost that could never pass, even on a fresh key, is answered 413
+// Content Too Large. An admitted leaky-bucket request waits out its Delay
+// before the next handler runs; when the request's context ends first (or
+// its deadline comes before the turn, which is answered at once) the units
+// stay spent, the next handler is not called and the answer is 503.
+//
+// # Headers
+//
+// With HeadersDraft11 (the default) every answer carries one item per policy
+// in RateLimit-Policy and RateLimit, as draft-ietf-httpapi-ratelimit-headers-11
+// defines them:
+//
+//	RateLimit-Policy: "per-ip";q=100;w=60, "per-user";q=50;w=5
+//	RateLimit: "per-ip";r=99;t=1, "per-user";r=49;t=1
+//
+// q is the largest cost that can pass at once on a fresh key, and w the time
+// (whole seconds, rounded up) in which a budget spent to nothing comes back
+// to q with no traffic; r is the units that could still pass now (after this
+// request), and t the seconds (rounded up) until the budget is back to q
+// with no other traffic. Per algorithm:
+//
+//   - TokenBucket, GCRA: q is the burst (the bucket's capacity) and w the
+//     time to refill it from empty (burst·period/rate); r is the whole tokens
+//     left and t the time until the bucket is full again.
+//   - LeakyBucket: q is burst+1 (the queue's places and the one leaving), w
+//     the time a full queue takes to drain ((burst+1)·period/rate); r is the
+//     free places and t the time until the queue is empty.
+//   - FixedWindow, AlignedWindow: q is the rate and w the window; r is what
+//     the window has left and t the time until it ends (0 for an aligned
+//     window nothing has spent in).
+//   - SlidingWindow: q is the rate and w the period; r is rate minus the
+//     weighted estimate, and t the time until both windows' counts are gone.
+//   - SlidingLog: q is the rate and w the trailing period; r is rate minus the
+//     units in the log, and t the time until the newest entry leaves it (the
+//     oldest leaves earlier, giving some back before t).
+//
+// The composite's Result carries combined numbers only, so with two or more
+// policies the per-policy r and t come from a cost-0 look at each policy
+// after the decision: one more store call per policy and request (on a
+// Redis store, a round trip each). A look is a separate instant: under
+// concurrent traffic it may differ from the decision by the requests decided
+// in between. With one enforced policy the decision's own numbers are used,
+// with no extra call. A refusal by a composite of several policies is
+// attributed the same way: to the policies whose look finds fewer units than
+// the request's cost.
+//
+// HeadersXRateLimit adds the legacy X-RateLimit-Limit, X-RateLimit-Remaining
+// and X-RateLimit-Reset (seconds from now, rounded up) of the policy with
+// the fewest units left. WithHeaders chooses the styles (none: no headers);
+// a later revision of the draft will be one more HeaderStyle.
+//
+// # Store failures
+//
+// The store's failure policy decides. A store that fails open admits the
+// request with Result.Degraded: it is served without rate-limit headers and
+// counted (Stats.Degraded). A store that fails closed returns
+// sluice.ErrStoreUnavailable: the answer is 503 with Retry-After (1s,
+// WithUnavailableRetryAfter) and a problem body that says no more than that
+// the limiter is unavailable; the error goes to WithErrorLog's function,
+// never to the client. Any other store error is answered the same way.
+//
+// # Refunds
+//
+// A handler that learns the request's real cost afterwards gives the excess
+// back with Refund(r.Context(), units) (TokenBucket and GCRA policies only).
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Policy is one budget a request must fit in.
+type Policy struct {
+	// Name names the policy in the RateLimit headers, problem bodies and
+	// Stats, and in its store keys: unique within a Middleware, 1 to 64
+	// printable ASCII characters, no '"' or '\'.
+	Name string
+	// Limit is the budget: rate, period, burst and algorithm.
+	Limit sluice.Limit
+	// Key returns the key a request is counted under; nil is ClientIP().
+	Key KeyFunc
+	// Cost is what each request spends; 0 means 1. CostFunc, when set,
+	// decides instead.
+	Cost int64
+	// CostFunc returns what r spends (a body's size, an LLM request's
+	// tokens). An error or a negative cost answers 400 Bad Request; the
+	// error goes to WithErrorLog's function only.
+	CostFunc func(r *http.Request) (int64, error)
+	// Shadow makes the policy count without refusing: it is decided (and
+	// spends) as if enforced, its refusals only counted in Stats. Shadow
+	// policies are decided for every request that is not skipped, as a
+	// composite of their own after the enforced one, whatever its outcome.
+	Shadow bool
+	// Optional makes the policy not apply to a request whose key is not
+	// found (a per-user budget for anonymous requests); otherwise such a
+	// request is answered by WithMissingKey's handler. A shadow policy is
+	// always optional, and a shadow policy's cost that cannot be read
+	// leaves it out (counted in Stats.Errors): it never answers.
+	Optional bool
+}
+
+// HeaderStyle names a set of rate-limit response headers.
+type HeaderStyle uint8
+
+const (
+	// HeadersDraft11 sends RateLimit-Policy and RateLimit as
+	// draft-ietf-httpapi-ratelimit-headers-11 defines them.
+	HeadersDraft11 HeaderStyle = iota + 1
+	// HeadersXRateLimit sends the legacy X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset (seconds from now).
+	HeadersXRateLimit
+)
+
+// ProblemType is the RFC 9457 problem type of a refusal.
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// Option configures a Middleware.
+type Option func(*Middleware) error
+
+// WithStatus sets the status code of a refusal (default 429 Too Many
+// Requests); it must be 4xx or 5xx.
+func WithStatus(code int) Option {
+	return func(m *Middleware) error {
+		if code < 400 || code > 599 {
+			return fmt.Errorf("WithStatus(%d): not a 4xx or 5xx status", code)
+		}
+		m.status = code
+		return nil
+	}
+}
+
+// WithDenyHandler answers refusals with h instead of the problem body. The
+// Retry-After and rate-limit headers are set when h runs, and the status is
+// WithStatus's unless h calls WriteHeader with another;
+// DecisionFrom(r.Context()) tells it which policies refused.
+func WithDenyHandler(h http.Handler) Option {
+	return func(m *Middleware) error {
+		if h == nil {
+			return errors.New("WithDenyHandler(nil)")
+		}
+		m.deny = h
+		return nil
+	}
+}
+
+// WithMissingKey answers a request whose key a non-Optional policy cannot
+// find with h (default: 400 Bad Request with a problem body naming the
+// policy). DecisionFrom(r.Context()).Missing names the policy.
+func WithMissingKey(h http.Handler) Option {
+	return func(m *Middleware) error {
+		if h == nil {
+			return errors.New("WithMissingKey(nil)")
+		}
+		m.missing = h
+		return nil
+	}
+}
+
+// WithHeaders chooses the rate-limit headers sent (default HeadersDraft11);
+// with no style, none are.
+func WithHeaders(styles ...HeaderStyle) Option {
+	return func(m *Middleware) error {
+		m.headers = m.headers[:0]
+		for _, s := range styles {
+			if s != HeadersDraft11 && s != HeadersXRateLimit {
+				return fmt.Errorf("WithHeaders: unknown style %d", s)
+			}
+			m.headers = append(m.headers, s)
+		}
+		return nil
+	}
+}
+
+// WithShadowHeaders includes the shadow policies in the rate-limit headers
+// (default: only the enforced ones are sent).
+func WithShadowHeaders() Option {
+	return func(m *Middleware) error { m.shadowHeaders = true; return nil }
+}
+
+// WithSkip lets the requests skip reports true pass unlimited and uncounted:
+// health checks, allow-listed networks (SkipNetworks).
+func WithSkip(skip func(r *http.Request) bool) Option {
+	return func(m *Middleware) error {
+		if skip == nil {
+			return errors.New("WithSkip(nil)")
+		}
+		m.skip = skip
+		return nil
+	}
+}
+
+// SkipNetworks is a skip predicate for WithSkip: true for a request whose
+// client address (ClientAddr) is in one of the prefixes.
+func SkipNetworks(prefixes ...netip.Prefix) func(r *http.Request) bool {
+	ps := make([]netip.Prefix, 0, len(prefixes))
+	for _, p := range prefixes {
+		if p.IsValid() {
+			ps = append(ps, p.Masked())
+		}
+	}
+	return func(r *http.Request) bool {
+		a, ok := ClientAddr(r)
+		if !ok {
+			return false
+		}
+		for _, p := range ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// WithTrustedProxies names the proxies whose forwarding header is believed:
+// a request whose peer address is in one of the prefixes is keyed on the
+// client the header names (see WithProxyHeader). IPv4-mapped prefixes are
+// read as IPv4.
+func WithTrustedProxies(prefixes ...netip.Prefix) Option {
+	return func(m *Middleware) error {
+		for _, p := range prefixes {
+			if !p.IsValid() {
+				return fmt.Errorf("WithTrustedProxies: invalid prefix %v", p)
+			}
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			m.ip.trusted = append(m.ip.trusted, p.Masked())
+		}
+		return nil
+	}
+}
+
+// WithProxyHeader names the header trusted proxies set: "X-Forwarded-For"
+// (the default) or "Forwarded" (RFC 7239), walked from the right, or a
+// single-value header ("CF-Connecting-IP", "X-Real-IP") read as it is. Only
+// one header is read, so that a client cannot slip an address into the one
+// its proxy does not set.
+func WithProxyHeader(name string) Option {
+	return func(m *Middleware) error {
+		name = strings.TrimSpace(name)
+		if name == "" || strings.ContainsAny(name, " \t:\r\n") {
+			return fmt.Errorf("WithProxyHeader(%q): not a header name", name)
+		}
+		m.ip.header = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithIPv6Prefix sets how IPv6 clients are grouped: every address of one
+// /bits prefix shares a budget (default 64; 128 keys each address alone).
+func WithIPv6Prefix(bits int) Option {
+	return func(m *Middleware) error {
+		if bits < 1 || bits > 128 {
+			return fmt.Errorf("WithIPv6Prefix(%d): not in 1..128", bits)
+		}
+		m.ip.v6bits = bits
+		return nil
+	}
+}
+
+// WithUnavailableRetryAfter sets the Retry-After of the 503 answered when the
+// store fails closed (default 1s; rounded up to whole seconds).
+func WithUnavailableRetryAfter(d time.Duration) Option {
+	return func(m *Middleware) error {
+		if d <= 0 {
+			return fmt.Errorf("WithUnavailableRetryAfter(%v): not positive", d)
+		}
+		m.unavailable = d
+		return nil
+	}
+}
+
+// WithErrorLog receives the errors kept out of responses: store failures, a
+// CostFunc's error, a cost that exceeds capacity.
+func WithErrorLog(f func(r *http.Request, err error)) Option {
+	return func(m *Middleware) error { m.onError = f; return nil }
+}
+
+// WithClock sets the clock an admitted leaky-bucket request sleeps out its
+// Delay on (default sluice.SystemClock); tests pass one that does not sleep.
+func WithClock(c sluice.Clock) Option {
+	return func(m *Middleware) error {
+		if c == nil {
+			return errors.New("WithClock(nil)")
+		}
+		m.clock = c
+		return nil
+	}
+}
+
+// WithKeyPrefix sets the prefix of the store keys (default "httplimit:"): a
+// policy's keys are prefix + name + ":" + key.
+func WithKeyPrefix(prefix string) Option {
+	return func(m *Middleware) error { m.prefix = prefix; return nil }
+}
+
+// Middleware limits the requests of the handlers it wraps. It is safe for
+// concurrent use.
+type Middleware struct {
+	lim               *sluice.Limiter
+	enforced, shadows []*policy
+	ip                ipConfig
+	status            int
+	deny, missing     http.Handler
+	headers           []HeaderStyle
+	shadowHeaders     bool
+	skip              func(*http.Request) bool
+	unavailable       time.Duration
+	onError           func(*http.Request, error)
+	prefix            string
+	clock             sluice.Clock
+}
+
+type policy struct {
+	Policy
+	q, w  int64 // RateLimit-Policy's q and w
+	stats counters
+}
+
+type counters struct {
+	allowed, refused, degraded, errors, missing atomic.Uint64
+}
+
+// New returns a Middleware that decides policies on lim. The error says
+// which policy or option is wrong.
+func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, error) {
+	if lim == nil {
+		return nil, errors.New("httplimit: New: nil Limiter")
+	}
+	if len(policies) == 0 {
+		return nil, errors.New("httplimit: New: no policy")
+	}
+	m := &Middleware{
+		lim:         lim,
+		ip:          ipConfig{v6bits: 64},
+		status:      http.StatusTooManyRequests,
+		headers:     []HeaderStyle{HeadersDraft11},
+		unavailable: time.Second,
+		prefix:      "httplimit:",
+		clock:       sluice.SystemClock,
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(m); err != nil {
+			return nil, fmt.Errorf("httplimit: %w", err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, p := range policies {
+		if err := checkName(p.Name); err != nil {
+			return nil, fmt.Errorf("httplimit: policy %d: %w", i, err)
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("httplimit: two policies named %q", p.Name)
+		}
+		seen[p.Name] = true
+		params, err := p.Limit.Params()
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+		}
+		if p.Cost < 0 {
+			return nil, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
+		}
+		if p.Cost == 0 {
+			p.Cost = 1
+		}
+		if p.CostFunc == nil && p.Cost > params.Capacity() {
+			return nil, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, params.Capacity())
+		}
+		if p.Key == nil {
+			p.Key = ClientIP()
+		}
+		pol := &policy{Policy: p, q: params.Capacity()}
+		// w: the time a budget spent to nothing takes to come back to q.
+		// Buckets: q units at one per period/rate; windows: the period.
+		switch p.Limit.Algorithm {
+		case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
+			pol.w = ceilDiv(ceilDiv(pol.q*params.Period, params.Rate), 1e6)
+		default:
+			pol.w = ceilDiv(params.Period, 1e6)
+		}
+		if p.Shadow {
+			m.shadows = append(m.shadows, pol)
+		} else {
+			m.enforced = append(m.enforced, pol)
+		}
+	}
+	return m, nil
+}
+
+func checkName(n string) error {
+	if n == "" || len(n) > 64 {
+		return fmt.Errorf("name %q: want 1 to 64 characters", n)
+	}
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return fmt.Errorf("name %q: only printable ASCII, no '\"' or '\\'", n)
+		}
+	}
+	return nil
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a-1)/b + 1
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ceilDiv(int64(d), int64(time.Second))
+}
+
+// Decision is what the Middleware decided for a request, for a deny handler,
+// a missing-key handler or the next handler: DecisionFrom returns it.
+type Decision struct {
+	// Allowed reports whether the enforced policies admitted the request.
+	Allowed bool
+	// Refused names the enforced policies that refused it.
+	Refused []string
+	// ShadowRefused names the shadow policies that would have refused it.
+	ShadowRefused []string
+	// Missing names the policy whose key the request does not carry.
+	Missing string
+	// Result is the enforced composite's result.
+	Result sluice.Result
+	// Policies holds each policy's numbers, as the headers report them
+	// (filled when headers are sent or several policies refused).
+	Policies []PolicyResult
+}
+
+// PolicyResult is one policy's numbers after a decision.
+type PolicyResult struct {
+	// Name is the policy's name.
+	Name string
+	// Shadow reports a shadow policy.
+	Shadow bool
+	// Key is the request's key under the policy (without the store prefix).
+	Key string
+	// Cost is what the request spends, or would have.
+	Cost int64
+	// Quota and Window are RateLimit-Policy's q and w (whole seconds).
+	Quota, Window int64
+	// Remaining is RateLimit's r, and Reset its t (whole seconds).
+	Remaining, Reset int64
+}
+
+type stateKey struct{}
+
+// state is one request's passage through a Middleware.
+type state struct {
+	m   *Middleware
+	dec Decision
+
+	mu      sync.Mutex
+	charged []charge
+}
+
+type charge struct {
+	pol            *policy
+	key            string // the store key
+	cost, refunded int64
+}
+
+func stateOf(ctx context.Context) *state {
+	st, _ := ctx.Value(stateKey{}).(*state)
+	return st
+}
+
+// DecisionFrom returns the decision of the Middleware the request passed
+// through, from its context.
+func DecisionFrom(ctx context.Context) (*Decision, bool) {
+	st := stateOf(ctx)
+	if st == nil {
+		return nil, false
+	}
+	return &st.dec, true
+}
+
+// ErrNoDecision is returned by Refund for a context that did not pass through
+// a Middleware, or whose request spent nothing.
+var ErrNoDecision = errors.New("httplimit: no admitted request in this context")
+
+// Refund gives up to units back to every policy the request spent on
+// (enforced and shadow), never more than it spent there: for a handler that
+// learns the real cost afterwards (taken 100, used 30: Refund 70). Only
+// TokenBucket and GCRA policies can give units back; the others are left
+// as they are and named in the error (wrapping algo.ErrNoRefund).
+func Refund(ctx context.Context, units int64) error {
+	return refund(ctx, "", units)
+}
+
+// RefundPolicy is Refund for the one policy named name.
+func RefundPolicy(ctx context.Context, name string, units int64) error {
+	if name == "" {
+		return errors.New("httplimit: RefundPolicy: empty policy name")
+	}
+	return refund(ctx, name, units)
+}
+
+func refund(ctx context.Context, name string, units int64) error {
+	if units < 0 {
+		return fmt.Errorf("httplimit: refund of %d units", units)
+	}
+	st := stateOf(ctx)
+	if st == nil {
+		return ErrNoDecision
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var errs []error
+	found := false
+	for i := range st.charged {
+		c := &st.charged[i]
+		if name != "" && c.pol.Name != name {
+			continue
+		}
+		found = true
+		n := min(units, c.cost-c.refunded)
+		if n <= 0 {
+			continue
+		}
+		if _, err := st.m.lim.Refund(ctx, c.key, c.pol.Limit, n); err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
+			continue
+		}
+		c.refunded += n
+	}
+	if !found {
+		if name != "" {
+			return fmt.Errorf("%w: no spend on policy %q", ErrNoDecision, name)
+		}
+		return ErrNoDecision
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("httplimit: refund: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Stats is what one policy decided since the Middleware was made.
+type Stats struct {
+	// Policy is the policy's name.
+	Policy string
+	// Shadow reports a shadow policy.
+	Shadow bool
+	// Allowed counts the requests the policy admitted (for an enforced
+	// policy: the composite admitted them).
+	Allowed uint64
+	// Refused counts the requests the policy refused (a shadow policy: would
+	// have refused).
+	Refused uint64
+	// Degraded counts the requests admitted by the store's failure policy
+	// (fail open) rather than by the shared state.
+	Degraded uint64
+	// Errors counts the decisions the store could not make (answered 503
+	// for an enforced policy) and costs that could not be read or could
+	// never pass.
+	Errors uint64
+	// Missing counts the requests that carried no key for the policy.
+	Missing uint64
+}
+
+// Stats returns each policy's counts, enforced policies first.
+func (m *Middleware) Stats() []Stats {
+	var out []Stats
+	for _, ps := range [][]*policy{m.enforced, m.shadows} {
+		for _, p := range ps {
+			out = append(out, Stats{
+				Policy: p.Name, Shadow: p.Shadow,
+				Allowed: p.stats.allowed.Load(), Refused: p.stats.refused.Load(),
+				Degraded: p.stats.degraded.Load(), Errors: p.stats.errors.Load(),
+				Missing: p.stats.missing.Load(),
+			})
+		}
+	}
+	return out
+}
+
+// Handler returns next limited by m's policies. A nil next answers every
+// request 500 with a problem body that says the handler is missing.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusInternalServerError, "about:blank", "Internal Server Error", "httplimit: Handler was given no handler to limit", nil)
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
+}
+
+// part is one policy's share of a request.
+type part struct {
+	pol  *policy
+	key  string // without the store prefix
+	cost int64
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	st := &state{m: m}
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	if m.skip != nil && m.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	enforced, ok := m.parts(w, r, st, m.enforced)
+	if !ok {
+		return
+	}
+	shadows, ok := m.parts(w, r, st, m.shadows)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	var results []PolicyResult
+	send := len(m.headers) > 0
+
+	// The enforced composite.
+	var res sluice.Result
+	allowed := true
+	if len(enforced) > 0 {
+		var err error
+		res, err = m.lim.TakeAll(ctx, m.sluiceParts(enforced))
+		if err != nil {
+			m.failed(w, r, enforced, err)
+			return
+		}
+		st.dec.Result = res
+		allowed = res.Allowed
+		switch {
+		case res.Degraded:
+			for _, p := range enforced {
+				p.pol.stats.degraded.Add(1)
+			}
+			send = false // numbers the store did not make
+		case allowed:
+			for _, p := range enforced {
+				p.pol.stats.allowed.Add(1)
+			}
+			st.charge(m, enforced)
+		}
+		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
+			results = m.numbers(ctx, enforced, res)
+		}
+		if !allowed {
+			st.dec.Refused = refusers(enforced, results, res)
+			for _, p := range enforced {
+				for _, n := range st.dec.Refused {
+					if n == p.pol.Name {
+						p.pol.stats.refused.Add(1)
+					}
+				}
+			}
+		}
+	}
+	st.dec.Allowed = allowed
+
+	// The shadow composite: counted, never refusing.
+	if len(shadows) > 0 {
+		sres, err := m.lim.TakeAll(ctx, m.sluiceParts(shadows))
+		switch {
+		case err != nil:
+			for _, p := range shadows {
+				p.pol.stats.errors.Add(1)
+			}
+			m.logError(r, err)
+		case sres.Degraded:
+			for _, p := range shadows {
+				p.pol.stats.degraded.Add(1)
+			}
+		default:
+			var sr []PolicyResult
+			if (send && m.shadowHeaders) || (!sres.Allowed && len(shadows) > 1) {
+				sr = m.numbers(ctx, shadows, sres)
+			}
+			if sres.Allowed {
+				for _, p := range shadows {
+					p.pol.stats.allowed.Add(1)
+				}
+				st.charge(m, shadows)
+			} else {
+				st.dec.ShadowRefused = refusers(shadows, sr, sres)
+				for _, p := range shadows {
+					for _, n := range st.dec.ShadowRefused {
+						if n == p.pol.Name {
+							p.pol.stats.refused.Add(1)
+						}
+					}
+				}
+			}
+			if m.shadowHeaders {
+				results = append(results, sr...)
+			}
+		}
+	}
+	st.dec.Policies = results
+	if send {
+		m.writeHeaders(w.Header(), results)
+	}
+
+	if !allowed {
+		retry := max(seconds(res.RetryAfter), 1)
+		w.Header().Set("Retry-After", fmt.Sprint(retry))
+		if m.deny != nil {
+			sw := &statusWriter{ResponseWriter: w, status: m.status}
+			m.deny.ServeHTTP(sw, r)
+			if !sw.wrote {
+				sw.WriteHeader(m.status)
+			}
+			return
+		}
+		detail := fmt.Sprintf("refused by %s; retry in %ds", quoteList(st.dec.Refused), retry)
+		writeProblem(w, m.status, ProblemType, "Request cannot be satisfied as assigned quota has been exceeded", detail, st.dec.Refused)
+		return
+	}
+	if res.Delay > 0 { // a leaky bucket's turn
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < res.Delay {
+			// Its turn comes after the request's deadline: say so now
+			// rather than wait for it to pass.
+			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request's turn comes after its deadline", nil)
+			return
+		}
+		if err := m.clock.Sleep(ctx, res.Delay); err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
+			return
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// parts finds each policy's key and cost; false when the request was
+// answered (a missing key, a bad cost).
+func (m *Middleware) parts(w http.ResponseWriter, r *http.Request, st *state, pols []*policy) ([]part, bool) {
+	if len(pols) == 0 {
+		return nil, true
+	}
+	out := make([]part, 0, len(pols))
+	for _, p := range pols {
+		key, ok := p.Key(r)
+		if !ok || key == "" {
+			p.stats.missing.Add(1)
+			if p.Optional || p.Shadow { // a shadow policy never answers
+				continue
+			}
+			st.dec.Missing = p.Name
+			if m.missing != nil {
+				m.missing.ServeHTTP(w, r)
+			} else {
+				writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request",
+					fmt.Sprintf("the request carries no key for rate-limit policy %q", p.Name), nil)
+			}
+			return nil, false
+		}
+		cost := p.Cost
+		if p.CostFunc != nil {
+			c, err := p.CostFunc(r)
+			if err == nil && c < 0 {
+				err = fmt.Errorf("negative cost %d", c)
+			}
+			if err != nil {
+				p.stats.errors.Add(1)
+				m.logError(r, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err))
+				if p.Shadow {
+					continue
+				}
+				writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request",
+					fmt.Sprintf("the request's cost under rate-limit policy %q cannot be read", p.Name), nil)
+				return nil, false
+			}
+			cost = c
+		}
+		out = append(out, part{pol: p, key: key, cost: cost})
+	}
+	return out, true
+}
+
+func (m *Middleware) sluiceParts(ps []part) []sluice.Part {
+	out := make([]sluice.Part, len(ps))
+	for i, p := range ps {
+		out[i] = sluice.Part{Key: m.storeKey(p), Limit: p.pol.Limit, Cost: p.cost}
+	}
+	return out
+}
+
+func (m *Middleware) storeKey(p part) string { return m.prefix + p.pol.Name + ":" + p.key }
+
+func (st *state) charge(m *Middleware, ps []part) {
+	st.mu.Lock()
+	for _, p := range ps {
+		if p.cost > 0 {
+			st.charged = append(st.charged, charge{pol: p.pol, key: m.storeKey(p), cost: p.cost})
+		}
+	}
+	st.mu.Unlock()
+}
+
+// numbers returns each part's figures: the decision's own for one part, a
+// cost-0 look at each for several. A look the store cannot make leaves that
+// policy out.
+func (m *Middleware) numbers(ctx context.Context, ps []part, res sluice.Result) []PolicyResult {
+	out := make([]PolicyResult, 0, len(ps))
+	for _, p := range ps {
+		pr := PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key, Cost: p.cost, Quota: p.pol.q, Window: p.pol.w}
+		if len(ps) == 1 {
+			pr.Remaining, pr.Reset = res.Remaining, seconds(res.ResetAfter)
+		} else {
+			look, err := m.lim.Take(ctx, m.storeKey(p), p.pol.Limit, 0)
+			if err != nil || look.Degraded {
+				continue
+			}
+			pr.Remaining, pr.Reset = look.Remaining, seconds(look.ResetAfter)
+		}
+		out = append(out, pr)
+	}
+	return out
+}
+
+// refusers names the parts that refused: the only one, else those whose
+// look found fewer units than the cost, else (traffic in between changed
+// the looks) the one closest to refusing.
+func refusers(ps []part, results []PolicyResult, res sluice.Result) []string {
+	if len(ps) == 1 {
+		return []string{ps[0].pol.Name}
+	}
+	var names []string
+	best, bestGap := "", int64(0)
+	for _, pr := range results {
+		gap := pr.Remaining - pr.Cost
+		if gap < 0 {
+			names = append(names, pr.Name)
+		}
+		if best == "" || gap < bestGap {
+			best, bestGap = pr.Name, gap
+		}
+	}
+	if len(names) == 0 && best != "" {
+		names = []string{best}
+	}
+	if len(names) == 0 { // no look could be made
+		for _, p := range ps {
+			names = append(names, p.pol.Name)
+		}
+	}
+	return names
+}
+
+// failed answers a decision the store could not make.
+func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, ps []part, err error) {
+	for _, p := range ps {
+		p.pol.stats.errors.Add(1)
+	}
+	m.logError(r, err)
+	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "about:blank", "Content Too Large",
+			"the request's cost exceeds what a rate-limit policy can ever admit", nil)
+		return
+	}
+	w.Header().Set("Retry-After", fmt.Sprint(max(seconds(m.unavailable), 1)))
+	writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
+		"the rate limiter is unavailable", nil)
+}
+
+func (m *Middleware) logError(r *http.Request, err error) {
+	if m.onError != nil {
+		m.onError(r, err)
+	}
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	if len(q) == 1 {
+		return "policy " + q[0]
+	}
+	return "policies " + strings.Join(q, ", ")
+}
