@@ -42,7 +42,15 @@ const (
 
 // String returns the algorithm's name: "token-bucket", "gcra", "leaky-bucket",
 // "fixed-window", "aligned-window", "sliding-window" or "sliding-log".
-func (a Algorithm) String() string { return algo.Kind(a).String() }
+func (a Algorithm) String() string { return a.kind().String() }
+
+// kind is the algorithm's step: the zero Algorithm is the token bucket.
+func (a Algorithm) kind() algo.Kind {
+	if a == 0 {
+		return algo.TokenBucket
+	}
+	return algo.Kind(a)
+}
 
 // ParseAlgorithm returns the algorithm that String names s.
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -53,9 +61,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return Algorithm(k), nil
 }
 
-// Limit is a budget: Rate units per Period, shaped by Algorithm, with Burst
-// (the bucket's capacity for TokenBucket and GCRA, the units that may wait for
-// LeakyBucket, unused by the windows).
+// Limit is a budget: Rate units per Period, shaped by Algorithm (the zero
+// Algorithm is TokenBucket), with Burst (the bucket's capacity for
+// TokenBucket and GCRA, the units that may wait for LeakyBucket, unused by
+// the windows). String and ParseLimit convert it to and from text.
 //
 // A Limit travels with every call instead of being stored with the key, so a
 // changed limit needs no migration: the key's state is kept and read under the
@@ -92,41 +101,75 @@ func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 // Using returns l shaped by the algorithm a.
 func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
 
-// String returns the limit in the form ParseLimit reads, followed by its
-// algorithm and burst: "10/1s token-bucket burst 50".
+// String returns the limit in the form ParseLimit reads back: rate and
+// period, algorithm and burst, "10/1s token-bucket burst 50".
 func (l Limit) String() string {
 	return fmt.Sprintf("%d/%s %s burst %d", l.Rate, l.Period, l.Algorithm, l.Burst)
 }
 
 // ParseLimit reads the text form RATE/PERIOD, PERIOD in Go duration syntax:
-// "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s). It returns a
-// token-bucket limit with a burst of rate; set others with WithBurst and Using.
+// "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s), optionally
+// followed by an algorithm and "burst N", as Limit.String writes them:
+// "10/1s gcra burst 50". Without them it returns a token-bucket limit with a
+// burst of rate; WithBurst and Using set others too.
 func ParseLimit(s string) (Limit, error) {
+	l, words, err := parseRate(s)
+	if err != nil {
+		return Limit{}, err
+	}
+	for i := 0; i < len(words); i++ {
+		if words[i] == "burst" {
+			if i+1 == len(words) {
+				return Limit{}, fmt.Errorf("%w: %q: burst without a number", ErrInvalidLimit, s)
+			}
+			b, err := strconv.ParseInt(words[i+1], 10, 64)
+			if err != nil {
+				return Limit{}, fmt.Errorf("%w: burst %q in %q is not a whole number", ErrInvalidLimit, words[i+1], s)
+			}
+			l.Burst = b
+			i++
+			continue
+		}
+		a, err := ParseAlgorithm(words[i])
+		if err != nil {
+			return Limit{}, fmt.Errorf("%w (in %q)", err, s)
+		}
+		l.Algorithm = a
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
+// parseRate reads RATE/PERIOD at the head of ParseLimit's text s and
+// returns the words after it.
+func parseRate(s string) (Limit, []string, error) {
 	rs, ps, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("%w: %q is not RATE/PERIOD (like 10/1s)", ErrInvalidLimit, s)
+		return Limit{}, nil, fmt.Errorf("%w: %q is not RATE/PERIOD (like 10/1s)", ErrInvalidLimit, s)
 	}
 	rate, err := strconv.ParseInt(strings.TrimSpace(rs), 10, 64)
 	if err != nil {
-		return Limit{}, fmt.Errorf("%w: rate %q in %q is not a whole number", ErrInvalidLimit, rs, s)
+		return Limit{}, nil, fmt.Errorf("%w: rate %q in %q is not a whole number", ErrInvalidLimit, rs, s)
 	}
-	ps = strings.TrimSpace(ps)
+	words := strings.Fields(ps)
+	if len(words) == 0 {
+		return Limit{}, nil, fmt.Errorf("%w: %q has no period after the / (like 10/1s)", ErrInvalidLimit, s)
+	}
+	ps = words[0]
 	d := ps
 	if d != "" && (d[0] < '0' || d[0] > '9') && d[0] != '.' && d[0] != '-' && d[0] != '+' {
 		d = "1" + d // "10/s" is 10/1s
 	}
 	period, err := time.ParseDuration(d)
 	if err != nil {
-		return Limit{}, fmt.Errorf("%w: period %q in %q is not a duration (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
+		return Limit{}, nil, fmt.Errorf("%w: period %q in %q is not a duration (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
 	}
 	if period <= 0 {
-		return Limit{}, fmt.Errorf("%w: period %q in %q must be positive (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
+		return Limit{}, nil, fmt.Errorf("%w: period %q in %q must be positive (like 1s, 100ms, 1m, 250us)", ErrInvalidLimit, ps, s)
 	}
-	l := Per(rate, period)
-	if err := l.Validate(); err != nil {
-		return Limit{}, err
-	}
-	return l, nil
+	return Per(rate, period), words[1:], nil
 }
 
 // Validate reports why the limit cannot be used, or nil. A limit is refused when
@@ -144,7 +187,7 @@ func (l Limit) params() (algo.Params, error) {
 	if l.Period < time.Microsecond || l.Period%time.Microsecond != 0 {
 		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, l.Period)
 	}
-	p := algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: l.Burst}
+	p := algo.Params{Kind: l.Algorithm.kind(), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: l.Burst}
 	if err := p.Validate(); err != nil {
 		return algo.Params{}, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
 	}

@@ -75,7 +75,8 @@ func TestLimitValidate(t *testing.T) {
 		{"sub-µs period", sluice.Per(1, 999*time.Nanosecond), false},
 		{"period not whole µs", sluice.Per(1, 1500*time.Nanosecond), false},
 		{"overflow", sluice.PerHour(1).WithBurst(1 << 30), false},
-		{"no algorithm", sluice.Limit{Rate: 1, Period: time.Second, Burst: 1}, false},
+		{"zero algorithm: the token bucket", sluice.Limit{Rate: 1, Period: time.Second, Burst: 1}, true},
+		{"unknown algorithm", sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, false},
 		{"each algorithm", sluice.PerMinute(100).Using(sluice.SlidingLog), true},
 	} {
 		err := c.l.Validate()
@@ -86,7 +87,7 @@ func TestLimitValidate(t *testing.T) {
 }
 
 func TestAlgorithmNames(t *testing.T) {
-	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket, sluice.FixedWindow, sluice.AlignedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
 		b, err := sluice.ParseAlgorithm(a.String())
 		if err != nil || b != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, b, err)
@@ -98,7 +99,7 @@ func TestAlgorithmNames(t *testing.T) {
 }
 
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"10/1s", "20/100ms", "1/1m", "5/250us", "10/s", "0/1s", "1/0.5us", "9223372036854775807/1h"} {
+	for _, s := range []string{"10/1s", "20/100ms", "1/1m", "5/250us", "10/s", "0/1s", "1/0.5us", "9223372036854775807/1h", "10/1s gcra burst 50", "3/1m0s leaky-bucket burst 0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -115,5 +116,40 @@ func FuzzParseLimit(f *testing.F) {
 		if l.Rate <= 0 || l.Period < time.Microsecond {
 			t.Fatalf("ParseLimit(%q) = %+v", s, l)
 		}
+		if back, err := sluice.ParseLimit(l.String()); err != nil || back != l {
+			t.Fatalf("ParseLimit(%q) = %+v, whose String %q reads back as %+v, %v", s, l, l.String(), back, err)
+		}
 	})
+}
+
+// Limit.String is read back by ParseLimit, whatever the algorithm, burst and
+// period; the zero Algorithm is the token bucket.
+func TestLimitStringRoundTrip(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		sluice.PerSecond(10).WithBurst(50),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerMinute(20).WithBurst(0).Using(sluice.LeakyBucket),
+		sluice.Per(1000, 24*time.Hour).Using(sluice.AlignedWindow),
+		sluice.Per(3, 1500*time.Microsecond).Using(sluice.SlidingLog),
+		{Rate: 5, Period: time.Second, Burst: 5}, // zero Algorithm
+	} {
+		got, err := sluice.ParseLimit(l.String())
+		want := l
+		if want.Algorithm == 0 {
+			want.Algorithm = sluice.TokenBucket
+		}
+		if err != nil || got != want {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", l.String(), got, err, want)
+		}
+	}
+	var zero sluice.Limit
+	zero.Rate, zero.Period, zero.Burst = 2, time.Second, 2
+	if zero.Algorithm.String() != "token-bucket" || zero.Validate() != nil {
+		t.Errorf("the zero Algorithm is %q, %v; want a valid token bucket", zero.Algorithm, zero.Validate())
+	}
+	for _, bad := range []string{"10/1s burst", "10/1s burst x", "10/1s nope", "10/", "10/1s gcra burst 0"} {
+		if _, err := sluice.ParseLimit(bad); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("ParseLimit(%q): %v, want ErrInvalidLimit", bad, err)
+		}
+	}
 }

@@ -134,6 +134,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
 )
 
 // Policy is one budget a request must fit in.
@@ -443,8 +444,8 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		pol := &policy{Policy: p, q: params.Capacity()}
 		// w: the time a budget spent to nothing takes to come back to q.
 		// Buckets: q units at one per period/rate; windows: the period.
-		switch p.Limit.Algorithm {
-		case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
+		switch params.Kind {
+		case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
 			pol.w = ceilDiv(ceilDiv(pol.q*params.Period, params.Rate), 1e6)
 		default:
 			pol.w = ceilDiv(params.Period, 1e6)
