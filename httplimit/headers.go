@@ -19,9 +19,10 @@ var (
 // writeHeaders sets the rate-limit headers of results in each style, as
 // Header.Set would. Each style's values are written in one stack buffer and
 // made one string, cut into the values: one allocation a style, however
-// many policies. The headers' one-element slices are cut from vals (the
-// request's state, which lives as long as the response).
-func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[5]string) {
+// many policies. The draft-11 headers' one-element slices are cut from vals
+// (in the request's state, which lives as long as the response); the legacy
+// ones' share one array of their own.
+func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[2]string) {
 	if len(results) == 0 {
 		return
 	}
@@ -68,10 +69,10 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 			n2 := len(b)
 			b = strconv.AppendInt(b, tight.Reset, 10)
 			v := string(b)
-			vals[2], vals[3], vals[4] = v[:n1], v[n1:n2], v[n2:]
-			h[hdrXLimit] = vals[2:3:3]
-			h[hdrXRemaining] = vals[3:4:4]
-			h[hdrXReset] = vals[4:5:5]
+			xs := []string{v[:n1], v[n1:n2], v[n2:]}
+			h[hdrXLimit] = xs[0:1:1]
+			h[hdrXRemaining] = xs[1:2:2]
+			h[hdrXReset] = xs[2:3:3]
 		}
 	}
 }

@@ -533,8 +533,11 @@ type stateKey struct{}
 // state is one request's passage through a Middleware. It is also the
 // request's context: the parent's, with the state under stateKey{}. That
 // saves context.WithValue's allocation; the buffers below save the slices'
-// for up to two policies, and headerVals the headers' slices, so that an
-// admitted request's bookkeeping is one allocation.
+// for up to two policies (results and charges, kept with the decision) and
+// the draft-11 headers' slices, so that an admitted request's bookkeeping is
+// one allocation. It is kept small (the parts live on serve's stack, the
+// composite's sluice.Parts in a pool): its bytes are most of what the
+// middleware allocates, and the garbage collector runs in proportion to them.
 type state struct {
 	context.Context
 	m   *Middleware
@@ -543,12 +546,11 @@ type state struct {
 	mu      sync.Mutex
 	charged []charge
 
-	partBuf   [2]part
-	sluiceBuf [2]sluice.Part
 	resultBuf [2]PolicyResult
 	chargeBuf [2]charge
-	// headerVals backs the rate-limit headers' values (writeHeaders).
-	headerVals [5]string
+	// headerVals backs RateLimit-Policy's and RateLimit's values
+	// (writeHeaders).
+	headerVals [2]string
 }
 
 // Value is the state for stateKey{}, else the parent context's value.
@@ -711,14 +713,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	enforced, ok := m.parts(st.partBuf[:0], w, r, st, m.enforced)
+	var partBuf [2]part
+	enforced, ok := m.parts(partBuf[:0], w, r, st, m.enforced)
 	if !ok {
 		return
 	}
 	// The shadows' parts go after the enforced ones while they fit.
 	var spare []part
-	if len(enforced) <= len(st.partBuf) {
-		spare = st.partBuf[len(enforced):len(enforced)]
+	if len(enforced) <= len(partBuf) {
+		spare = partBuf[len(enforced):len(enforced)]
 	}
 	shadows, ok := m.parts(spare, w, r, st, m.shadows)
 	if !ok {
@@ -733,7 +736,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	allowed := true
 	if len(enforced) > 0 {
 		var err error
-		res, err = m.lim.TakeAll(ctx, sluiceParts(st.sluiceBuf[:0], enforced))
+		res, err = m.takeAll(ctx, enforced)
 		if err != nil {
 			m.failed(w, r, enforced, err)
 			return
@@ -770,7 +773,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
-		sres, err := m.lim.TakeAll(ctx, sluiceParts(st.sluiceBuf[:0], shadows))
+		sres, err := m.takeAll(ctx, shadows)
 		switch {
 		case err != nil:
 			for _, p := range shadows {
@@ -908,12 +911,22 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 	return out, true
 }
 
-// sluiceParts appends the composite's parts to out.
-func sluiceParts(out []sluice.Part, ps []part) []sluice.Part {
+// sluiceParts lends takeAll room for two parts: a []sluice.Part escapes
+// (the Limiter hands it to its store, an interface), and the Limiter keeps
+// no reference to it once TakeAll returns.
+var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
+
+// takeAll decides ps as one composite.
+func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, error) {
+	buf := sluiceParts.Get().(*[2]sluice.Part)
+	sp := buf[:0]
 	for _, p := range ps {
-		out = append(out, sluice.Part{Key: p.skey, Limit: p.pol.Limit, Cost: p.cost})
+		sp = append(sp, sluice.Part{Key: p.skey, Limit: p.pol.Limit, Cost: p.cost})
 	}
-	return out
+	res, err := m.lim.TakeAll(ctx, sp)
+	*buf = [2]sluice.Part{} // hold no keys in the pool
+	sluiceParts.Put(buf)
+	return res, err
 }
 
 func (st *state) charge(ps []part) {
