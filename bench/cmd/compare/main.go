@@ -254,7 +254,9 @@ func writeMemory(w io.Writer, out *Output, ref, dir, cmdline, load string) {
 	fmt.Fprintf(w, "\n### %s against the fastest peer\n\n", ref)
 	WriteSummary(w, sums, ref)
 	fmt.Fprintf(w, "\n### Libraries\n\n")
-	writeLibs(w, dir, bench.Libs)
+	if slices.ContainsFunc(out.Groups(), func(g string) bool { return g != "HTTP" }) {
+		writeLibs(w, dir, bench.Libs)
+	}
 	if slices.Contains(out.Groups(), "HTTP") {
 		fmt.Fprintf(w, "\n### Middlewares (HTTP)\n\n")
 		writeLibs(w, dir, bench.HTTPLibs)
