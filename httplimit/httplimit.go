@@ -533,11 +533,14 @@ type stateKey struct{}
 // state is one request's passage through a Middleware. It is also the
 // request's context: the parent's, with the state under stateKey{}. That
 // saves context.WithValue's allocation; the buffers below save the slices'
-// for up to two policies (results and charges, kept with the decision) and
-// the draft-11 headers' slices, so that an admitted request's bookkeeping is
-// one allocation. It is kept small (the parts live on serve's stack, the
-// composite's sluice.Parts in a pool): its bytes are most of what the
-// middleware allocates, and the garbage collector runs in proportion to them.
+// for one policy (its result and charge, kept with the decision) and the
+// draft-11 headers' slices, so that an admitted request's bookkeeping is one
+// allocation (with two policies, three). It is kept small (the parts live on
+// serve's stack, the composite's sluice.Parts in a pool, room for a second
+// policy's result and charge is not reserved): its bytes are most of what
+// the middleware allocates, and the garbage collector runs in proportion to
+// them, so that the one-policy case is faster that way and the two-policy
+// one no slower.
 type state struct {
 	context.Context
 	m   *Middleware
@@ -546,8 +549,8 @@ type state struct {
 	mu      sync.Mutex
 	charged []charge
 
-	resultBuf [2]PolicyResult
-	chargeBuf [2]charge
+	resultBuf [1]PolicyResult
+	chargeBuf [1]charge
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
