@@ -20,6 +20,7 @@
 //	BenchmarkRedisOneKey/<lib>     one key, serial, over Redis
 //	BenchmarkRedisKeys10k64/<lib>  Keys keys, round-robin, Callers goroutines, over Redis
 //	BenchmarkComposite/<variant>   TakeAll of 2 parts vs Take, memory and Redis
+//	BenchmarkHTTP/<lib>            net/http middleware per admitted request, in process
 //
 // cmd/compare runs them and prints a Markdown table of medians and ratios.
 package bench
@@ -46,6 +47,11 @@ const Keys = 10_000
 // Ref is the library name the peers are compared with.
 const Ref = "sluice"
 
+// Baseline names the row of a group that measures the work without any
+// library (BenchmarkHTTP/none: the handler alone). It is not a peer: the
+// others' overhead is their figures minus its.
+const Baseline = "none"
+
 // LimitString describes the limit in words, for the output of cmd/compare.
 func LimitString() string {
 	return fmt.Sprintf("%d per second, burst %d (window libraries: %d per %v)", Rate, Burst, Burst, Window)
@@ -71,4 +77,20 @@ var Libs = []Lib{
 		fmt.Sprintf("limiter.New(memory.NewStore(), Rate{Limit: %d, Period: %v}); Get(ctx, key) (fixed window)", Burst, Window)},
 	{"throttled", "github.com/throttled/throttled/v2",
 		fmt.Sprintf("NewGCRARateLimiterCtx(memstore.NewCtx(0), RateQuota{PerSec(%d), MaxBurst: %d}); RateLimitCtx(ctx, key, 1) (GCRA; MaxBurst n admits n+1)", Rate, Burst-1)},
+}
+
+// HTTPLibs lists the middlewares of BenchmarkHTTP, each keyed on the client
+// IP (RemoteAddr) and wrapping the same trivial handler.
+var HTTPLibs = []Lib{
+	{Baseline, "", "the handler alone, no middleware"},
+	{Ref, "github.com/sluice-go/sluice",
+		fmt.Sprintf("httplimit.New(sluice.New(memstore.New()), []Policy{{Name: \"ip\", Limit: PerSecond(%d).WithBurst(%d)}}).Handler (key: ClientIP, the default)", Rate, Burst)},
+	{"httprate", "github.com/go-chi/httprate",
+		fmt.Sprintf("LimitBy(%d, %v, RemoteAddr's host through CanonicalizeIP (KeyByIP's body)) (sliding window, local counter)", Burst, Window)},
+	{"sethvargo", "github.com/sethvargo/go-limiter",
+		fmt.Sprintf("httplimit.NewMiddleware(memorystore.New(Tokens: %d, Interval: %v), IPKeyFunc()).Handle", Burst, Window)},
+	{"tollbooth", "github.com/didip/tollbooth/v7",
+		fmt.Sprintf("LimitHandler(NewLimiter(%d, nil).SetBurst(%d).SetIPLookups([RemoteAddr]).SetIgnoreURL(true)) (x/time/rate per key)", Rate, Burst)},
+	{"ulule", "github.com/ulule/limiter/v3",
+		fmt.Sprintf("drivers/middleware/stdlib.NewMiddleware(limiter.New(memory.NewStore(), Rate{Limit: %d, Period: %v})).Handler", Burst, Window)},
 }

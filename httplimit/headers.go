@@ -4,37 +4,58 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 )
 
-// writeHeaders sets the rate-limit headers of results in each style.
-func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult) {
+// The headers' canonical keys, so that setting them does not canonicalize
+// (which allocates for "RateLimit", not canonical as written).
+var (
+	hdrRateLimitPolicy = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit       = http.CanonicalHeaderKey("RateLimit")
+	hdrXLimit          = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrXRemaining      = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrXReset          = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
+
+// writeHeaders sets the rate-limit headers of results in each style, as
+// Header.Set would. Each style's values are written in one stack buffer and
+// made one string, cut into the values: one allocation a style, however
+// many policies. The draft-11 headers' one-element slices are cut from vals
+// (in the request's state, which lives as long as the response); the legacy
+// ones' share one array of their own.
+func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[2]string) {
 	if len(results) == 0 {
 		return
 	}
+	var buf [256]byte
 	for _, s := range m.headers {
 		switch s {
 		case HeadersDraft11:
-			var pol, cur strings.Builder
+			b := buf[:0]
 			for i, pr := range results {
 				if i > 0 {
-					pol.WriteString(", ")
-					cur.WriteString(", ")
+					b = append(b, ", "...)
 				}
-				name := sfString(pr.Name)
-				pol.WriteString(name)
-				pol.WriteString(";q=")
-				pol.WriteString(strconv.FormatInt(pr.Quota, 10))
-				pol.WriteString(";w=")
-				pol.WriteString(strconv.FormatInt(pr.Window, 10))
-				cur.WriteString(name)
-				cur.WriteString(";r=")
-				cur.WriteString(strconv.FormatInt(pr.Remaining, 10))
-				cur.WriteString(";t=")
-				cur.WriteString(strconv.FormatInt(pr.Reset, 10))
+				b = appendSFString(b, pr.Name)
+				b = append(b, ";q="...)
+				b = strconv.AppendInt(b, pr.Quota, 10)
+				b = append(b, ";w="...)
+				b = strconv.AppendInt(b, pr.Window, 10)
 			}
-			h.Set("RateLimit-Policy", pol.String())
-			h.Set("RateLimit", cur.String())
+			n := len(b)
+			for i, pr := range results {
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				b = appendSFString(b, pr.Name)
+				b = append(b, ";r="...)
+				b = strconv.AppendInt(b, pr.Remaining, 10)
+				b = append(b, ";t="...)
+				b = strconv.AppendInt(b, pr.Reset, 10)
+			}
+			v := string(b)
+			vals[0], vals[1] = v[:n], v[n:]
+			h[hdrRateLimitPolicy] = vals[0:1:1] // full slices: an Add reallocates
+			h[hdrRateLimit] = vals[1:2:2]
 		case HeadersXRateLimit:
 			tight := results[0]
 			for _, pr := range results[1:] {
@@ -42,26 +63,31 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult) {
 					tight = pr
 				}
 			}
-			h.Set("X-RateLimit-Limit", strconv.FormatInt(tight.Quota, 10))
-			h.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.Remaining, 10))
-			h.Set("X-RateLimit-Reset", strconv.FormatInt(tight.Reset, 10))
+			b := strconv.AppendInt(buf[:0], tight.Quota, 10)
+			n1 := len(b)
+			b = strconv.AppendInt(b, tight.Remaining, 10)
+			n2 := len(b)
+			b = strconv.AppendInt(b, tight.Reset, 10)
+			v := string(b)
+			xs := []string{v[:n1], v[n1:n2], v[n2:]}
+			h[hdrXLimit] = xs[0:1:1]
+			h[hdrXRemaining] = xs[1:2:2]
+			h[hdrXReset] = xs[2:3:3]
 		}
 	}
 }
 
-// sfString is s as an RFC 9651 String (names are printable ASCII, checked
-// by New).
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
+// appendSFString appends s as an RFC 9651 String (names are printable
+// ASCII, checked by New).
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
+			b = append(b, '\\')
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
 
 // problem is an RFC 9457 problem details object.

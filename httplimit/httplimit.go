@@ -128,6 +128,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -384,6 +385,13 @@ type policy struct {
 	Policy
 	q, w  int64 // RateLimit-Policy's q and w
 	stats counters
+	// keyPrefix is the store key's part before the request's key: the
+	// Middleware's prefix, the name and ":".
+	keyPrefix string
+	// clientIP: Key was nil, so the key is the client's address group,
+	// which parts appends straight to keyPrefix (ClientIP() would make a
+	// string of it first, and look the Middleware up in the context).
+	clientIP bool
 }
 
 type counters struct {
@@ -438,10 +446,11 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		if p.CostFunc == nil && p.Cost > params.Capacity() {
 			return nil, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, params.Capacity())
 		}
-		if p.Key == nil {
+		clientIP := p.Key == nil
+		if clientIP {
 			p.Key = ClientIP()
 		}
-		pol := &policy{Policy: p, q: params.Capacity()}
+		pol := &policy{Policy: p, q: params.Capacity(), keyPrefix: m.prefix + p.Name + ":", clientIP: clientIP}
 		// w: the time a budget spent to nothing takes to come back to q.
 		// Buckets: q units at one per period/rate; windows: the period.
 		switch params.Kind {
@@ -522,13 +531,38 @@ type PolicyResult struct {
 
 type stateKey struct{}
 
-// state is one request's passage through a Middleware.
+// state is one request's passage through a Middleware. It is also the
+// request's context: the parent's, with the state under stateKey{}. That
+// saves context.WithValue's allocation; the buffers below save the slices'
+// for one policy (its result and charge, kept with the decision) and the
+// draft-11 headers' slices, so that an admitted request's bookkeeping is one
+// allocation (with two policies, three). It is kept small (the parts live on
+// serve's stack, the composite's sluice.Parts in a pool, room for a second
+// policy's result and charge is not reserved): its bytes are most of what
+// the middleware allocates, and the garbage collector runs in proportion to
+// them, so that the one-policy case is faster that way and the two-policy
+// one no slower.
 type state struct {
+	context.Context
 	m   *Middleware
 	dec Decision
 
 	mu      sync.Mutex
 	charged []charge
+
+	resultBuf [1]PolicyResult
+	chargeBuf [1]charge
+	// headerVals backs RateLimit-Policy's and RateLimit's values
+	// (writeHeaders).
+	headerVals [2]string
+}
+
+// Value is the state for stateKey{}, else the parent context's value.
+func (st *state) Value(key any) any {
+	if _, ok := key.(stateKey); ok {
+		return st
+	}
+	return st.Context.Value(key)
 }
 
 type charge struct {
@@ -668,22 +702,32 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // part is one policy's share of a request.
 type part struct {
 	pol  *policy
-	key  string // without the store prefix
+	skey string // the store key: pol.keyPrefix + the request's key
 	cost int64
 }
 
+// key is the request's key, without the store prefix.
+func (p part) key() string { return p.skey[len(p.pol.keyPrefix):] }
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	st := &state{m: m}
-	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	st := &state{Context: r.Context(), m: m}
+	st.charged = st.chargeBuf[:0]
+	r = r.WithContext(st)
 	if m.skip != nil && m.skip(r) {
 		next.ServeHTTP(w, r)
 		return
 	}
-	enforced, ok := m.parts(w, r, st, m.enforced)
+	var partBuf [2]part
+	enforced, ok := m.parts(partBuf[:0], w, r, st, m.enforced)
 	if !ok {
 		return
 	}
-	shadows, ok := m.parts(w, r, st, m.shadows)
+	// The shadows' parts go after the enforced ones while they fit.
+	var spare []part
+	if len(enforced) <= len(partBuf) {
+		spare = partBuf[len(enforced):len(enforced)]
+	}
+	shadows, ok := m.parts(spare, w, r, st, m.shadows)
 	if !ok {
 		return
 	}
@@ -696,7 +740,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	allowed := true
 	if len(enforced) > 0 {
 		var err error
-		res, err = m.lim.TakeAll(ctx, m.sluiceParts(enforced))
+		res, err = m.takeAll(ctx, enforced)
 		if err != nil {
 			m.failed(w, r, enforced, err)
 			return
@@ -713,10 +757,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			for _, p := range enforced {
 				p.pol.stats.allowed.Add(1)
 			}
-			st.charge(m, enforced)
+			st.charge(enforced)
 		}
 		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
-			results = m.numbers(ctx, enforced, res)
+			results = m.numbers(ctx, st.resultBuf[:0], enforced, res)
 		}
 		if !allowed {
 			st.dec.Refused = refusers(enforced, results, res)
@@ -733,7 +777,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
-		sres, err := m.lim.TakeAll(ctx, m.sluiceParts(shadows))
+		sres, err := m.takeAll(ctx, shadows)
 		switch {
 		case err != nil:
 			for _, p := range shadows {
@@ -745,15 +789,23 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				p.pol.stats.degraded.Add(1)
 			}
 		default:
+			// With shadow headers, the shadows' numbers follow the
+			// enforced ones in results.
 			var sr []PolicyResult
+			n := len(results)
 			if (send && m.shadowHeaders) || (!sres.Allowed && len(shadows) > 1) {
-				sr = m.numbers(ctx, shadows, sres)
+				if m.shadowHeaders {
+					results = m.numbers(ctx, results, shadows, sres)
+					sr = results[n:]
+				} else {
+					sr = m.numbers(ctx, nil, shadows, sres)
+				}
 			}
 			if sres.Allowed {
 				for _, p := range shadows {
 					p.pol.stats.allowed.Add(1)
 				}
-				st.charge(m, shadows)
+				st.charge(shadows)
 			} else {
 				st.dec.ShadowRefused = refusers(shadows, sr, sres)
 				for _, p := range shadows {
@@ -764,19 +816,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 					}
 				}
 			}
-			if m.shadowHeaders {
-				results = append(results, sr...)
-			}
 		}
 	}
 	st.dec.Policies = results
 	if send {
-		m.writeHeaders(w.Header(), results)
+		m.writeHeaders(w.Header(), results, &st.headerVals)
 	}
 
 	if !allowed {
 		retry := max(seconds(res.RetryAfter), 1)
-		w.Header().Set("Retry-After", fmt.Sprint(retry))
+		w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
 		if m.deny != nil {
 			sw := &statusWriter{ResponseWriter: w, status: m.status}
 			m.deny.ServeHTTP(sw, r)
@@ -804,16 +853,32 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(w, r)
 }
 
-// parts finds each policy's key and cost; false when the request was
-// answered (a missing key, a bad cost).
-func (m *Middleware) parts(w http.ResponseWriter, r *http.Request, st *state, pols []*policy) ([]part, bool) {
+// parts appends each policy's key and cost to out; false when the request
+// was answered (a missing key, a bad cost).
+func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, st *state, pols []*policy) ([]part, bool) {
 	if len(pols) == 0 {
-		return nil, true
+		return out, true
 	}
-	out := make([]part, 0, len(pols))
 	for _, p := range pols {
-		key, ok := p.Key(r)
-		if !ok || key == "" {
+		var skey string
+		ok := false
+		if p.clientIP {
+			// ClientIP(), with the address written after the prefix
+			// in a stack buffer: the store key is the one allocation.
+			var a netip.Addr
+			if a, ok = m.ip.clientAddr(r); ok {
+				var buf [128]byte
+				skey = string(m.ip.appendGroup(append(buf[:0], p.keyPrefix...), a))
+			}
+		} else {
+			var key string
+			key, ok = p.Key(r)
+			ok = ok && key != ""
+			if ok {
+				skey = p.keyPrefix + key
+			}
+		}
+		if !ok {
 			p.stats.missing.Add(1)
 			if p.Optional || p.Shadow { // a shadow policy never answers
 				continue
@@ -845,42 +910,52 @@ func (m *Middleware) parts(w http.ResponseWriter, r *http.Request, st *state, po
 			}
 			cost = c
 		}
-		out = append(out, part{pol: p, key: key, cost: cost})
+		out = append(out, part{pol: p, skey: skey, cost: cost})
 	}
 	return out, true
 }
 
-func (m *Middleware) sluiceParts(ps []part) []sluice.Part {
-	out := make([]sluice.Part, len(ps))
-	for i, p := range ps {
-		out[i] = sluice.Part{Key: m.storeKey(p), Limit: p.pol.Limit, Cost: p.cost}
+// sluiceParts lends takeAll room for two parts: a []sluice.Part escapes
+// (the Limiter hands it to its store, an interface), and the Limiter keeps
+// no reference to it once TakeAll returns.
+var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
+
+// takeAll decides ps as one composite.
+func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, error) {
+	buf := sluiceParts.Get().(*[2]sluice.Part)
+	sp := buf[:0]
+	for _, p := range ps {
+		sp = append(sp, sluice.Part{Key: p.skey, Limit: p.pol.Limit, Cost: p.cost})
 	}
-	return out
+	res, err := m.lim.TakeAll(ctx, sp)
+	*buf = [2]sluice.Part{} // hold no keys in the pool
+	sluiceParts.Put(buf)
+	return res, err
 }
 
-func (m *Middleware) storeKey(p part) string { return m.prefix + p.pol.Name + ":" + p.key }
-
-func (st *state) charge(m *Middleware, ps []part) {
+func (st *state) charge(ps []part) {
 	st.mu.Lock()
 	for _, p := range ps {
 		if p.cost > 0 {
-			st.charged = append(st.charged, charge{pol: p.pol, key: m.storeKey(p), cost: p.cost})
+			st.charged = append(st.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
 		}
 	}
 	st.mu.Unlock()
 }
 
-// numbers returns each part's figures: the decision's own for one part, a
-// cost-0 look at each for several. A look the store cannot make leaves that
-// policy out.
-func (m *Middleware) numbers(ctx context.Context, ps []part, res sluice.Result) []PolicyResult {
-	out := make([]PolicyResult, 0, len(ps))
+// numbers appends each part's figures to out: the decision's own for one
+// part, a cost-0 look at each for several. A look the store cannot make
+// leaves that policy out.
+func (m *Middleware) numbers(ctx context.Context, out []PolicyResult, ps []part, res sluice.Result) []PolicyResult {
+	if out == nil {
+		out = make([]PolicyResult, 0, len(ps))
+	}
 	for _, p := range ps {
-		pr := PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key, Cost: p.cost, Quota: p.pol.q, Window: p.pol.w}
+		pr := PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w}
 		if len(ps) == 1 {
 			pr.Remaining, pr.Reset = res.Remaining, seconds(res.ResetAfter)
 		} else {
-			look, err := m.lim.Take(ctx, m.storeKey(p), p.pol.Limit, 0)
+			look, err := m.lim.Take(ctx, p.skey, p.pol.Limit, 0)
 			if err != nil || look.Degraded {
 				continue
 			}
@@ -931,7 +1006,7 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, ps []part, e
 			"the request's cost exceeds what a rate-limit policy can ever admit", nil)
 		return
 	}
-	w.Header().Set("Retry-After", fmt.Sprint(max(seconds(m.unavailable), 1)))
+	w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(m.unavailable), 1), 10))
 	writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
 		"the rate limiter is unavailable", nil)
 }

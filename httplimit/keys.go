@@ -241,14 +241,20 @@ func (c *ipConfig) walk(peer netip.Addr, hops []string, parse func(string) (neti
 
 // group is the key of address a: IPv4 as it is, IPv6 as its prefix.
 func (c *ipConfig) group(a netip.Addr) string {
+	var buf [64]byte
+	return string(c.appendGroup(buf[:0], a))
+}
+
+// appendGroup appends group(a) to b.
+func (c *ipConfig) appendGroup(b []byte, a netip.Addr) []byte {
 	if a.Is4() {
-		return a.String()
+		return a.AppendTo(b)
 	}
 	p, err := a.WithZone("").Prefix(c.v6bits)
 	if err != nil {
-		return a.String()
+		return a.AppendTo(b)
 	}
-	return p.String()
+	return p.AppendTo(b)
 }
 
 // splitList splits the lines of a list header at commas outside quoted

@@ -147,3 +147,29 @@ func TestMedian(t *testing.T) {
 		t.Error("median(nil): ok")
 	}
 }
+
+// TestBaseline: the group's Baseline row is no peer, and the others get
+// their overhead over it.
+func TestBaseline(t *testing.T) {
+	out, err := Parse(strings.NewReader(`BenchmarkHTTP/none-2 10 100 ns/op 3 allocs/op
+BenchmarkHTTP/sluice-2 10 400 ns/op 8 allocs/op
+BenchmarkHTTP/httprate-2 10 500 ns/op 14 allocs/op
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := Rows(out, "sluice")
+	if got := Units(rows, out.Units()); strings.Join(got, ",") != "ns/op,allocs/op,over-ns/op,over-allocs/op" {
+		t.Errorf("units %v", got)
+	}
+	if r := rows[1]; r.Median[overNs] != 300 || r.Median[overAllocs] != 5 {
+		t.Errorf("sluice overhead %v", r.Median)
+	}
+	if _, ok := rows[0].Median[overNs]; ok || !math.IsNaN(rows[0].RefPerPeer) {
+		t.Errorf("baseline row %+v", rows[0])
+	}
+	s := Summarize(rows, "sluice", map[string]float64{"HTTP": 1})
+	if len(s) != 1 || s[0].Fastest != "httprate" || s[0].Verdict() != "PASS" {
+		t.Errorf("summary %+v", s)
+	}
+}

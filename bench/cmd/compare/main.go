@@ -45,12 +45,15 @@ import (
 var targets = map[string]float64{
 	"OneKey":  0.90,
 	"Keys10k": 0.66,
+	// HTTP: the least overhead of the middlewares (the same handler is
+	// under each, so the ns/op ratio orders the overheads alike).
+	"HTTP": 1.00,
 }
 
 // memBench is the default -bench: the in-memory groups. The Redis groups run
 // only with -redis (-redis-bench), against a server this command starts.
 const (
-	memBench   = "^Benchmark(OneKey|Keys10k)$"
+	memBench   = "^Benchmark(OneKey|Keys10k|HTTP)$"
 	redisBench = "^Benchmark(RedisOneKey|RedisKeys10k64|Composite)$"
 )
 
@@ -247,18 +250,24 @@ func writeMemory(w io.Writer, out *Output, ref, dir, cmdline, load string) {
 		fmt.Fprintf(w, "- load average (1 min): %s; a load near or above GOMAXPROCS means other work shared the CPUs\n", load)
 	}
 	fmt.Fprintf(w, "- medians over the runs; allowed/op is the share of requests that passed\n\n")
-	WriteTable(w, rows, out.Units(), ref)
+	WriteTable(w, rows, Units(rows, out.Units()), ref)
 	fmt.Fprintf(w, "\n### %s against the fastest peer\n\n", ref)
 	WriteSummary(w, sums, ref)
 	fmt.Fprintf(w, "\n### Libraries\n\n")
-	writeLibs(w, dir, bench.Libs)
+	if slices.ContainsFunc(out.Groups(), func(g string) bool { return g != "HTTP" }) {
+		writeLibs(w, dir, bench.Libs)
+	}
+	if slices.Contains(out.Groups(), "HTTP") {
+		fmt.Fprintf(w, "\n### Middlewares (HTTP)\n\n")
+		writeLibs(w, dir, bench.HTTPLibs)
+	}
 }
 
 // writeLibs lists libs with the module versions the bench module pins.
 func writeLibs(w io.Writer, dir string, libs []bench.Lib) {
 	var mods []string
 	for _, l := range libs {
-		if !slices.Contains(mods, l.Module) {
+		if l.Module != "" && !slices.Contains(mods, l.Module) {
 			mods = append(mods, l.Module)
 		}
 	}
@@ -276,7 +285,9 @@ func writeLibs(w io.Writer, dir string, libs []bench.Lib) {
 	writeRow(w, []string{"---", "---", "---", "---"})
 	for _, l := range libs {
 		v := versions[l.Module]
-		if v == "" {
+		if l.Module == "" {
+			v = "—"
+		} else if v == "" {
 			v = "?"
 		}
 		writeRow(w, []string{l.Name, l.Module, v, "`" + l.Setup + "`"})

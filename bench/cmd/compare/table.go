@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-go/sluice/bench"
 )
 
 // Row is one line of the comparison table: a library's medians in one group,
@@ -40,13 +42,56 @@ func Rows(o *Output, ref string) []Row {
 			for _, u := range r.Units {
 				row.Median[u], _ = r.Median(u)
 			}
-			if ns, ok := row.Median["ns/op"]; ok && r.Lib != ref && ns > 0 {
+			if ns, ok := row.Median["ns/op"]; ok && r.Lib != ref && r.Lib != bench.Baseline && ns > 0 {
 				row.RefPerPeer = refNs / ns
 			}
 			rows = append(rows, row)
 		}
 	}
+	addOverhead(rows)
 	return rows
+}
+
+// Overhead units: a library's median over its group's Baseline row's
+// (BenchmarkHTTP/none: the handler alone), in groups that have one.
+const (
+	overNs     = "over-ns/op"
+	overAllocs = "over-allocs/op"
+)
+
+func addOverhead(rows []Row) {
+	base := map[string]Row{}
+	for _, r := range rows {
+		if r.Lib == bench.Baseline {
+			base[r.Group] = r
+		}
+	}
+	for i := range rows {
+		b, ok := base[rows[i].Group]
+		if !ok || rows[i].Lib == bench.Baseline {
+			continue
+		}
+		for u, over := range map[string]string{"ns/op": overNs, "allocs/op": overAllocs} {
+			v, ok1 := rows[i].Median[u]
+			bv, ok2 := b.Median[u]
+			if ok1 && ok2 {
+				rows[i].Median[over] = v - bv
+			}
+		}
+	}
+}
+
+// Units is units, then the overhead units when a row has them.
+func Units(rows []Row, units []string) []string {
+	for _, over := range []string{overNs, overAllocs} {
+		for _, r := range rows {
+			if _, ok := r.Median[over]; ok {
+				units = append(units, over)
+				break
+			}
+		}
+	}
+	return units
 }
 
 // Summary is one group's verdict: the reference against the fastest peer.
@@ -94,6 +139,8 @@ func Summarize(rows []Row, ref string, targets map[string]float64) []Summary {
 		}
 		if r.Lib == ref {
 			s.RefNs = ns
+		} else if r.Lib == bench.Baseline {
+			continue // not a peer
 		} else if s.Fastest == "" || ns < s.PeerNs {
 			s.Fastest, s.PeerNs = r.Lib, ns
 		}
@@ -172,7 +219,7 @@ func num(unit string, v float64) string {
 	switch {
 	case math.IsNaN(v):
 		return "—"
-	case unit == "ns/op":
+	case unit == "ns/op" || unit == overNs:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	case v == math.Trunc(v) && math.Abs(v) < 1e15:
 		return strconv.FormatFloat(v, 'f', 0, 64)
