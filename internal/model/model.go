@@ -11,10 +11,12 @@
 // are rounded: durations up (ceil), remaining down (floor).
 //
 // Tests run one trace through algo.Step and through a Model and require
-// identical decisions. The model covers what the contract fixes for a single
-// unchanging limit: it does not model clocks that go backwards (a key's time
-// must not decrease), changed limits, or leaky-bucket's maxDelay. It panics
-// on a cost outside [0, capacity] and on a time that goes back.
+// identical decisions. A Keys is a key space whose calls each name their
+// limit, so a key may be read under another rate, period, burst or
+// algorithm, as SEMANTICS.md's "Changed limits" says (carry); a Model is one
+// limit over a key space. The model does not model clocks that go backwards
+// (a key's time must not decrease) or leaky-bucket's maxDelay. It panics on
+// a cost outside [0, capacity] and on a time that goes back.
 package model
 
 import (
@@ -184,7 +186,8 @@ func (m *Model) Take(key string, now, cost int64) algo.Decision {
 	return d
 }
 
-// carry returns a copy of old (nil: fresh) as m's limit reads it at now:
+// carry returns a copy of old (nil: fresh) as m's limit reads it at now
+// (the model's times never go back, so now is also the contract's t*):
 // the state itself when m's limit wrote it; otherwise, as SEMANTICS.md's
 // "Changed limits" says, the state holding what old held under its own
 // limit.
