@@ -426,29 +426,10 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 	}
 	seen := map[string]bool{}
 	for i, p := range policies {
-		if err := checkName(p.Name); err != nil {
-			return nil, fmt.Errorf("httplimit: policy %d: %w", i, err)
-		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("httplimit: two policies named %q", p.Name)
-		}
-		seen[p.Name] = true
-		params, err := p.Limit.Params()
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
-		}
-		if p.Cost < 0 {
-			return nil, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
-		}
-		if p.Cost == 0 {
-			p.Cost = 1
-		}
-		if p.CostFunc == nil && p.Cost > params.Capacity() {
-			return nil, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, params.Capacity())
-		}
 		clientIP := p.Key == nil
-		if clientIP {
-			p.Key = ClientIP()
+		p, params, err := checkPolicy(i, p, seen, ClientIP)
+		if err != nil {
+			return nil, err
 		}
 		pol := &policy{Policy: p, q: params.Capacity(), keyPrefix: m.prefix + p.Name + ":", clientIP: clientIP}
 		// w: the time a budget spent to nothing takes to come back to q.
@@ -466,6 +447,36 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		}
 	}
 	return m, nil
+}
+
+// checkPolicy checks the i-th policy p, whose name must not be in seen
+// (it adds it), and returns it with its defaults (cost 1, the key
+// defaultKey()) and its limit's params.
+func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFunc) (Policy, algo.Params, error) {
+	if err := checkName(p.Name); err != nil {
+		return p, algo.Params{}, fmt.Errorf("httplimit: policy %d: %w", i, err)
+	}
+	if seen[p.Name] {
+		return p, algo.Params{}, fmt.Errorf("httplimit: two policies named %q", p.Name)
+	}
+	seen[p.Name] = true
+	params, err := p.Limit.Params()
+	if err != nil {
+		return p, params, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	}
+	if p.Cost < 0 {
+		return p, params, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
+	}
+	if p.Cost == 0 {
+		p.Cost = 1
+	}
+	if p.CostFunc == nil && p.Cost > params.Capacity() {
+		return p, params, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, params.Capacity())
+	}
+	if p.Key == nil {
+		p.Key = defaultKey()
+	}
+	return p, params, nil
 }
 
 func checkName(n string) error {

@@ -121,31 +121,12 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 	}
 	seen := map[string]bool{}
 	for i, p := range policies {
-		if err := checkName(p.Name); err != nil {
-			return nil, fmt.Errorf("httplimit: policy %d: %w", i, err)
-		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("httplimit: two policies named %q", p.Name)
-		}
-		seen[p.Name] = true
 		if p.Shadow {
 			return nil, fmt.Errorf("httplimit: policy %q: shadow policies are not supported outbound", p.Name)
 		}
-		params, err := p.Limit.Params()
+		p, _, err := checkPolicy(i, p, seen, Host)
 		if err != nil {
-			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
-		}
-		if p.Cost < 0 {
-			return nil, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
-		}
-		if p.Cost == 0 {
-			p.Cost = 1
-		}
-		if p.CostFunc == nil && p.Cost > params.Capacity() {
-			return nil, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d", p.Name, p.Cost, params.Capacity())
-		}
-		if p.Key == nil {
-			p.Key = Host()
+			return nil, err
 		}
 		t.policies = append(t.policies, &policy{Policy: p})
 	}
