@@ -71,22 +71,22 @@ func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (
 		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", errBadReply, c.Reply)
 	}
 	var acc algo.Decision
-	looks := make([]algo.Decision, len(reqs))
 	for i := range reqs {
 		d, err := decisionOf(c.Reply[5*i:5*i+5], c.Keys[i])
 		if err != nil {
 			return algo.Decision{}, err
 		}
-		looks[i] = d
 		if i == 0 {
-			acc = looks[i]
+			acc = d
 		} else {
-			algo.Combine(&acc, looks[i])
+			algo.Combine(&acc, d)
 		}
 	}
 	if !acc.Allowed {
-		// The script replied looks for the parts that granted.
-		algo.Refused(&acc, looks)
+		// Refused, the script replied a look for every part that granted
+		// (a refusing part's decision is one already), so Combine has folded
+		// looks: what is left of algo.Refused is that nothing waits.
+		acc.Delay = 0
 	}
 	return acc, nil
 }
