@@ -1,0 +1,111 @@
+// Package observe is the hook through which sluice's doors (the HTTP
+// middleware, the gRPC interceptors, the rate-limit service) report each
+// decision they make, so that metrics live outside them.
+//
+// An Observer sees one Event per policy per decision: which policy, what came
+// of it, whether the store's failure policy made it, and how long the store
+// took. It is called on the request's path, so it must be fast and safe for
+// concurrent use; it must not keep the Event's strings past the call unless it
+// copies them. The package imports only the standard library; a Prometheus
+// adapter is in package promobserve.
+//
+// Events carry no key: a key is per client and would give metrics an
+// unbounded number of series.
+package observe
+
+import "time"
+
+// Outcome is what came of one policy's part of a decision.
+type Outcome uint8
+
+const (
+	// Allowed: the policy granted its part and the request went on.
+	Allowed Outcome = iota
+	// Denied: the policy refused (the request was refused or, for a leaky
+	// bucket, would have waited longer than it could).
+	Denied
+	// ShadowDenied: a shadow policy would have refused; the request went on.
+	ShadowDenied
+	// Error: the store could not decide (an outage under fail-closed, a
+	// cancelled context, a bad request); the request was not served by the
+	// limit's verdict.
+	Error
+	// Degraded: the store was unavailable and its failure policy (fail open,
+	// or a local fallback) admitted the request.
+	Degraded
+)
+
+// Outcomes lists every Outcome, for adapters that declare their series up
+// front.
+var Outcomes = [...]Outcome{Allowed, Denied, ShadowDenied, Error, Degraded}
+
+// String returns the outcome's label: "allowed", "denied", "shadow_denied",
+// "error" or "degraded".
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Denied:
+		return "denied"
+	case ShadowDenied:
+		return "shadow_denied"
+	case Error:
+		return "error"
+	case Degraded:
+		return "degraded"
+	}
+	return "unknown"
+}
+
+// Event is one policy's share of one decision.
+type Event struct {
+	// Source names the door that decided: "http", "grpc", "serve", or an
+	// adapter's own name.
+	Source string
+	// Policy is the policy's (or the service's rule's) name. Names are set by
+	// configuration, so their number is bounded.
+	Policy string
+	// Outcome is what came of the policy's part.
+	Outcome Outcome
+	// Latency is how long the store took to decide the whole request (all of
+	// its policies, one composite call); 0 when the store was not called.
+	Latency time.Duration
+}
+
+// Observer receives Events. Implementations must be safe for concurrent use
+// and must not block.
+type Observer interface {
+	Observe(Event)
+}
+
+// Func adapts a function to an Observer.
+type Func func(Event)
+
+// Observe calls f(e).
+func (f Func) Observe(e Event) { f(e) }
+
+// Multi returns an Observer that passes each Event to every non-nil observer
+// in order; nil when none is left.
+func Multi(observers ...Observer) Observer {
+	var out multi
+	for _, o := range observers {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}
+
+type multi []Observer
+
+func (m multi) Observe(e Event) {
+	for _, o := range m {
+		o.Observe(e)
+	}
+}
