@@ -171,10 +171,6 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 // store's failure policy has already applied.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
-		closeBody(req)
-		return nil, err
-	}
 	host, hasHost := Host()(req)
 	var held holdReport
 	if hasHost {
@@ -256,12 +252,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // take waits until every part grants. Unless a leaky bucket's turn must be
-// bounded by the deadline (which WaitAll does), it first decides once with
-// TakeAll, whose latency is the store's; WaitAll waits out a refusal. wait
+// bounded by the deadline (which WaitAll does) or the context has ended, it
+// first decides once with TakeAll, whose latency is the store's; WaitAll
+// waits out a refusal. wait
 // is how long the request waited after that first decision.
 func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, lat, wait time.Duration, err error) {
+	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
+	// from a context that has ended: the first decision is left to it then.
 	_, bounded := ctx.Deadline()
-	fast := !t.leaky || !bounded
+	fast := ctx.Err() == nil && !(t.leaky && bounded)
 	if fast {
 		start := time.Now()
 		res, err = t.lim.TakeAll(ctx, parts)
@@ -276,12 +275,12 @@ func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.R
 			return res, lat, res.Delay, err
 		}
 	}
-	start := time.Now()
+	start, waitStart := time.Now(), t.clock.Now()
 	res, err = t.lim.WaitAll(ctx, parts)
 	if !fast { // WaitAll's time is the store's and the wait's together
 		lat = time.Since(start)
 	} else {
-		wait = time.Since(start)
+		wait = max(t.clock.Now().Sub(waitStart), 0) // on the clock the Limiter waits by
 	}
 	return res, lat, wait, err
 }
