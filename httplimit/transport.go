@@ -217,15 +217,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if len(parts) > 0 {
 			res, lat, wait, err := t.take(ctx, parts)
 			if t.obs != nil {
-				o := observe.Allowed
-				switch {
-				case errors.Is(err, sluice.ErrDeadline):
-					o = observe.Denied
-				case err != nil:
-					o = observe.Error
-				case res.Degraded:
-					o = observe.Degraded
-				}
+				o := outcome(err, false, res.Degraded)
 				for i, n := range names {
 					t.report(n, i, o, lat, wait)
 				}
@@ -295,20 +287,25 @@ func (t *Transport) report(policy string, index int, o observe.Outcome, lat, wai
 // reportUpstream reports the upstream's part: the hold's failure err, or
 // whether it refused the request.
 func (t *Transport) reportUpstream(h holdReport, err error, refused *bool) {
-	o := observe.Allowed
-	switch {
-	case errors.Is(err, sluice.ErrDeadline):
-		o = observe.Denied
-	case err != nil:
-		o = observe.Error
-	case *refused:
-		o = observe.Denied
-	case h.degraded:
-		o = observe.Degraded
-	}
-	t.report(UpstreamPolicy, 0, o, h.latency, h.wait)
+	t.report(UpstreamPolicy, 0, outcome(err, refused != nil && *refused, h.degraded), h.latency, h.wait)
 }
 
+// outcome is what came of a wait that ended with err (a deadline it could
+// not keep is a refusal), then of an answer: refused, or made by the store's
+// failure policy.
+func outcome(err error, refused, degraded bool) observe.Outcome {
+	switch {
+	case errors.Is(err, sluice.ErrDeadline):
+		return observe.Denied
+	case err != nil:
+		return observe.Error
+	case refused:
+		return observe.Denied
+	case degraded:
+		return observe.Degraded
+	}
+	return observe.Allowed
+}
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()

@@ -94,23 +94,28 @@ type config struct {
 // WithLatencyBuckets sets sluice_store_latency_seconds's bucket bounds
 // (default DefaultLatencyBuckets), in seconds, increasing.
 func WithLatencyBuckets(bounds ...float64) Option {
-	return func(c *config) error {
-		if err := checkBuckets(bounds); err != nil {
-			return fmt.Errorf("WithLatencyBuckets: %w", err)
-		}
-		c.latency = bounds
-		return nil
-	}
+	return withBuckets("WithLatencyBuckets", bounds, func(c *config) *[]float64 { return &c.latency })
 }
 
 // WithWaitBuckets sets sluice_wait_seconds's bucket bounds (default
 // DefaultWaitBuckets), in seconds, increasing.
 func WithWaitBuckets(bounds ...float64) Option {
+	return withBuckets("WithWaitBuckets", bounds, func(c *config) *[]float64 { return &c.wait })
+}
+
+// withBuckets is the option named name that sets the bounds field() points
+// to.
+func withBuckets(name string, bounds []float64, field func(*config) *[]float64) Option {
 	return func(c *config) error {
-		if err := checkBuckets(bounds); err != nil {
-			return fmt.Errorf("WithWaitBuckets: %w", err)
+		if len(bounds) == 0 {
+			return fmt.Errorf("%s: no bucket", name)
 		}
-		c.wait = bounds
+		for i := range bounds {
+			if bounds[i] != bounds[i] || bounds[i] <= 0 || (i > 0 && bounds[i] <= bounds[i-1]) { // x != x: NaN
+				return fmt.Errorf("%s: bounds %v: want positive and increasing", name, bounds)
+			}
+		}
+		*field(c) = bounds
 		return nil
 	}
 }
@@ -142,18 +147,6 @@ func WithPolicies(source string, policies ...string) Option {
 		}
 		return nil
 	}
-}
-
-func checkBuckets(b []float64) error {
-	if len(b) == 0 {
-		return errors.New("no bucket")
-	}
-	for i := range b {
-		if b[i] != b[i] || b[i] <= 0 || (i > 0 && b[i] <= b[i-1]) { // b[i] != b[i]: NaN
-			return fmt.Errorf("bounds %v: want positive and increasing", b)
-		}
-	}
-	return nil
 }
 
 // New returns an Observer whose metrics are registered with reg (for
