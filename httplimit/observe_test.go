@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -262,4 +263,45 @@ func TestTransportObserver(t *testing.T) {
 	if _, err := httplimit.NewTransport(lim, []httplimit.Policy{{Name: httplimit.UpstreamPolicy, Limit: sluice.PerSecond(1)}}); err == nil {
 		t.Error("a policy took the name UpstreamPolicy")
 	}
+}
+
+// A Redis killed under the Transport: fail open, the policies and the
+// upstream report degraded and the calls go out; fail closed, the hold
+// cannot be read, the call is not sent and the upstream reports an error.
+func TestTransportObserverStoreFailure(t *testing.T) {
+	srv := redistest.Standalone(t)
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	obs := newTally(t)
+	clients := map[redisstore.FailurePolicy]*http.Client{}
+	for _, fp := range []redisstore.FailurePolicy{redisstore.FailOpen, redisstore.FailClosed} {
+		client := srv.NewClient(t, func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
+		store, err := redisstore.NewGoRedis(client, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		name := map[redisstore.FailurePolicy]string{redisstore.FailOpen: "open", redisstore.FailClosed: "closed"}[fp]
+		clients[fp] = newTransport(t, sluice.New(store), []httplimit.Policy{
+			{Name: name, Limit: sluice.PerMinute(100), Key: httplimit.Static("x")},
+		}, httplimit.WithTransportKeyPrefix(name+":"), httplimit.WithTransportObserver(obs))
+	}
+	for range 2 {
+		for _, c := range clients {
+			if s := status(t, c, up.URL); s != 200 {
+				t.Fatalf("status %d", s)
+			}
+		}
+	}
+	srv.Stop(t)
+	for range 3 {
+		if s := status(t, clients[redisstore.FailOpen], up.URL); s != 200 {
+			t.Fatalf("fail open: status %d", s)
+		}
+		if _, err := clients[redisstore.FailClosed].Get(up.URL); !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("fail closed: %v, want sluice.ErrStoreUnavailable", err)
+		}
+	}
+	obs.check(t, "http-out closed allowed=2, http-out open allowed=2, http-out open degraded=3, "+
+		"http-out upstream allowed=4, http-out upstream degraded=3, http-out upstream error=3")
 }
