@@ -116,6 +116,13 @@
 // the limiter is unavailable; the error goes to WithErrorLog's function,
 // never to the client. Any other store error is answered the same way.
 //
+// # Metrics
+//
+// WithObserver (and WithTransportObserver for a Transport) reports each
+// policy's outcome of each request to an observe.Observer, with the store's
+// latency; package promobserve makes Prometheus metrics of them. With no
+// observer the middleware does no timing and no reporting.
+//
 // # Refunds
 //
 // A handler that learns the request's real cost afterwards gives the excess

@@ -246,8 +246,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // take waits until every part grants. Unless a leaky bucket's turn must be
 // bounded by the deadline (which WaitAll does) or the context has ended, it
 // first decides once with TakeAll, whose latency is the store's; WaitAll
-// waits out a refusal. wait
-// is how long the request waited after that first decision.
+// waits out a refusal. wait is how long the request waited after that
+// first decision, on the hold's clock (WithHoldClock: the Limiter's).
 func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, lat, wait time.Duration, err error) {
 	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
 	// from a context that has ended: the first decision is left to it then.
@@ -306,6 +306,7 @@ func outcome(err error, refused, degraded bool) observe.Outcome {
 	}
 	return observe.Allowed
 }
+
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
