@@ -21,8 +21,8 @@
 //     their turn (an outbound client's waits, a leaky bucket's delays), once
 //     per request that waited, from 1ms to 1m.
 //
-// This is the only package of the module that imports the Prometheus client:
-// the library, its stores and its doors compile without it.
+// Of the library's packages only this one imports the Prometheus client: the
+// root package, its stores, observe and httplimit compile without it.
 package promobserve
 
 import (
