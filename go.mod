@@ -2,7 +2,10 @@ module github.com/sluice-go/sluice
 
 go 1.26
 
-require github.com/redis/go-redis/v9 v9.17.3
+require (
+	github.com/redis/go-redis/v9 v9.17.3
+	go.yaml.in/yaml/v3 v3.0.6
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
