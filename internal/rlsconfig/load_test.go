@@ -182,12 +182,9 @@ func TestUnits(t *testing.T) {
 	for _, tt := range tests {
 		c := load(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: %s, requests_per_unit: 3}\n", tt.unit))
 		r := c.Rules()[0]
-		want := sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 3, Period: tt.want, Burst: 3}
-		if r.Limit != want || r.Unit != tt.name || r.RequestsPerUnit != 3 {
-			t.Errorf("unit %s: Limit %v, Unit %q, RequestsPerUnit %d; want %v, %q, 3", tt.unit, r.Limit, r.Unit, r.RequestsPerUnit, want, tt.name)
-		}
-		if err := r.Limit.Validate(); err != nil {
-			t.Errorf("unit %s: %v", tt.unit, err)
+		checkLimit(t, r, sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 3, Period: tt.want, Burst: 3}, tt.name)
+		if r.RequestsPerUnit != 3 {
+			t.Errorf("unit %s: RequestsPerUnit %d, want 3", tt.unit, r.RequestsPerUnit)
 		}
 	}
 }
@@ -233,13 +230,20 @@ descriptors:
 			t.Errorf("unexpected rule %s", r.Path)
 			continue
 		}
-		if r.Limit != w.limit || r.Unit != w.unit {
-			t.Errorf("%s: Limit %v, Unit %q; want %v, %q", r.Path, r.Limit, r.Unit, w.limit, w.unit)
-		}
-		if r.Limit.Rate > 0 {
-			if err := r.Limit.Validate(); err != nil {
-				t.Errorf("%s: %v", r.Path, err)
-			}
+		checkLimit(t, r, w.limit, w.unit)
+	}
+}
+
+// checkLimit checks a rule's Limit and Unit, and that sluice can enforce the
+// limit (unless its rate is 0: every hit over the limit).
+func checkLimit(t *testing.T, r *Rule, want sluice.Limit, unit string) {
+	t.Helper()
+	if r.Limit != want || r.Unit != unit {
+		t.Errorf("%s: Limit %v, Unit %q; want %v, %q", r.Path, r.Limit, r.Unit, want, unit)
+	}
+	if r.Limit.Rate > 0 {
+		if err := r.Limit.Validate(); err != nil {
+			t.Errorf("%s: %v", r.Path, err)
 		}
 	}
 }

@@ -277,12 +277,9 @@ func (r *reader) root(n *yaml.Node) (*yamlFile, error) {
 
 // list returns the maps of a list field; null is the empty list.
 func (r *reader) list(p pair) ([]*yaml.Node, error) {
-	n, err := r.deref(p.value)
-	if err != nil {
+	n, null, err := r.value(p)
+	if err != nil || null {
 		return nil, err
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		return nil, r.errf(n.Line, "error loading config file: %s must be a list of maps, not %s", p.key, kindName(n))
@@ -326,6 +323,13 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 		return nil, err
 	}
 	d := &yamlDesc{line: n.Line}
+	flags := map[string]*bool{
+		"shadow_mode":     &d.shadowMode,
+		"quota_mode":      &d.quotaMode,
+		"detailed_metric": &d.detailedMetric,
+		"value_to_metric": &d.valueToMetric,
+		"share_threshold": &d.shareThreshold,
+	}
 	for _, p := range fs {
 		switch p.key {
 		case "key":
@@ -336,18 +340,10 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 			d.rateLimit, err = r.rateLimit(p)
 		case "descriptors":
 			d.descs, err = r.descs(p, depth+1)
-		case "shadow_mode":
-			d.shadowMode, err = r.boolean(p)
-		case "quota_mode":
-			d.quotaMode, err = r.boolean(p)
-		case "detailed_metric":
-			d.detailedMetric, err = r.boolean(p)
-		case "value_to_metric":
-			d.valueToMetric, err = r.boolean(p)
-		case "share_threshold":
-			d.shareThreshold, err = r.boolean(p)
 		case "metadata":
 			err = r.metadata(p)
+		default:
+			*flags[p.key], err = r.boolean(p)
 		}
 		if err != nil {
 			return nil, err
@@ -357,12 +353,9 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 }
 
 func (r *reader) rateLimit(p pair) (*yamlRateLimit, error) {
-	n, err := r.deref(p.value)
-	if err != nil {
-		return nil, err
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil, nil // "rate_limit:" alone: no limit, as envoy reads it
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return nil, err // "rate_limit:" alone: no limit, as envoy reads it
 	}
 	if n.Kind != yaml.MappingNode {
 		return nil, r.errf(n.Line, "error loading config file: rate_limit must be a map, not %s", kindName(n))
@@ -372,29 +365,26 @@ func (r *reader) rateLimit(p pair) (*yamlRateLimit, error) {
 		return nil, err
 	}
 	rl := &yamlRateLimit{line: n.Line}
+	texts := map[string]*string{"unit": &rl.unit, "name": &rl.name, "algorithm": &rl.algorithm, "period": &rl.period}
 	for _, p := range fs {
 		switch p.key {
 		case "requests_per_unit":
 			var v int64
 			v, err = r.integer(p, 0, 1<<32-1)
 			rl.requestsPerUnit = uint32(v)
-		case "unit":
-			rl.unit, err = r.str(p)
 		case "unlimited":
 			rl.unlimited, err = r.boolean(p)
-		case "name":
-			rl.name, err = r.str(p)
 		case "replaces":
 			rl.replaces, err = r.replaces(p)
-		case "algorithm":
-			rl.hasAlgorithm = true
-			rl.algorithm, err = r.str(p)
 		case "burst":
 			rl.hasBurst = true
 			rl.burst, err = r.integer(p, 0, 1<<62)
-		case "period":
-			rl.periodLine = p.line
-			rl.period, err = r.str(p)
+		default:
+			rl.hasAlgorithm = rl.hasAlgorithm || p.key == "algorithm"
+			if p.key == "period" {
+				rl.periodLine = p.line
+			}
+			*texts[p.key], err = r.str(p)
 		}
 		if err != nil {
 			return nil, err
@@ -444,29 +434,34 @@ func (r *reader) metadata(p pair) error {
 	return walk(p.value)
 }
 
+// value returns a field's node, aliases followed, and whether it is null.
+func (r *reader) value(p pair) (*yaml.Node, bool, error) {
+	n, err := r.deref(p.value)
+	if err != nil {
+		return nil, false, err
+	}
+	return n, n.Kind == yaml.ScalarNode && n.Tag == "!!null", nil
+}
+
 // str reads a scalar as text, as yaml.v2 reads one into a Go string: 8080
 // is "8080", null is "".
 func (r *reader) str(p pair) (string, error) {
-	n, err := r.deref(p.value)
-	if err != nil {
+	n, null, err := r.value(p)
+	if err != nil || null {
 		return "", err
 	}
 	if n.Kind != yaml.ScalarNode {
 		return "", r.errf(n.Line, "error loading config file: %s must be a string, not %s", p.key, kindName(n))
 	}
-	if n.Tag == "!!null" {
-		return "", nil
-	}
 	return n.Value, nil
 }
 
+// boolean reads true or false (and YAML 1.1's yes, no, on, off, as envoy's
+// yaml.v2 does); null is false.
 func (r *reader) boolean(p pair) (bool, error) {
-	n, err := r.deref(p.value)
-	if err != nil {
+	n, null, err := r.value(p)
+	if err != nil || null {
 		return false, err
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return false, nil
 	}
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
@@ -475,13 +470,11 @@ func (r *reader) boolean(p pair) (bool, error) {
 	return b, nil
 }
 
+// integer reads a whole number from lo to hi; null is 0.
 func (r *reader) integer(p pair, lo, hi int64) (int64, error) {
-	n, err := r.deref(p.value)
-	if err != nil {
+	n, null, err := r.value(p)
+	if err != nil || null {
 		return 0, err
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return 0, nil
 	}
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < lo || v > hi {
