@@ -57,10 +57,18 @@ type Rule struct {
 	// matches).
 	Replaces []string
 
-	// shares holds, per descriptor level from the top, envoy's composite
-	// key of the wildcard whose values share a counter ("" for the other
-	// levels); nil when no level shares.
-	shares []string
+	// levels describes the configured descriptors on the rule's path, from
+	// the top (nil for an override).
+	levels []level
+}
+
+// level is one configured descriptor on a rule's path.
+type level struct {
+	composite     string // envoy's composite key, "key" or "key_value"
+	hasValue      bool   // configured with a value
+	wildcard      bool   // the composite holds a '*'
+	share         bool   // share_threshold: matching values share a counter
+	valueToMetric bool
 }
 
 // Config is a loaded configuration: every domain's descriptor tree. It is
@@ -251,8 +259,8 @@ func (b *builder) file(name string, f *yamlFile) error {
 
 // descs loads the descriptors under parent, in the order envoy checks them.
 // prefix is the parent's composite path with a trailing dot, path its Rule.Path,
-// shares the share_threshold patterns of the levels above.
-func (b *builder) descs(file, domain string, parent *node, prefix, path string, shares []string, ds []*yamlDesc) error {
+// levels the configured descriptors above.
+func (b *builder) descs(file, domain string, parent *node, prefix, path string, levels []level, ds []*yamlDesc) error {
 	for _, d := range ds {
 		if d.key == "" {
 			return &Error{File: file, Line: d.line, Path: strings.TrimSuffix(prefix, "."), Msg: "descriptor has empty key"}
@@ -272,13 +280,16 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 			rulePath = path + "/" + step
 		}
 		wild := strings.Contains(composite, "*")
-		levelShares := append(slices.Clip(shares), "")
-		if d.shareThreshold && wild {
-			levelShares[len(levelShares)-1] = composite
-		}
+		here := append(slices.Clip(levels), level{
+			composite:     composite,
+			hasValue:      d.value != "",
+			wildcard:      wild,
+			share:         d.shareThreshold && wild,
+			valueToMetric: d.valueToMetric,
+		})
 		n := &node{children: map[string]*node{}}
 		if d.rateLimit != nil {
-			r, err := b.rule(file, domain, full, rulePath, d, levelShares)
+			r, err := b.rule(file, domain, full, rulePath, d, here)
 			if err != nil {
 				return err
 			}
@@ -296,7 +307,7 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 			}
 			parent.wild = append(parent.wild, wildcard{key: composite, parts: bs})
 		}
-		if err := b.descs(file, domain, n, full+".", rulePath, levelShares, d.descs); err != nil {
+		if err := b.descs(file, domain, n, full+".", rulePath, here, d.descs); err != nil {
 			return err
 		}
 		parent.children[composite] = n
@@ -305,7 +316,7 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 }
 
 // rule builds the Rule of descriptor d's rate_limit.
-func (b *builder) rule(file, domain, full, path string, d *yamlDesc, shares []string) (*Rule, error) {
+func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []level) (*Rule, error) {
 	rl := d.rateLimit
 	fail := func(line int, format string, args ...any) error {
 		return &Error{File: file, Line: line, Path: full, Msg: fmt.Sprintf(format, args...)}
@@ -332,6 +343,7 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, shares []st
 		QuotaMode:       d.quotaMode,
 		ValueToMetric:   d.valueToMetric,
 		Replaces:        make([]string, 0, len(rl.replaces)),
+		levels:          levels,
 	}
 	for _, rp := range rl.replaces {
 		r.Replaces = append(r.Replaces, rp.name)
@@ -344,12 +356,8 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, shares []st
 			return nil, fail(rp.line, "replaces should not contain name of same descriptor")
 		}
 	}
-	for _, s := range shares {
-		if s != "" {
-			r.ShareThreshold = true
-			r.shares = shares
-			break
-		}
+	for _, l := range levels {
+		r.ShareThreshold = r.ShareThreshold || l.share
 	}
 	if r.Unlimited {
 		return r, nil

@@ -129,8 +129,8 @@ func (r *Rule) Key(entries []Entry) string {
 		escape(&b, e.Key)
 		b.WriteByte('=')
 		v := e.Value
-		if i < len(r.shares) && r.shares[i] != "" {
-			v = sharedValue(r.shares[i], e.Key)
+		if i < len(r.levels) && r.levels[i].share {
+			v = sharedValue(r.levels[i].composite, e.Key)
 		}
 		escape(&b, v)
 	}
@@ -200,6 +200,51 @@ func entryPath(entries []Entry) string {
 		if e.Value != "" {
 			b.WriteByte('=')
 			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// StatKey returns envoyproxy/ratelimit's stat name for a descriptor (its
+// entries) that resolved to r, before envoy's sanitizing of ':' and '|':
+// "domain.key_value.key2", each level named as configured (the wildcard
+// pattern for a wildcard, no value for a key alone), except that a level with
+// value_to_metric names the value sent. With detailed_metric every level names
+// the value sent, "domain.key_value.key2_value2", but a shared wildcard
+// (share_threshold) keeps its pattern. An override names the values sent. The
+// names are bounded by the configuration unless detailed_metric,
+// value_to_metric or an override is used.
+func (r *Rule) StatKey(entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(r.Domain)
+	for i, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if r.DetailedMetric && !r.ShareThreshold {
+			// envoy's detailed name: "key_value" at every level, the '_'
+			// even before an empty value.
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+			continue
+		}
+		var l level
+		if i < len(r.levels) {
+			l = r.levels[i]
+		}
+		v := e.Value
+		switch {
+		case r.levels == nil, r.DetailedMetric && !l.share:
+			// the value sent
+		case l.share, l.wildcard && !l.valueToMetric:
+			v = sharedValue(l.composite, e.Key)
+		case l.wildcard, l.hasValue:
+			// the value sent: the configured one, or value_to_metric's
+		case !l.valueToMetric:
+			v = ""
+		}
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
 		}
 	}
 	return b.String()
