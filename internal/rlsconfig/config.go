@@ -64,11 +64,11 @@ type Rule struct {
 
 // level is one configured descriptor on a rule's path.
 type level struct {
-	composite     string // envoy's composite key, "key" or "key_value"
-	hasValue      bool   // configured with a value
-	wildcard      bool   // the composite holds a '*'
+	composite     string   // envoy's composite key, "key" or "key_value"
+	hasValue      bool     // configured with a value
+	wildcard      bool     // the composite holds a '*'
 	parts         [][]byte // the composite split on '*', when wildcard
-	share         bool   // share_threshold: matching values share a counter
+	share         bool     // share_threshold: matching values share a counter
 	valueToMetric bool
 }
 
