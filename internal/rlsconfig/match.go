@@ -122,7 +122,7 @@ func (r *Rule) Key(entries []Entry) string {
 		n += len(e.Key) + len(e.Value) + 2
 	}
 	var b strings.Builder
-	b.Grow(n + 8)
+	b.Grow(n + n/4)
 	escape(&b, r.Domain)
 	for i, e := range entries {
 		b.WriteByte('/')
@@ -148,6 +148,10 @@ func sharedValue(composite, key string) string {
 
 func escape(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
+	if strings.IndexAny(s, "%/={}") < 0 {
+		b.WriteString(s)
+		return
+	}
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '%', '/', '=', '{', '}':
@@ -252,7 +256,15 @@ func (r *Rule) StatKey(entries []Entry) string {
 	for i, e := range entries {
 		anyShared = anyShared || r.shared(i, e)
 	}
+	n := len(r.Domain)
+	for i, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+		if i < len(r.levels) {
+			n += len(r.levels[i].composite)
+		}
+	}
 	var b strings.Builder
+	b.Grow(n)
 	b.WriteString(r.Domain)
 	for i, e := range entries {
 		b.WriteByte('.')
