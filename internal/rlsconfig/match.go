@@ -148,7 +148,7 @@ func sharedValue(composite, key string) string {
 
 func escape(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
-	if strings.IndexAny(s, "%/={}") < 0 {
+	if !strings.ContainsAny(s, "%/={}") {
 		b.WriteString(s)
 		return
 	}
