@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/prometheus/client_golang v1.24.1
 	github.com/redis/go-redis/v9 v9.17.3
+	go.yaml.in/yaml/v3 v3.0.6
 )
 
 require (
