@@ -136,15 +136,9 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	lat := time.Since(start)
 	switch {
 	case err == nil && res.Degraded:
-		for _, s := range ss {
-			s.pol.stats.degraded.Add(1)
-		}
-		observeAll(o, "grpc-client", ss, observe.Degraded, lat)
+		recordAll(o, "grpc-client", ss, observe.Degraded, lat)
 	case err == nil:
-		for _, s := range ss {
-			s.pol.stats.allowed.Add(1)
-		}
-		observeAll(o, "grpc-client", ss, observe.Allowed, lat)
+		recordAll(o, "grpc-client", ss, observe.Allowed, lat)
 	case errors.Is(err, sluice.ErrDeadline) && cl.Err() == nil:
 		// It could not be admitted before the deadline: refuse it here.
 		var figs []figures
@@ -153,10 +147,7 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 		}
 		refusers := blame(ss, figs)
 		for _, p := range refusers {
-			p.stats.refused.Add(1)
-			if o != nil {
-				o.Observe(observe.Event{Source: "grpc-client", Policy: p.Name, Outcome: observe.Denied, Latency: lat})
-			}
+			record(o, "grpc-client", p, observe.Denied, lat)
 		}
 		retry := res.RetryAfter
 		if retry <= 0 || retry == time.Duration(math.MaxInt64) { // a leaky bucket's turn: when it comes
@@ -164,10 +155,7 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 		}
 		return refusal(refusers, retry, "outgoing call")
 	default:
-		for _, s := range ss {
-			s.pol.stats.errors.Add(1)
-		}
-		observeAll(o, "grpc-client", ss, observe.Error, lat)
+		recordAll(o, "grpc-client", ss, observe.Error, lat)
 		cl.logError(method, err)
 		return storeError(cl, err, c.cfg.unavailable)
 	}

@@ -69,38 +69,25 @@ type counters struct {
 	allowed, refused, degraded, errors, missing atomic.Uint64
 }
 
-// Stats is what one policy decided since its Server or Client was made.
+// Stats holds one policy's counts since its Server or Client was made, one
+// for each outcome WithObserver reports, and the calls it found no key in.
 type Stats struct {
-	// Policy is the policy's name.
-	Policy string
-	// Shadow reports a shadow policy.
-	Shadow bool
-	// Allowed counts the calls (or messages) the policy admitted as part of
-	// an admitted composite.
-	Allowed uint64
-	// Refused counts the calls the policy refused (a shadow policy: would
-	// have refused); on a Client, the calls that could not wait.
-	Refused uint64
-	// Degraded counts the calls admitted by the store's failure policy (fail
-	// open) rather than by the shared state.
-	Degraded uint64
-	// Errors counts the decisions the store could not make and the costs
-	// that could not be read or could never pass.
-	Errors uint64
-	// Missing counts the calls that carried no key for the policy.
-	Missing uint64
+	Policy   string // the policy's name
+	Shadow   bool   // a shadow policy
+	Allowed  uint64 // calls or messages that went on with the policy's units spent
+	Refused  uint64 // refused by it (shadow: would have been; Client: could not wait)
+	Degraded uint64 // let through by the store's fail-open policy, unlimited
+	Errors   uint64 // store failures, and costs unreadable or beyond capacity
+	Missing  uint64 // calls with no key for the policy
 }
 
+// statsOf snapshots the counts of each group's policies in order.
 func statsOf(groups ...[]*policy) []Stats {
 	var out []Stats
-	for _, ps := range groups {
-		for _, p := range ps {
-			out = append(out, Stats{
-				Policy: p.Name, Shadow: p.Shadow,
-				Allowed: p.stats.allowed.Load(), Refused: p.stats.refused.Load(),
-				Degraded: p.stats.degraded.Load(), Errors: p.stats.errors.Load(),
-				Missing: p.stats.missing.Load(),
-			})
+	for _, g := range groups {
+		for _, p := range g {
+			c := &p.stats
+			out = append(out, Stats{p.Name, p.Shadow, c.allowed.Load(), c.refused.Load(), c.degraded.Load(), c.errors.Load(), c.missing.Load()})
 		}
 	}
 	return out
@@ -272,16 +259,6 @@ type spend struct {
 	cost int64
 }
 
-// outcome is what deciding a composite came to.
-type outcome int
-
-const (
-	admitted outcome = iota
-	refused
-	degraded
-	failed
-)
-
 // gather reads each policy's key and cost for a call. A failing status is
 // returned for a non-Optional enforced policy with no key, or a cost that
 // cannot be read; shadow policies are left out instead.
@@ -399,13 +376,27 @@ func blame(ss []spend, figs []figures) []*policy {
 	return out
 }
 
-// observeAll reports one outcome for every policy of ss.
-func observeAll(o observe.Observer, source string, ss []spend, oc observe.Outcome, lat time.Duration) {
-	if o == nil {
-		return
+// record counts outcome oc of policy p in its Stats and reports it to o.
+func record(o observe.Observer, source string, p *policy, oc observe.Outcome, lat time.Duration) {
+	switch oc {
+	case observe.Allowed:
+		p.stats.allowed.Add(1)
+	case observe.Denied, observe.ShadowDenied:
+		p.stats.refused.Add(1)
+	case observe.Error:
+		p.stats.errors.Add(1)
+	case observe.Degraded:
+		p.stats.degraded.Add(1)
 	}
+	if o != nil {
+		o.Observe(observe.Event{Source: source, Policy: p.Name, Outcome: oc, Latency: lat})
+	}
+}
+
+// recordAll records one outcome for every policy of ss.
+func recordAll(o observe.Observer, source string, ss []spend, oc observe.Outcome, lat time.Duration) {
 	for _, s := range ss {
-		o.Observe(observe.Event{Source: source, Policy: s.pol.Name, Outcome: oc, Latency: lat})
+		record(o, source, s.pol, oc, lat)
 	}
 }
 

@@ -148,22 +148,13 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 		lat = time.Since(start)
 		switch {
 		case err != nil:
-			for _, e := range es {
-				e.pol.stats.errors.Add(1)
-			}
-			observeAll(o, "grpc", es, observe.Error, lat)
+			recordAll(o, "grpc", es, observe.Error, lat)
 			cl.logError(method, err)
 			return storeError(cl, err, s.cfg.unavailable)
 		case res.Degraded:
-			for _, e := range es {
-				e.pol.stats.degraded.Add(1)
-			}
-			observeAll(o, "grpc", es, observe.Degraded, lat)
+			recordAll(o, "grpc", es, observe.Degraded, lat)
 			send = false // numbers the store did not make
 		case res.Allowed:
-			for _, e := range es {
-				e.pol.stats.allowed.Add(1)
-			}
 			cl.charge(es)
 		}
 		if !res.Degraded && (send || (!res.Allowed && len(es) > 1)) {
@@ -172,10 +163,7 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 		if !res.Allowed && !res.Degraded {
 			refusers = blame(es, figs)
 			for _, p := range refusers {
-				p.stats.refused.Add(1)
-				if o != nil {
-					o.Observe(observe.Event{Source: "grpc", Policy: p.Name, Outcome: observe.Denied, Latency: lat})
-				}
+				record(o, "grpc", p, observe.Denied, lat)
 			}
 		}
 	}
@@ -205,14 +193,12 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 			err2 = status.FromContextError(err).Err()
 		}
 	}
-	if o != nil {
-		for _, e := range es {
-			oc := observe.Allowed
-			if late && e.pol.Limit.Algorithm == sluice.LeakyBucket {
-				oc = observe.Denied
-			}
-			o.Observe(observe.Event{Source: "grpc", Policy: e.pol.Name, Outcome: oc, Latency: lat})
+	for _, e := range es {
+		oc := observe.Allowed
+		if late && e.pol.Limit.Algorithm == sluice.LeakyBucket {
+			oc = observe.Denied
 		}
+		record(o, "grpc", e.pol, oc, lat)
 	}
 	return err2
 }
@@ -227,17 +213,11 @@ func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []f
 	lat := time.Since(start)
 	switch {
 	case err != nil:
-		for _, e := range ss {
-			e.pol.stats.errors.Add(1)
-		}
-		observeAll(o, "grpc", ss, observe.Error, lat)
+		recordAll(o, "grpc", ss, observe.Error, lat)
 		cl.logError(method, err)
 		return figs
 	case res.Degraded:
-		for _, e := range ss {
-			e.pol.stats.degraded.Add(1)
-		}
-		observeAll(o, "grpc", ss, observe.Degraded, lat)
+		recordAll(o, "grpc", ss, observe.Degraded, lat)
 		return figs
 	}
 	withHeaders := send && s.cfg.shadowHeaders
@@ -246,17 +226,11 @@ func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []f
 		sf = look(cl, s.lim, ss, res)
 	}
 	if res.Allowed {
-		for _, e := range ss {
-			e.pol.stats.allowed.Add(1)
-		}
 		cl.charge(ss)
-		observeAll(o, "grpc", ss, observe.Allowed, lat)
+		recordAll(o, "grpc", ss, observe.Allowed, lat)
 	} else {
 		for _, p := range blame(ss, sf) {
-			p.stats.refused.Add(1)
-			if o != nil {
-				o.Observe(observe.Event{Source: "grpc", Policy: p.Name, Outcome: observe.ShadowDenied, Latency: lat})
-			}
+			record(o, "grpc", p, observe.ShadowDenied, lat)
 		}
 	}
 	if withHeaders {
