@@ -116,7 +116,7 @@ func ExampleNewClient() {
 	}
 	fmt.Println("3 calls paced:", time.Since(start) >= 400*time.Millisecond)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}) // its turn is ~200ms away
 	fmt.Println(status.Code(err))

@@ -798,3 +798,48 @@ func TestCostFunc(t *testing.T) {
 		t.Errorf("a cost over capacity: %v", err)
 	}
 }
+
+// TestObserverOnRefusal: a refused composite reports Denied for the policy
+// that refused and nothing for the one that would have granted; a stream
+// under WithStreamMode(PerMessage) reports one event per message.
+func TestObserverOnRefusal(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	s := mustNew(t, frozen(), []grpclimit.Policy{
+		{Name: "per-user", Limit: sluice.PerHour(1), Key: grpclimit.Metadata("x-user")},
+		{Name: "per-method", Limit: sluice.PerHour(100), Key: grpclimit.Method()},
+	}, grpclimit.WithStreamMode(grpclimit.PerMessage), grpclimit.WithObserver(observe.Func(func(e observe.Event) {
+		mu.Lock()
+		got = append(got, e.Policy+" "+e.Outcome.String())
+		mu.Unlock()
+	})))
+	conn := serve(t, s, &echoServer{})
+	ctx := withUser(context.Background(), "alice")
+	if err := echo(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if status.Code(echo(ctx, conn)) != codes.ResourceExhausted {
+		t.Fatal("second call admitted")
+	}
+	cs, err := conn.NewStream(withUser(context.Background(), "bob"), chatDesc, chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_ = cs.SendMsg(wrapperspb.String("m"))
+	}
+	_ = cs.CloseSend()
+	var last error
+	for last == nil {
+		last = cs.RecvMsg(new(wrapperspb.StringValue))
+	}
+	if status.Code(last) != codes.ResourceExhausted {
+		t.Errorf("bob's second message: %v", last)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := "[per-user allowed per-method allowed per-user denied per-user allowed per-method allowed per-user denied]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("events %v\nwant   %v", got, want)
+	}
+}
