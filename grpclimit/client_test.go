@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -193,5 +194,42 @@ func TestClientContextCanceled(t *testing.T) {
 	}
 	if es.served.Load() != 1 || !errors.Is(ctx.Err(), context.Canceled) {
 		t.Errorf("served %d", es.served.Load())
+	}
+}
+
+// TestClientKeys: on a Client, Metadata reads what the call sends and
+// Target is the connection's target; a call with no key for a non-Optional
+// policy fails unsent with InvalidArgument.
+func TestClientKeys(t *testing.T) {
+	lim := frozen()
+	c, err := grpclimit.NewClient(lim, []grpclimit.Policy{
+		{Name: "per-tenant", Limit: sluice.PerHour(2), Key: grpclimit.Metadata("x-tenant")},
+		{Name: "per-target", Limit: sluice.PerHour(100)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := &echoServer{}
+	conn := serve(t, nil, es, clientOpts(c)...)
+	if err := echo(context.Background(), conn); status.Code(err) != codes.InvalidArgument || es.served.Load() != 0 {
+		t.Fatalf("no tenant: %v, served %d", err, es.served.Load())
+	}
+	acme := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
+	for range 2 {
+		if err := echo(acme, conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(acme, time.Second)
+	defer cancel()
+	if _, subjects := details(t, echo(short, conn)); len(subjects) != 1 || subjects[0] != "per-tenant" {
+		t.Errorf("refused by %q", subjects)
+	}
+	if err := echo(metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "other"), conn); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := lim.Take(context.Background(), "grpclimit-out:per-target:"+conn.Target(), sluice.PerHour(100), 0)
+	if left.Remaining != 97 {
+		t.Errorf("target %q has %d left, want 97", conn.Target(), left.Remaining)
 	}
 }
