@@ -14,9 +14,9 @@
 //		{Name: "per-user", Limit: sluice.PerSecond(10).WithBurst(50), Key: grpclimit.Metadata("x-user")},
 //	})
 //	if err != nil { ... }
-//	srv := grpc.NewServer(
+//	srv := grpc.NewServer( // after your authentication, if FromContext keys read its identity
 //		grpc.ChainUnaryInterceptor(auth, s.UnaryServerInterceptor()),
-//		grpc.ChainStreamInterceptor(auth, s.StreamServerInterceptor()),
+//		grpc.ChainStreamInterceptor(authStream, s.StreamServerInterceptor()),
 //	)
 //
 // A Server's enforced policies are decided as one composite
