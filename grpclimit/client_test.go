@@ -3,7 +3,6 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
-	"math"
 	"sort"
 	"sync"
 	"testing"
@@ -31,7 +30,8 @@ func clientOpts(c *grpclimit.Client) []grpc.DialOption {
 
 // TestClientPacing: 4 goroutines make 31 calls through a client limited to
 // 20 a second with a burst of 1: every call is made, never faster than the
-// limit, and (timing) the server sees them at the limit's rate.
+// limit allows, and (timing) the server sees them at no more than the
+// limit's rate.
 func TestClientPacing(t *testing.T) {
 	const calls, rate = 31, 20
 	c, err := grpclimit.NewClient(sluice.New(memstore.New()), []grpclimit.Policy{
@@ -81,9 +81,11 @@ func TestClientPacing(t *testing.T) {
 	if elapsed < ideal-time.Millisecond {
 		t.Errorf("%d calls took %v: faster than the limit allows (%v)", calls, elapsed, ideal)
 	}
-	if testenv.Timing(t, "observed rate within 5% of the limit") {
-		if math.Abs(observed-rate)/rate > 0.05 {
-			t.Errorf("observed %.1f calls/s, not within 5%% of %d", observed, rate)
+	// Within the limit: arrivals may bunch by the network's jitter (5%),
+	// never more; and no slower than 80% of it (a pacer that waits too long).
+	if testenv.Timing(t, "observed rate within 5% above and 20% below the limit") {
+		if observed > rate*1.05 || observed < rate*0.8 {
+			t.Errorf("observed %.1f calls/s: not within 5%% above or 20%% below the limit of %d", observed, rate)
 		}
 	}
 }
