@@ -96,9 +96,11 @@
 // Loading is stricter where envoy silently ignores something: a key envoy
 // knows but that has no meaning where it is written (unit on a descriptor), a
 // key written twice in one map, and a second YAML document in a file are
-// errors. A limit sluice cannot count exactly (its rate times its period
-// beyond sluice's exact range: see sluice.Limit.Validate) is an error rather
-// than a limit that would drift. Scalars of any type are read as strings
+// errors. A limit sluice cannot count exactly is an error rather than a
+// limit that would drift: envoy's own limits (aligned windows) are always
+// exact, since a window only counts; a bucket or a sliding window whose
+// capacity times its period is beyond sluice's exact range (see
+// sluice.Limit.Validate) is refused. Scalars of any type are read as strings
 // where a string is expected (envoy refuses a float such as value: 1.5).
 // Load reads *.yaml and *.yml files of one directory, not its
 // subdirectories. Two files with one domain are an error, always (envoy's

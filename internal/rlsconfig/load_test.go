@@ -102,7 +102,7 @@ func TestLoadErrors(t *testing.T) {
 		{"negative burst", rl("{unit: second, requests_per_unit: 1, algorithm: gcra, burst: -5}"), 4, "", "burst must be a whole number from 0"},
 		{"burst with no rate", rl("{unit: second, requests_per_unit: 0, algorithm: gcra, burst: 5}"), 4, "test.k", "burst needs a requests_per_unit above 0"},
 		{"unlimited with an algorithm", rl("{unlimited: true, algorithm: gcra}"), 4, "test.k", "an unlimited rate_limit takes no algorithm, burst or period"},
-		{"beyond sluice's exact range", rl("{unit: day, requests_per_unit: 100000}"), 4, "test.k", "sluice cannot count 100000 per day exactly with aligned-window"},
+		{"beyond sluice's exact range", rl("{unit: day, requests_per_unit: 100000, algorithm: token-bucket, burst: 100000}"), 4, "test.k", "sluice cannot count 100000 per day exactly with token-bucket"},
 		{"token bucket with a zero burst", rl("{unit: second, requests_per_unit: 5, algorithm: token-bucket, burst: 0}"), 4, "test.k", "needs a burst of at least 1"},
 		// bounds
 		{"alias bomb", aliasBomb(), 0, "", "expands to more than"},
@@ -397,7 +397,9 @@ func TestOverride(t *testing.T) {
 			t.Errorf("unit %q: err = %v", bad, err)
 		}
 	}
-	if _, err := Override("edge", entries, 1_000_000, "YEAR"); !errors.Is(err, sluice.ErrInvalidLimit) {
-		t.Errorf("beyond the exact range: err = %v, want ErrInvalidLimit", err)
+	// An aligned window only counts: any requests_per_unit envoy can send
+	// is exact, whatever the unit.
+	if r, err := Override("edge", entries, 1<<32-1, "YEAR"); err != nil || r.Limit.Rate != 1<<32-1 {
+		t.Errorf("the largest override per year: %+v, %v", r, err)
 	}
 }
