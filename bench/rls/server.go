@@ -37,13 +37,17 @@ const (
 	// EnvoyPackage is envoyproxy/ratelimit's server, pinned in bench's
 	// go.mod as a tool dependency.
 	EnvoyPackage = "github.com/envoyproxy/ratelimit/src/service_cmd"
-	// SluicePackage is sluice's command, from the working tree (bench's
-	// go.mod replaces the sluice module with ../).
+	// SluicePackage is sluice's command, built in the working tree that
+	// bench's go.mod replaces the sluice module with (../).
 	SluicePackage = "github.com/sluice-go/sluice/cmd/sluice"
 )
 
-// benchModule is the module path of the directory the builds run in.
-const benchModule = "github.com/sluice-go/sluice/bench"
+// benchModule is the module path of the directory the builds run in, and
+// sluiceModule the one it replaces with the working tree.
+const (
+	benchModule  = "github.com/sluice-go/sluice/bench"
+	sluiceModule = "github.com/sluice-go/sluice"
+)
 
 // ErrNoServe is returned by BuildSluice when the sluice command built from
 // the working tree has no serve subcommand.
@@ -86,11 +90,33 @@ func BuildEnvoy(ctx context.Context, moduleDir, dir string) (string, error) {
 	return bin, Build(ctx, moduleDir, EnvoyPackage, bin)
 }
 
+// SluiceDir returns the directory of the sluice module bench's go.mod uses
+// (its replace: the working tree next to bench).
+func SluiceDir(ctx context.Context, moduleDir string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", sluiceModule)
+	cmd.Dir = moduleDir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", sluiceModule, err)
+	}
+	d := strings.TrimSpace(string(out))
+	if d == "" {
+		return "", fmt.Errorf("go list -m %s: no directory (is the replace in bench's go.mod gone?)", sluiceModule)
+	}
+	return d, nil
+}
+
 // BuildSluice builds the sluice command into dir and returns the binary's
-// path, or ErrNoServe if it has no serve subcommand.
+// path, or ErrNoServe if it has no serve subcommand. It builds in the sluice
+// module bench's go.mod replaces (SluiceDir), with that module's own
+// dependency versions, as a user of sluice would.
 func BuildSluice(ctx context.Context, moduleDir, dir string) (string, error) {
+	src, err := SluiceDir(ctx, moduleDir)
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "sluice")
-	if err := Build(ctx, moduleDir, SluicePackage, bin); err != nil {
+	if err := Build(ctx, src, SluicePackage, bin); err != nil {
 		return "", err
 	}
 	out, err := exec.CommandContext(ctx, bin, "serve", "--help").CombinedOutput()
