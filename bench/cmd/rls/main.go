@@ -211,8 +211,10 @@ func run(ctx context.Context, c *config) (err error) {
 
 	load1 := loadAvg()
 	total := make([]*rls.Measurement, len(servers))
+	var rounds [][]*rls.Measurement
 	o := rls.Options{Callers: c.callers, Conns: c.conns, Duration: c.duration, Calls: c.calls}
 	for round := 1; round <= c.rounds; round++ {
+		rounds = append(rounds, nil)
 		for i, s := range servers {
 			if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
 				return err
@@ -226,6 +228,7 @@ func run(ctx context.Context, c *config) (err error) {
 			if m.FirstErr != nil {
 				logf("  first error: %v", m.FirstErr)
 			}
+			rounds[round-1] = append(rounds[round-1], m)
 			total[i] = merge(total[i], m)
 		}
 	}
@@ -237,6 +240,18 @@ func run(ctx context.Context, c *config) (err error) {
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), load1, load2)
 	rls.Table(os.Stdout, total)
 	fmt.Println()
+	if c.rounds > 1 {
+		fmt.Printf("Each round alone (the table above adds them up):\n\n")
+		fmt.Println("| round | server | store | calls/s | errors | p50 | p99 | server CPU µs/call |")
+		fmt.Println("| --: | --- | --- | --: | --: | --: | --: | --: |")
+		for i, row := range rounds {
+			for _, m := range row {
+				fmt.Printf("| %d | %s | %s | %.0f | %d | %.3f ms | %.3f ms | %s |\n", i+1, m.Name, m.Store, m.Rate(), m.Errors,
+					ms(m.Hist.Quantile(0.5)), ms(m.Hist.Quantile(0.99)), perCall(m, m.ServerCPU))
+			}
+		}
+		fmt.Println()
+	}
 	fmt.Printf("envoyproxy/ratelimit: %s, environment %s (defaults otherwise).\n", moduleVersion(ctx, modDir, "github.com/envoyproxy/ratelimit"),
 		strings.Join(append(rls.EnvoyEnv(rs.Addr, files), c.envoyEnv...), " "))
 	fmt.Printf("sluice: `sluice %s`%s.\n", strings.Join(rls.SluiceArgs(files.File, "redis://"+rs.Addr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), envSuffix(c.sluiceEnv))
@@ -257,10 +272,21 @@ func runLength(c *config) string {
 	return c.duration.String()
 }
 
-// merge adds m's run to t (nil: m alone).
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func perCall(m *rls.Measurement, d time.Duration) string {
+	if m.CPUErr != nil || m.Calls == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(m.PerCall(d))/float64(time.Microsecond))
+}
+
+// merge adds m's run to t (nil: m alone). The first round's measurement
+// becomes the total, so it is copied first.
 func merge(t, m *rls.Measurement) *rls.Measurement {
 	if t == nil {
-		return m
+		c := *m
+		return &c
 	}
 	t.Calls += m.Calls
 	t.Over += m.Over
