@@ -161,7 +161,7 @@ type Options struct {
 	Conns    int           // gRPC connections shared by the callers (caller i uses i mod Conns); 0 means 4
 	Duration time.Duration // how long to call; ignored when Calls > 0
 	Calls    int64         // the number of calls to make in all, if > 0
-	Timeout  time.Duration // each call's limit; 0 means 10 s
+	Timeout  time.Duration // the run ends if no call completes for this long; 0 means 10 s
 }
 
 // Result is what a run measured. Only the load generator's side: the
@@ -254,16 +254,32 @@ func (c *Client) Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Calls <= 0 && o.Duration <= 0 {
 		return nil, errors.New("rls: Run needs a Duration or a number of Calls")
 	}
-	limit := o.Duration + o.Timeout
-	if o.Calls > 0 {
-		limit = 0
-	}
-	runCtx := ctx
-	if limit > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, limit)
-		defer cancel()
-	}
+	// A call that hangs ends when no call at all has completed for
+	// o.Timeout: the watchdog below cancels runCtx, which every call shares
+	// (a context per call would allocate).
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var done atomic.Int64
+	watchdogStop := make(chan struct{})
+	defer close(watchdogStop)
+	go func() {
+		t := time.NewTicker(o.Timeout)
+		defer t.Stop()
+		last := int64(-1)
+		for {
+			select {
+			case <-watchdogStop:
+				return
+			case <-t.C:
+				if n := done.Load(); n != last {
+					last = n
+					continue
+				}
+				cancel()
+				return
+			}
+		}
+	}()
 	callers := make([]*caller, o.Callers)
 	for i := range callers {
 		callers[i] = new(caller)
@@ -290,6 +306,7 @@ func (c *Client) Run(ctx context.Context, o Options) (*Result, error) {
 				t0 := time.Now()
 				err := cc.Invoke(runCtx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, &w.resp, c.codec)
 				w.hist.Record(time.Since(t0))
+				done.Add(1)
 				switch {
 				case err != nil:
 					w.errs++
@@ -324,6 +341,9 @@ func (c *Client) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	wg.Wait()
 	r := &Result{Elapsed: time.Since(start)}
+	if ctx.Err() == nil && runCtx.Err() != nil {
+		return nil, fmt.Errorf("rls: no call completed for %v", o.Timeout)
+	}
 	for _, w := range callers {
 		r.Calls += w.calls
 		r.Over += w.over
