@@ -358,7 +358,7 @@ func TestCompositeUnderConcurrency(t *testing.T) {
 	t.Run("redisstore", func(t *testing.T) {
 		c := newClock()
 		srv := redistest.Standalone(t)
-		store, err := redisstore.NewGoRedis(srv.Client(), redisstore.WithCallerTime(c.Now), redisstore.WithTimeout(30*time.Second))
+		store, err := redisstore.New(srv.Client(), redisstore.WithCallerTime(c.Now), redisstore.WithTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,7 +535,7 @@ func TestStoreFailure(t *testing.T) {
 			addr := closedPort(t)
 			client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 			defer client.Close()
-			store, err := redisstore.NewGoRedis(client, redisstore.WithFailurePolicy(tc.policy), redisstore.WithTimeout(500*time.Millisecond))
+			store, err := redisstore.New(client, redisstore.WithFailurePolicy(tc.policy), redisstore.WithTimeout(500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
 )
 
 // Errors that callers can test for with errors.Is. None of them is an
@@ -42,9 +43,6 @@ var (
 	ErrConfigUnreadable = errors.New("redisstore: cannot read Redis's maxmemory-policy")
 )
 
-// errBadReply: a script replied something else than its decisions.
-var errBadReply = errors.New("redisstore: unexpected script reply")
-
 // settle turns a decision, or the error that kept Redis from making it, into
 // the caller's answer: the failure policy applies to an outage
 // (sluice.ErrStoreUnavailable) only; local decides in process.
@@ -72,7 +70,7 @@ func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result,
 // wrapped in sluice.ErrStoreUnavailable, for the failure policy.
 func (s *Store) failed(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, errBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
+	case errors.Is(err, ErrClosed), errors.Is(err, redisrun.ErrBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
 		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: the caller's context ended: %w", ctx.Err())
