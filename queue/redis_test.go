@@ -199,3 +199,31 @@ func TestRedisServerTime(t *testing.T) {
 		t.Errorf("push to a stopped server: %v", err)
 	}
 }
+
+// TestRedisPrefixAndClose: the keys carry the prefix given, and a closed
+// queue sends nothing.
+func TestRedisPrefixAndClose(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	name := queueName(t)
+	q, err := NewRedis(c, name, leaky(10, time.Second, 9), WithPrefix("myapp:q:"), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := q.Keys()[0]; k != "myapp:q:{"+name+"}:due" {
+		t.Errorf("due key %q, want the prefix first", k)
+	}
+	if r, err := q.Push(ctx, []byte("x")); err != nil || !r.Accepted {
+		t.Fatal(r, err)
+	}
+	if n, err := c.Exists(ctx, q.Keys()[0]).Result(); err != nil || n != 1 {
+		t.Errorf("the prefixed due key: %d, %v", n, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Push(ctx, []byte("y")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Push after Close: %v, want ErrClosed", err)
+	}
+}
