@@ -248,12 +248,27 @@ func (q *Redis) run(ctx context.Context, s *redisrun.Script, args ...any) ([]any
 func (q *Redis) call(ctx context.Context, s *redisrun.Script, mixed bool, args ...any) (*redisrun.Call, error) {
 	c := &redisrun.Call{Script: s, Keys: q.keys, Args: args, Mixed: mixed}
 	if err := q.runner.Run(ctx, c); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+		return nil, failed(err)
 	}
 	return c, nil
+}
+
+// failed sorts the error of a call as the store does: an outage (Redis
+// cannot be reached, does not answer in time, or cannot serve now) wraps
+// sluice.ErrStoreUnavailable; an error that waiting will not cure (ErrClosed,
+// an ACL refusal, a queue key holding foreign data, Redis out of memory, a
+// closed client) is returned as itself.
+func failed(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	switch redisrun.Classify(err) {
+	case redisrun.Outage:
+		return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+	case redisrun.ForeignKey:
+		return fmt.Errorf("queue: a key of the queue holds data the queue did not write (delete it, or use another prefix: WithPrefix): %w", err)
+	}
+	return fmt.Errorf("queue: Redis refused the call: %w", err)
 }
 
 func badReply[T any](r []T) error {
