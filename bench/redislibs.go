@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -77,8 +78,8 @@ func CompositeString() string {
 // reply before benchmarking with it. The second value is the script's
 // source, for SCRIPT LOAD.
 func SluiceScriptCommand() ([]string, string, error) {
-	p, err := sluice.PerSecond(Rate).WithBurst(Burst).Params()
-	if err != nil {
+	p := algo.Params{Kind: algo.TokenBucket, Rate: Rate, Period: time.Second.Microseconds(), Burst: Burst}
+	if err := p.Validate(); err != nil {
 		return nil, "", err
 	}
 	sc := redisstore.ScriptFor(p.Kind)

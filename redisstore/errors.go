@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // Errors that callers can test for with errors.Is. None of them is an
@@ -50,7 +51,7 @@ var errBadReply = errors.New("redisstore: unexpected script reply")
 // (sluice.ErrStoreUnavailable) only; local decides in process.
 func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result, error)) (sluice.Result, error) {
 	if err == nil {
-		return sluice.FromDecision(d), nil
+		return storeapi.Result(d), nil
 	}
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
 		return sluice.Result{}, err

@@ -5,6 +5,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -27,3 +30,6 @@ func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *red
 	}
 	return st
 }
+
+// pub returns a request in core's form as the root package's.
+func pub(r core.Request) sluice.Request { return storeapi.Public(&r) }

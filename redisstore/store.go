@@ -78,6 +78,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -131,7 +133,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 		// when WithCallerTime gave it, else this process's clock.
 		var lopts []memstore.Option
 		if s.now != nil {
-			lopts = append(lopts, memstore.WithMicros(s.now))
+			lopts = append(lopts, memstore.WithClock(storeapi.Clock(s.now)))
 		}
 		s.local = memstore.New(lopts...)
 	}
@@ -180,6 +182,15 @@ func (s *Store) Key(key string) string { return s.prefix + key }
 // ErrOutOfMemory, ErrNoPermission, ErrClosed, an invalid request) is
 // returned as it is.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	r, err := storeapi.Request(&req)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	return s.take(ctx, r)
+}
+
+// take is Take on a request in core's form.
+func (s *Store) take(ctx context.Context, req core.Request) (sluice.Result, error) {
 	if err := checkRequest(&req); err != nil {
 		return sluice.Result{}, err
 	}
@@ -188,16 +199,16 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 		return sluice.Result{}, err
 	}
 	d, err := s.decide(ctx, req, now)
-	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, req) })
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, storeapi.Public(&req)) })
 }
 
-// checkRequest reports why req cannot be decided (sluice.CheckParams, and a
+// checkRequest reports why req cannot be decided (core.Check, and a
 // limit that Validate refuses), or nil.
-func checkRequest(req *sluice.Request) error {
+func checkRequest(req *core.Request) error {
 	if err := req.Params.Validate(); err != nil {
 		return err // wraps sluice.ErrInvalidLimit
 	}
-	if err := sluice.CheckParams(req.Key, req.Params, req.Cost); err != nil {
+	if err := core.Check(req.Key, &req.Params, req.Cost); err != nil {
 		return err
 	}
 	if req.MaxDelay < 0 {
@@ -208,7 +219,7 @@ func checkRequest(req *sluice.Request) error {
 
 // checkRequests is checkRequest for every part of a composite, which must
 // name distinct keys.
-func checkRequests(reqs []sluice.Request) error {
+func checkRequests(reqs []core.Request) error {
 	if len(reqs) == 0 {
 		return fmt.Errorf("%w: a composite needs at least one part", sluice.ErrInvalidLimit)
 	}
@@ -235,16 +246,16 @@ func (s *Store) clock() (int64, error) {
 	}
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
-		return 0, fmt.Errorf("%w: caller time: %v", sluice.ErrInvalidTime, err)
+		return 0, fmt.Errorf("caller time: %w", err) // wraps sluice.ErrInvalidTime
 	}
 	return now, nil
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch) and
 // applies no failure policy: replays use it.
-func (s *Store) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
 	}
 	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, err
@@ -261,7 +272,7 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) decide(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	if err := s.ready(ctx); err != nil {
 		return algo.Decision{}, err
 	}
@@ -365,6 +376,15 @@ func runAlone(ctx context.Context, cl Client, c *Call) error {
 // Refund gives req.Cost units back to req.Key (see algo.Refund). It applies
 // no failure policy: a refund that cannot reach Redis is an error.
 func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	r, err := storeapi.RefundRequest(&req)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	return s.refundNow(ctx, r)
+}
+
+// refundNow is Refund on a request in core's form.
+func (s *Store) refundNow(ctx context.Context, req core.Request) (sluice.Result, error) {
 	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
 		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
 	}
@@ -382,10 +402,10 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 		return sluice.Result{}, err
 	}
 	d, err := s.refund(ctx, req, now)
-	return sluice.FromDecision(&d), err
+	return storeapi.Result(&d), err
 }
 
-func (s *Store) refund(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) refund(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	p := &req.Params
 	c := Call{
 		Script: refundScript,
