@@ -136,6 +136,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // Policy is one budget a request must fit in.
@@ -347,7 +349,7 @@ func WithErrorLog(f func(r *http.Request, err error)) Option {
 }
 
 // WithClock sets the clock an admitted leaky-bucket request sleeps out its
-// Delay on (default sluice.SystemClock); tests pass one that does not sleep.
+// Delay on (default the system clock); tests pass one that does not sleep.
 func WithClock(c sluice.Clock) Option {
 	return func(m *Middleware) error {
 		if c == nil {
@@ -414,7 +416,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		headers:     []HeaderStyle{HeadersDraft11},
 		unavailable: time.Second,
 		prefix:      "httplimit:",
-		clock:       sluice.SystemClock,
+		clock:       core.SystemClock{},
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -460,7 +462,7 @@ func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFun
 		return p, algo.Params{}, fmt.Errorf("httplimit: two policies named %q", p.Name)
 	}
 	seen[p.Name] = true
-	params, err := p.Limit.Params()
+	params, err := storeapi.Params(p.Limit)
 	if err != nil {
 		return p, params, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}

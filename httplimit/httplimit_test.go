@@ -53,7 +53,7 @@ func (c *clock) Add(d time.Duration) {
 func (c *clock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
 
 func frozenLimiter(c *clock) *sluice.Limiter {
-	return sluice.New(memstore.New(memstore.WithClock(c.Now)))
+	return sluice.New(memstore.New(memstore.WithClock(c)))
 }
 
 func mustNew(t testing.TB, lim *sluice.Limiter, ps []httplimit.Policy, opts ...httplimit.Option) *httplimit.Middleware {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/core"
 )
 
 // Transport is an http.RoundTripper for outbound calls that keeps to an
@@ -71,7 +72,7 @@ func WithMaxHold(d time.Duration) TransportOption {
 }
 
 // WithHoldClock sets the clock a held request waits by (default
-// sluice.SystemClock); give it the clock the Limiter waits by
+// the system clock); give it the clock the Limiter waits by
 // (sluice.WithClock).
 func WithHoldClock(c sluice.Clock) TransportOption {
 	return func(t *Transport) error {
@@ -110,7 +111,7 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 	if lim == nil {
 		return nil, errors.New("httplimit: NewTransport: nil Limiter")
 	}
-	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: sluice.SystemClock}
+	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: core.SystemClock{}}
 	for _, o := range opts {
 		if o == nil {
 			continue

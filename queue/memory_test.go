@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	for trace := range 300 {
 		l := randomLimit(rng)
-		p, err := l.Params()
+		p, err := storeapi.Params(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestRandomInvariants(t *testing.T) {
 	redelivered := 0
 	for range 200 {
 		l := randomLimit(rng)
-		p, _ := l.Params()
+		p, _ := storeapi.Params(l)
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond
 		clk := newFakeClock()

@@ -52,6 +52,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // Queue is a rate-releasing job queue: Memory or Redis.
@@ -229,7 +230,7 @@ func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	p, err := limit.Params()
+	p, err := storeapi.Params(limit)
 	switch {
 	case err != nil:
 		return p, c, err

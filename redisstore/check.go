@@ -4,15 +4,16 @@ import (
 	"fmt"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/core"
 )
 
-// checkRequest reports why req cannot be decided (sluice.CheckParams, and a
+// checkRequest reports why req cannot be decided (core.Check, and a
 // limit that Validate refuses), or nil.
-func checkRequest(req *sluice.Request) error {
+func checkRequest(req *core.Request) error {
 	if err := req.Params.Validate(); err != nil {
 		return err // wraps sluice.ErrInvalidLimit
 	}
-	if err := sluice.CheckParams(req.Key, req.Params, req.Cost); err != nil {
+	if err := core.Check(req.Key, &req.Params, req.Cost); err != nil {
 		return err
 	}
 	if req.MaxDelay < 0 {
@@ -23,7 +24,7 @@ func checkRequest(req *sluice.Request) error {
 
 // checkRequests is checkRequest for every part of a composite, which must
 // name distinct keys.
-func checkRequests(reqs []sluice.Request) error {
+func checkRequests(reqs []core.Request) error {
 	if len(reqs) == 0 {
 		return fmt.Errorf("%w: a composite needs at least one part", sluice.ErrInvalidLimit)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storetest"
@@ -26,7 +27,7 @@ func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
-	return func(reqs []sluice.Request, now int64) (algo.Decision, error) {
+	return func(reqs []core.Request, now int64) (algo.Decision, error) {
 		return s.TakeAllAt(context.Background(), reqs, now)
 	}, prefix
 }

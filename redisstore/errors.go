@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // Errors that callers can test for with errors.Is. None of them is an
@@ -45,7 +46,7 @@ var (
 // (sluice.ErrStoreUnavailable) only; local decides in process.
 func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result, error)) (sluice.Result, error) {
 	if err == nil {
-		return sluice.FromDecision(d), nil
+		return storeapi.Result(d), nil
 	}
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
 		return sluice.Result{}, err

@@ -5,7 +5,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -28,3 +31,6 @@ func newStore(t testing.TB, c redisrun.Client, opts ...redisstore.Option) *redis
 	}
 	return st
 }
+
+// pub returns a request in core's form as the root package's.
+func pub(r core.Request) sluice.Request { return storeapi.Public(&r) }

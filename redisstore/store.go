@@ -11,7 +11,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -68,7 +70,7 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 		// when WithCallerTime gave it, else this process's clock.
 		var lopts []memstore.Option
 		if s.now != nil {
-			lopts = append(lopts, memstore.WithMicros(s.now))
+			lopts = append(lopts, memstore.WithClock(storeapi.Clock(s.now)))
 		}
 		s.local = memstore.New(lopts...)
 	}
@@ -97,6 +99,15 @@ func (s *Store) Key(key string) string { return s.prefix + key }
 // ErrOutOfMemory, ErrNoPermission, ErrClosed, an invalid request) is
 // returned as it is.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	r, err := storeapi.Request(&req)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	return s.take(ctx, r)
+}
+
+// take is Take on a request in core's form.
+func (s *Store) take(ctx context.Context, req core.Request) (sluice.Result, error) {
 	if err := checkRequest(&req); err != nil {
 		return sluice.Result{}, err
 	}
@@ -105,7 +116,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 		return sluice.Result{}, err
 	}
 	d, err := s.decide(ctx, req, now)
-	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, req) })
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, storeapi.Public(&req)) })
 }
 
 // clock is the time a decision is made at: the caller's, or -1 for the
@@ -118,16 +129,16 @@ func (s *Store) clock() (int64, error) {
 	}
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
-		return 0, fmt.Errorf("%w: caller time: %v", sluice.ErrInvalidTime, err)
+		return 0, fmt.Errorf("caller time: %w", err) // wraps sluice.ErrInvalidTime
 	}
 	return now, nil
 }
 
 // TakeAt makes one decision for req at time now (µs since the epoch) and
 // applies no failure policy: replays use it.
-func (s *Store) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
 	}
 	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, err
@@ -144,7 +155,7 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *Store) decide(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) decide(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	if err := s.ready(ctx); err != nil {
 		return algo.Decision{}, err
 	}

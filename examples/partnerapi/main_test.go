@@ -33,7 +33,7 @@ func (c *simClock) Sleep(ctx context.Context, d time.Duration) error {
 func TestClient(t *testing.T) {
 	clock := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	start := clock.Now()
-	lim := sluice.New(memstore.New(memstore.WithClock(clock.Now)), sluice.WithClock(clock))
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	var at []time.Duration
 	c := &Client{lim: lim, call: func(string) { at = append(at, clock.Now().Sub(start)) }}
 	ctx := context.Background()

@@ -13,7 +13,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -21,14 +23,14 @@ import (
 const Base = int64(1_764_000_000_000_000)
 
 // TakeAllAt makes one composite decision at time now.
-type TakeAllAt func(reqs []sluice.Request, now int64) (algo.Decision, error)
+type TakeAllAt func(reqs []core.Request, now int64) (algo.Decision, error)
 
-func req(key string, l sluice.Limit, cost int64) sluice.Request {
-	p, err := l.Params()
+func req(key string, l sluice.Limit, cost int64) core.Request {
+	p, err := storeapi.Params(l)
 	if err != nil {
 		panic(err)
 	}
-	return sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+	return core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
 }
 
 // OneUserBurst checks a composite of a per-user limit of 1 and a global one
@@ -37,7 +39,7 @@ func req(key string, l sluice.Limit, cost int64) sluice.Request {
 func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	user := sluice.PerMinute(1)
 	global := sluice.PerMinute(10)
-	parts := []sluice.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
+	parts := []core.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
 	allowed := 0
 	for i := 0; i < 20; i++ {
 		d, err := take(parts, Base)
@@ -53,7 +55,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	if allowed != 1 {
 		t.Fatalf("%d admitted, want exactly 1", allowed)
 	}
-	d, err := take([]sluice.Request{req(prefix+"global", global, 0)}, Base)
+	d, err := take([]core.Request{req(prefix+"global", global, 0)}, Base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 		t.Fatalf("global remaining %d, want 9: a refusal must spend nothing", d.Remaining)
 	}
 	// Another user still passes, spending the global budget.
-	d, _ = take([]sluice.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
+	d, _ = take([]core.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
 	if !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("second user: %+v", d)
 	}
@@ -94,13 +96,13 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 			now += r.Int64N(400_000) * int64(r.IntN(2))
 			np := 1 + r.IntN(min(3, pool))
 			perm := r.Perm(pool)
-			var parts []sluice.Request
+			var parts []core.Request
 			var models []*model.Model
 			var keys []string
 			var costs []int64
 			for j := 0; j < np; j++ {
 				l := limits[r.IntN(len(limits))]
-				p, _ := l.Params()
+				p, _ := storeapi.Params(l)
 				key := fmt.Sprintf("%st%d:k%d", prefix, ti, perm[j])
 				cost := r.Int64N(p.Capacity() + 1)
 				if r.IntN(3) == 0 {
@@ -132,7 +134,7 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 	t.Logf("%d composite decisions (%d refused) equal to the model (seed %d)", decisions, refused, seed)
 }
 
-func describe(reqs []sluice.Request) string {
+func describe(reqs []core.Request) string {
 	s := ""
 	for _, r := range reqs {
 		s += fmt.Sprintf("[%s %v %d/%dµs burst %d cost %d] ", r.Key, r.Params.Kind, r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost)
