@@ -69,12 +69,11 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (al
 	if !s.together(reqs) {
 		return s.takeInTurn(ctx, reqs, now)
 	}
-	keys, lims, costs := make([]string, len(reqs)), make([]redisrun.Limit, len(reqs)), make([]int64, len(reqs))
+	c := scripts.CompositeCall(len(reqs), now, s.margin)
 	for i := range reqs {
 		r := &reqs[i]
-		keys[i], lims[i], costs[i] = s.prefix+r.Key, redisrun.LimitOf(&r.Params, r.MaxDelay), r.Cost
+		redisrun.AddPart(c, s.prefix+r.Key, redisrun.LimitOf(&r.Params, r.MaxDelay), r.Cost)
 	}
-	c := scripts.CompositeCall(keys, lims, costs, now, s.margin)
 	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}

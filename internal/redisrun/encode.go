@@ -44,16 +44,20 @@ func LimitOf(p *algo.Params, maxDelay int64) Limit {
 	return Limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelay}
 }
 
-// CompositeCall returns the composite script's call for one request of
-// several parts: part i under lims[i] on keys[i], of costs[i] units, at now
-// (µs, -1 for the server's TIME).
-func (s *Scripts) CompositeCall(keys []string, lims []Limit, costs []int64, now, margin int64) *Call {
-	c := &Call{Script: s.Composite, Keys: keys, Args: make([]any, 0, 4+6*len(keys))}
-	c.Args = append(c.Args, margin, int64(1), now, int64(len(keys)))
-	for i, l := range lims {
-		c.Args = append(c.Args, l.Kind, l.Rate, l.Period, l.Burst, costs[i], l.MaxDelay)
-	}
+// CompositeCall returns the composite script's call for one request of n
+// parts at now (µs, -1 for the server's TIME), without its parts: add each
+// with AddPart.
+func (s *Scripts) CompositeCall(n int, now, margin int64) *Call {
+	c := &Call{Script: s.Composite, Keys: make([]string, 0, n), Args: make([]any, 0, 4+6*n)}
+	c.Args = append(c.Args, margin, int64(1), now, int64(n))
 	return c
+}
+
+// AddPart adds to c, made by CompositeCall, a part on key under l, of cost
+// units.
+func AddPart(c *Call, key string, l Limit, cost int64) {
+	c.Keys = append(c.Keys, key)
+	c.Args = append(c.Args, l.Kind, l.Rate, l.Period, l.Burst, cost, l.MaxDelay)
 }
 
 // RefundCall returns the refund script's call giving units back to key
