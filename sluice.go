@@ -193,7 +193,7 @@ func (l *Limiter) params(lim Limit) (algo.Params, error) {
 func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = core.Check(key, &p, cost)
+		err = core.Check(key, p, cost)
 	}
 	return p, err
 }
@@ -232,7 +232,10 @@ func New(store Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.params(lim)
+	if err == nil {
+		err = core.Check(key, p, cost)
+	}
 	if err != nil {
 		return Result{}, err
 	}
