@@ -207,7 +207,8 @@ type Option func(*Limiter)
 // module has none, and then the default is the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
-// New returns a Limiter over store.
+// New returns a Limiter over store. Over a nil store, its methods return an
+// error wrapping ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Limiter {
 	l := &Limiter{}
 	if e, ok := core.Unseal(store).(engine); ok {

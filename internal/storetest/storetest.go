@@ -353,6 +353,8 @@ func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix
 	var zero sluice.Limiter
 	_, err = zero.Take(ctx, prefix+"k", good, 1)
 	is("zero Limiter", err, sluice.ErrStoreUnavailable)
+	_, err = sluice.New(nil).TakeAll(ctx, []sluice.Part{{Key: prefix + "k", Limit: good, Cost: 1}})
+	is("Limiter over no store", err, sluice.ErrStoreUnavailable)
 
 	for _, now := range []int64{-1, algo.MaxTime + 1} {
 		bad := newStore(stoppedClock(now))
