@@ -193,7 +193,7 @@ func (l *Limiter) params(lim Limit) (algo.Params, error) {
 func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = core.Check(key, &p, cost)
+		err = core.Check(key, p, cost)
 	}
 	return p, err
 }
@@ -207,7 +207,8 @@ type Option func(*Limiter)
 // module has none, and then the default is the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
-// New returns a Limiter over store.
+// New returns a Limiter over store. Over a nil store, its methods return an
+// error wrapping ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Limiter {
 	l := &Limiter{}
 	if e, ok := core.Unseal(store).(engine); ok {
@@ -232,7 +233,10 @@ func New(store Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.params(lim)
+	if err == nil {
+		err = core.Check(key, p, cost)
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -11,7 +11,9 @@
 // give identical decisions.
 //
 // A store keeps the State somewhere (a map, a Redis key) and makes the step
-// atomic; it adds nothing to the decision.
+// atomic; it adds nothing to the decision. The package is public for whoever
+// writes a store of their own: sluice.Store says how to call it. Users of a
+// sluice.Limiter never need it.
 package algo
 
 import (

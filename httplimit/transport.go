@@ -72,8 +72,8 @@ func WithMaxHold(d time.Duration) TransportOption {
 }
 
 // WithHoldClock sets the clock a held request waits by (default
-// the system clock); give it the clock the Limiter waits by
-// (sluice.WithClock).
+// the system clock); give it the clock the Limiter waits by (its store's,
+// as memstore.WithClock set it, unless sluice.WithClock set another).
 func WithHoldClock(c sluice.Clock) TransportOption {
 	return func(t *Transport) error {
 		if c == nil {

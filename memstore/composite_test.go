@@ -138,3 +138,12 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestErrorsWrapSentinels(t *testing.T) {
+	storetest.Errors(t, func(c sluice.Clock) sluice.Store {
+		if c == nil {
+			return memstore.New()
+		}
+		return memstore.New(memstore.WithClock(c))
+	}, "")
+}

@@ -22,13 +22,13 @@ func BenchmarkStep(b *testing.B) {
 }
 
 func BenchmarkTakeAtFixed(b *testing.B) {
-	st := memstore.New()
+	st := storeapi.MemAt(memstore.New())
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
 	now := int64(1_764_000_000_000_000)
 	req := core.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
 	for b.Loop() {
 		now++
-		storeapi.MemAt(st).TakeAt(req, now)
+		st.TakeAt(req, now)
 	}
 }
 

@@ -251,7 +251,7 @@ func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
 // checkTime returns now if a step accepts it.
 func checkTime(now int64) (int64, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return 0, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+		return 0, err // wraps sluice.ErrInvalidTime
 	}
 	return now, nil
 }

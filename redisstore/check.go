@@ -13,7 +13,7 @@ func checkRequest(req *core.Request) error {
 	if err := req.Params.Validate(); err != nil {
 		return err // wraps sluice.ErrInvalidLimit
 	}
-	if err := core.Check(req.Key, &req.Params, req.Cost); err != nil {
+	if err := core.Check(req.Key, req.Params, req.Cost); err != nil {
 		return err
 	}
 	if req.MaxDelay < 0 {

@@ -258,7 +258,7 @@ joined by +, one unit per admitted request.
 				out.Flush()
 				return fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 			}
-			if err := core.Check(req.Key, &p, req.Cost); err != nil {
+			if err := core.Check(req.Key, p, req.Cost); err != nil {
 				buf = trace.AppendError(buf, req, err)
 				tally.fail(req.Key)
 			} else {

@@ -71,7 +71,7 @@ func Params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Para
 
 // Check checks one decision under valid params: a non-empty key, a cost from
 // 0 to the limit's capacity.
-func Check(key string, p *algo.Params, cost int64) error {
+func Check(key string, p algo.Params, cost int64) error {
 	switch {
 	case key == "":
 		return ErrEmptyKey

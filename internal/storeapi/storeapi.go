@@ -24,7 +24,7 @@ func Params(l sluice.Limit) (algo.Params, error) {
 func Request(r *sluice.Request) (core.Request, error) {
 	p, err := Params(r.Limit)
 	if err == nil {
-		err = core.Check(r.Key, &p, r.Cost)
+		err = core.Check(r.Key, p, r.Cost)
 	}
 	if err != nil {
 		return core.Request{}, err

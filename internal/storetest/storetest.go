@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -301,3 +302,77 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 		t.Errorf("a token bucket taking over a sliding log that spent 3 of 5: %+v %v, want 2 remaining", r, err)
 	}
 }
+
+// Errors checks that every error a Limiter over a store, or the store's own
+// sluice.Store methods, return for a bad request wraps its sentinel, so that
+// errors.Is works whichever store made it: an unknown algorithm, a bad cost
+// or key, a refund under a window, a composite that names a key twice, and a
+// clock outside the range a step accepts. newStore returns a store that
+// decides by clock.
+func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	good := sluice.PerMinute(5)
+	unknown := sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}
+	window := good.Using(sluice.FixedWindow)
+	store := newStore(nil)
+	lim := sluice.New(store)
+	is := func(what string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Errorf("%s: error %v, want one wrapping %v", what, err, want)
+		}
+	}
+	_, err := sluice.ParseAlgorithm("nope")
+	is("ParseAlgorithm", err, sluice.ErrInvalidLimit)
+	_, err = sluice.ParseLimit("1/1s nope")
+	is("ParseLimit", err, sluice.ErrInvalidLimit)
+	_, err = lim.Take(ctx, prefix+"k", unknown, 1)
+	is("Limiter.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: unknown, Cost: 1, MaxDelay: math.MaxInt64})
+	is("Store.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: -1, MaxDelay: math.MaxInt64})
+	is("Store.Take, negative cost", err, sluice.ErrInvalidCost)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: 6, MaxDelay: math.MaxInt64})
+	is("Store.Take, cost over capacity", err, sluice.ErrCostExceedsCapacity)
+	_, err = store.Take(ctx, sluice.Request{Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
+	is("Store.Take, empty key", err, sluice.ErrEmptyKey)
+	_, err = lim.Refund(ctx, prefix+"w", window, 1)
+	is("Limiter.Refund, window", err, sluice.ErrNoRefund)
+	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: window, Cost: 1})
+	is("Store.Refund, window", err, sluice.ErrNoRefund)
+	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: unknown, Cost: 1})
+	is("Store.Refund, unknown algorithm", err, sluice.ErrInvalidLimit)
+	dup := sluice.Request{Key: prefix + "d", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}
+	_, err = store.TakeAll(ctx, []sluice.Request{dup, dup})
+	is("Store.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "d", Limit: good, Cost: 1}, {Key: prefix + "d", Limit: good, Cost: 1}})
+	is("Limiter.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "a", Limit: good, Cost: 1}, {Key: prefix + "b", Limit: unknown, Cost: 1}})
+	is("Limiter.TakeAll, unknown algorithm", err, sluice.ErrInvalidLimit)
+	var zero sluice.Limiter
+	_, err = zero.Take(ctx, prefix+"k", good, 1)
+	is("zero Limiter", err, sluice.ErrStoreUnavailable)
+	_, err = sluice.New(nil).TakeAll(ctx, []sluice.Part{{Key: prefix + "k", Limit: good, Cost: 1}})
+	is("Limiter over no store", err, sluice.ErrStoreUnavailable)
+
+	for _, now := range []int64{-1, algo.MaxTime + 1} {
+		bad := newStore(stoppedClock(now))
+		_, err = bad.Take(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
+		is(fmt.Sprintf("Store.Take at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = bad.TakeAll(ctx, []sluice.Request{{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}})
+		is(fmt.Sprintf("Store.TakeAll at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = bad.Refund(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1})
+		is(fmt.Sprintf("Store.Refund at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = sluice.New(bad).Take(ctx, prefix+"t", good, 1)
+		is(fmt.Sprintf("Limiter.Take at %dµs", now), err, sluice.ErrInvalidTime)
+	}
+}
+
+// stoppedClock is a sluice.Clock that reads a fixed time, in µs since the
+// epoch.
+type stoppedClock int64
+
+func (c stoppedClock) Now() time.Time { return time.UnixMicro(int64(c)) }
+
+func (stoppedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
