@@ -146,8 +146,9 @@ func (o outside) Reset(ctx context.Context, key string) error { return o.s.Reset
 func (outside) Clock() Clock { return nil }
 
 // Clock is the time a Limiter and the stores of this module read and wait
-// by. Tests pass a fake one to the store (memstore.WithClock,
-// redisstore.WithClock); a Limiter then waits by its store's clock.
+// by. Every package that reads time takes one through its own WithClock;
+// tests pass a fake one to the store (memstore.WithClock), and a Limiter
+// then waits by its store's clock.
 type Clock interface {
 	Now() time.Time
 	// Sleep waits for d or until ctx is done, whichever comes first, and
@@ -202,9 +203,9 @@ func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) 
 type Option func(*Limiter)
 
 // WithClock sets the clock Wait reads deadlines and sleeps by. The default
-// is the store's clock (memstore.WithClock, redisstore.WithClock), so that a
-// test sets its fake clock once, on the store; a Store from outside this
-// module has none, and then the default is the system clock.
+// is the clock of a store of this module that was given one (as by
+// memstore.WithClock), so that a test sets its fake clock once, on the
+// store; otherwise it is the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // New returns a Limiter over store. Over a nil store, its methods return an

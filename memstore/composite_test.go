@@ -26,12 +26,14 @@ func TestCompositeRandom(t *testing.T) {
 	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, "", 60, 200)
 }
 
-func TestRefund(t *testing.T) {
-	storetest.Refund(t, sluice.New(memstore.New()), "")
-}
-
-func TestChangedLimits(t *testing.T) {
-	storetest.ChangedLimits(t, sluice.New(memstore.New()), "")
+// TestSuite runs the checks every store must pass.
+func TestSuite(t *testing.T) {
+	storetest.Run(t, func(_ *testing.T, c sluice.Clock) sluice.Store {
+		if c == nil {
+			return memstore.New()
+		}
+		return memstore.New(memstore.WithClock(c))
+	})
 }
 
 func TestTakeAllErrors(t *testing.T) {
@@ -137,13 +139,4 @@ func TestZeroAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision, want 0", name, n)
 		}
 	}
-}
-
-func TestErrorsWrapSentinels(t *testing.T) {
-	storetest.Errors(t, func(c sluice.Clock) sluice.Store {
-		if c == nil {
-			return memstore.New()
-		}
-		return memstore.New(memstore.WithClock(c))
-	}, "")
 }

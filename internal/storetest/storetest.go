@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,3 +377,59 @@ type stoppedClock int64
 func (c stoppedClock) Now() time.Time { return time.UnixMicro(int64(c)) }
 
 func (stoppedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+// NewStore returns an empty store, with its own key prefix where stores
+// share state, that decides by clock (by its own clock when clock is nil).
+type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
+
+// Run runs the checks every store must pass through a sluice.Limiter:
+// random traces against the exact model (Trace), refunds, changed limits,
+// and the errors' sentinels.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Trace", func(t *testing.T) { Trace(t, newStore, 3000) })
+	t.Run("Refund", func(t *testing.T) { Refund(t, sluice.New(newStore(t, nil)), "") })
+	t.Run("ChangedLimits", func(t *testing.T) { ChangedLimits(t, sluice.New(newStore(t, nil)), "") })
+	t.Run("Errors", func(t *testing.T) {
+		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
+	})
+}
+
+// Trace checks a random trace of n requests whose limits change (see
+// ChangedTrace) through a Limiter over a store that decides by a clock the
+// trace sets: every decision equals the exact model's.
+func Trace(t *testing.T, newStore NewStore, n int) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 7))
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	ks := model.NewKeys()
+	ctx := context.Background()
+	for i, q := range ChangedTrace(r, n) {
+		clock.us.Store(q.Now)
+		l := sluice.Limit{Algorithm: sluice.Algorithm(q.Params.Kind), Rate: q.Params.Rate, Period: time.Duration(q.Params.Period) * time.Microsecond, Burst: q.Params.Burst}
+		got, err := lim.Take(ctx, q.Key, l, q.Cost)
+		if err != nil {
+			t.Fatalf("seed %d request %d: %v", seed, i, err)
+		}
+		d := ks.Take(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
+		want := sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
+		if got != want {
+			t.Fatalf("seed %d request %d (%s %v cost %d at +%dµs): %+v, model %+v", seed, i, q.Key, l, q.Cost, q.Now-Base, got, want)
+		}
+	}
+}
+
+func us(v int64) time.Duration {
+	if v == algo.Never {
+		return math.MaxInt64
+	}
+	return time.Duration(v) * time.Microsecond
+}
+
+// setClock is a sluice.Clock that reads the time last stored, in µs since
+// the epoch; Sleep returns at once.
+type setClock struct{ us atomic.Int64 }
+
+func (c *setClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+func (*setClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
