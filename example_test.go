@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,11 +10,23 @@ import (
 	"github.com/sluice-go/sluice/memstore"
 )
 
+// manualClock is a clock that moves only when told to or slept on, so that
+// the examples' output does not depend on when they run. A Limiter waits by
+// its store's clock.
+type manualClock struct{ now time.Time }
+
+func (c *manualClock) Now() time.Time { return c.now }
+
+func (c *manualClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return ctx.Err()
+}
+
 // Capacity 5, refill 1/s: ten requests at once pass five; the rest are told
 // when to come back.
 func Example() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store := memstore.New(memstore.WithClock(func() time.Time { return now }))
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	store := memstore.New(memstore.WithClock(clock))
 	lim := sluice.New(store)
 	ctx := context.Background()
 	l := sluice.PerSecond(1).WithBurst(5)
@@ -25,7 +38,7 @@ func Example() {
 		}
 		fmt.Printf("request %2d: allowed=%v remaining=%d retry_after=%v\n", i, r.Allowed, r.Remaining, r.RetryAfter)
 	}
-	now = now.Add(time.Second)
+	clock.now = clock.now.Add(time.Second)
 	r, _ := lim.Take(ctx, "user:42", l, 1)
 	fmt.Println("one second later:", r.Allowed)
 	// Output:
@@ -45,8 +58,8 @@ func Example() {
 // A partner API allows 10 requests a second with bursts of 50; an export
 // costs 10.
 func ExampleLimiter_Take() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
 	partner := sluice.PerSecond(10).WithBurst(50)
 
@@ -66,8 +79,8 @@ func ExampleLimiter_Take() {
 // A payment provider allows 20 calls a second: the leaky bucket delays calls
 // instead of refusing them, so they leave 50ms apart.
 func ExampleLeakyBucket() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
 	provider := sluice.PerSecond(20).WithBurst(3).Using(sluice.LeakyBucket)
 
@@ -87,8 +100,8 @@ func ExampleLeakyBucket() {
 // spends one request and its tokens, atomically; Remaining is the smallest
 // of the parts'. A refusal spends nothing and reports the parts as they are.
 func ExampleLimiter_TakeAll() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
 	requests, tokens := sluice.PerMinute(60), sluice.PerMinute(100_000)
 
@@ -112,8 +125,8 @@ func ExampleLimiter_TakeAll() {
 // A rolling deploy moves a key from the token bucket to GCRA: the units
 // spent under one are spent under the other.
 func ExampleLimit_changed() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
 	old := sluice.PerHour(10)
 	lim.Take(ctx, "user:42", old, 7)
@@ -124,6 +137,33 @@ func ExampleLimit_changed() {
 	// Output:
 	// gcra sees 3 left
 	// a burst of 20 leaves 13
+}
+
+// A job may call a provider 2 times a second: Wait blocks until each call
+// may go (here on a clock that moves only when slept on), and gives up at
+// once, spending nothing, when that would be after the context's deadline.
+func ExampleLimiter_Wait() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	start := clock.now
+	provider := sluice.PerSecond(2)
+
+	for i := 1; i <= 4; i++ {
+		if _, err := lim.Wait(context.Background(), "provider", provider, 1); err != nil {
+			panic(err)
+		}
+		fmt.Printf("call %d at +%v\n", i, clock.now.Sub(start))
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), clock.now.Add(100*time.Millisecond))
+	defer cancel()
+	_, err := lim.Wait(ctx, "provider", provider, 1)
+	fmt.Println(errors.Is(err, sluice.ErrDeadline))
+	// Output:
+	// call 1 at +0s
+	// call 2 at +0s
+	// call 3 at +500ms
+	// call 4 at +1s
+	// true
 }
 
 func ExampleParseLimit() {

@@ -1,13 +1,13 @@
 package sluice
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 )
 
 // Algorithm names the shape of a limit's budget. See the README's trade-off
@@ -18,26 +18,26 @@ type Algorithm uint8
 const (
 	// TokenBucket lets a saved-up burst of Burst units pass, then one unit per
 	// Period/Rate.
-	TokenBucket = Algorithm(algo.TokenBucket)
+	TokenBucket Algorithm = 1
 	// GCRA makes exactly the token bucket's decisions from one timestamp.
-	GCRA = Algorithm(algo.GCRA)
+	GCRA Algorithm = 2
 	// LeakyBucket queues: an admitted request waits Result.Delay so units leave
 	// one per Period/Rate; up to Burst units may wait, more are refused.
-	LeakyBucket = Algorithm(algo.LeakyBucket)
+	LeakyBucket Algorithm = 3
 	// FixedWindow admits Rate units per window of Period opened by the first
 	// request; up to 2·Rate across a seam.
-	FixedWindow = Algorithm(algo.FixedWindow)
+	FixedWindow Algorithm = 4
 	// AlignedWindow admits Rate units per window of Period aligned to the
 	// Unix epoch (a minute's window starts on the minute, a day's at UTC
 	// midnight): what envoyproxy/ratelimit, Kong and limitador count. Up to
 	// 2·Rate across a seam.
-	AlignedWindow = Algorithm(algo.AlignedWindow)
+	AlignedWindow Algorithm = 7
 	// SlidingWindow weighs the previous window's count by how much of it still
 	// overlaps the trailing Period: cheap, and close to exact for even traffic.
-	SlidingWindow = Algorithm(algo.SlidingWindow)
+	SlidingWindow Algorithm = 5
 	// SlidingLog admits exactly Rate units per trailing Period, keeping one
 	// entry per admitted microsecond.
-	SlidingLog = Algorithm(algo.SlidingLog)
+	SlidingLog Algorithm = 6
 )
 
 // String returns the algorithm's name: "token-bucket", "gcra", "leaky-bucket",
@@ -56,7 +56,7 @@ func (a Algorithm) kind() algo.Kind {
 func ParseAlgorithm(s string) (Algorithm, error) {
 	k, err := algo.ParseKind(s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalidLimit, err)
+		return 0, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
 	}
 	return Algorithm(k), nil
 }
@@ -180,57 +180,38 @@ func (l Limit) Validate() error {
 	return err
 }
 
-// Params returns the limit in the form the algorithms and stores take.
-func (l Limit) Params() (algo.Params, error) { return l.params() }
-
+// params returns the limit in the form the algorithms and stores take.
 func (l Limit) params() (algo.Params, error) {
-	if l.Period < time.Microsecond || l.Period%time.Microsecond != 0 {
-		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, l.Period)
-	}
-	p := algo.Params{Kind: l.Algorithm.kind(), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: l.Burst}
-	if err := p.Validate(); err != nil {
-		return algo.Params{}, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
-	}
-	return p, nil
+	return core.Params(uint8(l.Algorithm), l.Rate, l.Period, l.Burst)
 }
 
-// Errors that callers can test for with errors.Is.
+// limitOf is params' inverse, for a Store from outside this module.
+func limitOf(p *algo.Params) Limit {
+	return Limit{Algorithm: Algorithm(p.Kind), Rate: p.Rate, Period: time.Duration(p.Period) * time.Microsecond, Burst: p.Burst}
+}
+
+// Errors that callers can test for with errors.Is. Every error of a Limiter
+// or of a store of this module that is about one of these wraps it.
 var (
-	// ErrInvalidLimit: the limit cannot be used (see Limit.Validate).
-	ErrInvalidLimit = algo.ErrInvalid
+	// ErrInvalidLimit: the limit cannot be used (see Limit.Validate), its
+	// algorithm is unknown, or a composite has no part.
+	ErrInvalidLimit = core.ErrInvalidLimit
 	// ErrCostExceedsCapacity: the cost could never pass, even on a fresh key.
 	// Nothing is spent.
-	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")
+	ErrCostExceedsCapacity = core.ErrCostExceedsCapacity
 	// ErrInvalidCost: the cost is negative.
-	ErrInvalidCost = errors.New("sluice: invalid cost")
+	ErrInvalidCost = core.ErrInvalidCost
 	// ErrEmptyKey: the key is empty.
-	ErrEmptyKey = errors.New("sluice: empty key")
-	// ErrInvalidTime: a time outside [0, 2^52] µs since the epoch.
-	ErrInvalidTime = errors.New("sluice: invalid time")
+	ErrEmptyKey = core.ErrEmptyKey
+	// ErrInvalidTime: a store's clock reads a time outside [0, 2^52] µs since
+	// the epoch.
+	ErrInvalidTime = core.ErrInvalidTime
+	// ErrNoRefund: Refund under an algorithm that cannot give units back
+	// (only TokenBucket and GCRA can).
+	ErrNoRefund = core.ErrNoRefund
+	// ErrDuplicateKey: a composite request names the same key twice.
+	ErrDuplicateKey = core.ErrDuplicateKey
 	// ErrStoreUnavailable: the store could not make the decision (a Redis that
 	// is gone, a deadline passed). Nothing is known to be spent.
-	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+	ErrStoreUnavailable = core.ErrStoreUnavailable
 )
-
-// Check validates one request before a store sees it: a non-empty key, a cost
-// from 0 to the limit's capacity. Stores call it; it returns the limit's params.
-func Check(key string, l Limit, cost int64) (algo.Params, error) {
-	p, err := l.params()
-	if err != nil {
-		return p, err
-	}
-	return p, CheckParams(key, p, cost)
-}
-
-// CheckParams is Check for a limit already in its params form.
-func CheckParams(key string, p algo.Params, cost int64) error {
-	switch {
-	case key == "":
-		return ErrEmptyKey
-	case cost < 0:
-		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
-	case cost > p.Capacity():
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsCapacity, cost, p.Capacity())
-	}
-	return nil
-}

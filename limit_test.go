@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
 )
 
 func TestParseLimit(t *testing.T) {
@@ -150,6 +151,20 @@ func TestLimitStringRoundTrip(t *testing.T) {
 	for _, bad := range []string{"10/1s burst", "10/1s burst x", "10/1s nope", "10/", "10/1s gcra burst 0"} {
 		if _, err := sluice.ParseLimit(bad); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("ParseLimit(%q): %v, want ErrInvalidLimit", bad, err)
+		}
+	}
+}
+
+// The Algorithm constants are algo's kinds: a store passes
+// algo.Kind(limit.Algorithm) to the steps.
+func TestAlgorithmsAreKinds(t *testing.T) {
+	for a, k := range map[sluice.Algorithm]algo.Kind{
+		sluice.TokenBucket: algo.TokenBucket, sluice.GCRA: algo.GCRA, sluice.LeakyBucket: algo.LeakyBucket,
+		sluice.FixedWindow: algo.FixedWindow, sluice.AlignedWindow: algo.AlignedWindow,
+		sluice.SlidingWindow: algo.SlidingWindow, sluice.SlidingLog: algo.SlidingLog,
+	} {
+		if algo.Kind(a) != k || a.String() != k.String() {
+			t.Errorf("%v is %d, algo's %v is %d", a, a, k, k)
 		}
 	}
 }

@@ -39,7 +39,7 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 
 func newLimiter() (*sluice.Limiter, *fakeClock) {
 	c := newFakeClock()
-	return sluice.New(memstore.New(memstore.WithMicros(c.micros)), sluice.WithClock(c)), c
+	return sluice.New(memstore.New(memstore.WithClock(c))), c
 }
 
 func TestTakeErrors(t *testing.T) {

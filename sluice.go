@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 )
 
 // Result is the answer to one request.
@@ -52,45 +53,42 @@ type Result struct {
 	Degraded bool
 }
 
-// FromDecision converts an algorithm's decision into a Result. It takes a
-// pointer so that the hot path does not copy the decision.
-func FromDecision(d *algo.Decision) Result {
-	return Result{
-		Allowed:    d.Allowed,
-		Remaining:  d.Remaining,
-		RetryAfter: micros(d.RetryAfter),
-		ResetAfter: micros(d.ResetAfter),
-		Delay:      micros(d.Delay),
-	}
-}
-
-// micros converts a step's microseconds into a Duration, saturating where
-// algo.Never would overflow.
-func micros(us int64) time.Duration {
-	if us >= math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// Request is one decision as a Store receives it, already checked by
-// CheckParams.
+// Request is one decision as a Limiter hands it to a Store, already
+// checked: Limit is valid and its Algorithm is never the zero value (the
+// token bucket is spelled TokenBucket), Key is not empty, and Cost is from 0
+// to the limit's capacity (for Refund: at least 0, under TokenBucket or
+// GCRA). A composite names distinct keys.
 type Request struct {
-	Key    string
-	Params algo.Params
-	Cost   int64
-	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
-	// none); Wait sets it from the context's deadline.
-	MaxDelay int64
+	Key   string
+	Limit Limit
+	Cost  int64
+	// MaxDelay bounds a LeakyBucket admission's Delay: a request whose turn
+	// would come later is refused, spending nothing, with a RetryAfter of
+	// math.MaxInt64. It is math.MaxInt64 (no bound) from Take; Wait sets it
+	// to the time left before the context's deadline.
+	MaxDelay time.Duration
 }
 
-// Store keeps limiter state and applies algo.Step to it atomically.
+// Store keeps limiter state and makes each decision atomically. The stores
+// of this module are memstore (in process) and redisstore (Redis and
+// Valkey); a Limiter reaches them by a faster path of their own.
+//
+// To write another, keep an algo.State per key and apply algo.Step to it
+// atomically, under the limit the request carries:
+//
+//	p := algo.Params{Kind: algo.Kind(req.Limit.Algorithm), Rate: req.Limit.Rate,
+//		Period: req.Limit.Period.Microseconds(), Burst: req.Limit.Burst}
+//
+// at the store's time in µs since the epoch (algo.CheckTime bounds it),
+// with req.MaxDelay in µs (algo.Never for math.MaxInt64), and return the
+// decision's fields as a Result's durations. A Limiter checks every request
+// before a Store sees it.
 type Store interface {
 	// Take makes one decision for req and stores the resulting state.
 	Take(ctx context.Context, req Request) (Result, error)
 	// TakeAll makes one decision for a composite request, atomically: it
-	// passes only if every part grants, and a refusal changes no part. The
-	// parts name distinct keys.
+	// passes only if every part grants, and a refusal changes no part (see
+	// Limiter.TakeAll for the Result).
 	TakeAll(ctx context.Context, reqs []Request) (Result, error)
 	// Refund gives req.Cost units back to req.Key (see algo.Refund).
 	Refund(ctx context.Context, req Request) (Result, error)
@@ -98,22 +96,59 @@ type Store interface {
 	Reset(ctx context.Context, key string) error
 }
 
-// LocalStore is implemented by stores that decide in process and need no
-// context (memstore). The Limiter calls TakeLocal on its hot path: its meaning
-// is Take's with MaxDelay algo.Never, but arguments and results travel in
-// registers (a Result is too wide for them, and copying one costs more than
-// the decision's arithmetic). allowed is RetryAfter == 0.
-type LocalStore interface {
-	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
-	// TakeAllLocal is TakeAll for the Limiter's hot path, on the parts as
-	// the caller gave them: the store checks them (AppendRequests) into a
-	// buffer of its own, which a slice passed through the Store interface
-	// could not be (it would be allocated on the heap on every call).
-	TakeAllLocal(parts []Part) (Result, error)
+// engine is the sealed path to a store of this module: the value that
+// core.Unseal returns for one. Its requests are checked.
+type engine interface {
+	Take(ctx context.Context, req core.Request) (Result, error)
+	TakeAll(ctx context.Context, reqs []core.Request) (Result, error)
+	Refund(ctx context.Context, req core.Request) (Result, error)
+	Reset(ctx context.Context, key string) error
+	// Clock is the clock the store decides by, or nil for the system's.
+	Clock() Clock
 }
 
-// Clock is the time a Limiter waits by. Tests pass a fake one; the default is
-// the system clock.
+// localEngine is an engine that decides in process and needs no context
+// (memstore's). TakeLocal is Take with MaxDelay algo.Never, its arguments and
+// results in registers (a Result is too wide for them, and copying one costs
+// more than the decision's arithmetic); allowed is retryAfter == 0.
+// TakeAllLocal takes the composite by value, so that it stays on the stack.
+type localEngine interface {
+	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
+	TakeAllLocal(parts core.Parts) (Result, error)
+}
+
+// outside is the engine of a Store from outside this module: it hands the
+// requests over in the Store's terms.
+type outside struct{ s Store }
+
+func publicRequest(r *core.Request) Request {
+	return Request{Key: r.Key, Limit: limitOf(&r.Params), Cost: r.Cost, MaxDelay: core.Duration(r.MaxDelay)}
+}
+
+func (o outside) Take(ctx context.Context, req core.Request) (Result, error) {
+	return o.s.Take(ctx, publicRequest(&req))
+}
+
+func (o outside) TakeAll(ctx context.Context, reqs []core.Request) (Result, error) {
+	pub := make([]Request, len(reqs))
+	for i := range reqs {
+		pub[i] = publicRequest(&reqs[i])
+	}
+	return o.s.TakeAll(ctx, pub)
+}
+
+func (o outside) Refund(ctx context.Context, req core.Request) (Result, error) {
+	return o.s.Refund(ctx, publicRequest(&req))
+}
+
+func (o outside) Reset(ctx context.Context, key string) error { return o.s.Reset(ctx, key) }
+
+func (outside) Clock() Clock { return nil }
+
+// Clock is the time a Limiter and the stores of this module read and wait
+// by. Every package that reads time takes one through its own WithClock;
+// tests pass a fake one to the store (memstore.WithClock), and a Limiter
+// then waits by its store's clock.
 type Clock interface {
 	Now() time.Time
 	// Sleep waits for d or until ctx is done, whichever comes first, and
@@ -121,31 +156,12 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// SystemClock is the real clock.
-var SystemClock Clock = systemClock{}
-
-// Limiter makes decisions over a Store.
+// Limiter makes decisions over a Store. Make one with New: the zero
+// Limiter has no store, and its methods return an error wrapping
+// ErrStoreUnavailable.
 type Limiter struct {
-	store Store
-	local LocalStore // store, when it is one
+	eng   engine
+	local localEngine // eng, when it is one
 	clock Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
@@ -156,6 +172,9 @@ type validLimit struct {
 	lim Limit
 	p   algo.Params
 }
+
+// errNoStore is the error of a Limiter made without New.
+var errNoStore = fmt.Errorf("%w: the Limiter has no store (make it with New)", ErrStoreUnavailable)
 
 // params is lim.params, remembered.
 func (l *Limiter) params(lim Limit) (algo.Params, error) {
@@ -171,19 +190,54 @@ func (l *Limiter) params(lim Limit) (algo.Params, error) {
 	return p, err
 }
 
+// check checks one request: the limit, the key and the cost.
+func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
+	p, err := l.params(lim)
+	if err == nil {
+		err = core.Check(key, p, cost)
+	}
+	return p, err
+}
+
 // Option configures a Limiter.
 type Option func(*Limiter)
 
-// WithClock sets the clock Wait sleeps by (default SystemClock).
+// WithClock sets the clock Wait reads deadlines and sleeps by. The default
+// is the clock of a store of this module that was given one (as by
+// memstore.WithClock), so that a test sets its fake clock once, on the
+// store; otherwise it is the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
-// New returns a Limiter over store.
+// Clock returns the clock l reads deadlines and sleeps by: the one given by
+// WithClock, else its store's (as set by memstore.WithClock), else the
+// system clock. The middleware packages take it as their default, so a test
+// sets one fake clock, on the store.
+func (l *Limiter) Clock() Clock {
+	if l.clock == nil {
+		return core.SystemClock{}
+	}
+	return l.clock
+}
+
+// New returns a Limiter over store. Over a nil store, its methods return an
+// error wrapping ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Limiter {
-	l := &Limiter{store: store, clock: SystemClock}
+	l := &Limiter{}
+	if e, ok := core.Unseal(store).(engine); ok {
+		l.eng = e
+	} else if store != nil {
+		l.eng = outside{store}
+	}
+	l.local, _ = l.eng.(localEngine)
 	for _, o := range opts {
 		o(l)
 	}
-	l.local, _ = store.(LocalStore)
+	if l.clock == nil && l.eng != nil {
+		l.clock = l.eng.Clock()
+	}
+	if l.clock == nil {
+		l.clock = core.SystemClock{}
+	}
 	return l
 }
 
@@ -193,7 +247,7 @@ func New(store Store, opts ...Option) *Limiter {
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = CheckParams(key, p, cost)
+		err = core.Check(key, p, cost)
 	}
 	if err != nil {
 		return Result{}, err
@@ -206,12 +260,15 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{
 			Allowed:    retry == 0,
 			Remaining:  remaining,
-			RetryAfter: micros(retry),
-			ResetAfter: micros(reset),
-			Delay:      micros(delay),
+			RetryAfter: core.Duration(retry),
+			ResetAfter: core.Duration(reset),
+			Delay:      core.Duration(delay),
 		}, nil
 	}
-	return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
+	return l.eng.Take(ctx, core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 }
 
 // Allow is Take with cost 1, reporting only whether the request passed.
@@ -233,12 +290,15 @@ var ErrDeadline = errors.New("sluice: would wait past the context's deadline")
 // while an admitted LeakyBucket request waits out its delay, the units stay
 // spent.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := Check(key, lim, cost)
+	p, err := l.check(key, lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
 	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
-		return l.store.Take(ctx, Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
+		return l.eng.Take(ctx, core.Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
 	})
 }
 
@@ -297,33 +357,23 @@ type Part struct {
 	Cost  int64
 }
 
-// ErrDuplicateKey is returned when a composite request names the same key
-// twice.
-var ErrDuplicateKey = errors.New("sluice: a composite names a key twice")
-
-// AppendRequests checks the parts of a composite request and appends their
-// requests (MaxDelay algo.Never) to dst, for stores that implement
-// LocalStore.TakeAllLocal. The error says which part is wrong, or that two
-// parts name one key (ErrDuplicateKey).
-func AppendRequests(dst []Request, parts []Part) ([]Request, error) {
-	if len(parts) == 0 {
-		return dst, fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
-	}
+// appendRequests checks the parts of a composite request and appends their
+// requests (MaxDelay algo.Never) to dst. The error says which part is wrong,
+// or that two parts name one key (ErrDuplicateKey).
+func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Request, error) {
 	n := len(dst)
 	for i := range parts {
 		pt := &parts[i]
-		p, err := Check(pt.Key, pt.Limit, pt.Cost)
+		p, err := l.check(pt.Key, pt.Limit, pt.Cost)
 		if err != nil {
-			return dst[:n], fmt.Errorf("part %d (%q): %w", i, pt.Key, err)
+			return dst[:n], core.PartError(i, pt.Key, err)
 		}
-		for j := range i {
-			if parts[j].Key == pt.Key {
-				return dst[:n], fmt.Errorf("%w: %q", ErrDuplicateKey, pt.Key)
-			}
-		}
-		dst = append(dst, Request{}) // set the fields: copying a Request costs more
+		dst = append(dst, core.Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
 		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, pt.Cost, algo.Never
+	}
+	if err := core.CheckComposite(dst[n:]); err != nil {
+		return dst[:n], err
 	}
 	return dst, nil
 }
@@ -338,21 +388,33 @@ func AppendRequests(dst []Request, parts []Part) ([]Request, error) {
 // a look at each), Delay is 0, and RetryAfter is the largest of the refusing
 // parts'.
 func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
-	if l.local != nil {
-		return l.local.TakeAllLocal(parts)
+	if l.local != nil && len(parts) <= len(core.Parts{}.R) {
+		var ps core.Parts
+		reqs, err := l.appendRequests(ps.R[:0], parts)
+		if err != nil {
+			return Result{}, err
+		}
+		ps.N = len(reqs)
+		return l.local.TakeAllLocal(ps)
 	}
-	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts)
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
+	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
-	return l.store.TakeAll(ctx, reqs)
+	return l.eng.TakeAll(ctx, reqs)
 }
 
 // WaitAll is Wait for a composite request: it blocks until every part grants
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
 func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
-	reqs, err := AppendRequests(make([]Request, 0, len(parts)), parts)
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
+	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -360,26 +422,26 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
 		for i := range reqs {
 			reqs[i].MaxDelay = maxDelay
 		}
-		return l.store.TakeAll(ctx, reqs)
+		return l.eng.TakeAll(ctx, reqs)
 	})
 }
 
 // Refund gives units back to key under lim, for work whose real cost turned
 // out lower than what was taken (an LLM call's tokens). It never creates
 // capacity beyond the burst. Only TokenBucket and GCRA can give units back;
-// the others return an error wrapping algo.ErrNoRefund.
+// the others return an error wrapping ErrNoRefund.
 func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
-	p, err := lim.params()
+	p, err := l.params(lim)
+	if err == nil {
+		err = core.CheckRefund(key, &p, units)
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	if key == "" {
-		return Result{}, ErrEmptyKey
+	if l.eng == nil {
+		return Result{}, errNoStore
 	}
-	if units < 0 {
-		return Result{}, fmt.Errorf("%w: refund of %d", ErrInvalidCost, units)
-	}
-	return l.store.Refund(ctx, Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never})
+	return l.eng.Refund(ctx, core.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never})
 }
 
 // Reset returns key to its fresh state.
@@ -387,5 +449,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
-	return l.store.Reset(ctx, key)
+	if l.eng == nil {
+		return errNoStore
+	}
+	return l.eng.Reset(ctx, key)
 }

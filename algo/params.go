@@ -11,7 +11,9 @@
 // give identical decisions.
 //
 // A store keeps the State somewhere (a map, a Redis key) and makes the step
-// atomic; it adds nothing to the decision.
+// atomic; it adds nothing to the decision. The package is public for whoever
+// writes a store of their own: sluice.Store says how to call it. Users of a
+// sluice.Limiter never need it.
 package algo
 
 import (
@@ -61,14 +63,15 @@ func (k Kind) String() string {
 // Valid reports whether k names an algorithm.
 func (k Kind) Valid() bool { return k >= TokenBucket && k <= AlignedWindow }
 
-// ParseKind returns the algorithm named s ("token-bucket", "gcra", ...).
+// ParseKind returns the algorithm named s ("token-bucket", "gcra", ...), or
+// an error wrapping ErrInvalid.
 func ParseKind(s string) (Kind, error) {
 	for _, k := range Kinds() {
 		if kindNames[k] == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of token-bucket, gcra, leaky-bucket, fixed-window, aligned-window, sliding-window, sliding-log)", s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of token-bucket, gcra, leaky-bucket, fixed-window, aligned-window, sliding-window, sliding-log)", ErrInvalid, s)
 }
 
 // Bounds that keep every intermediate of every step below 2^53, the range in
@@ -169,11 +172,15 @@ func (p Params) why() error {
 	return nil
 }
 
+// ErrInvalidTime is wrapped by every error CheckTime returns. It is the root
+// package's ErrInvalidTime.
+var ErrInvalidTime = errors.New("sluice: invalid time")
+
 // CheckTime reports whether now (µs since the epoch) is in the range a step
-// accepts.
+// accepts: an error wrapping ErrInvalidTime, or nil.
 func CheckTime(now int64) error {
 	if now < 0 || now > MaxTime {
-		return fmt.Errorf("time %dµs is outside [0, 2^52]", now)
+		return fmt.Errorf("%w: %dµs is outside [0, 2^52]", ErrInvalidTime, now)
 	}
 	return nil
 }

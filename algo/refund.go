@@ -6,7 +6,7 @@ import "errors"
 // back without risking admitting more than its limit: the windows would have
 // to know which window the units were spent in, and a leaky bucket has
 // already handed out the later turns.
-var ErrNoRefund = errors.New("only token-bucket and gcra can give units back")
+var ErrNoRefund = errors.New("sluice: only token-bucket and gcra can give units back")
 
 // Refund gives units back to the state s at time now, as if that many fewer
 // had been spent, but never beyond the bucket's capacity: a refund cannot

@@ -41,6 +41,9 @@ func NewClient(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Client,
 	if err != nil {
 		return nil, err
 	}
+	if cfg.clock == nil {
+		cfg.clock = lim.Clock()
+	}
 	c := &Client{cfg: cfg, lim: lim}
 	if c.policies, err = checkPolicies(policies, &c.cfg, Target()); err != nil {
 		return nil, err

@@ -119,7 +119,7 @@ func serve(t *testing.T, s *grpclimit.Server, es *echoServer, dialOpts ...grpc.D
 // every count is exact.
 func frozen() *sluice.Limiter {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	return sluice.New(memstore.New(memstore.WithClock(func() time.Time { return at })))
+	return sluice.New(memstore.New(memstore.WithClock(frozenClock(at))), sluice.WithClock(realClock{}))
 }
 
 func mustNew(t *testing.T, lim *sluice.Limiter, ps []grpclimit.Policy, opts ...grpclimit.Option) *grpclimit.Server {

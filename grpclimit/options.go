@@ -180,7 +180,7 @@ func WithErrorLog(f func(ctx context.Context, method string, err error)) Option 
 }
 
 // WithClock sets the clock a leaky-bucket call sleeps out its Delay on and
-// reads its deadline by (Server only; default sluice.SystemClock). A Client
+// reads its deadline by (Server only; default the Limiter's Clock). A Client
 // waits on the Limiter's clock (sluice.WithClock).
 func WithClock(clock sluice.Clock) Option {
 	return func(c *config) error {
@@ -224,7 +224,6 @@ func newConfig(prefix string, opts []Option) (config, error) {
 		headers:     true,
 		unavailable: time.Second,
 		prefix:      prefix,
-		clock:       sluice.SystemClock,
 		mode:        PerCall,
 	}
 	for _, o := range opts {

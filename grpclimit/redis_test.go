@@ -37,7 +37,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Standalone(t)
 			client := srv.NewClient(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialerRetries = 1 })
-			store, err := redisstore.NewGoRedis(client, redisstore.WithFailurePolicy(tc.policy), redisstore.WithTimeout(300*time.Millisecond))
+			store, err := redisstore.New(client, redisstore.WithFailurePolicy(tc.policy), redisstore.WithTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

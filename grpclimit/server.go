@@ -39,6 +39,9 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	if cfg.clock == nil {
+		cfg.clock = lim.Clock()
+	}
 	s := &Server{cfg: cfg, lim: lim}
 	pols, err := checkPolicies(policies, &s.cfg, PeerIP())
 	if err != nil {

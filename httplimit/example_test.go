@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,12 +14,19 @@ import (
 	"github.com/sluice-go/sluice/observe"
 )
 
+// frozenClock is a sluice.Clock that stands still.
+type frozenClock time.Time
+
+func (c frozenClock) Now() time.Time { return time.Time(c) }
+
+func (frozenClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
 // Two budgets on one API, decided as one: 3 requests a minute per client IP,
 // and 100 a minute per API key. The fourth request is refused with 429, a
 // Retry-After and the RateLimit headers of both policies.
 func ExampleNew() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a frozen clock keeps the output stable
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	// A frozen clock keeps the output stable.
+	lim := sluice.New(memstore.New(memstore.WithClock(frozenClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))))
 
 	m, err := httplimit.New(lim, []httplimit.Policy{
 		{Name: "per-ip", Limit: sluice.PerMinute(3)},
@@ -105,7 +113,7 @@ func ExampleNewTransport() {
 // which would have granted it, reports nothing for it.
 func ExampleWithObserver() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a frozen clock keeps the output stable
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	lim := sluice.New(memstore.New(memstore.WithClock(frozenClock(now))))
 	show := observe.Func(func(e observe.Event) {
 		fmt.Println(e.Source, e.Policy, e.Outcome, "store call", e.Latency > 0)
 	})

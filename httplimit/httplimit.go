@@ -144,6 +144,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -356,7 +357,7 @@ func WithErrorLog(f func(r *http.Request, err error)) Option {
 }
 
 // WithClock sets the clock an admitted leaky-bucket request sleeps out its
-// Delay on (default sluice.SystemClock); tests pass one that does not sleep.
+// Delay on (default the system clock); tests pass one that does not sleep.
 func WithClock(c sluice.Clock) Option {
 	return func(m *Middleware) error {
 		if c == nil {
@@ -445,7 +446,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		headers:     []HeaderStyle{HeadersDraft11},
 		unavailable: time.Second,
 		prefix:      "httplimit:",
-		clock:       sluice.SystemClock,
+		clock:       lim.Clock(),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -491,7 +492,7 @@ func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFun
 		return p, algo.Params{}, fmt.Errorf("httplimit: two policies named %q", p.Name)
 	}
 	seen[p.Name] = true
-	params, err := p.Limit.Params()
+	params, err := storeapi.Params(p.Limit)
 	if err != nil {
 		return p, params, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}

@@ -167,7 +167,7 @@ func TestObserverStoreFailure(t *testing.T) {
 	var urls []string
 	for _, fp := range []redisstore.FailurePolicy{redisstore.FailOpen, redisstore.FailClosed} {
 		client := srv.NewClient(t, func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
-		store, err := redisstore.NewGoRedis(client, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second))
+		store, err := redisstore.New(client, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func TestObserverLeakyWait(t *testing.T) {
 func TestTransportObserver(t *testing.T) {
 	c := newClock()
 	sc := stepClock{c}
-	lim := sluice.New(memstore.New(memstore.WithClock(c.Now)), sluice.WithClock(sc))
+	lim := sluice.New(memstore.New(memstore.WithClock(sc)))
 	up := &upstream{clock: c, start: c.Now(), script: []string{"200", "200", "429 2", "200", "503", "200"}}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
@@ -276,7 +276,7 @@ func TestTransportObserverStoreFailure(t *testing.T) {
 	clients := map[redisstore.FailurePolicy]*http.Client{}
 	for _, fp := range []redisstore.FailurePolicy{redisstore.FailOpen, redisstore.FailClosed} {
 		client := srv.NewClient(t, func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
-		store, err := redisstore.NewGoRedis(client, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second))
+		store, err := redisstore.New(client, redisstore.WithFailurePolicy(fp), redisstore.WithTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

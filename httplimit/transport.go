@@ -77,8 +77,8 @@ func WithMaxHold(d time.Duration) TransportOption {
 }
 
 // WithHoldClock sets the clock a held request waits by (default
-// sluice.SystemClock); give it the clock the Limiter waits by
-// (sluice.WithClock).
+// the system clock); give it the clock the Limiter waits by (its store's,
+// as memstore.WithClock set it, unless sluice.WithClock set another).
 func WithHoldClock(c sluice.Clock) TransportOption {
 	return func(t *Transport) error {
 		if c == nil {
@@ -135,7 +135,7 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 	if lim == nil {
 		return nil, errors.New("httplimit: NewTransport: nil Limiter")
 	}
-	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: sluice.SystemClock}
+	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: lim.Clock()}
 	for _, o := range opts {
 		if o == nil {
 			continue

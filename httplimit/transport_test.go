@@ -85,7 +85,7 @@ func status(t *testing.T, c *http.Client, url string) int {
 func TestTransportWaitsForItsPolicies(t *testing.T) {
 	c := newClock()
 	sc := stepClock{c}
-	lim := sluice.New(memstore.New(memstore.WithClock(c.Now)), sluice.WithClock(sc))
+	lim := sluice.New(memstore.New(memstore.WithClock(sc)))
 	up := &upstream{clock: c, start: c.Now()}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
@@ -106,7 +106,7 @@ func TestTransportWaitsForItsPolicies(t *testing.T) {
 func TestTransportHoldsTheHostForEveryCaller(t *testing.T) {
 	c := newClock()
 	sc := stepClock{c}
-	lim := sluice.New(memstore.New(memstore.WithClock(c.Now)), sluice.WithClock(sc))
+	lim := sluice.New(memstore.New(memstore.WithClock(sc)))
 	date := c.Now().Add(10 * time.Second).Format(http.TimeFormat)
 	up := &upstream{clock: c, start: c.Now(), script: []string{"429 3", "200", "503 " + date, "200", "429 99999", "200"}}
 	srv := httptest.NewServer(up)

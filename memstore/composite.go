@@ -6,37 +6,21 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // TakeAll makes one decision for a composite request at the store's clock
 // time: it passes only if every part grants, and a refusal changes no part.
+// It checks reqs as a sluice.Limiter does.
 func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	var d algo.Decision
-	err := s.takeAll(reqs, s.now(), &d)
-	return sluice.FromDecision(&d), err
-}
-
-// TakeAllLocal is TakeAll for the Limiter's hot path
-// (sluice.LocalStore): composites of up to 4 parts allocate nothing.
-func (s *Store) TakeAllLocal(parts []sluice.Part) (sluice.Result, error) {
-	var buf [4]sluice.Request
-	reqs, err := sluice.AppendRequests(buf[:0], parts)
+	rs, err := storeapi.Requests(reqs)
 	if err != nil {
 		return sluice.Result{}, err
 	}
 	var d algo.Decision
-	err = s.takeAll(reqs, s.now(), &d)
-	return sluice.FromDecision(&d), err
-}
-
-// TakeAllAt is TakeAll at time now (µs since the epoch). The entries of all
-// parts are locked together, in one order (by hash, then key), so the
-// decision is atomic; a part that spends nothing on a key without an entry
-// steps a fresh state and stores nothing.
-func (s *Store) TakeAllAt(reqs []sluice.Request, now int64) (algo.Decision, error) {
-	var acc algo.Decision
-	err := s.takeAll(reqs, now, &acc)
-	return acc, err
+	err = s.takeAll(rs, s.now(), &d)
+	return storeapi.Result(&d), err
 }
 
 // part is one part of a composite (parts[i] is reqs[i]'s): its key, shard,
@@ -59,11 +43,15 @@ func (a *part) before(b *part) bool {
 	return a.key < b.key
 }
 
-// takeAll is TakeAllAt writing the decision into *acc, which must be zero.
-// Composites of up to 4 parts allocate nothing.
-func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) error {
+// takeAll makes one decision for a composite of checked requests at time
+// now (µs since the epoch), writing it into *acc, which must be zero. The
+// entries of all parts are locked together, in one order (by hash, then
+// key), so the decision is atomic; a part that spends nothing on a key
+// without an entry steps a fresh state and stores nothing. Composites of up
+// to 4 parts allocate nothing.
+func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return invalidTime(err)
+		return err // wraps sluice.ErrInvalidTime
 	}
 	if len(reqs) == 0 {
 		return nil
@@ -138,7 +126,7 @@ func (s *Store) takeAll(reqs []sluice.Request, now int64, acc *algo.Decision) er
 // holds no entry lock while it takes a shard's lock, the order sweeps and
 // inserts take them in; an entry found dead after all are locked makes it
 // start again.
-func (s *Store) lockParts(parts []part, order []int, reqs []sluice.Request, now int64) {
+func (s *Store) lockParts(parts []part, order []int, reqs []core.Request, now int64) {
 	for {
 		// Entries first, without entry locks.
 		for _, i := range order {

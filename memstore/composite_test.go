@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -16,20 +18,22 @@ import (
 
 func TestCompositeOneUserBurst(t *testing.T) {
 	s := memstore.New()
-	storetest.OneUserBurst(t, s.TakeAllAt, "")
+	storetest.OneUserBurst(t, storeapi.MemAt(s).TakeAllAt, "")
 }
 
 func TestCompositeRandom(t *testing.T) {
 	s := memstore.New()
-	storetest.RandomComposites(t, s.TakeAllAt, "", 60, 200)
+	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, "", 60, 200)
 }
 
-func TestRefund(t *testing.T) {
-	storetest.Refund(t, sluice.New(memstore.New()), "")
-}
-
-func TestChangedLimits(t *testing.T) {
-	storetest.ChangedLimits(t, sluice.New(memstore.New()), "")
+// TestSuite runs the checks every store must pass.
+func TestSuite(t *testing.T) {
+	storetest.Run(t, func(_ *testing.T, c sluice.Clock) sluice.Store {
+		if c == nil {
+			return memstore.New()
+		}
+		return memstore.New(memstore.WithClock(c))
+	})
 }
 
 func TestTakeAllErrors(t *testing.T) {
@@ -54,7 +58,7 @@ func TestTakeAllErrors(t *testing.T) {
 // decide as TakeAt and TakeAllAt do, on random composites over a few keys.
 func TestLimiterPathsAgree(t *testing.T) {
 	now := int64(1_764_000_000_000_000)
-	lim := sluice.New(memstore.New(memstore.WithMicros(func() int64 { return now })))
+	lim := sluice.New(memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now }))))
 	ref := memstore.New()
 	ctx := context.Background()
 	limits := []sluice.Limit{
@@ -75,20 +79,24 @@ func TestLimiterPathsAgree(t *testing.T) {
 			parts[j] = sluice.Part{Key: fmt.Sprintf("k%d", perm[j]), Limit: limits[perm[j]%len(limits)], Cost: rng.Int64N(4)}
 		}
 		cost := parts[0].Cost
-		reqs, err := sluice.AppendRequests(nil, parts)
+		pub := make([]sluice.Request, len(parts))
+		for j, pt := range parts {
+			pub[j] = sluice.Request{Key: pt.Key, Limit: pt.Limit, Cost: pt.Cost, MaxDelay: math.MaxInt64}
+		}
+		reqs, err := storeapi.Requests(pub)
 		var got, want sluice.Result
 		var gotErr, wantErr error
 		if n == 1 && rng.IntN(2) == 0 {
 			got, gotErr = lim.Take(ctx, parts[0].Key, parts[0].Limit, cost)
-			if _, err = sluice.Check(parts[0].Key, parts[0].Limit, cost); err == nil {
-				d, e := ref.TakeAt(reqs[0], now)
-				want, wantErr = sluice.FromDecision(&d), e
+			if _, err = storeapi.Request(&pub[0]); err == nil {
+				d, e := storeapi.MemAt(ref).TakeAt(reqs[0], now)
+				want, wantErr = storeapi.Result(&d), e
 			}
 		} else {
 			got, gotErr = lim.TakeAll(ctx, parts)
 			if err == nil {
-				d, e := ref.TakeAllAt(reqs, now)
-				want, wantErr = sluice.FromDecision(&d), e
+				d, e := storeapi.MemAt(ref).TakeAllAt(reqs, now)
+				want, wantErr = storeapi.Result(&d), e
 			}
 		}
 		if err != nil {

@@ -12,9 +12,19 @@
 // state has become fresh. Memory therefore follows the keys active within
 // their reset time, not every key ever seen. Sweep drops them on demand too.
 //
+// Use it through a sluice.Limiter:
+//
+//	lim := sluice.New(memstore.New())
+//
+// A Limiter reaches the store by a path of its own, on requests it has
+// checked. The store's Take, TakeAll and Refund are the sluice.Store
+// interface, for code that holds a sluice.Store; they check every request
+// they are given.
+//
 // Its clock is the monotonic clock, anchored to the wall clock when the process
 // starts (read from the CPU's time-stamp counter where the kernel trusts it,
-// several times cheaper than time.Now); WithClock sets another.
+// several times cheaper than time.Now); WithClock sets another, which a
+// Limiter over the store then waits by too.
 //
 // Memory per key: 120 to 160 bytes plus the key's bytes for the single-state
 // algorithms (a 104-byte entry and the table's slots, a quarter to half full;
@@ -24,14 +34,14 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"runtime"
-	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // Store is an in-memory sluice.Store. The zero value is not usable; call New.
@@ -40,24 +50,31 @@ type Store struct {
 	mask   uint64
 	seed   maphash.Seed
 	now    func() int64
+	clock  sluice.Clock // nil: the system's
 }
 
-var (
-	_ sluice.Store      = (*Store)(nil)
-	_ sluice.LocalStore = (*Store)(nil)
-)
+var _ sluice.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store read time from now instead of time.Now: tests pass a
-// fake clock, replays the trace's time.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = func() int64 { return now().UnixMicro() } }
+// WithClock makes the store read time from c instead of the system's clock;
+// a sluice.Limiter over the store then reads deadlines and sleeps by c too
+// (unless it was given a clock of its own with sluice.WithClock). Tests pass
+// a fake clock.
+func WithClock(c sluice.Clock) Option {
+	return func(s *Store) {
+		if c == nil {
+			return
+		}
+		s.clock = c
+		if m, ok := c.(interface{ Micros() int64 }); ok {
+			s.now = m.Micros
+			return
+		}
+		s.now = func() int64 { return c.Now().UnixMicro() }
+	}
 }
-
-// WithMicros is WithClock for a clock that reads microseconds since the epoch.
-func WithMicros(now func() int64) Option { return func(s *Store) { s.now = now } }
 
 // WithShards sets the number of shards, rounded up to a power of two (default:
 // 64 per CPU, at least 256).
@@ -97,44 +114,23 @@ func (s *Store) locate(key string) (*shard, uint64) {
 	return &s.shards[(h>>40)&s.mask], h
 }
 
-// Take makes one decision for req at the store's clock time. req must have
-// passed sluice.CheckParams (the Limiter does that).
+// Take makes one decision for req at the store's clock time. It checks req
+// as a sluice.Limiter does.
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	var d algo.Decision
-	err := s.decide(req.Key, &req.Params, req.Cost, req.MaxDelay, s.now(), &d)
-	return sluice.FromDecision(&d), err
-}
-
-// TakeLocal is Take for the Limiter's hot path (sluice.LocalStore). On an
-// error every figure is 0 but retryAfter, which is algo.Never: read as
-// "allowed is retryAfter == 0", an error is never allowed.
-func (s *Store) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
-	var d algo.Decision
-	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
-		return 0, algo.Never, 0, 0, err
+	r, err := storeapi.Request(&req)
+	if err != nil {
+		return sluice.Result{}, err
 	}
-	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
-}
-
-// invalidTime wraps algo.CheckTime's error in sluice.ErrInvalidTime, off the
-// hot path.
-func invalidTime(err error) error {
-	return fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
-}
-
-// TakeAt makes one decision for req at time now (µs since the epoch). Replays
-// use it to decide at the trace's time.
-func (s *Store) TakeAt(req sluice.Request, now int64) (algo.Decision, error) {
 	var d algo.Decision
-	err := s.decide(req.Key, &req.Params, req.Cost, req.MaxDelay, now, &d)
-	return d, err
+	err = s.decide(r.Key, &r.Params, r.Cost, r.MaxDelay, s.now(), &d)
+	return storeapi.Result(&d), err
 }
 
 // decide is the hot path: one step under the key's entry lock, written into
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
-		return invalidTime(err)
+		return err // wraps sluice.ErrInvalidTime
 	}
 	sh, h := s.locate(key)
 	e := sh.find(h)
@@ -161,25 +157,35 @@ func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d 
 	return nil
 }
 
-// Refund gives req.Cost units back to req.Key (see algo.Refund).
+// Refund gives req.Cost units back to req.Key (see algo.Refund). It checks
+// req as a sluice.Limiter does.
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
+	r, err := storeapi.RefundRequest(&req)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.refund(&r)
+	return storeapi.Result(&d), err
+}
+
+// refund gives req.Cost units back to req.Key at the store's clock time.
+func (s *Store) refund(req *core.Request) (algo.Decision, error) {
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
-		return sluice.Result{}, invalidTime(err)
+		return algo.Decision{}, err
 	}
 	sh, h := s.locate(req.Key)
 	e := sh.lockEntry(h, req.Key, now, false)
 	if e == nil {
 		var fresh algo.State
-		d, err := algo.Refund(&req.Params, &fresh, now, req.Cost)
-		return sluice.FromDecision(&d), err
+		return algo.Refund(&req.Params, &fresh, now, req.Cost)
 	}
 	defer e.mu.Unlock()
 	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
 	if err == nil {
 		e.freshAt = d.FreshAt
 	}
-	return sluice.FromDecision(&d), err
+	return d, err
 }
 
 // Reset returns key to its fresh state.

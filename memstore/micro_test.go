@@ -6,6 +6,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -20,10 +22,10 @@ func BenchmarkStep(b *testing.B) {
 }
 
 func BenchmarkTakeAtFixed(b *testing.B) {
-	st := memstore.New()
+	st := storeapi.MemAt(memstore.New())
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
 	now := int64(1_764_000_000_000_000)
-	req := sluice.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
+	req := core.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
 	for b.Loop() {
 		now++
 		st.TakeAt(req, now)
@@ -32,7 +34,7 @@ func BenchmarkTakeAtFixed(b *testing.B) {
 
 func BenchmarkLimiterFixedClock(b *testing.B) {
 	now := int64(1_764_000_000_000_000)
-	lim := sluice.New(memstore.New(memstore.WithMicros(func() int64 { now++; return now })))
+	lim := sluice.New(memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { now++; return now }))))
 	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	ctx := context.Background()
 	for b.Loop() {

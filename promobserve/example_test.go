@@ -27,7 +27,7 @@ func ExampleNew() {
 		return
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a frozen clock keeps the output stable
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	lim := sluice.New(memstore.New(memstore.WithClock(frozenClock(now))))
 	m, err := httplimit.New(lim, []httplimit.Policy{
 		{Name: "per-ip", Limit: sluice.PerMinute(2)},
 	}, httplimit.WithObserver(o))

@@ -195,7 +195,7 @@ func TestScrapeMiddlewareMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	o := mustNew(t, reg)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // frozen: nothing refills
-	lim := sluice.New(memstore.New(memstore.WithClock(func() time.Time { return now })))
+	lim := sluice.New(memstore.New(memstore.WithClock(frozenClock(now))))
 	m, err := httplimit.New(lim, []httplimit.Policy{
 		{Name: "per-ip", Limit: sluice.PerMinute(4)},
 		{Name: "shadow", Limit: sluice.PerMinute(2), Key: httplimit.Static("all"), Shadow: true},

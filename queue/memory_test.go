@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	for trace := range 300 {
 		l := randomLimit(rng)
-		p, err := l.Params()
+		p, err := storeapi.Params(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestRandomInvariants(t *testing.T) {
 	redelivered := 0
 	for range 200 {
 		l := randomLimit(rng)
-		p, _ := l.Params()
+		p, _ := storeapi.Params(l)
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond
 		clk := newFakeClock()
@@ -347,6 +348,7 @@ func TestInvalid(t *testing.T) {
 		{l: leaky(1, time.Second, 1), opts: []Option{WithVisibilityTimeout(0)}},
 		{l: leaky(1, time.Second, 1), opts: []Option{WithPollInterval(-1)}},
 		{l: leaky(1, time.Second, 1), opts: []Option{WithClaimAhead(-1)}},
+		{l: leaky(1, time.Second, 1), opts: []Option{WithTimeout(0)}},
 	} {
 		if _, err := NewMemory(c.l, c.opts...); err == nil || c.is != nil && !errors.Is(err, c.is) {
 			t.Errorf("NewMemory(%v): %v, want %v", c.l, err, c.is)

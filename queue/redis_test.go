@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -52,7 +53,7 @@ func TestCluster(t *testing.T) {
 		rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 5), 6))
 		for range 3 {
 			l := randomLimit(rng)
-			p, _ := l.Params()
+			p, _ := storeapi.Params(l)
 			clk := newFakeClock()
 			q := mk(t, l, WithClock(clk.Now), WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*ceilDiv(p.Period, p.Rate)))*time.Microsecond))
 			checkInvariants(t, q, clk, p, rng, 200)
@@ -81,7 +82,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 7), 8))
 	for trace := range 20 {
 		l := randomLimit(rng)
-		p, _ := l.Params()
+		p, _ := storeapi.Params(l)
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond)
 		clk := newFakeClock()
@@ -197,5 +198,57 @@ func TestRedisServerTime(t *testing.T) {
 	q2, _ := NewRedis(down, "server-time", leaky(1000, time.Second, 10))
 	if _, err := q2.Push(ctx, nil); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("push to a stopped server: %v", err)
+	}
+}
+
+// TestRedisPrefixAndClose: the keys carry the prefix given, and a closed
+// queue sends nothing.
+func TestRedisPrefixAndClose(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	name := queueName(t)
+	q, err := NewRedis(c, name, leaky(10, time.Second, 9), WithPrefix("myapp:q:"), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := q.Keys()[0]; k != "myapp:q:{"+name+"}:due" {
+		t.Errorf("due key %q, want the prefix first", k)
+	}
+	if r, err := q.Push(ctx, []byte("x")); err != nil || !r.Accepted {
+		t.Fatal(r, err)
+	}
+	if n, err := c.Exists(ctx, q.Keys()[0]).Result(); err != nil || n != 1 {
+		t.Errorf("the prefixed due key: %d, %v", n, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Push(ctx, []byte("y")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Push after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRedisForeignState: a state key holding what the queue did not write
+// is an error of its own, not an outage, and is left as it is.
+func TestRedisForeignState(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	q, err := NewRedis(c, queueName(t), leaky(10, time.Second, 9), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	state := q.Keys()[4]
+	if err := c.Set(ctx, state, "not a schedule", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Push(ctx, []byte("x"))
+	if err == nil || errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "foreign data") {
+		t.Errorf("Push over a foreign state: %v, want a foreign-data error", err)
+	}
+	if v, err := c.Get(ctx, state).Result(); err != nil || v != "not a schedule" {
+		t.Errorf("the foreign state is now %q, %v", v, err)
 	}
 }

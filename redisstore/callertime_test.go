@@ -9,7 +9,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -28,18 +30,18 @@ func TestInvalidCallerTime(t *testing.T) {
 				redisstore.WithPrefix(fmt.Sprintf("callertime:%d:", time.Now().UnixNano())),
 				redisstore.WithFailurePolicy(policy),
 				redisstore.WithCallerTime(func() time.Time { return time.UnixMicro(now) }))
-			req := sluice.Request{Key: "k", Params: tb, Cost: 1, MaxDelay: algo.Never}
+			req := core.Request{Key: "k", Params: tb, Cost: 1, MaxDelay: algo.Never}
 			check := func(op string, r sluice.Result, err error) {
 				t.Helper()
 				if !errors.Is(err, sluice.ErrInvalidTime) || r != (sluice.Result{}) {
 					t.Errorf("%s %s: %+v, %v; want the zero Result and ErrInvalidTime", name, op, r, err)
 				}
 			}
-			r, err := st.Take(ctx, req)
+			r, err := st.Take(ctx, storeapi.Public(&req))
 			check("Take", r, err)
-			r, err = st.TakeAll(ctx, []sluice.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}})
+			r, err = st.TakeAll(ctx, storeapi.Publics([]core.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}}))
 			check("TakeAll", r, err)
-			r, err = st.Refund(ctx, req)
+			r, err = st.Refund(ctx, storeapi.Public(&req))
 			check("Refund", r, err)
 			r, err = sluice.New(st).Take(ctx, "k", sluice.PerSecond(5), 1)
 			check("Limiter.Take", r, err)

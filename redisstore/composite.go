@@ -8,13 +8,15 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // TakeAll makes one decision for a composite request (see sluice.Store).
 //
-// When the client puts every key in one group (see Router: always on a
-// single node; on a cluster, keys that share a {hash tag}; on a Ring, keys
-// its hash puts on one shard) it is one atomic script: every part is stepped
+// When every key is in one group (always on a single node; on a cluster,
+// keys that share a {hash tag}; on a Ring, keys its hash puts on one shard) it is one atomic script: every part is stepped
 // and all are written only if all grant. Where the keys are apart no script
 // can see them all, so the parts are taken one at a time and when one
 // refuses the parts already taken are given back (Refund). That never
@@ -31,6 +33,15 @@ import (
 // window taken before a global token bucket wastes its windows on the
 // global's refusals (see the README's composite figures).
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
+	rs, err := storeapi.Requests(reqs)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	return s.takeAllNow(ctx, rs)
+}
+
+// takeAllNow is TakeAll on requests in core's form.
+func (s *Store) takeAllNow(ctx context.Context, reqs []core.Request) (sluice.Result, error) {
 	if err := checkRequests(reqs); err != nil {
 		return sluice.Result{}, err
 	}
@@ -39,14 +50,14 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Resu
 		return sluice.Result{}, err
 	}
 	d, err := s.takeAll(ctx, reqs, now)
-	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, reqs) })
+	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, storeapi.Publics(reqs)) })
 }
 
 // TakeAllAt is TakeAll at time now (µs since the epoch), with no failure
 // policy.
-func (s *Store) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, fmt.Errorf("%w: %v", sluice.ErrInvalidTime, err)
+		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
 	}
 	if err := checkRequests(reqs); err != nil {
 		return algo.Decision{}, err
@@ -54,21 +65,20 @@ func (s *Store) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64)
 	return s.takeAll(ctx, reqs, now)
 }
 
-func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
 	if !s.together(reqs) {
 		return s.takeInTurn(ctx, reqs, now)
 	}
-	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 4+6*len(reqs))}
-	c.Args = append(c.Args, s.margin, int64(1), now, int64(len(reqs)))
-	for i, r := range reqs {
-		c.Keys[i] = s.prefix + r.Key
-		c.Args = append(c.Args, int64(r.Params.Kind), r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost, maxDelayArg(r.MaxDelay))
+	c := scripts.CompositeCall(len(reqs), now, s.margin)
+	for i := range reqs {
+		r := &reqs[i]
+		redisrun.AddPart(c, s.prefix+r.Key, redisrun.LimitOf(&r.Params, r.MaxDelay), r.Cost)
 	}
-	if err := s.run(ctx, &c); err != nil {
+	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
 	if len(c.Reply) != 5*len(reqs) {
-		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", errBadReply, c.Reply)
+		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	var acc algo.Decision
 	for i := range reqs {
@@ -93,9 +103,9 @@ func (s *Store) takeAll(ctx context.Context, reqs []sluice.Request, now int64) (
 
 // takeInTurn takes the parts one at a time and gives back the ones taken when
 // a later one refuses.
-func (s *Store) takeInTurn(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
 	reqs = slices.Clone(reqs)
-	slices.SortStableFunc(reqs, func(a, b sluice.Request) int {
+	slices.SortStableFunc(reqs, func(a, b core.Request) int {
 		return cmp.Compare(refundRank(a.Params.Kind), refundRank(b.Params.Kind))
 	})
 	var acc algo.Decision
@@ -143,8 +153,8 @@ func refundRank(k algo.Kind) int {
 }
 
 // together reports whether one script may name every request's key: one
-// key, or keys the client puts in one group (see Router).
-func (s *Store) together(reqs []sluice.Request) bool {
+// key, or keys the client puts in one group (see redisrun.Router).
+func (s *Store) together(reqs []core.Request) bool {
 	if len(reqs) == 1 {
 		return true
 	}

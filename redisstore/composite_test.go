@@ -10,6 +10,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/redisstore"
@@ -25,7 +27,7 @@ func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
-	return func(reqs []sluice.Request, now int64) (algo.Decision, error) {
+	return func(reqs []core.Request, now int64) (algo.Decision, error) {
 		return s.TakeAllAt(context.Background(), reqs, now)
 	}, prefix
 }
@@ -45,7 +47,7 @@ func TestCompositeCluster(t *testing.T) {
 	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
 	take, storePrefix := takeAllAtPrefix(t, c)
 	prefix := ""
-	for i := 0; redisstore.Slot(storePrefix+prefix+"user:1") == redisstore.Slot(storePrefix+prefix+"global"); i++ {
+	for i := 0; redisrun.Slot(storePrefix+prefix+"user:1") == redisrun.Slot(storePrefix+prefix+"global"); i++ {
 		prefix = fmt.Sprintf("p%d:", i) // keep the two keys in different slots
 	}
 	storetest.OneUserBurst(t, take, prefix)

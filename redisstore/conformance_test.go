@@ -11,10 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -84,8 +85,8 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 			m := model.New(p.Kind, p.Rate, p.Period, p.Burst)
 			prefix := fmt.Sprintf("l%d:t%d:", li, ti)
 			for i, q := range randomTrace(r, p, n) {
-				req := sluice.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
-				want, _ := ms.TakeAt(req, q.now)
+				req := core.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
+				want, _ := storeapi.MemAt(ms).TakeAt(req, q.now)
 				want.FreshAt = 0
 				got, err := rs.TakeAt(ctx, req, q.now)
 				if err != nil {
@@ -137,8 +138,8 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 		prefix := fmt.Sprintf("t%d:", ti)
 		trace := storetest.ChangedTrace(r, n)
 		for i, q := range trace {
-			req := sluice.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
-			want, _ := ms.TakeAt(req, q.Now)
+			req := core.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
+			want, _ := storeapi.MemAt(ms).TakeAt(req, q.Now)
 			want.FreshAt = 0
 			got, err := rs.TakeAt(ctx, req, q.Now)
 			if err != nil {

@@ -19,7 +19,10 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -31,7 +34,7 @@ import (
 func TestPoisonedKeyInBatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
-	cc := &countingClient{Client: redisstore.GoRedis(srv.Client())}
+	cc := &countingClient{Client: redisrun.GoRedis(srv.Client())}
 	st := newStore(t, cc, redisstore.WithPrefix("poison:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
 	if err := srv.Client().HSet(ctx, st.Key("k0"), "owner", "another program").Err(); err != nil {
@@ -48,7 +51,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for range perG {
-				r, err := st.Take(ctx, sluice.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never})
+				r, err := st.Take(ctx, pub(core.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if err != nil {
 					errs[g].Add(1)
 					if g != 0 || !errors.Is(err, redisstore.ErrForeignKey) || !strings.Contains(err.Error(), "poison:k0") {
@@ -106,10 +109,10 @@ func TestPoisonedComposite(t *testing.T) {
 				if g > 0 {
 					second = fmt.Sprintf("other%d", g)
 				}
-				r, err := st.TakeAll(ctx, []sluice.Request{
+				r, err := st.TakeAll(ctx, storeapi.Publics([]core.Request{
 					{Key: fmt.Sprintf("user%d", g), Params: p, Cost: 1, MaxDelay: algo.Never},
 					{Key: second, Params: p, Cost: 1, MaxDelay: algo.Never},
-				})
+				}))
 				switch {
 				case g == 0 && errors.Is(err, redisstore.ErrForeignKey):
 					badErrs.Add(1)
@@ -156,15 +159,15 @@ func TestCancelledContextIsNotAnOutage(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			for i := range 10 {
-				r, err := st.Take(ctx, sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+				r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if !errors.Is(err, context.Canceled) || r.Allowed || r.Degraded {
 					t.Fatalf("call %d: %+v, %v; want context.Canceled, not allowed", i, r, err)
 				}
-				if _, err := st.TakeAll(ctx, []sluice.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}}); !errors.Is(err, context.Canceled) {
+				if _, err := st.TakeAll(ctx, storeapi.Publics([]core.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, context.Canceled) {
 					t.Fatalf("TakeAll %d: %v, want context.Canceled", i, err)
 				}
 			}
-			r, err := st.Take(context.Background(), sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			if err != nil || !r.Allowed || r.Degraded {
 				t.Fatalf("after the cancelled calls: %+v, %v; want the unit still there", r, err)
 			}
@@ -187,20 +190,20 @@ func TestBadOptions(t *testing.T) {
 		"nil option":             {nil},
 		"two bad, both reported": {redisstore.WithTimeout(0), redisstore.WithTTLMargin(-time.Second)},
 	} {
-		st, err := redisstore.NewGoRedis(c, opts...)
+		st, err := redisstore.New(c, opts...)
 		if st != nil || !errors.Is(err, redisstore.ErrInvalidOption) {
 			t.Errorf("%s: %v, %v; want ErrInvalidOption", name, st, err)
 			continue
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	if _, err := redisstore.New(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
+	if _, err := redisstore.NewOver(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
 		t.Errorf("New(nil): %v", err)
 	}
-	if _, err := redisstore.NewGoRedis(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
+	if _, err := redisstore.New(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
 		t.Errorf("NewGoRedis(nil): %v", err)
 	}
-	st, err := redisstore.NewGoRedis(c, redisstore.WithTimeout(time.Millisecond), redisstore.WithTTLMargin(0), redisstore.WithBatching(0))
+	st, err := redisstore.New(c, redisstore.WithTimeout(time.Millisecond), redisstore.WithTTLMargin(0), redisstore.WithBatching(0))
 	if err != nil {
 		t.Fatalf("good options refused: %v", err)
 	}
@@ -259,17 +262,17 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st := newGoRedis(t, c, opts...)
 		for i := range 5 {
-			r, err := st.Take(context.Background(), sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithCallerTime") || r.Allowed {
 				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithCallerTime, not allowed", batched, i, r, err)
 			}
 			if i == 0 {
 				t.Logf("batched=%v: %v", batched, err)
 			}
-			_, err = st.TakeAll(context.Background(), []sluice.Request{
+			_, err = st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
 				{Key: "a", Params: p, Cost: 1, MaxDelay: algo.Never},
 				{Key: "b", Params: p, Cost: 1, MaxDelay: algo.Never},
-			})
+			}))
 			if !errors.Is(err, redisstore.ErrNoPermission) {
 				t.Fatalf("TakeAll: %v, want ErrNoPermission", err)
 			}
@@ -279,7 +282,7 @@ func TestACLWithoutTime(t *testing.T) {
 	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithCallerTime(time.Now))
 	defer st.Close()
 	for i := range 4 {
-		r, err := st.Take(context.Background(), sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if err != nil || r.Allowed != (i < 3) {
 			t.Fatalf("WithCallerTime call %d: %+v, %v", i, r, err)
 		}
@@ -312,7 +315,7 @@ func TestOutOfMemory(t *testing.T) {
 		for g := range 16 {
 			wg.Go(func() {
 				for range 5 {
-					r, err := st.Take(ctx, sluice.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never})
+					r, err := st.Take(ctx, pub(core.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never}))
 					switch {
 					case errors.Is(err, redisstore.ErrOutOfMemory):
 						oom.Add(1)
@@ -370,7 +373,7 @@ func TestCheckConfig(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	un := newStore(t, unrouted{redisstore.GoRedis(admin)})
+	un := newStore(t, unrouted{redisrun.GoRedis(admin)})
 	defer un.Close()
 	if err := un.CheckConfig(ctx); !errors.Is(err, redisstore.ErrConfigUnreadable) {
 		t.Errorf("a client that cannot send CONFIG: %v, want ErrConfigUnreadable", err)
@@ -410,11 +413,11 @@ func TestClosedStore(t *testing.T) {
 		st := newGoRedis(t, c, opts...)
 		st.Close()
 		start := time.Now()
-		r, err := st.Take(context.Background(), sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if !errors.Is(err, redisstore.ErrClosed) || r.Allowed {
 			t.Errorf("batched=%v: %+v, %v; want ErrClosed", batched, r, err)
 		}
-		if _, err := st.TakeAll(context.Background(), []sluice.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}}); !errors.Is(err, redisstore.ErrClosed) {
+		if _, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, redisstore.ErrClosed) {
 			t.Errorf("TakeAll: %v", err)
 		}
 		if err := st.Reset(context.Background(), "k"); !errors.Is(err, redisstore.ErrClosed) {
@@ -429,7 +432,7 @@ func TestClosedStore(t *testing.T) {
 	// server ends by its timeout.
 	st := newGoRedis(t, c, redisstore.WithTimeout(3*time.Second), redisstore.WithBatching(1))
 	take := func() error {
-		_, err := st.Take(context.Background(), sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+		_, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		return err
 	}
 	first := make(chan error, 1)
@@ -467,7 +470,7 @@ func TestUncheckedRequests(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UnixMicro()
 	good := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	for name, req := range map[string]sluice.Request{
+	for name, req := range map[string]core.Request{
 		"zero params":       {Key: "k", Cost: 1},
 		"negative cost":     {Key: "k", Params: good, Cost: -1},
 		"cost > capacity":   {Key: "k", Params: good, Cost: 4},
@@ -479,21 +482,21 @@ func TestUncheckedRequests(t *testing.T) {
 		if _, err := st.TakeAt(ctx, req, now); err == nil {
 			t.Errorf("TakeAt %s: no error", name)
 		}
-		if _, err := st.Take(ctx, req); err == nil {
+		if _, err := st.Take(ctx, storeapi.Public(&req)); err == nil {
 			t.Errorf("Take %s: no error", name)
 		}
-		if _, err := st.TakeAllAt(ctx, []sluice.Request{req}, now); err == nil {
+		if _, err := st.TakeAllAt(ctx, []core.Request{req}, now); err == nil {
 			t.Errorf("TakeAllAt %s: no error", name)
 		}
 	}
 	if _, err := st.TakeAllAt(ctx, nil, now); err == nil {
 		t.Error("TakeAllAt of no parts: no error")
 	}
-	dup := sluice.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never}
-	if _, err := st.TakeAllAt(ctx, []sluice.Request{dup, dup}, now); !errors.Is(err, sluice.ErrDuplicateKey) {
+	dup := core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never}
+	if _, err := st.TakeAllAt(ctx, []core.Request{dup, dup}, now); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate parts: %v", err)
 	}
-	if _, err := st.Refund(ctx, sluice.Request{Key: "k", Cost: 1}); err == nil {
+	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Cost: 1})); err == nil {
 		t.Error("Refund with zero params: no error")
 	}
 	if err := st.Reset(ctx, ""); err == nil {
@@ -512,7 +515,7 @@ func TestRefundForeignKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	if _, err := st.Refund(ctx, sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}); !errors.Is(err, redisstore.ErrForeignKey) {
+	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})); !errors.Is(err, redisstore.ErrForeignKey) {
 		t.Errorf("Refund: %v, want ErrForeignKey", err)
 	}
 	if typ, _ := srv.Client().Type(ctx, st.Key("k")).Result(); typ != "set" {
@@ -537,7 +540,7 @@ func TestReadOnlyReplicaIsAnOutage(t *testing.T) {
 				opts = append(opts, redisstore.WithoutBatching())
 			}
 			st := newGoRedis(t, replica.Client(), opts...)
-			r, err := st.Take(ctx, sluice.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
+			r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			switch policy {
 			case redisstore.FailClosed:
 				if !errors.Is(err, sluice.ErrStoreUnavailable) {

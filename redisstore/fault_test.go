@@ -23,7 +23,10 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -52,19 +55,19 @@ func burstOnly(n int64) []algo.Params {
 // those that carried more than one call (a pipeline), and the calls that
 // carried several decisions (the batcher's multi-decision scripts).
 type countingClient struct {
-	redisstore.Client
+	redisrun.Client
 	runs, multi, merged atomic.Int64
 }
 
-// Group passes on the real client's routing (see redisstore.Router).
+// Group passes on the real client's routing (see redisrun.Router).
 func (c *countingClient) Group(key string) (uint64, bool) {
-	if r, ok := c.Client.(redisstore.Router); ok {
+	if r, ok := c.Client.(redisrun.Router); ok {
 		return r.Group(key)
 	}
 	return 0, false
 }
 
-func (c *countingClient) Run(ctx context.Context, calls []*redisstore.Call) {
+func (c *countingClient) Run(ctx context.Context, calls []*redisrun.Call) {
 	c.runs.Add(1)
 	if len(calls) > 1 {
 		c.multi.Add(1)
@@ -122,7 +125,7 @@ func flushUnderLoad(t *testing.T, st *redisstore.Store, flush func(ctx context.C
 		}
 	}
 	take := func(i int, cost int64) (sluice.Result, error) {
-		return st.Take(ctx, sluice.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never})
+		return st.Take(ctx, pub(core.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never}))
 	}
 
 	stop := make(chan struct{})
@@ -200,7 +203,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Standalone(t)
 			c := srv.Client()
-			cc := &countingClient{Client: redisstore.GoRedis(c)}
+			cc := &countingClient{Client: redisrun.GoRedis(c)}
 			opts := []redisstore.Option{redisstore.WithPrefix("flush:")}
 			if !batched {
 				opts = append(opts, redisstore.WithoutBatching())
@@ -311,7 +314,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
 	take := func(st *redisstore.Store, key string) (sluice.Result, error) {
-		return st.Take(ctx, sluice.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
+		return st.Take(ctx, pub(core.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
 	}
 
 	// Background load: two workers per store, each on its own keys.
@@ -390,7 +393,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		// Poll with queries, which spend nothing even when a reply comes
 		// too late.
 		for {
-			res, err := st.Take(ctx, sluice.Request{Key: "recover", Params: lim, MaxDelay: algo.Never})
+			res, err := st.Take(ctx, pub(core.Request{Key: "recover", Params: lim, MaxDelay: algo.Never}))
 			if fromRedis(res, err) {
 				break
 			}
@@ -550,7 +553,7 @@ func TestHungServer(t *testing.T) {
 					var slowest atomic.Int64
 					check := func(key string) {
 						start := time.Now()
-						res, err := st.Take(ctx, sluice.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
+						res, err := st.Take(ctx, pub(core.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
 						d := time.Since(start)
 						for {
 							old := slowest.Load()
@@ -617,7 +620,7 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 1000}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, sluice.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never})
+		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
 	}
 	if _, err := take(1); err != nil { // scripts loaded, connections open
 		t.Fatal(err)
@@ -679,13 +682,13 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	ctx := context.Background()
 	for i, step := range []int64{0, 0, 0, 1_000_000, 0, 250_000, 2_000_000, 0} {
 		now.Add(step)
-		req := sluice.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}
-		got, err := st.Take(ctx, req)
+		req := core.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}
+		got, err := st.Take(ctx, storeapi.Public(&req))
 		if err != nil || !got.Degraded {
 			t.Fatalf("call %d: %+v, %v; want a degraded local decision", i, got, err)
 		}
-		d, _ := ref.TakeAt(req, now.Load())
-		want := sluice.FromDecision(&d)
+		d, _ := storeapi.MemAt(ref).TakeAt(req, now.Load())
+		want := storeapi.Result(&d)
 		want.Degraded = true
 		if got != want {
 			t.Errorf("call %d at caller time +%dµs: local fallback decided %+v, want %+v (the decision at the caller's time)",
@@ -725,7 +728,7 @@ func queuedCall(t *testing.T, batched bool) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, sluice.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never})
+		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
 	}
 
 	blocked := make(chan error, 1)

@@ -1,7 +1,7 @@
 package redisstore_test
 
 // Routing tests: the store names several keys in one script only where the
-// client puts them together (redisstore.Router), on a real go-redis Ring of
+// client puts them together (redisrun.Router), on a real go-redis Ring of
 // two redis-servers and a real three-master cluster, through every
 // constructor.
 
@@ -16,9 +16,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -40,9 +42,9 @@ func newRing(t *testing.T) (*redis.Ring, []*redis.Client) {
 var patient = redisstore.WithTimeout(30 * time.Second)
 
 // unrouted is a Client that says nothing about where keys live.
-type unrouted struct{ c redisstore.Client }
+type unrouted struct{ c redisrun.Client }
 
-func (u unrouted) Run(ctx context.Context, calls []*redisstore.Call) { u.c.Run(ctx, calls) }
+func (u unrouted) Run(ctx context.Context, calls []*redisrun.Call) { u.c.Run(ctx, calls) }
 
 // routeHammer runs goroutines each making perG decisions of one unit, key
 // (g + i) mod keys, under a limit of burst units per hour (nothing refills
@@ -58,7 +60,7 @@ func routeHammer(t *testing.T, st *redisstore.Store, goroutines, perG, keys int,
 		wg.Go(func() {
 			for i := range perG {
 				k := (g + i) % keys
-				r, err := st.Take(context.Background(), sluice.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never})
+				r, err := st.Take(context.Background(), pub(core.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if err != nil {
 					if errs.Add(1) == 1 {
 						first.Store(err.Error())
@@ -132,11 +134,11 @@ func TestRingSingles(t *testing.T) {
 	ring, shards := newRing(t)
 	for name, mk := range map[string]func() *redisstore.Store{
 		"New(GoRedis(ring))": func() *redisstore.Store {
-			return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
+			return newStore(t, redisrun.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
 		},
 		"NewGoRedis(ring)": func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:"), patient) },
 		"unrouted": func() *redisstore.Store {
-			return newStore(t, unrouted{redisstore.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
+			return newStore(t, unrouted{redisrun.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -164,10 +166,10 @@ func compositeSerial(t *testing.T, st *redisstore.Store, users, n int, global in
 	all := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: global}
 	var admitted int64
 	for i := range n {
-		r, err := st.TakeAll(context.Background(), []sluice.Request{
+		r, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
 			{Key: fmt.Sprintf("user:%d", i%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 			{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
-		})
+		}))
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -189,10 +191,10 @@ func compositeHammer(t *testing.T, st *redisstore.Store, users, perG int, global
 	for g := range 32 {
 		wg.Go(func() {
 			for i := range perG {
-				r, err := st.TakeAll(context.Background(), []sluice.Request{
+				r, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
 					{Key: fmt.Sprintf("user:%d", (g+i)%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 					{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
-				})
+				}))
 				switch {
 				case err != nil:
 					if errs.Add(1) == 1 {
@@ -217,9 +219,9 @@ func compositeHammer(t *testing.T, st *redisstore.Store, users, perG int, global
 func TestRingComposite(t *testing.T) {
 	ring, _ := newRing(t)
 	const users, global = 10, 30
-	for name, c := range map[string]redisstore.Client{
-		"GoRedis":  redisstore.GoRedis(ring),
-		"unrouted": unrouted{redisstore.GoRedis(ring)},
+	for name, c := range map[string]redisrun.Client{
+		"GoRedis":  redisrun.GoRedis(ring),
+		"unrouted": unrouted{redisrun.GoRedis(ring)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := newStore(t, c, redisstore.WithPrefix(name+":serial:"), patient)
@@ -253,13 +255,13 @@ func TestClusterRouting(t *testing.T) {
 	}
 	for name, mk := range map[string]func(opts ...redisstore.Option) *redisstore.Store{
 		"New(GoRedis(cluster))": func(opts ...redisstore.Option) *redisstore.Store {
-			return newStore(t, redisstore.GoRedis(cl.Client()), opts...)
+			return newStore(t, redisrun.GoRedis(cl.Client()), opts...)
 		},
 		"NewGoRedis(cluster)": func(opts ...redisstore.Option) *redisstore.Store {
 			return newGoRedis(t, cl.Client(), opts...)
 		},
 		"New(BySlot(GoRedis(cluster)))": func(opts ...redisstore.Option) *redisstore.Store {
-			return newStore(t, redisstore.BySlot(unrouted{redisstore.GoRedis(cl.Client())}), opts...)
+			return newStore(t, redisrun.BySlot(unrouted{redisrun.GoRedis(cl.Client())}), opts...)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

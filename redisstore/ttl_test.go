@@ -16,7 +16,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -144,7 +146,7 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 					cost = min(cost, 1)
 				}
 				start := time.Now()
-				res, err := st.Take(ctx, sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+				res, err := st.Take(ctx, pub(core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
 				stop := time.Now()
 				if err != nil {
 					t.Errorf("%s: %v", key, err)
@@ -243,9 +245,9 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 		t.Run(p.Kind.String(), func(t *testing.T) {
 			t.Parallel()
 			key := p.Kind.String()
-			req := sluice.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
+			req := core.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
 			start := time.Now()
-			res, err := st.Take(ctx, req)
+			res, err := st.Take(ctx, storeapi.Public(&req))
 			stop := time.Now()
 			if err != nil || !res.Allowed {
 				t.Fatalf("%+v, %v", res, err)
@@ -277,7 +279,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			// What follows is a fresh key's decision.
-			got, err := st.Take(ctx, req)
+			got, err := st.Take(ctx, storeapi.Public(&req))
 			if err != nil || !got.Allowed || got.Remaining != res.Remaining {
 				t.Errorf("after expiry: %+v, %v; want a fresh key's %+v", got, err, res)
 			}
@@ -325,7 +327,7 @@ func TestTTLRepair(t *testing.T) {
 				take := func(cost int64) (sluice.Result, time.Time, time.Time) {
 					t.Helper()
 					start := time.Now()
-					res, err := st.Take(ctx, sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+					res, err := st.Take(ctx, pub(core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -398,7 +400,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 			if now < stored {
 				back++
 			}
-			req := sluice.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
+			req := core.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
 			got, err := st.TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
@@ -409,7 +411,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 				t.Fatal(err)
 			}
 			req.Key = x
-			mem, _ := ms.TakeAt(req, now)
+			mem, _ := storeapi.MemAt(ms).TakeAt(req, now)
 			mem.FreshAt = 0
 			if got != want || got != mem {
 				t.Fatalf("%+v step %d, cost %d at %d (stored time %d):\n at the earlier time %+v\n at the stored time %+v\n memstore %+v",
@@ -433,7 +435,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
 	take := func(cost int64) sluice.Result {
 		t.Helper()
-		res, err := cs.Take(ctx, sluice.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never})
+		res, err := cs.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,12 +492,12 @@ func TestClockBackwardsConformance(t *testing.T) {
 				now += r.Int64N(p.Period + 1)
 			}
 			key := fmt.Sprintf("l%d:k%d", li, r.IntN(2))
-			req := sluice.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
+			req := core.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
 			got, err := st.TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := ms.TakeAt(req, now)
+			want, _ := storeapi.MemAt(ms).TakeAt(req, now)
 			want.FreshAt = 0
 			if got != want {
 				t.Fatalf("%+v request %d (cost %d at %d):\n redis  %+v\n memory %+v", p, i, req.Cost, now-base, got, want)

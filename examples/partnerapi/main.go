@@ -51,12 +51,11 @@ type Client struct {
 }
 
 // NewClient returns a client of the partner API at base whose calls wait
-// for the partner's budget on lim. clock is the clock lim waits by
-// (sluice.SystemClock unless a test simulates time).
-func NewClient(lim *sluice.Limiter, base string, clock sluice.Clock) (*Client, error) {
+// for the partner's budget on lim, by lim's clock.
+func NewClient(lim *sluice.Limiter, base string) (*Client, error) {
 	t, err := httplimit.NewTransport(lim, []httplimit.Policy{
 		{Name: "partner", Limit: partner, Key: httplimit.Host(), CostFunc: cost},
-	}, httplimit.WithHoldClock(clock))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +95,7 @@ func main() {
 		fmt.Printf("%6.2fs  partner: %s (call %d)\n", time.Since(start).Seconds(), r.URL.Path, n)
 	}))
 	defer api.Close()
-	c, err := NewClient(sluice.New(memstore.New()), api.URL, sluice.SystemClock)
+	c, err := NewClient(sluice.New(memstore.New()), api.URL)
 	if err != nil {
 		panic(err)
 	}

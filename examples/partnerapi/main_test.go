@@ -61,9 +61,9 @@ func partnerAt(t *testing.T, clock *simClock, refuse ...int) (*httptest.Server, 
 
 func TestClient(t *testing.T) {
 	clock := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	lim := sluice.New(memstore.New(memstore.WithClock(clock.Now)), sluice.WithClock(clock))
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	srv, times := partnerAt(t, clock, 42)
-	c, err := NewClient(lim, srv.URL, clock)
+	c, err := NewClient(lim, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

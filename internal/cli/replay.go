@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/trace"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -33,18 +36,18 @@ func init() {
 // decider makes one decision, single or composite, at a time the caller
 // gives: the trace's.
 type decider interface {
-	TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error)
-	TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error)
+	TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error)
+	TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error)
 	Close() error
 }
 
-type memDecider struct{ s *memstore.Store }
+type memDecider struct{ s storeapi.At }
 
-func (m memDecider) TakeAt(_ context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (m memDecider) TakeAt(_ context.Context, req core.Request, now int64) (algo.Decision, error) {
 	return m.s.TakeAt(req, now)
 }
 
-func (m memDecider) TakeAllAt(_ context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+func (m memDecider) TakeAllAt(_ context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
 	return m.s.TakeAllAt(reqs, now)
 }
 
@@ -54,7 +57,7 @@ func (memDecider) Close() error { return nil }
 // (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT).
 func openStore(spec, prefix string) (decider, error) {
 	if spec == "memory" {
-		return memDecider{memstore.New()}, nil
+		return memDecider{storeapi.MemAt(memstore.New())}, nil
 	}
 	c, err := redisClient(spec)
 	if err != nil {
@@ -65,7 +68,7 @@ func openStore(spec, prefix string) (decider, error) {
 	}
 	// The trace's time drives every decision; the long margin keeps a key
 	// alive in real time however slowly the replay runs.
-	rs, err := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
+	rs, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -101,11 +104,11 @@ type redisDecider struct {
 	c redis.UniversalClient
 }
 
-func (r redisDecider) TakeAt(ctx context.Context, req sluice.Request, now int64) (algo.Decision, error) {
+func (r redisDecider) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
 	return r.s.TakeAt(ctx, req, now)
 }
 
-func (r redisDecider) TakeAllAt(ctx context.Context, reqs []sluice.Request, now int64) (algo.Decision, error) {
+func (r redisDecider) TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
 	return r.s.TakeAllAt(ctx, reqs, now)
 }
 
@@ -223,7 +226,7 @@ joined by +, one unit per admitted request.
 		if lim, err = lf.parse(); err != nil {
 			return err
 		}
-		if p, err = lim.Params(); err != nil {
+		if p, err = storeapi.Params(lim); err != nil {
 			return err
 		}
 	}
@@ -239,8 +242,7 @@ joined by +, one unit per admitted request.
 	limits := map[trace.Part]sluice.Limit{} // a part's limit by its text
 	r := trace.NewReader(stdin)
 	var buf []byte
-	var reqs []sluice.Request
-	var parts []sluice.Part
+	var parts []sluice.Request
 	for {
 		req, err := r.Read()
 		if err == io.EOF {
@@ -256,11 +258,11 @@ joined by +, one unit per admitted request.
 				out.Flush()
 				return fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 			}
-			if err := sluice.CheckParams(req.Key, p, req.Cost); err != nil {
+			if err := core.Check(req.Key, p, req.Cost); err != nil {
 				buf = trace.AppendError(buf, req, err)
 				tally.fail(req.Key)
 			} else {
-				d, err := store.TakeAt(ctx, sluice.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+				d, err := store.TakeAt(ctx, core.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
 				if err != nil {
 					out.Flush()
 					return fmt.Errorf("line %d: %w", req.Line, err)
@@ -282,7 +284,7 @@ joined by +, one unit per admitted request.
 					}
 					limits[key] = l
 				}
-				parts = append(parts, sluice.Part{Key: pt.Key, Limit: l, Cost: pt.Cost})
+				parts = append(parts, sluice.Request{Key: pt.Key, Limit: l, Cost: pt.Cost, MaxDelay: math.MaxInt64})
 				names = append(names, pt.Key)
 				tally.period(l.Period.Microseconds())
 			}
@@ -291,8 +293,8 @@ joined by +, one unit per admitted request.
 				return fmt.Errorf("line %d: %w", req.Line, lerr)
 			}
 			name := strings.Join(names, "+")
-			var err error
-			if reqs, err = sluice.AppendRequests(reqs[:0], parts); err != nil {
+			reqs, err := storeapi.Requests(parts)
+			if err != nil {
 				buf = trace.AppendError(buf, req, err)
 				tally.fail(name)
 			} else {

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
-	"github.com/sluice-go/sluice/algo"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-go/sluice/algo"
 )
 
 // simCLI runs `sluice sim args...` in process.

@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -165,7 +167,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 	if l.Burst < 1 {
 		return nil, 0, fmt.Errorf("burst %d: token-bucket and gcra need a burst of at least 1", l.Burst)
 	}
-	tb, err := l.Using(sluice.TokenBucket).Params()
+	tb, err := storeapi.Params(l.Using(sluice.TokenBucket))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -191,7 +193,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 		case algo.FixedWindow, algo.AlignedWindow, algo.SlidingWindow, algo.SlidingLog:
 			lk.Rate, lk.Period, lk.Burst = wrate, window, 0
 		}
-		p, err := lk.Params()
+		p, err := storeapi.Params(lk)
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", k, err)
 		}
@@ -328,7 +330,7 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 		}
 	}
 	res.Keys = len(keys)
-	store := memstore.New(memstore.WithShards(1))
+	store := storeapi.MemAt(memstore.New(memstore.WithShards(1)))
 	for _, s := range setups {
 		row := Row{Setup: s, Admitted: make([]int64, n), Delayed: make([]int64, n), Denied: make([]int64, n), Errors: make([]int64, n)}
 		tot := &row.Totals
@@ -338,13 +340,13 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 			if i == n {
 				continue
 			}
-			if sluice.CheckParams(a.Key, s.Params, a.Cost) != nil {
+			if core.Check(a.Key, s.Params, a.Cost) != nil {
 				row.Errors[i] += a.Cost
 				tot.Errors += a.Cost
 				continue
 			}
 			// The times and costs were checked above, so TakeAt cannot fail.
-			d, _ := store.TakeAt(sluice.Request{Key: prefix + a.Key, Params: s.Params, Cost: a.Cost, MaxDelay: algo.Never}, a.T)
+			d, _ := store.TakeAt(core.Request{Key: prefix + a.Key, Params: s.Params, Cost: a.Cost, MaxDelay: algo.Never}, a.T)
 			switch {
 			case !d.Allowed:
 				row.Denied[i] += a.Cost

@@ -6,14 +6,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -21,14 +25,14 @@ import (
 const Base = int64(1_764_000_000_000_000)
 
 // TakeAllAt makes one composite decision at time now.
-type TakeAllAt func(reqs []sluice.Request, now int64) (algo.Decision, error)
+type TakeAllAt func(reqs []core.Request, now int64) (algo.Decision, error)
 
-func req(key string, l sluice.Limit, cost int64) sluice.Request {
-	p, err := l.Params()
+func req(key string, l sluice.Limit, cost int64) core.Request {
+	p, err := storeapi.Params(l)
 	if err != nil {
 		panic(err)
 	}
-	return sluice.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+	return core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
 }
 
 // OneUserBurst checks a composite of a per-user limit of 1 and a global one
@@ -37,7 +41,7 @@ func req(key string, l sluice.Limit, cost int64) sluice.Request {
 func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	user := sluice.PerMinute(1)
 	global := sluice.PerMinute(10)
-	parts := []sluice.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
+	parts := []core.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
 	allowed := 0
 	for i := 0; i < 20; i++ {
 		d, err := take(parts, Base)
@@ -53,7 +57,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	if allowed != 1 {
 		t.Fatalf("%d admitted, want exactly 1", allowed)
 	}
-	d, err := take([]sluice.Request{req(prefix+"global", global, 0)}, Base)
+	d, err := take([]core.Request{req(prefix+"global", global, 0)}, Base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 		t.Fatalf("global remaining %d, want 9: a refusal must spend nothing", d.Remaining)
 	}
 	// Another user still passes, spending the global budget.
-	d, _ = take([]sluice.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
+	d, _ = take([]core.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
 	if !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("second user: %+v", d)
 	}
@@ -94,13 +98,13 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 			now += r.Int64N(400_000) * int64(r.IntN(2))
 			np := 1 + r.IntN(min(3, pool))
 			perm := r.Perm(pool)
-			var parts []sluice.Request
+			var parts []core.Request
 			var models []*model.Model
 			var keys []string
 			var costs []int64
 			for j := 0; j < np; j++ {
 				l := limits[r.IntN(len(limits))]
-				p, _ := l.Params()
+				p, _ := storeapi.Params(l)
 				key := fmt.Sprintf("%st%d:k%d", prefix, ti, perm[j])
 				cost := r.Int64N(p.Capacity() + 1)
 				if r.IntN(3) == 0 {
@@ -132,7 +136,7 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 	t.Logf("%d composite decisions (%d refused) equal to the model (seed %d)", decisions, refused, seed)
 }
 
-func describe(reqs []sluice.Request) string {
+func describe(reqs []core.Request) string {
 	s := ""
 	for _, r := range reqs {
 		s += fmt.Sprintf("[%s %v %d/%dµs burst %d cost %d] ", r.Key, r.Params.Kind, r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost)
@@ -299,3 +303,133 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 		t.Errorf("a token bucket taking over a sliding log that spent 3 of 5: %+v %v, want 2 remaining", r, err)
 	}
 }
+
+// Errors checks that every error a Limiter over a store, or the store's own
+// sluice.Store methods, return for a bad request wraps its sentinel, so that
+// errors.Is works whichever store made it: an unknown algorithm, a bad cost
+// or key, a refund under a window, a composite that names a key twice, and a
+// clock outside the range a step accepts. newStore returns a store that
+// decides by clock.
+func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	good := sluice.PerMinute(5)
+	unknown := sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}
+	window := good.Using(sluice.FixedWindow)
+	store := newStore(nil)
+	lim := sluice.New(store)
+	is := func(what string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Errorf("%s: error %v, want one wrapping %v", what, err, want)
+		}
+	}
+	_, err := sluice.ParseAlgorithm("nope")
+	is("ParseAlgorithm", err, sluice.ErrInvalidLimit)
+	_, err = sluice.ParseLimit("1/1s nope")
+	is("ParseLimit", err, sluice.ErrInvalidLimit)
+	_, err = lim.Take(ctx, prefix+"k", unknown, 1)
+	is("Limiter.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: unknown, Cost: 1, MaxDelay: math.MaxInt64})
+	is("Store.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: -1, MaxDelay: math.MaxInt64})
+	is("Store.Take, negative cost", err, sluice.ErrInvalidCost)
+	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: 6, MaxDelay: math.MaxInt64})
+	is("Store.Take, cost over capacity", err, sluice.ErrCostExceedsCapacity)
+	_, err = store.Take(ctx, sluice.Request{Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
+	is("Store.Take, empty key", err, sluice.ErrEmptyKey)
+	_, err = lim.Refund(ctx, prefix+"w", window, 1)
+	is("Limiter.Refund, window", err, sluice.ErrNoRefund)
+	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: window, Cost: 1})
+	is("Store.Refund, window", err, sluice.ErrNoRefund)
+	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: unknown, Cost: 1})
+	is("Store.Refund, unknown algorithm", err, sluice.ErrInvalidLimit)
+	dup := sluice.Request{Key: prefix + "d", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}
+	_, err = store.TakeAll(ctx, []sluice.Request{dup, dup})
+	is("Store.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "d", Limit: good, Cost: 1}, {Key: prefix + "d", Limit: good, Cost: 1}})
+	is("Limiter.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "a", Limit: good, Cost: 1}, {Key: prefix + "b", Limit: unknown, Cost: 1}})
+	is("Limiter.TakeAll, unknown algorithm", err, sluice.ErrInvalidLimit)
+	var zero sluice.Limiter
+	_, err = zero.Take(ctx, prefix+"k", good, 1)
+	is("zero Limiter", err, sluice.ErrStoreUnavailable)
+	_, err = sluice.New(nil).TakeAll(ctx, []sluice.Part{{Key: prefix + "k", Limit: good, Cost: 1}})
+	is("Limiter over no store", err, sluice.ErrStoreUnavailable)
+
+	for _, now := range []int64{-1, algo.MaxTime + 1} {
+		bad := newStore(stoppedClock(now))
+		_, err = bad.Take(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
+		is(fmt.Sprintf("Store.Take at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = bad.TakeAll(ctx, []sluice.Request{{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}})
+		is(fmt.Sprintf("Store.TakeAll at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = bad.Refund(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1})
+		is(fmt.Sprintf("Store.Refund at %dµs", now), err, sluice.ErrInvalidTime)
+		_, err = sluice.New(bad).Take(ctx, prefix+"t", good, 1)
+		is(fmt.Sprintf("Limiter.Take at %dµs", now), err, sluice.ErrInvalidTime)
+	}
+}
+
+// stoppedClock is a sluice.Clock that reads a fixed time, in µs since the
+// epoch.
+type stoppedClock int64
+
+func (c stoppedClock) Now() time.Time { return time.UnixMicro(int64(c)) }
+
+func (stoppedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+// NewStore returns an empty store, with its own key prefix where stores
+// share state, that decides by clock (by its own clock when clock is nil).
+type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
+
+// Run runs the checks every store must pass through a sluice.Limiter:
+// random traces against the exact model (Trace), refunds, changed limits,
+// and the errors' sentinels.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Trace", func(t *testing.T) { Trace(t, newStore, 3000) })
+	t.Run("Refund", func(t *testing.T) { Refund(t, sluice.New(newStore(t, nil)), "") })
+	t.Run("ChangedLimits", func(t *testing.T) { ChangedLimits(t, sluice.New(newStore(t, nil)), "") })
+	t.Run("Errors", func(t *testing.T) {
+		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
+	})
+}
+
+// Trace checks a random trace of n requests whose limits change (see
+// ChangedTrace) through a Limiter over a store that decides by a clock the
+// trace sets: every decision equals the exact model's.
+func Trace(t *testing.T, newStore NewStore, n int) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 7))
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	ks := model.NewKeys()
+	ctx := context.Background()
+	for i, q := range ChangedTrace(r, n) {
+		clock.us.Store(q.Now)
+		l := sluice.Limit{Algorithm: sluice.Algorithm(q.Params.Kind), Rate: q.Params.Rate, Period: time.Duration(q.Params.Period) * time.Microsecond, Burst: q.Params.Burst}
+		got, err := lim.Take(ctx, q.Key, l, q.Cost)
+		if err != nil {
+			t.Fatalf("seed %d request %d: %v", seed, i, err)
+		}
+		d := ks.Take(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
+		want := sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
+		if got != want {
+			t.Fatalf("seed %d request %d (%s %v cost %d at +%dµs): %+v, model %+v", seed, i, q.Key, l, q.Cost, q.Now-Base, got, want)
+		}
+	}
+}
+
+func us(v int64) time.Duration {
+	if v == algo.Never {
+		return math.MaxInt64
+	}
+	return time.Duration(v) * time.Microsecond
+}
+
+// setClock is a sluice.Clock that reads the time last stored, in µs since
+// the epoch; Sleep returns at once.
+type setClock struct{ us atomic.Int64 }
+
+func (c *setClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+func (*setClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }

@@ -1,0 +1,204 @@
+// Package core is the machinery between the Limiter and the stores of this
+// module: the checked request a store decides, the checks that make one, the
+// errors they wrap, and the seal through which the Limiter finds a store's
+// fast path.
+//
+// It is internal so that the fast path stays sealed: only stores in this
+// module can offer it, and users see the root package's Store and Request
+// instead.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+)
+
+// Request is one checked decision as a store of this module receives it: its
+// Params are valid, its Key is not empty, 0 ≤ Cost ≤ Params.Capacity() (a
+// refund's Cost is only ≥ 0, and its algorithm can give units back).
+type Request struct {
+	Key    string
+	Params algo.Params
+	Cost   int64
+	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
+	// none).
+	MaxDelay int64
+}
+
+// Parts is a composite of up to len(R) checked requests, R[:N], passed by
+// value so that it stays on the caller's stack through an interface call.
+type Parts struct {
+	N int
+	R [4]Request
+}
+
+// The errors of the root package, defined here so that the checks below and
+// every store wrap the same ones.
+var (
+	ErrInvalidLimit        = algo.ErrInvalid
+	ErrInvalidTime         = algo.ErrInvalidTime
+	ErrNoRefund            = algo.ErrNoRefund
+	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")
+	ErrInvalidCost         = errors.New("sluice: invalid cost")
+	ErrEmptyKey            = errors.New("sluice: empty key")
+	ErrStoreUnavailable    = errors.New("sluice: store unavailable")
+	ErrDuplicateKey        = errors.New("sluice: a composite names a key twice")
+)
+
+// Params checks a limit given by its fields (the root package's Limit: alg 0
+// is the token bucket) and returns it in the form the steps take, or an error
+// wrapping ErrInvalidLimit.
+func Params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Params, error) {
+	if period < time.Microsecond || period%time.Microsecond != 0 {
+		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, period)
+	}
+	k := algo.Kind(alg)
+	if k == 0 {
+		k = algo.TokenBucket
+	}
+	p := algo.Params{Kind: k, Rate: rate, Period: period.Microseconds(), Burst: burst}
+	if err := p.Validate(); err != nil {
+		return algo.Params{}, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
+	}
+	return p, nil
+}
+
+// Check checks one decision under valid params: a non-empty key, a cost from
+// 0 to the limit's capacity.
+func Check(key string, p algo.Params, cost int64) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case cost < 0:
+		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	case cost > p.Capacity():
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsCapacity, cost, p.Capacity())
+	}
+	return nil
+}
+
+// CheckRefund checks a refund under valid params: a non-empty key, units
+// not negative, an algorithm that can give units back.
+func CheckRefund(key string, p *algo.Params, units int64) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case units < 0:
+		return fmt.Errorf("%w: refund of %d", ErrInvalidCost, units)
+	case p.Kind != algo.TokenBucket && p.Kind != algo.GCRA:
+		return fmt.Errorf("%w (refund on %s)", ErrNoRefund, p.Kind)
+	}
+	return nil
+}
+
+// CheckComposite checks what a composite adds to its parts' own checks: at
+// least one part, no key twice.
+func CheckComposite(reqs []Request) error {
+	if len(reqs) == 0 {
+		return fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
+	}
+	for i := range reqs {
+		for j := range i {
+			if reqs[j].Key == reqs[i].Key {
+				return fmt.Errorf("%w: %q", ErrDuplicateKey, reqs[i].Key)
+			}
+		}
+	}
+	return nil
+}
+
+// PartError says which part of a composite err is about.
+func PartError(i int, key string, err error) error {
+	return fmt.Errorf("part %d (%q): %w", i, key, err)
+}
+
+// Duration converts a step's microseconds into a Duration, saturating where
+// algo.Never would overflow.
+func Duration(us int64) time.Duration {
+	if us >= math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// MaxDelay converts a Request's MaxDelay into µs: math.MaxInt64 (no bound)
+// is algo.Never, a negative one an error wrapping ErrInvalidLimit.
+func MaxDelay(d time.Duration) (int64, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%w: max delay %v is negative", ErrInvalidLimit, d)
+	case d == math.MaxInt64:
+		return algo.Never, nil
+	}
+	return d.Microseconds(), nil
+}
+
+// SystemClock is the real clock, in the shape of the root package's Clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Sleep waits for d or until ctx is done, whichever comes first, and returns
+// ctx's error in the second case.
+func (SystemClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The seal: a store of this module registers, in its package's init, a
+// function that returns the sealed engine of a store value of its type (the
+// value the root package's Limiter asserts to its fast-path interface), or
+// nil for a value of another type. Nothing outside the module can register,
+// and the engines' types are unexported, so their methods appear in no one's
+// documentation.
+var (
+	sealMu  sync.RWMutex
+	unseals []func(store any) any
+)
+
+// Register adds a store type's unseal function.
+func Register(unseal func(store any) any) {
+	sealMu.Lock()
+	defer sealMu.Unlock()
+	unseals = append(unseals, unseal)
+}
+
+// Seal registers the engine of the stores of type *S: engine(s) for a
+// non-nil s.
+func Seal[S any](engine func(s *S) any) {
+	Register(func(store any) any {
+		if s, ok := store.(*S); ok && s != nil {
+			return engine(s)
+		}
+		return nil
+	})
+}
+
+// Unseal returns the sealed engine of store, or nil when store is not one of
+// this module's.
+func Unseal(store any) any {
+	sealMu.RLock()
+	defer sealMu.RUnlock()
+	for _, f := range unseals {
+		if e := f(store); e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package memstore
+
+import (
+	"context"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storeapi"
+)
+
+// engine is the store's sealed side: what a sluice.Limiter calls, on
+// requests it has checked, and what the module's replays and tests call to
+// decide at a given time. Its type is unexported, so its methods are in no
+// user's documentation; the Limiter finds it through core.Unseal.
+type engine Store
+
+func init() { core.Seal(func(s *Store) any { return (*engine)(s) }) }
+
+func (e *engine) store() *Store { return (*Store)(e) }
+
+// Take makes one decision for req at the store's clock time.
+func (e *engine) Take(_ context.Context, req core.Request) (sluice.Result, error) {
+	var d algo.Decision
+	s := e.store()
+	err := s.decide(req.Key, &req.Params, req.Cost, req.MaxDelay, s.now(), &d)
+	return storeapi.Result(&d), err
+}
+
+// TakeLocal is Take for the Limiter's hot path. On an error every figure is
+// 0 but retryAfter, which is algo.Never: read as "allowed is retryAfter ==
+// 0", an error is never allowed.
+func (e *engine) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
+	var d algo.Decision
+	s := e.store()
+	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
+		return 0, algo.Never, 0, 0, err
+	}
+	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+}
+
+// TakeAll makes one decision for a composite at the store's clock time.
+func (e *engine) TakeAll(_ context.Context, reqs []core.Request) (sluice.Result, error) {
+	var d algo.Decision
+	s := e.store()
+	err := s.takeAll(reqs, s.now(), &d)
+	return storeapi.Result(&d), err
+}
+
+// TakeAllLocal is TakeAll for the Limiter's hot path: the composite comes
+// by value, so that nothing is allocated.
+func (e *engine) TakeAllLocal(parts core.Parts) (sluice.Result, error) {
+	var d algo.Decision
+	s := e.store()
+	err := s.takeAll(parts.R[:parts.N], s.now(), &d)
+	return storeapi.Result(&d), err
+}
+
+// Refund gives req.Cost units back to req.Key at the store's clock time.
+func (e *engine) Refund(_ context.Context, req core.Request) (sluice.Result, error) {
+	d, err := e.store().refund(&req)
+	return storeapi.Result(&d), err
+}
+
+// Reset returns key to its fresh state.
+func (e *engine) Reset(ctx context.Context, key string) error { return e.store().Reset(ctx, key) }
+
+// Clock is the clock WithClock gave, or nil.
+func (e *engine) Clock() sluice.Clock { return e.clock }
+
+// TakeAt makes one decision for req at time now (µs since the epoch).
+func (e *engine) TakeAt(req core.Request, now int64) (algo.Decision, error) {
+	var d algo.Decision
+	err := e.store().decide(req.Key, &req.Params, req.Cost, req.MaxDelay, now, &d)
+	return d, err
+}
+
+// TakeAllAt makes one decision for a composite at time now.
+func (e *engine) TakeAllAt(reqs []core.Request, now int64) (algo.Decision, error) {
+	var d algo.Decision
+	err := e.store().takeAll(reqs, now, &d)
+	return d, err
+}

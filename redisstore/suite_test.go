@@ -1,0 +1,32 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storetest"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// TestSuite runs the checks every store must pass, on a standalone server
+// and on a cluster.
+func TestSuite(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, clock sluice.Clock) sluice.Store {
+				opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("suite:%d:", time.Now().UnixNano()))}
+				if clock != nil {
+					opts = append(opts, redisstore.WithCallerTime(clock.Now))
+				}
+				s := newGoRedis(t, c, opts...)
+				t.Cleanup(func() { s.Close() })
+				return s
+			})
+		})
+	}
+}
