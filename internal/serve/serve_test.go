@@ -118,7 +118,9 @@ func TestWindowReset(t *testing.T) {
 // descriptors that would have passed (envoyproxy/ratelimit spends them).
 func TestAllOrNothing(t *testing.T) {
 	ts, _ := startTest(t, Options{})
-	both := func() *pb.RateLimitResponse { return ts.call(t, "test", desc("key1=value1"), desc("nested=a", "sub=x")) }
+	both := func() *pb.RateLimitResponse {
+		return ts.call(t, "test", desc("key1=value1"), desc("nested=a", "sub=x"))
+	}
 	both()
 	both()
 	r := both() // sub_limit (2/hour) is spent
