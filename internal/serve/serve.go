@@ -149,6 +149,9 @@ type Server struct {
 	httpSrv        *http.Server
 	root           atomic.Pointer[http.Handler]
 	health         *health.Server
+	changes        <-chan struct{} // the configuration's files changed
+	stopWatch      func()
+	hup            chan os.Signal // SIGHUP, from New on
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -202,15 +205,30 @@ func New(o Options) (*Server, error) {
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	s.stopWatch = func() {}
+	if o.Config != "" && !o.NoWatch {
+		c, stop, err := watchFiles(o.Config, s.log)
+		if err != nil {
+			s.log.Warn("not watching the configuration's files (SIGHUP still reloads)", "err", err)
+		} else {
+			s.changes, s.stopWatch = c, stop
+		}
+	}
 	var err error
 	if s.grpcLn = o.GRPCListener; s.grpcLn == nil {
 		if s.grpcLn, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+			s.stopWatch()
+			signal.Stop(s.hup)
 			return nil, fmt.Errorf("gRPC listener: %w", err)
 		}
 	}
 	if s.httpLn = o.HTTPListener; s.httpLn == nil {
 		if s.httpLn, err = net.Listen("tcp", o.HTTPAddr); err != nil {
 			s.grpcLn.Close()
+			s.stopWatch()
+			signal.Stop(s.hup)
 			return nil, fmt.Errorf("HTTP listener: %w", err)
 		}
 	}
@@ -397,19 +415,10 @@ func (s *Server) shutdown() {
 // watch reloads on SIGHUP and on changes to the configuration's files until
 // ctx ends.
 func (s *Server) watch(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	hup := s.hup
 	defer signal.Stop(hup)
-	changes := make(<-chan struct{})
-	if s.opts.Config != "" && !s.opts.NoWatch {
-		c, stop, err := watchFiles(s.opts.Config, s.log)
-		if err != nil {
-			s.log.Warn("not watching the configuration's files (SIGHUP still reloads)", "err", err)
-		} else {
-			defer stop()
-			changes = c
-		}
-	}
+	defer s.stopWatch()
+	changes := s.changes
 	for {
 		select {
 		case <-ctx.Done():
