@@ -23,6 +23,9 @@ type metrics struct {
 	loads        *prometheus.CounterVec // result
 	lastLoad     prometheus.Gauge
 	rules        prometheus.Gauge
+	// the gRPC door's series, resolved once
+	grpcOK, grpcOver prometheus.Counter
+	grpcLatency      prometheus.Observer
 }
 
 func newMetrics() *metrics {
@@ -60,6 +63,8 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
+	m.grpcLatency = m.latency.WithLabelValues("grpc")
 	for _, r := range []string{"ok", "failed"} {
 		m.loads.WithLabelValues(r)
 	}

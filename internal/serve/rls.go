@@ -18,13 +18,18 @@ func (h rls) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb
 	start := time.Now()
 	resp := &pb.RateLimitResponse{}
 	_, err := h.s.decide(ctx, req, resp, h.s.opts.Headers)
-	h.s.metrics.latency.WithLabelValues("grpc").Observe(time.Since(start).Seconds())
+	h.s.metrics.grpcLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
 		err = grpcError(err)
 		h.s.count("grpc", codeLabel(err))
 		return nil, err
 	}
-	h.s.countCode("grpc", resp.OverallCode)
+	h.s.answered.Add(1)
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		h.s.metrics.grpcOver.Inc()
+	} else {
+		h.s.metrics.grpcOK.Inc()
+	}
 	return resp, nil
 }
 
@@ -47,7 +52,10 @@ func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
 	}
 }
 
-func (s *Server) count(door, code string) { s.metrics.calls.WithLabelValues(door, code).Inc() }
+func (s *Server) count(door, code string) {
+	s.answered.Add(1)
+	s.metrics.calls.WithLabelValues(door, code).Inc()
+}
 
 // isRequestError reports whether err is the request's fault.
 func isRequestError(err error) bool {

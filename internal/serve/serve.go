@@ -152,6 +152,7 @@ type Server struct {
 	changes        <-chan struct{} // the configuration's files changed
 	stopWatch      func()
 	hup            chan os.Signal // SIGHUP, from New on
+	answered       atomic.Int64   // calls answered, on every door
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -379,7 +380,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			err = e
 		}
 	}
-	s.log.Info("stopped")
+	s.log.Info("stopped", "calls_answered", s.answered.Load())
 	return err
 }
 
