@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +39,7 @@ func newMetrics() *metrics {
 		}, []string{"door"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_serve_rule_decisions_total",
-			Help: "Descriptors decided, by domain, rule (its name, else its path; with detailed_metric the descriptor's values) and outcome.",
+			Help: "Descriptors decided, by domain, rule (its name, else its descriptor path; with detailed_metric or value_to_metric envoy's stat name with the values sent; \"override\" for a request's limit override) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_serve_store_errors_total", Help: "Decisions the store could not make (the call failed, or a shadow rule was skipped).",
@@ -88,23 +87,16 @@ func (m *metrics) ruleCounters(r *rlsconfig.Rule) *ruleCounters {
 func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []rlsconfig.Entry, o observe.Outcome, latency time.Duration) {
 	c := st.counters[r]
 	switch {
-	case r.DetailedMetric:
-		var b strings.Builder
-		b.WriteString(domain)
-		for _, e := range entries {
-			b.WriteString(".")
-			b.WriteString(e.Key)
-			b.WriteString("_")
-			b.WriteString(e.Value)
-		}
-		s.metrics.decisions.WithLabelValues(domain, b.String(), o.String()).Inc()
+	case r.DetailedMetric || r.ValueToMetric:
+		// the values sent, as envoy names them: asked for by the rule
+		s.metrics.decisions.WithLabelValues(domain, r.StatKey(entries), o.String()).Inc()
 	case c != nil:
 		c[o].Inc()
 	default: // a limit override: one series per domain
 		s.metrics.decisions.WithLabelValues(domain, "override", o.String()).Inc()
 	}
 	if s.opts.Observer != nil {
-		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: policyName(r), Outcome: o, Latency: latency})
+		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: r.Domain + "." + policyName(r), Outcome: o, Latency: latency})
 	}
 }
 

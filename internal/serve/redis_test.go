@@ -17,10 +17,12 @@ import (
 )
 
 // sharedConfig: a per-user limit under a per-tenant one, decided together.
-const sharedConfig = `{"domain": "shared", "descriptors": [
-  {"key": "tenant", "rate_limit": {"unit": "hour", "requests_per_unit": 150, "name": "tenant"}},
-  {"key": "user", "rate_limit": {"unit": "hour", "requests_per_unit": 20, "name": "user"}}
-]}
+const sharedConfig = `domain: shared
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 150, name: tenant}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 20, name: user}
 `
 
 // awayFromHourBoundary waits, if need be, so that a test's hour-long window

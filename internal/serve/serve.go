@@ -125,7 +125,6 @@ type ConfigView struct {
 // one state, so it sees one configuration.
 type state struct {
 	cfg      *rlsconfig.Config
-	domains  map[string]bool
 	counters map[*rlsconfig.Rule]*ruleCounters
 	loaded   time.Time
 }
@@ -307,12 +306,9 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	st := &state{cfg: cfg, domains: map[string]bool{}, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
-	for _, d := range cfg.Domains() {
-		st.domains[d] = true
-	}
+	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
 	for _, r := range cfg.Rules() {
-		if !r.DetailedMetric {
+		if !r.DetailedMetric && !r.ValueToMetric {
 			st.counters[r] = s.metrics.ruleCounters(r)
 		}
 	}

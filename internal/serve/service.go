@@ -63,6 +63,7 @@ const (
 type descState struct {
 	rule *rlsconfig.Rule
 	kind uint8
+	zero bool // requests_per_unit 0: over the limit without asking the store
 	over bool
 	part int // index in the enforced or shadow parts (after merging equal keys)
 	res  sluice.Result
@@ -164,9 +165,6 @@ func cost(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 	return 1
 }
 
-// unitName is a RateLimitUnit's name as configuration spells it.
-var unitNames = map[int32]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
-
 // protoUnit maps a rule's unit onto the response's enum.
 func protoUnit(u string) pb.RateLimitResponse_RateLimit_Unit {
 	switch strings.ToLower(u) {
@@ -245,12 +243,8 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		if i < len(rules) {
 			rule = rules[i]
 		}
-		if d.Limit != nil && st.domains[req.Domain] {
-			u, ok := unitNames[int32(d.Limit.Unit)]
-			if !ok {
-				return sluice.Result{}, badRequest("descriptor %d: limit override has unit %v", i, d.Limit.Unit)
-			}
-			o, err := rlsconfig.Override(req.Domain, sc.entries[i], d.Limit.RequestsPerUnit, u)
+		if d.Limit != nil && st.cfg.HasDomain(req.Domain) {
+			o, err := rlsconfig.Override(req.Domain, sc.entries[i], d.Limit.RequestsPerUnit, d.Limit.Unit.String())
 			if err != nil {
 				return sluice.Result{}, badRequest("descriptor %d: limit override: %v", i, err)
 			}
@@ -266,6 +260,15 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			continue
 		}
 		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if rule.Limit.Rate == 0 {
+			// requests_per_unit 0: every hit is over the limit, as envoy
+			// has it; the store is not asked.
+			ds.kind, ds.zero = kindEnforced, true
+			if rule.Shadow {
+				ds.kind = kindShadow
+			}
+			continue
+		}
 		if rule.Shadow {
 			ds.kind = kindShadow
 			ds.part = addPart(&sc.shadow, p)
@@ -339,12 +342,19 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		}
 		var r sluice.Result
 		var over bool
-		if ds.kind == kindEnforced {
+		switch {
+		case ds.zero:
+			over = true
+			if ds.kind == kindEnforced {
+				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
+				code = pb.RateLimitResponse_OVER_LIMIT
+			}
+		case ds.kind == kindEnforced:
 			r, over = enf[ds.part], enfOver[ds.part]
 			if over {
 				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
 			}
-		} else {
+		default:
 			r, over = sha[ds.part], shaOver[ds.part]
 		}
 		ds.res = r
@@ -513,12 +523,12 @@ func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_Descrip
 }
 
 // policyName is a rule's name in headers and metrics: its name, else its
-// path in the domain.
+// descriptor path ("key1=value1/key2").
 func policyName(r *rlsconfig.Rule) string {
 	if r.Name != "" {
 		return r.Name
 	}
-	return r.Domain + "." + r.Path
+	return r.Path
 }
 
 // ceilSeconds rounds d up to whole seconds.
