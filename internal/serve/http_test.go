@@ -159,6 +159,9 @@ func TestHTTPEndpoints(t *testing.T) {
 	ts.call(t, "test", desc("key1=zzz"))
 	ts.call(t, "test", desc("detail=v1"))
 	code, body = get("/metrics")
+	if code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
 	for _, want := range []string{
 		`sluice_serve_calls_total{code="ok",door="grpc"} 2`,
 		`sluice_serve_config_loads_total{result="ok"} 1`,

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
@@ -61,7 +62,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
 	m.grpcLatency = m.latency.WithLabelValues("grpc")
 	for _, r := range []string{"ok", "failed"} {

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -55,10 +54,4 @@ func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
 func (s *Server) count(door, code string) {
 	s.answered.Add(1)
 	s.metrics.calls.WithLabelValues(door, code).Inc()
-}
-
-// isRequestError reports whether err is the request's fault.
-func isRequestError(err error) bool {
-	var re *requestError
-	return errors.As(err, &re)
 }

@@ -235,7 +235,6 @@ func New(o Options) (*Server, error) {
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.SharedWriteBuffer(true),
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 	}
 	if o.GRPCTLS != nil {
