@@ -40,8 +40,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	s := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024}, metrics: newMetrics(),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s.now = func() time.Time { return t0 }
-	s.lim = sluice.New(memstore.New(memstore.WithClock(s.now)))
+	s.opts.Now = func() time.Time { return t0 }
+	s.lim = sluice.New(memstore.New(memstore.WithClock(s.opts.Now)))
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ctx := context.Background()

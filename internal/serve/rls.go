@@ -2,11 +2,12 @@ package serve
 
 import (
 	"context"
-	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/fastclock"
 )
 
 // rls is the gRPC RateLimitService.
@@ -14,10 +15,10 @@ type rls struct{ s *Server }
 
 // ShouldRateLimit decides one call.
 func (h rls) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	start := time.Now()
+	start := fastclock.Micros()
 	resp := &pb.RateLimitResponse{}
 	_, err := h.s.decide(ctx, req, resp, h.s.opts.Headers)
-	h.s.metrics.grpcLatency.Observe(time.Since(start).Seconds())
+	h.s.metrics.grpcLatency.Observe(sinceMicros(start).Seconds())
 	if err != nil {
 		err = grpcError(err)
 		h.s.count("grpc", codeLabel(err))

@@ -136,7 +136,6 @@ type Server struct {
 	state   atomic.Pointer[state]
 	metrics *metrics
 	log     *slog.Logger
-	now     func() time.Time
 
 	loadMu      sync.Mutex // serializes loads
 	errMu       sync.Mutex
@@ -192,12 +191,9 @@ func New(o Options) (*Server, error) {
 	if o.Store == nil {
 		o.Store = memstore.New()
 	}
-	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger, now: o.Now}
+	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	if o.Handler != nil {
 		s.SetHandler(o.Handler)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -278,7 +279,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		}
 	}
 
-	start := time.Now()
+	start := fastclock.Micros()
 	total = len(sc.enforced) + len(sc.shadow)
 	if cap(sc.results) < total {
 		sc.results = make([]sluice.Result, total)
@@ -287,7 +288,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
 	comp, enfOver, err := s.decideParts(ctx, sc.enforced, enf)
 	if err != nil {
-		s.observeError(st, req.Domain, sc, err, time.Since(start))
+		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
 		return sluice.Result{}, err
 	}
 	// Shadow parts spend as if enforced when the call is admitted, each on
@@ -317,7 +318,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			sha[i] = r
 		}
 	}
-	latency := time.Since(start)
+	latency := sinceMicros(start)
 
 	// The response.
 	code := pb.RateLimitResponse_OK
@@ -326,7 +327,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	boxes := make([]statusBox, n)
 	resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
-	now := s.now()
+	now := start
+	if s.opts.Now != nil {
+		now = s.opts.Now().UnixMicro()
+	}
 	for i := range sc.desc {
 		ds := &sc.desc[i]
 		b := &boxes[i]
@@ -396,12 +400,16 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	return comp, nil
 }
 
+// sinceMicros is the time since start, a fastclock reading.
+func sinceMicros(start int64) time.Duration {
+	return time.Duration(fastclock.Micros()-start) * time.Microsecond
+}
+
 // resetAfter is a descriptor's duration_until_reset: for an epoch-aligned
 // window the time to the window's end, as envoy counts it, else the
-// decision's ResetAfter.
-func resetAfter(l sluice.Limit, r sluice.Result, now time.Time) time.Duration {
+// decision's ResetAfter. us is the time in µs since the Unix epoch.
+func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 	if l.Algorithm == sluice.AlignedWindow && l.Period > 0 {
-		us := now.UnixMicro()
 		p := l.Period.Microseconds()
 		if p > 0 {
 			return time.Duration(p-us%p) * time.Microsecond
