@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -56,6 +57,38 @@ func FuzzDecodeRequest(f *testing.F) {
 		var req pb.RateLimitRequest
 		if proto.Unmarshal(b, &req) == nil {
 			s.decide(ctx, &req, &pb.RateLimitResponse{}, HeadersEnvoy)
+		}
+	})
+}
+
+// FuzzDecodeProto: decodeRequest (the gRPC door's decoder) accepts what
+// proto.Unmarshal accepts and decodes it to the same message, unknown fields
+// aside, and refuses what it refuses.
+func FuzzDecodeProto(f *testing.F) {
+	for _, r := range []*pb.RateLimitRequest{
+		{Domain: "test", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b", "c"), withHits(desc("k=v"), 0)}},
+		{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k"}}, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: 2}, IsNegativeHits: true}}},
+		{},
+		{Domain: "ü", Descriptors: []*rlv3.RateLimitDescriptor{{}, desc("x=y")}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})             // domain not UTF-8
+	f.Add([]byte{0x12, 0x04, 0x0a, 0x02, 0x0a, 0x05}) // truncated entry
+	f.Add([]byte{0x08, 0x01, 0x1a, 0x00, 0x62, 0x00}) // wrong wire types, unknown field
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got pb.RateLimitRequest
+		werr := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, &want)
+		gerr := decodeRequest(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("proto.Unmarshal: %v, decodeRequest: %v", werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("decoded\n%v\nwant\n%v", &got, &want)
 		}
 	})
 }
