@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -145,16 +146,34 @@ func TestRedisOutage(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(300 * time.Millisecond)
+			// Each phase lasts until its callers have made enough calls
+			// (a busy machine is slow), at most 60s.
+			settle := func(ph int, n int64) {
+				for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if counts[ph][0].Load()+counts[ph][1].Load()+counts[ph][2].Load()+counts[ph][3].Load() >= n {
+						return
+					}
+				}
+			}
+			settle(0, 50)
 			rs.Stop(t)
 			time.Sleep(200 * time.Millisecond) // calls already sent settle
 			phase.Store(1)
-			time.Sleep(time.Second)
+			settle(1, 16)
 			phase.Store(3) // between: not counted
 			rs.Start(t)
-			time.Sleep(1500 * time.Millisecond) // reconnect
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // reconnection
+				r, err := p.call(context.Background(), "shared", desc("user=probe"))
+				if err == nil && r.OverallCode == pb.RateLimitResponse_OK && !strings.Contains(p.logText(), "panic") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no decision 30s after Redis came back: %v", err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // the local fallback's decisions give way to Redis's
 			phase.Store(2)
-			time.Sleep(700 * time.Millisecond)
+			settle(2, 50)
 			close(stop)
 			wg.Wait()
 			c := func(ph, i int) int64 { return counts[ph][i].Load() }
