@@ -112,40 +112,28 @@ func TestRedisOutage(t *testing.T) {
 			var phase atomic.Int32        // 0 up, 1 down, 2 back
 			var counts [4][4]atomic.Int64 // per phase (3: the reconnection, not judged): ok, over, unavailable, other
 			var other atomic.Value
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						ph := phase.Load()
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						r, err := p.call(ctx, "shared", desc(fmt.Sprintf("user=g%d-%d", g, i%1000)))
-						cancel()
-						if ph != phase.Load() {
-							continue // straddled a change
-						}
-						switch {
-						case err == nil && r.OverallCode == pb.RateLimitResponse_OK:
-							counts[ph][0].Add(1)
-						case err == nil:
-							counts[ph][1].Add(1)
-						case status.Code(err) == codes.Unavailable:
-							counts[ph][2].Add(1)
-						default:
-							counts[ph][3].Add(1)
-							other.Store(err)
-						}
-						time.Sleep(time.Millisecond)
-					}
-				}()
-			}
+			stop := load(8, func(g, i int) bool {
+				ph := phase.Load()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := p.call(ctx, "shared", desc(fmt.Sprintf("user=g%d-%d", g, i%1000)))
+				cancel()
+				if ph != phase.Load() {
+					return true // straddled a change
+				}
+				switch {
+				case err == nil && r.OverallCode == pb.RateLimitResponse_OK:
+					counts[ph][0].Add(1)
+				case err == nil:
+					counts[ph][1].Add(1)
+				case status.Code(err) == codes.Unavailable:
+					counts[ph][2].Add(1)
+				default:
+					counts[ph][3].Add(1)
+					other.Store(err)
+				}
+				time.Sleep(time.Millisecond)
+				return true
+			})
 			// Each phase lasts until its callers have made enough calls
 			// (a busy machine is slow), at most 60s.
 			settle := func(ph int, n int64) {
@@ -174,8 +162,7 @@ func TestRedisOutage(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // the local fallback's decisions give way to Redis's
 			phase.Store(2)
 			settle(2, 50)
-			close(stop)
-			wg.Wait()
+			stop()
 			c := func(ph, i int) int64 { return counts[ph][i].Load() }
 			t.Logf("up: %d ok %d unavailable; down: %d ok %d over %d unavailable %d other; back: %d ok %d unavailable",
 				c(0, 0), c(0, 2), c(1, 0), c(1, 1), c(1, 2), c(1, 3), c(2, 0), c(2, 2))
