@@ -166,7 +166,12 @@ func TestBinaryDefaults(t *testing.T) {
 			t.Errorf("--help lacks %s", f)
 		}
 	}
-	p := startProc(t)
+	for _, d := range []string{`(default "127.0.0.1:8081")`, `(default "127.0.0.1:8080")`, `(default "memory")`} {
+		if !strings.Contains(string(out), d) {
+			t.Errorf("--help lacks %s: the defaults are loopback and memory", d)
+		}
+	}
+	p := startProc(t) // only the listen ports are chosen, so as not to collide
 	if !strings.Contains(p.logText(), "serving an empty configuration") {
 		t.Errorf("no word of the empty configuration in the log:\n%s", p.logText())
 	}

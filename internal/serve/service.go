@@ -235,6 +235,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		sc.desc = make([]descState, n)
 	}
 	sc.desc = sc.desc[:n]
+	defer clear(sc.desc) // drop the rules: a pooled scratch must not keep an old configuration alive
 	sc.enforced, sc.shadow = sc.enforced[:0], sc.shadow[:0]
 	defer func() { clear(sc.enforced[:cap(sc.enforced)]); clear(sc.shadow[:cap(sc.shadow)]) }()
 	for i, d := range req.Descriptors {
