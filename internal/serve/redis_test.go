@@ -177,6 +177,9 @@ func TestRedisOutage(t *testing.T) {
 				if c(1, 2) == 0 || c(1, 0) != 0 {
 					t.Errorf("fail-closed during the outage: %d UNAVAILABLE, %d OK; want only UNAVAILABLE", c(1, 2), c(1, 0))
 				}
+				if n := strings.Count(p.logText(), "the store could not decide"); n == 0 || int64(n) > c(1, 2) {
+					t.Errorf("%d log lines for the store's %d failures; want some, at most one a second", n, c(1, 2))
+				}
 			default:
 				if c(1, 0) == 0 || c(1, 2) != 0 {
 					t.Errorf("%s during the outage: %d OK, %d UNAVAILABLE; want only OK", policy, c(1, 0), c(1, 2))
