@@ -274,6 +274,11 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("%v: %v, want InvalidArgument %q", c.req, err, c.want)
 		}
 	}
+	small, _ := startTest(t, Options{MaxRequestBytes: 200})
+	_, err := small.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: strings.Repeat("d", 300), Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 300-byte request over a 200-byte limit: %v, want ResourceExhausted", err)
+	}
 }
 
 // Response headers: envoy's RateLimit-Limit/-Remaining/-Reset from the
