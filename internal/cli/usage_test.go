@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -97,6 +99,10 @@ func TestReplayInputs(t *testing.T) {
 
 // sluice serve refuses bad flag values before it listens, with a clear error.
 func TestServeFlags(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(broken, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -108,6 +114,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--grpc-tls-cert", "x.pem"}, "--grpc-tls-cert and --grpc-tls-key go together"},
 		{[]string{"--http-token-file", "/nonexistent/token"}, "--http-token-file"},
 		{[]string{"--config", "/nonexistent/config.yaml", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "nonexistent"},
+		{[]string{"--config", broken, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "fortnight"},
 	} {
 		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {
