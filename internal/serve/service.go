@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -453,15 +454,15 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 	if capacity {
 		comp = sluice.Result{}
 	}
-	// Each part's own numbers come from a look after the decision.
+	// Each part's own numbers come from a look after the decision; on a
+	// remote store the looks go together (the batcher sends them in one
+	// round trip), in memory one after the other.
+	if err := s.look(ctx, parts, res); err != nil {
+		return comp, nil, err
+	}
 	found := false
 	for i := range parts {
-		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
-		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
-			return comp, nil, err
-		}
-		res[i] = r
-		if !comp.Allowed && r.Remaining < parts[i].Cost {
+		if !comp.Allowed && res[i].Remaining < parts[i].Cost {
 			over[i] = true
 			found = true
 		}
@@ -543,4 +544,33 @@ func policyName(r *rlsconfig.Rule) string {
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// look fills res with a look (cost 0) at each part.
+func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Result) error {
+	one := func(i int) error {
+		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
+		res[i] = r
+		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			return err
+		}
+		return nil
+	}
+	if _, local := s.opts.Store.(*memstore.Store); local {
+		for i := range parts {
+			if err := one(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i := 1; i < len(parts); i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = one(i) }()
+	}
+	errs[0] = one(0)
+	wg.Wait()
+	return errors.Join(errs...)
 }
