@@ -75,6 +75,9 @@ func TestTakeEndpoint(t *testing.T) {
 	if resp.Header.Get("RateLimit") == "" {
 		t.Errorf("domain: no RateLimit header")
 	}
+	if resp, out := httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "blocked"}]]}`); resp.StatusCode != 429 || !strings.Contains(out, `"allowed":false`) {
+		t.Errorf("requests_per_unit 0: %d %s, want 429", resp.StatusCode, out)
+	}
 	resp, out = httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "key1", "value": "value1"}]], "hits_addend": 2}`)
 	if resp.StatusCode != 429 || !strings.Contains(out, `"code":"OVER_LIMIT"`) {
 		t.Errorf("domain over: %d %s", resp.StatusCode, out)

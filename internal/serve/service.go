@@ -288,7 +288,24 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	sc.results = sc.results[:total]
 	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
-	comp, enfOver, err := s.decideParts(ctx, sc.enforced, enf)
+	blocked := false // an enforced requests_per_unit 0 refuses the call
+	for i := range sc.desc {
+		blocked = blocked || (sc.desc[i].zero && sc.desc[i].kind == kindEnforced)
+	}
+	var comp sluice.Result
+	var enfOver []bool
+	var err error
+	if blocked {
+		// Refused whatever the others say, so they spend nothing: a look.
+		enfOver = make([]bool, len(sc.enforced))
+		if err = s.look(ctx, sc.enforced, enf); err == nil {
+			for i := range enf {
+				enfOver[i] = enf[i].Remaining < sc.enforced[i].Cost
+			}
+		}
+	} else {
+		comp, enfOver, err = s.decideParts(ctx, sc.enforced, enf)
+	}
 	if err != nil {
 		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
 		return sluice.Result{}, err
@@ -388,16 +405,19 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	if comp.Degraded {
 		s.metrics.degraded.Inc()
 	}
-	if code == pb.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadow {
-		code = pb.RateLimitResponse_OK
-		s.metrics.globalShadow.Inc()
+	if len(sc.enforced) == 0 {
+		comp = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
+	}
+	if code == pb.RateLimitResponse_OVER_LIMIT {
+		comp.Allowed = false // a requests_per_unit of 0 refuses without the store
+		if s.opts.GlobalShadow {
+			code = pb.RateLimitResponse_OK
+			s.metrics.globalShadow.Inc()
+		}
 	}
 	resp.OverallCode = code
 	if hdr != HeadersNone {
 		resp.ResponseHeadersToAdd = headers(hdr, sc.desc, resp.Statuses)
-	}
-	if len(sc.enforced) == 0 {
-		comp = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
 	}
 	return comp, nil
 }
