@@ -75,7 +75,7 @@ type pageData struct {
 // formValues are the playground form's fields, as typed.
 type formValues struct {
 	Rule, Limit, Burst, Window, Tick, Ticks, Shape, Rate, Size, Trace string
-	Algorithms                                                       map[string]bool
+	Algorithms                                                        map[string]bool
 }
 
 func defaultForm() formValues {

@@ -20,12 +20,12 @@ const otherSeries = "(other)"
 // a slot whose sec is stale is zeroed (under the series' lock) before it is
 // reused, so Observe takes no lock except once per second per rule.
 type slot struct {
-	sec       atomic.Int64
-	counts    [len(observe.Outcomes)]atomic.Int64
-	latSum    atomic.Int64 // µs, over the events that called the store
-	latN      atomic.Int64
-	latMax    atomic.Int64 // µs
-	_padTo128 [128 - 8*(1+len(observe.Outcomes)+3)]byte
+	sec    atomic.Int64
+	counts [len(observe.Outcomes)]atomic.Int64
+	latSum atomic.Int64 // µs, over the events that called the store
+	latN   atomic.Int64
+	latMax atomic.Int64 // µs
+	_      [128 - 8*(1+len(observe.Outcomes)+3)]byte
 }
 
 // series is one rule's ring of per-second slots.
