@@ -3,6 +3,10 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/browsertest"
 	"github.com/sluice-go/sluice/internal/sim"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -320,5 +325,56 @@ func TestBrowserKeyboard(t *testing.T) {
 		if a, b := at(seq[i-1]), at(seq[i]); a >= b {
 			t.Errorf("Tab reaches %s (%d) after %s (%d): %v", seq[i-1], a, seq[i], b, order)
 		}
+	}
+}
+
+// TestBrowserScreenshot draws the page as the README shows it: four minutes
+// of traffic on two rules, and a playground run. With SLUICE_UPDATE_DOCS=1
+// it writes docs/console.png.
+func TestBrowserScreenshot(t *testing.T) {
+	seed := testenv.SeedOr(t, 2026)
+	r := rand.New(rand.NewPCG(seed, 3))
+	c, clk, ctx := browse(t, testView(), true)
+	clk.Advance(-240 * time.Second)
+	for s := range 240 {
+		wave := 20 + 15*math.Sin(float64(s)/25)
+		for range int(wave) + r.IntN(5) {
+			c.Observe(observe.Event{Policy: "edge.remote_address", Outcome: observe.Allowed, Latency: time.Duration(150+r.IntN(200)) * time.Microsecond})
+		}
+		if s > 120 && s < 180 {
+			for range 8 + r.IntN(8) {
+				c.Observe(observe.Event{Policy: "edge.remote_address", Outcome: observe.Denied, Latency: 200 * time.Microsecond})
+				c.Refused("edge.remote_address", fmt.Sprintf("10.1.0.%d", r.IntN(4)))
+			}
+		}
+		for range r.IntN(6) {
+			c.Observe(observe.Event{Policy: "edge.api.user", Outcome: observe.Allowed, Latency: 300 * time.Microsecond})
+		}
+		if r.IntN(4) == 0 {
+			c.Observe(observe.Event{Policy: "edge.api.user", Outcome: observe.ShadowDenied})
+			c.Refused("edge.api.user", fmt.Sprintf("user:%d", 1000+r.IntN(3)))
+		}
+		clk.Advance(time.Second)
+	}
+	// The page polls for the seconds after its last poll: reload it to read
+	// the minutes just made up.
+	if err := chromedp.Do(ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `Number(document.body.dataset.livePolls || 0) >= 1`)
+	if err := chromedp.Do(ctx, chromedp.Focus(chromedp.CSS("#sim-run")), chromedp.KeyEvent(kb.Enter)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `document.querySelector("#sim-figure svg")`)
+	path := browsertest.Screenshot(t, ctx, "console")
+	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
+		png, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "console.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("wrote docs/console.png")
 	}
 }

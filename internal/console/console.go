@@ -200,7 +200,7 @@ func (c *Console) Live(since int64) Live {
 		seen[name] = true
 		rl := RuleLive{Rule: name, Points: []Point{}, Totals: Point{T: since}}
 		if s := byName[name]; s != nil {
-			rl.Points = s.points(since, now)
+			rl.Points = append(rl.Points, s.points(since, now)...)
 		}
 		var latSum, latN int64
 		for _, p := range rl.Points {

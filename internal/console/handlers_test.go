@@ -163,7 +163,7 @@ func TestLiveEndpoint(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Rules[1].Points) != 0 || len(l.Rules[0].Points) != 1 {
+	if len(l.Rules[1].Points) != 0 || len(l.Rules[0].Points) != 1 || strings.Contains(body, "null") {
 		t.Errorf("since=now: %s", body)
 	}
 	if code, _, body := get(t, srv.URL+"/console/api/live?since=yesterday"); code != 400 || !strings.Contains(body, "Unix seconds") {
