@@ -27,6 +27,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -83,7 +84,8 @@ type Options struct {
 	// TopK is how many of the most refused keys the live view lists;
 	// default 10, at most 1000.
 	TopK int
-	// Clock returns the time; default time.Now. Tests set it.
+	// Clock returns the time; default a cheap wall clock (package
+	// fastclock: Observe reads it on every event). Tests set it.
 	Clock func() time.Time
 }
 
@@ -91,8 +93,8 @@ type Options struct {
 // safe for concurrent use.
 type Console struct {
 	config  func() ConfigView
-	clock   func() time.Time
-	window  int64 // seconds
+	unix    func() int64 // the current second, Unix seconds
+	window  int64        // seconds
 	live    *live
 	refused *topK
 	page    *pageAssets
@@ -123,8 +125,9 @@ func New(o Options) (*Console, error) {
 	if o.Config == nil {
 		o.Config = func() ConfigView { return ConfigView{} }
 	}
-	if o.Clock == nil {
-		o.Clock = time.Now
+	unix := func() int64 { return fastclock.Micros() / 1e6 }
+	if clock := o.Clock; clock != nil {
+		unix = func() int64 { return clock().Unix() }
 	}
 	page, err := loadPage()
 	if err != nil {
@@ -133,7 +136,7 @@ func New(o Options) (*Console, error) {
 	w := int64(o.Window / time.Second)
 	return &Console{
 		config:  o.Config,
-		clock:   o.Clock,
+		unix:    unix,
 		window:  w,
 		live:    newLive(int(w)),
 		refused: newTopK(o.TopK, w/2),
@@ -147,14 +150,14 @@ var _ observe.Observer = (*Console)(nil)
 // (except once a second per policy) and allocates nothing for a policy it
 // has seen.
 func (c *Console) Observe(e observe.Event) {
-	c.live.get(e.Policy).add(c.clock().Unix(), e.Outcome, e.Latency)
+	c.live.get(e.Policy).add(c.unix(), e.Outcome, e.Latency)
 }
 
 // Refused counts one refusal of key under rule in a bounded summary of the
 // keys refused most often recently (the last one to two halves of the
 // window): its memory is bounded however many keys there are.
 func (c *Console) Refused(rule, key string) {
-	c.refused.add(c.clock().Unix(), rule, key)
+	c.refused.add(c.unix(), rule, key)
 }
 
 // RuleLive is one rule's part of a Live report.
@@ -185,7 +188,7 @@ type Live struct {
 // Live returns the counts from the Unix second since (at most the window
 // back) to now.
 func (c *Console) Live(since int64) Live {
-	now := c.clock().Unix()
+	now := c.unix()
 	since = min(max(since, now-c.window+1), now)
 	out := Live{Now: now, Since: since, WindowS: c.window, Top: c.refused.top(now)}
 	byName := map[string]*series{}
