@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+func init() {
+	commands["serve"] = command{
+		summary: "run the rate-limit service: Envoy's RLS v3 gRPC API and an HTTP API, envoyproxy/ratelimit's config files",
+		run:     serveCmd,
+	}
+}
+
+// serveFlags are sluice serve's flags.
+type serveFlags struct {
+	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
+	storeTimeout, shutdownTimeout                                                    time.Duration
+	shadow, noWatch                                                                  bool
+	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
+	maxBytes, maxDescriptors, maxEntries, maxEntryBytes                              int
+}
+
+func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var f serveFlags
+	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
+	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
+	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
+	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
+	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
+	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1)")
+	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config)")
+	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
+	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: decide and count as usual, answer OK to every call")
+	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
+	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
+	fs.StringVar(&f.grpcCA, "grpc-tls-client-ca", "", "PEM CA bundle: require client certificates signed by it on the gRPC listener (mTLS)")
+	fs.StringVar(&f.httpCert, "http-tls-cert", "", "PEM certificate for the HTTP listener (with --http-tls-key: serve TLS)")
+	fs.StringVar(&f.httpKey, "http-tls-key", "", "PEM private key for the HTTP listener")
+	fs.StringVar(&f.httpCA, "http-tls-client-ca", "", "PEM CA bundle: require client certificates signed by it on the HTTP listener (mTLS)")
+	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
+	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
+	fs.IntVar(&f.maxBytes, "max-request-bytes", 64<<10, "largest request accepted, in bytes")
+	fs.IntVar(&f.maxDescriptors, "max-descriptors", 64, "most descriptors in one call")
+	fs.IntVar(&f.maxEntries, "max-entries", 32, "most entries in one descriptor")
+	fs.IntVar(&f.maxEntryBytes, "max-entry-bytes", 1024, "longest domain, key or value, in bytes")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (on stderr)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	usage := func(w io.Writer) {
+		fs.SetOutput(w)
+		fmt.Fprintf(w, `Usage: sluice serve [--config PATH] [--store memory|redis://HOST:PORT/DB|...] [--grpc HOST:PORT] [--http HOST:PORT] [flags]
+
+Serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService)
+on --grpc and an HTTP API on --http, deciding with sluice over --store and
+envoyproxy/ratelimit's configuration files. With no flags at all: an empty
+configuration, an in-memory store, gRPC on %s and HTTP on %s.
+The descriptors of one call are decided atomically: all must pass, and a
+refused call spends nothing. SIGHUP reloads the configuration; SIGTERM and
+SIGINT stop accepting, finish the calls in flight and exit 0.
+
+`, serve.DefaultGRPCAddr, serve.DefaultHTTPAddr)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+		return err
+	}
+	o, closeStore, err := f.options(stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve.Run(ctx, o)
+}
+
+// options turns the flags into serve.Options, opening the store.
+func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
+	o := serve.Options{
+		Config: f.config, NoWatch: f.noWatch, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow,
+		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
+		ShutdownTimeout: f.shutdownTimeout,
+	}
+	nothing := func() {}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return o, nothing, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		o.Logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	case "json":
+		o.Logger = slog.New(slog.NewJSONHandler(stderr, hopts))
+	default:
+		return o, nothing, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+	var err error
+	if o.Headers, err = serve.ParseHeaders(f.headers); err != nil {
+		return o, nothing, fmt.Errorf("--response-headers: %w", err)
+	}
+	if o.GRPCTLS, err = tlsConfig("grpc", f.grpcCert, f.grpcKey, f.grpcCA); err != nil {
+		return o, nothing, err
+	}
+	if o.HTTPTLS, err = tlsConfig("http", f.httpCert, f.httpKey, f.httpCA); err != nil {
+		return o, nothing, err
+	}
+	o.HTTPToken = f.token
+	if o.HTTPToken == "" {
+		o.HTTPToken = os.Getenv("SLUICE_HTTP_TOKEN")
+	}
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return o, nothing, fmt.Errorf("--http-token-file: %w", err)
+		}
+		if o.HTTPToken = strings.TrimSpace(string(b)); o.HTTPToken == "" {
+			return o, nothing, fmt.Errorf("--http-token-file %s is empty", f.tokenFile)
+		}
+	}
+	var policy redisstore.FailurePolicy
+	switch f.onError {
+	case "fail-closed":
+		policy = redisstore.FailClosed
+	case "fail-open":
+		policy = redisstore.FailOpen
+	case "local":
+		policy = redisstore.FailLocal
+	default:
+		return o, nothing, fmt.Errorf("--on-store-error %q: want fail-closed, fail-open or local", f.onError)
+	}
+	if f.store == "memory" {
+		o.Store = memstore.New()
+		return o, nothing, nil
+	}
+	c, err := redisClient(f.store)
+	if err != nil {
+		return o, nothing, err
+	}
+	ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout)}
+	if f.prefix != "" {
+		ropts = append(ropts, redisstore.WithPrefix(f.prefix))
+	}
+	rs, err := redisstore.NewGoRedis(c, ropts...)
+	if err != nil {
+		c.Close()
+		return o, nothing, err
+	}
+	o.Store = rs
+	o.Ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	return o, func() { rs.Close(); c.Close() }, nil
+}
+
+var _ sluice.Store = (*redisstore.Store)(nil)
+
+// tlsConfig builds a listener's TLS configuration from its flags: nil when
+// none is given.
+func tlsConfig(name, cert, key, ca string) (*tls.Config, error) {
+	if cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	if cert == "" || key == "" {
+		return nil, fmt.Errorf("--%s-tls-cert and --%s-tls-key go together", name, name)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("--%s-tls-cert/--%s-tls-key: %w", name, name, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-tls-client-ca: %w", name, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, errors.New("--" + name + "-tls-client-ca: no PEM certificate in " + ca)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

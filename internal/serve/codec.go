@@ -1,0 +1,52 @@
+package serve
+
+import (
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the fallback codec
+	"google.golang.org/grpc/mem"
+)
+
+// vtMessage is a message with the marshalling vtprotobuf generates (the Envoy
+// RLS types have it): no reflection on the way out.
+type vtMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVTStrict([]byte) (int, error)
+}
+
+// codec is grpc's "proto" codec for the server, marshalling with the
+// generated code where the message has it and decoding RateLimitRequest with
+// decodeRequest; every other message goes to grpc's own codec.
+type codec struct{ fallback encoding.CodecV2 }
+
+func newCodec() codec { return codec{fallback: encoding.GetCodecV2("proto")} }
+
+// Name is the codec's content subtype, "proto".
+func (codec) Name() string { return "proto" }
+
+// Marshal encodes v.
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(vtMessage)
+	if !ok {
+		return c.fallback.Marshal(v)
+	}
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVTStrict(buf); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVTStrict((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal decodes data into v.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	return c.fallback.Unmarshal(data, v)
+}

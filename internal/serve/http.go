@@ -1,0 +1,412 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-go/sluice"
+)
+
+// httpHandler routes the HTTP listener.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.HandleFunc("POST /v1/take", s.serveTake)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.serveReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/config", s.serveConfig)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := s.root.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	if s.opts.HTTPToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + s.opts.HTTPToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			http.Error(w, "a bearer token is required (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// readBody reads a request's body up to the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("request body over %d bytes", s.opts.MaxRequestBytes), http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// decodeJSONRequest decodes /json's body: a RateLimitRequest in protojson.
+func decodeJSONRequest(b []byte) (*pb.RateLimitRequest, error) {
+	req := &pb.RateLimitRequest{}
+	if err := protojson.Unmarshal(b, req); err != nil {
+		return nil, fmt.Errorf("bad RateLimitRequest JSON: %w", err)
+	}
+	return req, nil
+}
+
+// httpStatus answers a failed decision.
+func httpError(w http.ResponseWriter, err error) {
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		http.Error(w, re.msg, http.StatusBadRequest)
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "rate limit store unavailable", http.StatusServiceUnavailable)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	}
+}
+
+// serveJSON is envoyproxy/ratelimit's POST /json: 200 with the response when
+// the call is OK, 429 when it is over the limit.
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.metrics.latency.WithLabelValues("json").Observe(time.Since(start).Seconds()) }()
+	b, ok := s.readBody(w, r)
+	if !ok {
+		s.count("json", "invalid")
+		return
+	}
+	req, err := decodeJSONRequest(b)
+	if err != nil {
+		s.count("json", "invalid")
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp := &pb.RateLimitResponse{}
+	if _, err := s.decide(r.Context(), req, resp, s.opts.Headers); err != nil {
+		s.count("json", codeLabel(grpcError(err)))
+		httpError(w, err)
+		return
+	}
+	s.countCode("json", resp.OverallCode)
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+// TakeRequest is the body of POST /v1/take: either a domain and its
+// descriptors, decided by the configuration as a gRPC call would be, or a key
+// and a limit of the caller's.
+type TakeRequest struct {
+	// Domain and Descriptors (each a list of entries) name configured
+	// limits; HitsAddend is the call's cost (default 1; 0 looks).
+	Domain      string        `json:"domain,omitempty"`
+	Descriptors [][]TakeEntry `json:"descriptors,omitempty"`
+	HitsAddend  *uint32       `json:"hits_addend,omitempty"`
+	// Key and Limit ("10/1s gcra burst 50", as sluice.ParseLimit reads it)
+	// name a budget directly; Cost is its cost (default 1; 0 looks).
+	Key   string `json:"key,omitempty"`
+	Limit string `json:"limit,omitempty"`
+	Cost  *int64 `json:"cost,omitempty"`
+}
+
+// TakeEntry is one descriptor entry of a TakeRequest.
+type TakeEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// TakeResponse is the answer of POST /v1/take: every field of the decision
+// (sluice.Result, durations in microseconds) and, for a domain's
+// descriptors, each descriptor's status.
+type TakeResponse struct {
+	Allowed      bool         `json:"allowed"`
+	Remaining    int64        `json:"remaining"`
+	RetryAfterUS int64        `json:"retry_after_us"`
+	ResetAfterUS int64        `json:"reset_after_us"`
+	DelayUS      int64        `json:"delay_us"`
+	Degraded     bool         `json:"degraded"`
+	Statuses     []TakeStatus `json:"statuses,omitempty"`
+}
+
+// TakeStatus is one descriptor's status in a TakeResponse.
+type TakeStatus struct {
+	Code            string `json:"code"`
+	Rule            string `json:"rule,omitempty"`
+	RequestsPerUnit uint32 `json:"requests_per_unit,omitempty"`
+	Unit            string `json:"unit,omitempty"`
+	Remaining       int64  `json:"remaining"`
+	ResetAfterUS    int64  `json:"reset_after_us"`
+}
+
+// decodeTakeRequest decodes and checks /v1/take's body.
+func decodeTakeRequest(b []byte) (*TakeRequest, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var t TakeRequest
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("bad request JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("bad request JSON: more than one value")
+	}
+	byKey := t.Key != "" || t.Limit != "" || t.Cost != nil
+	byDomain := t.Domain != "" || t.Descriptors != nil || t.HitsAddend != nil
+	switch {
+	case byKey && byDomain:
+		return nil, errors.New(`give either "domain" and "descriptors", or "key" and "limit", not both`)
+	case byKey:
+		if t.Key == "" || t.Limit == "" {
+			return nil, errors.New(`"key" and "limit" are both required`)
+		}
+		if t.Cost != nil && *t.Cost < 0 {
+			return nil, fmt.Errorf(`"cost" %d is negative`, *t.Cost)
+		}
+	case byDomain:
+		if t.Domain == "" || len(t.Descriptors) == 0 {
+			return nil, errors.New(`"domain" and at least one descriptor are required`)
+		}
+	default:
+		return nil, errors.New(`give "domain" and "descriptors", or "key" and "limit"`)
+	}
+	return &t, nil
+}
+
+// serveTake is sluice's own JSON API.
+func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.metrics.latency.WithLabelValues("take").Observe(time.Since(start).Seconds()) }()
+	b, ok := s.readBody(w, r)
+	if !ok {
+		s.count("take", "invalid")
+		return
+	}
+	t, err := decodeTakeRequest(b)
+	if err != nil {
+		s.count("take", "invalid")
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var out TakeResponse
+	var res sluice.Result
+	if t.Key != "" {
+		res, err = s.takeKey(r.Context(), w, t)
+	} else {
+		res, out.Statuses, err = s.takeDomain(r.Context(), w, t)
+	}
+	if err != nil {
+		s.count("take", codeLabel(grpcError(err)))
+		httpError(w, err)
+		return
+	}
+	out.Allowed, out.Remaining, out.Degraded = res.Allowed, res.Remaining, res.Degraded
+	out.RetryAfterUS, out.ResetAfterUS, out.DelayUS = res.RetryAfter.Microseconds(), res.ResetAfter.Microseconds(), res.Delay.Microseconds()
+	w.Header().Set("Content-Type", "application/json")
+	if res.Allowed {
+		s.count("take", "ok")
+	} else {
+		s.count("take", "over_limit")
+		w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(res.RetryAfter), 1), 10))
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	json.NewEncoder(w).Encode(&out)
+}
+
+// takeKey decides a key under the caller's limit.
+func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
+	if len(t.Key) > s.opts.MaxEntryBytes {
+		return sluice.Result{}, badRequest("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
+	}
+	lim, err := sluice.ParseLimit(t.Limit)
+	if err != nil {
+		return sluice.Result{}, badRequest("limit: %v", err)
+	}
+	c := int64(1)
+	if t.Cost != nil {
+		c = *t.Cost
+	}
+	res, err := s.lim.Take(ctx, t.Key, lim, c)
+	if err != nil {
+		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return res, err
+		}
+		return res, badRequest("%v", err)
+	}
+	if res.Degraded {
+		s.metrics.degraded.Inc()
+	}
+	h := w.Header()
+	h.Set("RateLimit-Policy", fmt.Sprintf(`"key";q=%d;w=%d`, lim.Rate, max(ceilSeconds(lim.Period), 1)))
+	h.Set("RateLimit", fmt.Sprintf(`"key";r=%d;t=%d`, max(res.Remaining, 0), ceilSeconds(max(res.ResetAfter, res.RetryAfter))))
+	return res, nil
+}
+
+// takeDomain decides a domain's descriptors as a gRPC call.
+func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, []TakeStatus, error) {
+	req := &pb.RateLimitRequest{Domain: t.Domain, Descriptors: make([]*rlv3.RateLimitDescriptor, len(t.Descriptors))}
+	for i, d := range t.Descriptors {
+		rd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d))}
+		for j, e := range d {
+			rd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+		}
+		if t.HitsAddend != nil {
+			rd.HitsAddend = wrapperspb.UInt64(uint64(*t.HitsAddend))
+		}
+		req.Descriptors[i] = rd
+	}
+	resp := &pb.RateLimitResponse{}
+	res, err := s.decide(ctx, req, resp, HeadersDraft11)
+	if err != nil {
+		return res, nil, err
+	}
+	if s.opts.GlobalShadow {
+		res.Allowed = true
+	}
+	sts := make([]TakeStatus, len(resp.Statuses))
+	for i, st := range resp.Statuses {
+		ts := &sts[i]
+		ts.Code = st.Code.String()
+		ts.Remaining = int64(st.LimitRemaining)
+		if st.CurrentLimit != nil {
+			ts.Rule = st.CurrentLimit.Name
+			ts.RequestsPerUnit = st.CurrentLimit.RequestsPerUnit
+			ts.Unit = strings.ToLower(st.CurrentLimit.Unit.String())
+			ts.ResetAfterUS = st.DurationUntilReset.AsDuration().Microseconds()
+		}
+		if st.LimitRemaining == math.MaxUint32 && st.CurrentLimit == nil {
+			ts.Remaining = -1 // unlimited
+		}
+	}
+	for _, hv := range resp.ResponseHeadersToAdd {
+		w.Header().Set(hv.Key, hv.Value)
+	}
+	return res, sts, nil
+}
+
+// serveReady is 200 when a configuration is loaded and the store answers.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	if s.state.Load() == nil {
+		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
+		return
+	}
+	if s.opts.Ping != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.opts.Ping(ctx); err != nil {
+			http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// configRule is one rule in /debug/config's JSON.
+type configRule struct {
+	Domain          string   `json:"domain"`
+	Path            string   `json:"path"`
+	Name            string   `json:"name,omitempty"`
+	Limit           string   `json:"limit,omitempty"`
+	Unit            string   `json:"unit,omitempty"`
+	RequestsPerUnit int64    `json:"requests_per_unit,omitempty"`
+	Unlimited       bool     `json:"unlimited,omitempty"`
+	Shadow          bool     `json:"shadow_mode,omitempty"`
+	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
+	ShareThreshold  bool     `json:"share_threshold,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"`
+}
+
+// serveConfig shows the configuration in use: text, or JSON with
+// ?format=json or Accept: application/json.
+func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
+	v := s.Config()
+	rules := make([]configRule, 0, len(v.Rules))
+	for _, ru := range v.Rules {
+		c := configRule{Domain: ru.Domain, Path: ru.Path, Name: ru.Name, Unit: ru.Unit, RequestsPerUnit: ru.RequestsPerUnit,
+			Unlimited: ru.Unlimited, Shadow: ru.Shadow, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
+		if !ru.Unlimited {
+			c.Limit = ru.Limit.String()
+		}
+		rules = append(rules, c)
+	}
+	sort.SliceStable(rules, func(i, j int) bool {
+		if rules[i].Domain != rules[j].Domain {
+			return rules[i].Domain < rules[j].Domain
+		}
+		return rules[i].Path < rules[j].Path
+	})
+	lastErr := ""
+	if v.LastError != nil {
+		lastErr = v.LastError.Error()
+	}
+	if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{
+			"path": v.Path, "sources": v.Sources, "domains": v.Domains, "loaded": v.Loaded,
+			"last_error": lastErr, "rules": rules,
+		})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "path: %q\nloaded: %s\nsources: %s\n", v.Path, v.Loaded.Format(time.RFC3339), strings.Join(v.Sources, ", "))
+	if lastErr != "" {
+		fmt.Fprintf(w, "last load failed at %s: %s\n", v.LastErrorAt.Format(time.RFC3339), lastErr)
+	}
+	for _, c := range rules {
+		fmt.Fprintf(w, "%s: %s", c.Domain, c.Path)
+		if c.Name != "" {
+			fmt.Fprintf(w, " name=%q", c.Name)
+		}
+		switch {
+		case c.Unlimited:
+			fmt.Fprint(w, " unlimited")
+		default:
+			fmt.Fprintf(w, " %d/%s limit=%q", c.RequestsPerUnit, c.Unit, c.Limit)
+		}
+		if c.Shadow {
+			fmt.Fprint(w, " shadow_mode")
+		}
+		if c.DetailedMetric {
+			fmt.Fprint(w, " detailed_metric")
+		}
+		if len(c.Replaces) > 0 {
+			fmt.Fprintf(w, " replaces=%s", strings.Join(c.Replaces, ","))
+		}
+		fmt.Fprintln(w)
+	}
+}

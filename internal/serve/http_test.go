@@ -1,0 +1,247 @@
+package serve
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// envoy's POST /json: 200 with the response, 429 over the limit, 400 for a
+// bad body.
+func TestJSONEndpoint(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	body := `{"domain": "test", "descriptors": [{"entries": [{"key": "nested", "value": "a"}, {"key": "sub", "value": "x"}]}]}`
+	for i, code := range []int{200, 200, 429} {
+		resp, out := httpPost(t, ts.base+"/json", body)
+		if resp.StatusCode != code {
+			t.Fatalf("call %d: %d %s, want %d", i, resp.StatusCode, out, code)
+		}
+		var r pb.RateLimitResponse
+		if err := protojson.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("call %d: %v in %s", i, err, out)
+		}
+		if r.Statuses[0].CurrentLimit.Name != "sub_limit" {
+			t.Errorf("call %d: %s", i, out)
+		}
+	}
+	for _, bad := range []string{`{`, `{"domain": 1}`, `{"domain": "test"}`, `{"nope": 1}`} {
+		if resp, out := httpPost(t, ts.base+"/json", bad); resp.StatusCode != 400 {
+			t.Errorf("%s: %d %s, want 400", bad, resp.StatusCode, out)
+		}
+	}
+}
+
+// sluice's POST /v1/take: configured descriptors or a key and a limit; every
+// Result field, the draft-11 headers, Retry-After on 429.
+func TestTakeEndpoint(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	var r TakeResponse
+	for i, code := range []int{200, 200, 429} {
+		resp, out := httpPost(t, ts.base+"/v1/take", `{"key": "partner:acme", "limit": "2/1m"}`)
+		if resp.StatusCode != code {
+			t.Fatalf("key call %d: %d %s", i, resp.StatusCode, out)
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if code == 429 {
+			if r.Allowed || r.RetryAfterUS != 30_000_000 || resp.Header.Get("Retry-After") != "30" {
+				t.Errorf("refused: %s, Retry-After %q", out, resp.Header.Get("Retry-After"))
+			}
+		} else if !r.Allowed || r.Remaining != int64(1-i) {
+			t.Errorf("call %d: %s", i, out)
+		}
+		if p := resp.Header.Get("RateLimit-Policy"); p != `"key";q=2;w=60` {
+			t.Errorf("RateLimit-Policy %q", p)
+		}
+	}
+	resp, out := httpPost(t, ts.base+"/v1/take", `{"key": "k", "limit": "10/1s token-bucket burst 50", "cost": 0}`)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"remaining":50`) {
+		t.Errorf("look: %d %s", resp.StatusCode, out)
+	}
+	resp, out = httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "key1", "value": "value1"}], [{"key": "free"}]], "hits_addend": 2}`)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"allowed":true,"remaining":1`) || !strings.Contains(out, `"code":"OK","requests_per_unit":3,"unit":"minute","remaining":1`) {
+		t.Errorf("domain: %d %s", resp.StatusCode, out)
+	}
+	if resp.Header.Get("RateLimit") == "" {
+		t.Errorf("domain: no RateLimit header")
+	}
+	resp, out = httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "key1", "value": "value1"}]], "hits_addend": 2}`)
+	if resp.StatusCode != 429 || !strings.Contains(out, `"code":"OVER_LIMIT"`) {
+		t.Errorf("domain over: %d %s", resp.StatusCode, out)
+	}
+	for bad, msg := range map[string]string{
+		`{"key": "k"}`:                                 `"key" and "limit" are both required`,
+		`{"key": "k", "limit": "10/0s"}`:               "limit:",
+		`{"key": "k", "limit": "1/1s", "cost": 5}`:     "exceeds",
+		`{"key": "k", "limit": "1/1s", "domain": "d"}`: "not both",
+		`{"domain": "d"}`:                              "at least one descriptor",
+		`{"what": 1}`:                                  "unknown field",
+		`{}`:                                           `give "domain"`,
+		`{"domain": "test", "descriptors": [[]]}`:      "no entries",
+		`{"key": "k", "limit": "1/1s", "cost": -1}`:    "negative",
+		`{"key": "k", "limit": "1/1s"} {"key": "k2"}`:  "more than one",
+	} {
+		resp, out := httpPost(t, ts.base+"/v1/take", bad)
+		if resp.StatusCode != 400 || !strings.Contains(out, msg) {
+			t.Errorf("%s: %d %q, want 400 with %q", bad, resp.StatusCode, out, msg)
+		}
+	}
+	if resp, _ := httpPost(t, ts.base+"/v1/take", `{"key": "`+strings.Repeat("x", 70_000)+`", "limit": "1/1s"}`); resp.StatusCode != 413 {
+		t.Errorf("a 70 kB body: %d, want 413", resp.StatusCode)
+	}
+}
+
+// /healthz, /readyz, /metrics, /debug/config, the bearer token and a mounted
+// handler.
+func TestHTTPEndpoints(t *testing.T) {
+	ts, _ := startTest(t, Options{HTTPToken: "s3cret", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("console")) })})
+	if code, _ := httpGet(t, ts.base+"/healthz"); code != 200 {
+		t.Errorf("/healthz %d", code)
+	}
+	if code, _ := httpGet(t, ts.base+"/readyz"); code != 200 {
+		t.Errorf("/readyz %d", code)
+	}
+	for _, p := range []string{"/metrics", "/debug/config", "/"} {
+		if code, _ := httpGet(t, ts.base+p); code != 401 {
+			t.Errorf("%s without the token: %d, want 401", p, code)
+		}
+	}
+	if resp, _ := httpPost(t, ts.base+"/v1/take", `{"key":"k","limit":"1/1s"}`, "Authorization", "Bearer wrong"); resp.StatusCode != 401 {
+		t.Errorf("wrong token: %d", resp.StatusCode)
+	}
+	get := func(p string, hdr ...string) (int, string) {
+		req, _ := http.NewRequest("GET", ts.base+p, nil)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		return resp.StatusCode, b.String()
+	}
+	if code, body := get("/"); code != 200 || body != "console" {
+		t.Errorf("mounted handler: %d %q", code, body)
+	}
+	code, body := get("/debug/config")
+	if code != 200 || !strings.Contains(body, "sub_limit") {
+		t.Errorf("/debug/config: %d %s", code, body)
+	}
+	code, body = get("/debug/config?format=json")
+	var cfg struct {
+		Rules []configRule `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(body), &cfg); code != 200 || err != nil || len(cfg.Rules) != 9 {
+		t.Errorf("/debug/config JSON: %d %v %d rules\n%s", code, err, len(cfg.Rules), body)
+	}
+	ts.call(t, "test", desc("key1=zzz"))
+	ts.call(t, "test", desc("detail=v1"))
+	code, body = get("/metrics")
+	for _, want := range []string{
+		`sluice_serve_calls_total{code="ok",door="grpc"} 2`,
+		`sluice_serve_config_loads_total{result="ok"} 1`,
+		`sluice_serve_rule_decisions_total{domain="test",outcome="allowed",rule="test.detail_v1"} 1`,
+		`sluice_serve_call_duration_seconds_count{door="grpc"} 2`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "zzz") {
+		t.Errorf("/metrics has a per-value series for a rule without detailed_metric:\n%s", grep(body, "zzz"))
+	}
+}
+
+// Hot reload under load: a good config takes effect, a broken one is
+// rejected whole (logged, counted, the old one stays), and no call fails;
+// every call sees one configuration or the other.
+func TestReloadUnderLoad(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"test.yaml": testConfig})
+	ts := start(t, Options{Config: dir}, &fakeClock{t: t0})
+	var calls, failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := ts.client.ShouldRateLimit(t.Context(), &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("free=x"), desc("key1=g" + string(rune('a'+g)))}})
+				calls.Add(1)
+				if err != nil {
+					failures.Add(1)
+					t.Errorf("call failed during reloads: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	write := func(body string) {
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "test.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	loaded := ts.Config().Loaded
+	write(strings.Replace(testConfig, `"requests_per_unit": 3`, `"requests_per_unit": 7`, 1))
+	waitFor("the good config", func() bool { return ts.Config().Loaded.After(loaded) })
+	want(t, "after reload", ts.call(t, "test", desc("key1=value1")).Statuses[0], ok, 6, 7, minute)
+	loaded = ts.Config().Loaded
+	write(`{"domain": "test", "descriptors": [{"key": "k", "rate_limit": {"unit": "fortnight", "requests_per_unit": 1}}]}`)
+	waitFor("the broken config's rejection", func() bool { return ts.Config().LastError != nil })
+	if ts.Config().Loaded != loaded {
+		t.Errorf("a broken config replaced the good one")
+	}
+	want(t, "after a broken reload", ts.call(t, "test", desc("key1=value1")).Statuses[0], ok, 5, 7, minute)
+	// SIGHUP-equivalent: Reload by hand of the same broken file.
+	if err := ts.Reload(); err == nil {
+		t.Errorf("Reload of a broken config: no error")
+	}
+	write(testConfig)
+	waitFor("the good config again", func() bool { return ts.Config().LastError == nil })
+	close(stop)
+	wg.Wait()
+	_, body := httpGet(t, ts.base+"/metrics")
+	if !strings.Contains(body, `sluice_serve_config_loads_total{result="failed"}`) || strings.Contains(body, `sluice_serve_config_loads_total{result="failed"} 0`) {
+		t.Errorf("failed loads not counted:\n%s", grep(body, "config_loads"))
+	}
+	t.Logf("%d calls during the reloads, %d failed", calls.Load(), failures.Load())
+}

@@ -1,0 +1,56 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// rls is the gRPC RateLimitService.
+type rls struct{ s *Server }
+
+// ShouldRateLimit decides one call.
+func (h rls) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	resp := &pb.RateLimitResponse{}
+	_, err := h.s.decide(ctx, req, resp, h.s.opts.Headers)
+	h.s.metrics.latency.WithLabelValues("grpc").Observe(time.Since(start).Seconds())
+	if err != nil {
+		err = grpcError(err)
+		h.s.count("grpc", codeLabel(err))
+		return nil, err
+	}
+	h.s.countCode("grpc", resp.OverallCode)
+	return resp, nil
+}
+
+// codeLabel is the calls metric's code for a failed call.
+func codeLabel(err error) string {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return "invalid"
+	case codes.Unavailable:
+		return "unavailable"
+	}
+	return "error"
+}
+
+func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
+	if c == pb.RateLimitResponse_OVER_LIMIT {
+		s.count(door, "over_limit")
+	} else {
+		s.count(door, "ok")
+	}
+}
+
+func (s *Server) count(door, code string) { s.metrics.calls.WithLabelValues(door, code).Inc() }
+
+// isRequestError reports whether err is the request's fault.
+func isRequestError(err error) bool {
+	var re *requestError
+	return errors.As(err, &re)
+}

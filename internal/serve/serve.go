@@ -1,0 +1,434 @@
+// Package serve is `sluice serve`: a rate-limit service that speaks Envoy's
+// RLS v3 gRPC protocol (envoy.service.ratelimit.v3.RateLimitService) and an
+// HTTP API, configured by envoyproxy/ratelimit's YAML files (package
+// rlsconfig) and deciding with a sluice.Limiter over any store.
+//
+// The descriptors of one call are decided together: every limited,
+// non-shadow descriptor is a part of one sluice composite, so a call is
+// admitted only if all of them grant and a refused call spends nothing
+// (envoyproxy/ratelimit counts each descriptor on its own and counts
+// refused hits).
+//
+// Run starts it and serves until its context ends; New and Server.Serve do
+// the same in two steps, for callers who need the bound addresses or the
+// Server's accessors (Config, Registry) before serving.
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// Default listen addresses: loopback only.
+const (
+	DefaultGRPCAddr = "127.0.0.1:8081"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+)
+
+// Options configure a Server. The zero Options serve an empty configuration
+// from an in-memory store on the default addresses.
+type Options struct {
+	// Config is a YAML file or a directory of them; "" serves an empty
+	// configuration (every descriptor OK, no limit).
+	Config string
+	// NoWatch turns off reloading when Config's files change (SIGHUP and
+	// Server.Reload still reload).
+	NoWatch bool
+	// Store keeps the budgets; nil is a new memstore.
+	Store sluice.Store
+	// Ping reports whether the store is reachable, for /readyz; nil is
+	// always reachable.
+	Ping func(context.Context) error
+
+	// GRPCAddr and HTTPAddr are the listen addresses (default
+	// DefaultGRPCAddr and DefaultHTTPAddr; port 0 picks a free one). A
+	// listener given in GRPCListener or HTTPListener is used instead.
+	GRPCAddr, HTTPAddr         string
+	GRPCListener, HTTPListener net.Listener
+	// GRPCTLS and HTTPTLS, when set, serve TLS (with ClientAuth set,
+	// mutual TLS).
+	GRPCTLS, HTTPTLS *tls.Config
+	// HTTPToken, when set, is the bearer token every HTTP endpoint but
+	// /healthz and /readyz requires.
+	HTTPToken string
+	// Handler, when set, answers the HTTP paths the server does not (it is
+	// mounted at "/"). See also Server.SetHandler.
+	Handler http.Handler
+
+	// Headers chooses the rate-limit headers of a response (default none).
+	Headers Headers
+	// GlobalShadow answers OK to every call, deciding and counting as usual.
+	GlobalShadow bool
+
+	// MaxRequestBytes bounds a request's encoded size (default 64 KiB);
+	// MaxDescriptors the descriptors of a call (default 64); MaxEntries the
+	// entries of a descriptor (default 32); MaxEntryBytes a domain, key or
+	// value (default 1024).
+	MaxRequestBytes, MaxDescriptors, MaxEntries, MaxEntryBytes int
+
+	// ShutdownTimeout bounds how long in-flight calls are waited for once the
+	// context ends (default 10s).
+	ShutdownTimeout time.Duration
+	// Logger receives the service's log (default slog.Default()).
+	Logger *slog.Logger
+	// Observer, when set, sees every limited descriptor's outcome (Source
+	// "serve", Policy the rule's name or path).
+	Observer observe.Observer
+	// Now is the clock an epoch-aligned window's reset is read on (default
+	// time.Now); give the store the same clock.
+	Now func() time.Time
+}
+
+// ConfigView is the configuration a Server is using and the outcome of its
+// last load.
+type ConfigView struct {
+	// Path is Options.Config ("" for the empty configuration).
+	Path string
+	// Sources are the files the configuration was read from.
+	Sources []string
+	// Domains and Rules are the configuration's.
+	Domains []string
+	Rules   []*rlsconfig.Rule
+	// Loaded is when it was loaded.
+	Loaded time.Time
+	// LastError is the last failed load's error (nil when the last load
+	// succeeded), LastErrorAt its time.
+	LastError   error
+	LastErrorAt time.Time
+}
+
+// state is one loaded configuration and what calls need of it; a call reads
+// one state, so it sees one configuration.
+type state struct {
+	cfg      *rlsconfig.Config
+	domains  map[string]bool
+	counters map[*rlsconfig.Rule]*ruleCounters
+	loaded   time.Time
+}
+
+// Server is a running rate-limit service.
+type Server struct {
+	opts    Options
+	lim     *sluice.Limiter
+	state   atomic.Pointer[state]
+	metrics *metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	loadMu      sync.Mutex // serializes loads
+	errMu       sync.Mutex
+	lastErr     error
+	lastErrTime time.Time
+
+	grpcLn, httpLn net.Listener
+	grpcSrv        *grpc.Server
+	httpSrv        *http.Server
+	root           atomic.Pointer[http.Handler]
+	health         *health.Server
+	changes        <-chan struct{} // the configuration's files changed
+	stopWatch      func()
+	hup            chan os.Signal // SIGHUP, from New on
+}
+
+// Run starts a Server with o and serves until ctx ends, then shuts down
+// gracefully: it stops accepting, finishes the calls in flight (up to
+// o.ShutdownTimeout) and returns nil. A configuration that fails its first
+// load, or an address that cannot be bound, is an error.
+func Run(ctx context.Context, o Options) error {
+	s, err := New(o)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// New loads the configuration and binds the listeners; Serve serves.
+func New(o Options) (*Server, error) {
+	if o.GRPCAddr == "" {
+		o.GRPCAddr = DefaultGRPCAddr
+	}
+	if o.HTTPAddr == "" {
+		o.HTTPAddr = DefaultHTTPAddr
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = 64 << 10
+	}
+	if o.MaxDescriptors <= 0 {
+		o.MaxDescriptors = 64
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 32
+	}
+	if o.MaxEntryBytes <= 0 {
+		o.MaxEntryBytes = 1024
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	if o.Store == nil {
+		o.Store = memstore.New()
+	}
+	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger, now: o.Now}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if o.Handler != nil {
+		s.SetHandler(o.Handler)
+	}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	s.stopWatch = func() {}
+	if o.Config != "" && !o.NoWatch {
+		c, stop, err := watchFiles(o.Config, s.log)
+		if err != nil {
+			s.log.Warn("not watching the configuration's files (SIGHUP still reloads)", "err", err)
+		} else {
+			s.changes, s.stopWatch = c, stop
+		}
+	}
+	var err error
+	if s.grpcLn = o.GRPCListener; s.grpcLn == nil {
+		if s.grpcLn, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+			s.stopWatch()
+			signal.Stop(s.hup)
+			return nil, fmt.Errorf("gRPC listener: %w", err)
+		}
+	}
+	if s.httpLn = o.HTTPListener; s.httpLn == nil {
+		if s.httpLn, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+			s.grpcLn.Close()
+			s.stopWatch()
+			signal.Stop(s.hup)
+			return nil, fmt.Errorf("HTTP listener: %w", err)
+		}
+	}
+	gopts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
+		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+	}
+	if o.GRPCTLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.GRPCTLS)))
+	}
+	s.grpcSrv = grpc.NewServer(gopts...)
+	pb.RegisterRateLimitServiceServer(s.grpcSrv, rls{s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+	s.httpSrv = &http.Server{
+		Handler:           s.httpHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         o.HTTPTLS,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// GRPCAddr is the gRPC listener's address.
+func (s *Server) GRPCAddr() net.Addr { return s.grpcLn.Addr() }
+
+// HTTPAddr is the HTTP listener's address.
+func (s *Server) HTTPAddr() net.Addr { return s.httpLn.Addr() }
+
+// Registry is the server's Prometheus registry (served at /metrics), for
+// adapters that add collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// SetHandler mounts h at "/" of the HTTP listener: it answers every path the
+// server does not.
+func (s *Server) SetHandler(h http.Handler) { s.root.Store(&h) }
+
+// Config returns the configuration in use and the last load's outcome.
+func (s *Server) Config() ConfigView {
+	st := s.state.Load()
+	v := ConfigView{Path: s.opts.Config}
+	if st != nil {
+		v.Sources, v.Domains, v.Rules, v.Loaded = st.cfg.Sources(), st.cfg.Domains(), st.cfg.Rules(), st.loaded
+	}
+	s.errMu.Lock()
+	v.LastError, v.LastErrorAt = s.lastErr, s.lastErrTime
+	s.errMu.Unlock()
+	return v
+}
+
+// Reload loads the configuration again. A configuration that fails to load
+// is rejected whole: the error is returned, logged and counted, and the one in
+// use stays.
+func (s *Server) Reload() error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	var cfg *rlsconfig.Config
+	var err error
+	if s.opts.Config == "" {
+		cfg, err = rlsconfig.Parse(map[string][]byte{})
+	} else {
+		cfg, err = rlsconfig.Load(s.opts.Config)
+	}
+	now := time.Now()
+	if err != nil {
+		s.metrics.loads.WithLabelValues("failed").Inc()
+		s.errMu.Lock()
+		s.lastErr, s.lastErrTime = err, now
+		s.errMu.Unlock()
+		if s.state.Load() != nil {
+			s.log.Error("configuration rejected; the previous one stays in use", "path", s.opts.Config, "err", err)
+		}
+		return err
+	}
+	st := &state{cfg: cfg, domains: map[string]bool{}, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
+	for _, d := range cfg.Domains() {
+		st.domains[d] = true
+	}
+	for _, r := range cfg.Rules() {
+		if !r.DetailedMetric {
+			st.counters[r] = s.metrics.ruleCounters(r)
+		}
+	}
+	s.state.Store(st)
+	s.errMu.Lock()
+	s.lastErr = nil
+	s.errMu.Unlock()
+	s.metrics.loads.WithLabelValues("ok").Inc()
+	s.metrics.lastLoad.Set(float64(now.UnixNano()) / 1e9)
+	s.metrics.rules.Set(float64(len(cfg.Rules())))
+	if s.opts.Config == "" {
+		s.log.Info("no --config given: serving an empty configuration (every descriptor OK, no limit)")
+	} else {
+		s.log.Info("configuration loaded", "path", s.opts.Config, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "files", len(cfg.Sources()))
+	}
+	return nil
+}
+
+// Serve serves until ctx ends, reloading on SIGHUP and (unless NoWatch) when
+// the configuration's files change; then it shuts down gracefully and returns
+// nil, or the error that stopped a listener.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 2)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	go func() {
+		err := s.grpcSrv.Serve(s.grpcLn)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+		errc <- err
+	}()
+	go func() {
+		var err error
+		if s.opts.HTTPTLS != nil {
+			err = s.httpSrv.ServeTLS(s.httpLn, "", "")
+		} else {
+			err = s.httpSrv.Serve(s.httpLn)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	s.log.Info("serving", "grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String(),
+		"grpc_tls", s.opts.GRPCTLS != nil, "http_tls", s.opts.HTTPTLS != nil)
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.watch(wctx) }()
+
+	var err error
+	received := 0
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		received++
+	}
+	stopWatch()
+	wg.Wait()
+	s.shutdown()
+	for ; received < 2; received++ {
+		if e := <-errc; err == nil {
+			err = e
+		}
+	}
+	s.log.Info("stopped")
+	return err
+}
+
+// shutdown stops both listeners, waits for the calls in flight up to the
+// shutdown timeout, then closes what is left.
+func (s *Server) shutdown() {
+	s.health.Shutdown()
+	s.log.Info("shutting down: finishing calls in flight", "timeout", s.opts.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { s.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpcSrv.Stop()
+			<-done
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			s.httpSrv.Close()
+		}
+	}()
+	wg.Wait()
+}
+
+// watch reloads on SIGHUP and on changes to the configuration's files until
+// ctx ends.
+func (s *Server) watch(ctx context.Context) {
+	hup := s.hup
+	defer signal.Stop(hup)
+	defer s.stopWatch()
+	changes := s.changes
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			s.log.Info("SIGHUP: reloading the configuration")
+			_ = s.Reload()
+		case <-changes:
+			s.log.Info("configuration files changed: reloading")
+			_ = s.Reload()
+		}
+	}
+}

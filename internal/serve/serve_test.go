@@ -1,0 +1,249 @@
+package serve
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// testConfig is an envoyproxy/ratelimit configuration (in YAML's flow
+// style) exercising the matching rules.
+const testConfig = `{"domain": "test", "descriptors": [
+  {"key": "key1", "value": "value1", "rate_limit": {"unit": "minute", "requests_per_unit": 3}},
+  {"key": "key1", "rate_limit": {"unit": "minute", "requests_per_unit": 5}},
+  {"key": "nested", "value": "a", "descriptors": [
+    {"key": "sub", "rate_limit": {"unit": "hour", "requests_per_unit": 2, "name": "sub_limit"}}]},
+  {"key": "free", "rate_limit": {"unlimited": true}},
+  {"key": "shadow", "shadow_mode": true, "rate_limit": {"unit": "minute", "requests_per_unit": 1, "name": "shadowed"}},
+  {"key": "broad", "rate_limit": {"unit": "minute", "requests_per_unit": 100, "name": "broad"}},
+  {"key": "narrow", "rate_limit": {"unit": "minute", "requests_per_unit": 1, "replaces": [{"name": "broad"}]}},
+  {"key": "wild", "value": "foo*", "rate_limit": {"unit": "minute", "requests_per_unit": 2}},
+  {"key": "detail", "detailed_metric": true, "rate_limit": {"unit": "second", "requests_per_unit": 1}}
+]}
+`
+
+// t0 is 12:00:30 UTC on a day: mid-minute.
+var t0 = time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
+
+func startTest(t *testing.T, o Options) (*testServer, *fakeClock) {
+	clock := &fakeClock{t: t0}
+	o.Config = writeConfig(t, map[string]string{"test.yaml": testConfig})
+	return start(t, o, clock), clock
+}
+
+// want checks one status: its code, remaining, and limit (rpu 0: none).
+func want(t *testing.T, what string, s *pb.RateLimitResponse_DescriptorStatus, code pb.RateLimitResponse_Code, remaining uint32, rpu uint32, unit pb.RateLimitResponse_RateLimit_Unit) {
+	t.Helper()
+	if s.Code != code || s.LimitRemaining != remaining {
+		t.Errorf("%s: code %v remaining %d, want %v %d", what, s.Code, s.LimitRemaining, code, remaining)
+	}
+	switch {
+	case rpu == 0 && s.CurrentLimit != nil:
+		t.Errorf("%s: current_limit %v, want none", what, s.CurrentLimit)
+	case rpu != 0 && (s.CurrentLimit == nil || s.CurrentLimit.RequestsPerUnit != rpu || s.CurrentLimit.Unit != unit):
+		t.Errorf("%s: current_limit %v, want %d per %v", what, s.CurrentLimit, rpu, unit)
+	}
+}
+
+const minute, hour, second = pb.RateLimitResponse_RateLimit_MINUTE, pb.RateLimitResponse_RateLimit_HOUR, pb.RateLimitResponse_RateLimit_SECOND
+const ok, over = pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT
+
+// Matching: a key and value, the key alone as the default for other values,
+// nested descriptors, unknown domains and descriptors (OK, no limit),
+// unlimited, wildcards; remaining counts and the window's reset.
+func TestMatching(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	for i, rem := range []uint32{2, 1, 0} {
+		r := ts.call(t, "test", desc("key1=value1"))
+		want(t, "key1=value1 #"+string(rune('1'+i)), r.Statuses[0], ok, rem, 3, minute)
+		if d := r.Statuses[0].DurationUntilReset.AsDuration(); d != 30*time.Second {
+			t.Errorf("duration_until_reset %v, want 30s (to the minute's end)", d)
+		}
+	}
+	r := ts.call(t, "test", desc("key1=value1"))
+	if codesOf(r) != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("4th key1=value1: %s", codesOf(r))
+	}
+	want(t, "key1=other", ts.call(t, "test", desc("key1=other")).Statuses[0], ok, 4, 5, minute)
+	r = ts.call(t, "test", desc("nested=a", "sub=x"))
+	want(t, "nested=a,sub=x", r.Statuses[0], ok, 1, 2, hour)
+	if r.Statuses[0].CurrentLimit.Name != "sub_limit" {
+		t.Errorf("name %q, want sub_limit", r.Statuses[0].CurrentLimit.Name)
+	}
+	want(t, "nested=a alone", ts.call(t, "test", desc("nested=a")).Statuses[0], ok, 0, 0, 0)
+	want(t, "nested=b,sub=x", ts.call(t, "test", desc("nested=b", "sub=x")).Statuses[0], ok, 0, 0, 0)
+	want(t, "unknown key", ts.call(t, "test", desc("nope=1")).Statuses[0], ok, 0, 0, 0)
+	want(t, "unknown domain", ts.call(t, "other", desc("key1=value1")).Statuses[0], ok, 0, 0, 0)
+	for range 3 {
+		want(t, "unlimited", ts.call(t, "test", desc("free=x")).Statuses[0], ok, math.MaxUint32, 0, 0)
+	}
+	want(t, "wild=foo1", ts.call(t, "test", desc("wild=foo1")).Statuses[0], ok, 1, 2, minute)
+	want(t, "wild=foo2", ts.call(t, "test", desc("wild=foo2")).Statuses[0], ok, 1, 2, minute) // its own counter
+	want(t, "wild=foo1 again", ts.call(t, "test", desc("wild=foo1")).Statuses[0], ok, 0, 2, minute)
+	want(t, "wild=bar", ts.call(t, "test", desc("wild=bar")).Statuses[0], ok, 0, 0, 0)
+}
+
+// The window resets at the unit's boundary, on the clock.
+func TestWindowReset(t *testing.T) {
+	ts, clock := startTest(t, Options{})
+	clock.Set(t0.Add(29*time.Second + 500*time.Millisecond)) // 12:00:59.5
+	for range 3 {
+		ts.call(t, "test", desc("key1=value1"))
+	}
+	r := ts.call(t, "test", desc("key1=value1"))
+	if r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() != 500*time.Millisecond {
+		t.Fatalf("at 12:00:59.5: %s, reset in %v; want OVER_LIMIT, 500ms", codesOf(r), r.Statuses[0].DurationUntilReset.AsDuration())
+	}
+	clock.Set(t0.Add(29*time.Second + 999*time.Millisecond))
+	if r := ts.call(t, "test", desc("key1=value1")); r.OverallCode != over {
+		t.Fatalf("at 12:00:59.999: %s, want OVER_LIMIT", codesOf(r))
+	}
+	clock.Set(t0.Add(30 * time.Second)) // 12:01:00
+	r = ts.call(t, "test", desc("key1=value1"))
+	want(t, "at 12:01:00", r.Statuses[0], ok, 2, 3, minute)
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d != time.Minute {
+		t.Errorf("reset in %v, want 1m", d)
+	}
+}
+
+// A call's descriptors are decided together: a refusal spends nothing on the
+// descriptors that would have passed (envoyproxy/ratelimit spends them).
+func TestAllOrNothing(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	both := func() *pb.RateLimitResponse {
+		return ts.call(t, "test", desc("key1=value1"), desc("nested=a", "sub=x"))
+	}
+	both()
+	both()
+	r := both() // sub_limit (2/hour) is spent
+	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" {
+		t.Fatalf("third call: %s, want OVER_LIMIT: OK OVER_LIMIT", codesOf(r))
+	}
+	want(t, "key1 in the refused call", r.Statuses[0], ok, 1, 3, minute)
+	// key1=value1 has spent 2 of 3: the refused call spent nothing.
+	want(t, "key1 alone", ts.call(t, "test", desc("key1=value1")).Statuses[0], ok, 0, 3, minute)
+}
+
+// Shadow rules never refuse (overall or per status) and are counted; a
+// replaced rule is not applied; global shadow answers OK.
+func TestShadowAndReplaces(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	for i := range 3 {
+		r := ts.call(t, "test", desc("shadow=x"), desc("key1=value1"))
+		if codesOf(r) != "OK: OK OK" {
+			t.Errorf("shadow call %d: %s", i, codesOf(r))
+		}
+	}
+	_, body := httpGet(t, ts.base+"/metrics")
+	if !strings.Contains(body, `sluice_serve_rule_decisions_total{domain="test",outcome="shadow_denied",rule="shadowed"} 2`) {
+		t.Errorf("metrics lack 2 shadow_denied for rule shadowed:\n%s", grep(body, "shadow"))
+	}
+	r := ts.call(t, "test", desc("broad=x"), desc("narrow=y"))
+	want(t, "broad (replaced)", r.Statuses[0], ok, 0, 0, 0)
+	want(t, "narrow", r.Statuses[1], ok, 0, 1, minute)
+	r = ts.call(t, "test", desc("broad=x"), desc("narrow=y"))
+	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" {
+		t.Errorf("second broad+narrow: %s", codesOf(r))
+	}
+	want(t, "broad alone", ts.call(t, "test", desc("broad=x")).Statuses[0], ok, 99, 100, minute)
+
+	gs, _ := startTest(t, Options{GlobalShadow: true})
+	for range 4 {
+		gs.call(t, "test", desc("key1=value1"))
+	}
+	if r := gs.call(t, "test", desc("key1=value1")); codesOf(r) != "OK: OVER_LIMIT" {
+		t.Errorf("global shadow: %s, want OK: OVER_LIMIT", codesOf(r))
+	}
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// hits_addend: the request's, a descriptor's own (0 looks), one larger than
+// the limit (refused).
+func TestHitsAddend(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	r, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "test", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("key1=value1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, "hits 2", r.Statuses[0], ok, 1, 3, minute)
+	for range 3 {
+		want(t, "look", ts.call(t, "test", withHits(desc("key1=value1"), 0)).Statuses[0], ok, 1, 3, minute)
+	}
+	r = ts.call(t, "test", withHits(desc("key1=value1"), 2))
+	want(t, "hits 2 of 1 left", r.Statuses[0], over, 1, 3, minute)
+	r = ts.call(t, "test", withHits(desc("key1=other"), 6))
+	want(t, "hits 6 > 5", r.Statuses[0], over, 5, 5, minute)
+	want(t, "hits 1", ts.call(t, "test", withHits(desc("key1=value1"), 1)).Statuses[0], ok, 0, 3, minute)
+}
+
+// A descriptor's limit override replaces the configured limit.
+func TestLimitOverride(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	d := desc("key1=value1")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
+	want(t, "override 1/s", ts.call(t, "test", d).Statuses[0], ok, 0, 1, second)
+	want(t, "override 1/s again", ts.call(t, "test", d).Statuses[0], over, 0, 1, second)
+	want(t, "configured limit", ts.call(t, "test", desc("key1=zzz")).Statuses[0], ok, 4, 5, minute)
+}
+
+// Requests the service will not decide are InvalidArgument with a clear
+// message.
+func TestInvalidRequests(t *testing.T) {
+	ts, _ := startTest(t, Options{MaxDescriptors: 2, MaxEntryBytes: 16})
+	long := strings.Repeat("x", 17)
+	for _, c := range []struct {
+		req  *pb.RateLimitRequest
+		want string
+	}{
+		{&pb.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}}, "domain must not be empty"},
+		{&pb.RateLimitRequest{Domain: "test"}, "descriptor list must not be empty"},
+		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a"), desc("b"), desc("c")}}, "3 descriptors: at most 2"},
+		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a=" + long)}}, "longer than 16 bytes"},
+		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{{}}}, "descriptor 0 has no entries"},
+	} {
+		_, err := ts.client.ShouldRateLimit(context.Background(), c.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want InvalidArgument %q", c.req, err, c.want)
+		}
+	}
+}
+
+// Response headers: envoy's RateLimit-Limit/-Remaining/-Reset from the
+// descriptor nearest its limit, or draft-11's RateLimit-Policy and RateLimit.
+func TestResponseHeaders(t *testing.T) {
+	es, _ := startTest(t, Options{Headers: HeadersEnvoy})
+	r := es.call(t, "test", desc("key1=other"), desc("key1=value1"))
+	got := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if got["RateLimit-Limit"] != "3" || got["RateLimit-Remaining"] != "2" || got["RateLimit-Reset"] != "30" {
+		t.Errorf("envoy headers %v, want limit 3, remaining 2, reset 30", got)
+	}
+	ds, _ := startTest(t, Options{Headers: HeadersDraft11})
+	r = ds.call(t, "test", desc("nested=a", "sub=x"))
+	got = map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if got["RateLimit-Policy"] != `"sub_limit";q=2;w=3600` || !strings.HasPrefix(got["RateLimit"], `"sub_limit";r=1;t=`) {
+		t.Errorf("draft-11 headers %v", got)
+	}
+}

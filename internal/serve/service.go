@@ -1,0 +1,527 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// Headers chooses the rate-limit headers a response asks Envoy to add.
+type Headers uint8
+
+const (
+	// HeadersNone adds none.
+	HeadersNone Headers = iota
+	// HeadersEnvoy adds envoyproxy/ratelimit's RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset, from the descriptor nearest its
+	// limit (an over-limit one first).
+	HeadersEnvoy
+	// HeadersDraft11 adds RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers-11), one item per limited
+	// descriptor.
+	HeadersDraft11
+)
+
+// ParseHeaders reads a --response-headers value: none, envoy or draft11.
+func ParseHeaders(s string) (Headers, error) {
+	switch s {
+	case "none", "":
+		return HeadersNone, nil
+	case "envoy":
+		return HeadersEnvoy, nil
+	case "draft11":
+		return HeadersDraft11, nil
+	}
+	return HeadersNone, fmt.Errorf("response headers %q: want none, envoy or draft11", s)
+}
+
+// part kinds of a descriptor.
+const (
+	kindNone      = iota // no rule matched: OK, no limit
+	kindUnlimited        // an unlimited rule: OK
+	kindEnforced
+	kindShadow
+)
+
+// descState is one descriptor's decision in progress.
+type descState struct {
+	rule *rlsconfig.Rule
+	kind uint8
+	over bool
+	part int // index in the enforced or shadow parts (after merging equal keys)
+	res  sluice.Result
+}
+
+// scratch is the per-call working memory, pooled.
+type scratch struct {
+	entries  [][]rlsconfig.Entry
+	flat     []rlsconfig.Entry
+	desc     []descState
+	enforced []sluice.Part
+	shadow   []sluice.Part
+	results  []sluice.Result // per enforced part, then per shadow part
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// statusBox holds one descriptor status and what it points to, so that a
+// status is one allocation.
+type statusBox struct {
+	st  pb.RateLimitResponse_DescriptorStatus
+	lim pb.RateLimitResponse_RateLimit
+	dur durationpb.Duration
+}
+
+// requestError is a request the service will not decide: InvalidArgument.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{fmt.Sprintf(format, args...)}
+}
+
+// grpcError maps a decision's error onto a gRPC status.
+func grpcError(err error) error {
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		return status.Error(codes.InvalidArgument, re.msg)
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return status.Error(codes.Unavailable, "rate limit store unavailable")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// validate checks a request against the service's limits.
+func (s *Server) validate(req *pb.RateLimitRequest) error {
+	if req.Domain == "" {
+		return badRequest("rate limit domain must not be empty")
+	}
+	if len(req.Descriptors) == 0 {
+		return badRequest("rate limit descriptor list must not be empty")
+	}
+	if len(req.Descriptors) > s.opts.MaxDescriptors {
+		return badRequest("%d descriptors: at most %d are allowed", len(req.Descriptors), s.opts.MaxDescriptors)
+	}
+	if len(req.Domain) > s.opts.MaxEntryBytes {
+		return badRequest("domain of %d bytes: at most %d are allowed", len(req.Domain), s.opts.MaxEntryBytes)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return badRequest("descriptor %d has no entries", i)
+		}
+		if len(d.Entries) > s.opts.MaxEntries {
+			return badRequest("descriptor %d has %d entries: at most %d are allowed", i, len(d.Entries), s.opts.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if e == nil {
+				return badRequest("descriptor %d entry %d is empty", i, j)
+			}
+			if len(e.Key) > s.opts.MaxEntryBytes || len(e.Value) > s.opts.MaxEntryBytes {
+				return badRequest("descriptor %d entry %d: key or value longer than %d bytes", i, j, s.opts.MaxEntryBytes)
+			}
+			if e.Key == "" {
+				return badRequest("descriptor %d entry %d has an empty key", i, j)
+			}
+		}
+		if d.IsNegativeHits {
+			return badRequest("descriptor %d: is_negative_hits is not supported", i)
+		}
+	}
+	return nil
+}
+
+// cost is a descriptor's cost: its own hits_addend when set (0 only looks),
+// else the request's, else 1.
+func cost(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	if d.HitsAddend != nil {
+		return int64(min(d.HitsAddend.Value, math.MaxInt64>>1))
+	}
+	if req.HitsAddend != 0 {
+		return int64(req.HitsAddend)
+	}
+	return 1
+}
+
+// unitName is a RateLimitUnit's name as configuration spells it.
+var unitNames = map[int32]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
+
+// protoUnit maps a rule's unit onto the response's enum.
+func protoUnit(u string) pb.RateLimitResponse_RateLimit_Unit {
+	switch strings.ToLower(u) {
+	case "second":
+		return pb.RateLimitResponse_RateLimit_SECOND
+	case "minute":
+		return pb.RateLimitResponse_RateLimit_MINUTE
+	case "hour":
+		return pb.RateLimitResponse_RateLimit_HOUR
+	case "day":
+		return pb.RateLimitResponse_RateLimit_DAY
+	case "week":
+		return pb.RateLimitResponse_RateLimit_WEEK
+	case "month":
+		return pb.RateLimitResponse_RateLimit_MONTH
+	case "year":
+		return pb.RateLimitResponse_RateLimit_YEAR
+	}
+	return pb.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// addPart appends p to parts, merging it into a part of the same key (two
+// descriptors that name one counter spend it together); it returns the
+// part's index.
+func addPart(parts *[]sluice.Part, p sluice.Part) int {
+	for i := range *parts {
+		if (*parts)[i].Key == p.Key {
+			(*parts)[i].Cost += p.Cost
+			return i
+		}
+	}
+	*parts = append(*parts, p)
+	return len(*parts) - 1
+}
+
+// decide answers one request into resp and returns the composite's result
+// (for /v1/take). Its error is a requestError, or the store's.
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers) (sluice.Result, error) {
+	if err := s.validate(req); err != nil {
+		return sluice.Result{}, err
+	}
+	st := s.state.Load()
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+
+	n := len(req.Descriptors)
+	total := 0
+	for _, d := range req.Descriptors {
+		total += len(d.Entries)
+	}
+	sc.flat = sc.flat[:0]
+	if cap(sc.flat) < total {
+		sc.flat = make([]rlsconfig.Entry, 0, total)
+	}
+	sc.entries = sc.entries[:0]
+	for _, d := range req.Descriptors {
+		lo := len(sc.flat)
+		for _, e := range d.Entries {
+			sc.flat = append(sc.flat, rlsconfig.Entry{Key: e.Key, Value: e.Value})
+		}
+		sc.entries = append(sc.entries, sc.flat[lo:len(sc.flat):len(sc.flat)])
+	}
+	defer clear(sc.flat) // drop the request's strings
+	rules := st.cfg.Resolve(req.Domain, sc.entries)
+
+	if cap(sc.desc) < n {
+		sc.desc = make([]descState, n)
+	}
+	sc.desc = sc.desc[:n]
+	sc.enforced, sc.shadow = sc.enforced[:0], sc.shadow[:0]
+	defer func() { clear(sc.enforced[:cap(sc.enforced)]); clear(sc.shadow[:cap(sc.shadow)]) }()
+	for i, d := range req.Descriptors {
+		ds := &sc.desc[i]
+		*ds = descState{}
+		var rule *rlsconfig.Rule
+		if i < len(rules) {
+			rule = rules[i]
+		}
+		if d.Limit != nil && st.domains[req.Domain] {
+			u, ok := unitNames[int32(d.Limit.Unit)]
+			if !ok {
+				return sluice.Result{}, badRequest("descriptor %d: limit override has unit %v", i, d.Limit.Unit)
+			}
+			o, err := rlsconfig.Override(req.Domain, sc.entries[i], d.Limit.RequestsPerUnit, u)
+			if err != nil {
+				return sluice.Result{}, badRequest("descriptor %d: limit override: %v", i, err)
+			}
+			rule = o
+		}
+		ds.rule = rule
+		switch {
+		case rule == nil:
+			ds.kind = kindNone
+			continue
+		case rule.Unlimited:
+			ds.kind = kindUnlimited
+			continue
+		}
+		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if rule.Shadow {
+			ds.kind = kindShadow
+			ds.part = addPart(&sc.shadow, p)
+		} else {
+			ds.kind = kindEnforced
+			ds.part = addPart(&sc.enforced, p)
+		}
+	}
+
+	start := time.Now()
+	total = len(sc.enforced) + len(sc.shadow)
+	if cap(sc.results) < total {
+		sc.results = make([]sluice.Result, total)
+	}
+	sc.results = sc.results[:total]
+	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
+	comp, enfOver, err := s.decideParts(ctx, sc.enforced, enf)
+	if err != nil {
+		s.observeError(st, req.Domain, sc, err, time.Since(start))
+		return sluice.Result{}, err
+	}
+	// Shadow parts spend as if enforced when the call is admitted, each on
+	// its own so that none blocks the others; when the call is refused they
+	// only look, since a refused call spends nothing.
+	var shaOver []bool
+	if len(sc.shadow) > 0 {
+		shaOver = make([]bool, len(sc.shadow))
+		for i := range sc.shadow {
+			p := &sc.shadow[i]
+			c := p.Cost
+			if !comp.Allowed {
+				c = 0
+			}
+			r, err := s.lim.Take(ctx, p.Key, p.Limit, c)
+			switch {
+			case errors.Is(err, sluice.ErrCostExceedsCapacity):
+				shaOver[i] = true
+				r, _ = s.lim.Take(ctx, p.Key, p.Limit, 0)
+			case err != nil:
+				// A shadow rule never fails the call.
+				s.metrics.storeErrors.Inc()
+				shaOver[i] = false
+			default:
+				shaOver[i] = !r.Allowed || (c == 0 && r.Remaining < p.Cost)
+			}
+			sha[i] = r
+		}
+	}
+	latency := time.Since(start)
+
+	// The response.
+	code := pb.RateLimitResponse_OK
+	if !comp.Allowed && len(sc.enforced) > 0 {
+		code = pb.RateLimitResponse_OVER_LIMIT
+	}
+	boxes := make([]statusBox, n)
+	resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
+	now := s.now()
+	for i := range sc.desc {
+		ds := &sc.desc[i]
+		b := &boxes[i]
+		resp.Statuses[i] = &b.st
+		b.st.Code = pb.RateLimitResponse_OK
+		switch ds.kind {
+		case kindNone:
+			continue
+		case kindUnlimited:
+			b.st.LimitRemaining = math.MaxUint32
+			s.observe(st, req.Domain, ds.rule, sc.entries[i], observe.Allowed, latency)
+			continue
+		}
+		var r sluice.Result
+		var over bool
+		if ds.kind == kindEnforced {
+			r, over = enf[ds.part], enfOver[ds.part]
+			if over {
+				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
+			}
+		} else {
+			r, over = sha[ds.part], shaOver[ds.part]
+		}
+		ds.res = r
+		ds.over = over
+		rule := ds.rule
+		b.lim.Name = rule.Name
+		b.lim.RequestsPerUnit = uint32(min(max(rule.RequestsPerUnit, 0), math.MaxUint32))
+		b.lim.Unit = protoUnit(rule.Unit)
+		b.st.CurrentLimit = &b.lim
+		b.st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+		reset := resetAfter(rule.Limit, r, now)
+		b.dur.Seconds, b.dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		b.st.DurationUntilReset = &b.dur
+		out := observe.Allowed
+		switch {
+		case ds.kind == kindShadow && over:
+			out = observe.ShadowDenied
+		case over:
+			out = observe.Denied
+		case r.Degraded:
+			out = observe.Degraded
+		}
+		s.observe(st, req.Domain, rule, sc.entries[i], out, latency)
+	}
+	if comp.Degraded {
+		s.metrics.degraded.Inc()
+	}
+	if code == pb.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadow {
+		code = pb.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	resp.OverallCode = code
+	if hdr != HeadersNone {
+		resp.ResponseHeadersToAdd = headers(hdr, sc.desc, resp.Statuses)
+	}
+	if len(sc.enforced) == 0 {
+		comp = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
+	}
+	return comp, nil
+}
+
+// resetAfter is a descriptor's duration_until_reset: for an epoch-aligned
+// window the time to the window's end, as envoy counts it, else the
+// decision's ResetAfter.
+func resetAfter(l sluice.Limit, r sluice.Result, now time.Time) time.Duration {
+	if l.Algorithm == sluice.AlignedWindow && l.Period > 0 {
+		us := now.UnixMicro()
+		p := l.Period.Microseconds()
+		if p > 0 {
+			return time.Duration(p-us%p) * time.Microsecond
+		}
+	}
+	return r.ResetAfter
+}
+
+// decideParts decides the enforced parts, all or nothing, in one Take or
+// TakeAll. res receives each part's own numbers, over which parts refused.
+// The composite's result is returned.
+func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result) (sluice.Result, []bool, error) {
+	if len(parts) == 0 {
+		return sluice.Result{Allowed: true}, nil, nil
+	}
+	over := make([]bool, len(parts))
+	if len(parts) == 1 {
+		p := &parts[0]
+		r, err := s.lim.Take(ctx, p.Key, p.Limit, p.Cost)
+		if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			// A cost that could never pass is refused, as envoy refuses it.
+			r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
+			r.Allowed = false
+		}
+		if err != nil {
+			return r, nil, err
+		}
+		if p.Cost == 0 {
+			r.Allowed = true // a look is never refused
+		}
+		res[0] = r
+		over[0] = !r.Allowed
+		return r, over, nil
+	}
+	comp, err := s.lim.TakeAll(ctx, parts)
+	capacity := errors.Is(err, sluice.ErrCostExceedsCapacity)
+	if err != nil && !capacity {
+		return comp, nil, err
+	}
+	if capacity {
+		comp = sluice.Result{}
+	}
+	// Each part's own numbers come from a look after the decision.
+	found := false
+	for i := range parts {
+		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
+		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			return comp, nil, err
+		}
+		res[i] = r
+		if !comp.Allowed && r.Remaining < parts[i].Cost {
+			over[i] = true
+			found = true
+		}
+	}
+	if !comp.Allowed && !found {
+		for i := range over {
+			over[i] = parts[i].Cost > 0
+		}
+	}
+	return comp, over, nil
+}
+
+// headers builds the response headers mode asks for.
+func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	switch mode {
+	case HeadersEnvoy:
+		best := -1
+		for i := range desc {
+			if desc[i].kind != kindEnforced {
+				continue
+			}
+			if best < 0 || (desc[i].over && !desc[best].over) ||
+				(desc[i].over == desc[best].over && sts[i].LimitRemaining < sts[best].LimitRemaining) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		st := sts[best]
+		reset := st.DurationUntilReset.AsDuration()
+		return []*corev3.HeaderValue{
+			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(reset), 10)},
+		}
+	case HeadersDraft11:
+		var pol, cur []byte
+		for i := range desc {
+			if desc[i].kind != kindEnforced {
+				continue
+			}
+			st := sts[i]
+			name := policyName(desc[i].rule)
+			if len(pol) > 0 {
+				pol = append(pol, ", "...)
+				cur = append(cur, ", "...)
+			}
+			pol = strconv.AppendQuote(pol, name)
+			pol = append(pol, ";q="...)
+			pol = strconv.AppendUint(pol, uint64(st.CurrentLimit.RequestsPerUnit), 10)
+			if w := desc[i].rule.Limit.Period; w >= time.Second {
+				pol = append(pol, ";w="...)
+				pol = strconv.AppendInt(pol, ceilSeconds(w), 10)
+			}
+			cur = strconv.AppendQuote(cur, name)
+			cur = append(cur, ";r="...)
+			cur = strconv.AppendUint(cur, uint64(st.LimitRemaining), 10)
+			cur = append(cur, ";t="...)
+			cur = strconv.AppendInt(cur, ceilSeconds(st.DurationUntilReset.AsDuration()), 10)
+		}
+		if len(pol) == 0 {
+			return nil
+		}
+		return []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: string(pol)}, {Key: "RateLimit", Value: string(cur)}}
+	}
+	return nil
+}
+
+// policyName is a rule's name in headers and metrics: its name, else its
+// path in the domain.
+func policyName(r *rlsconfig.Rule) string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.Domain + "." + r.Path
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
