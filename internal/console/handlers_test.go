@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,14 +10,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/cli"
 	"github.com/sluice-go/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/observe"
@@ -174,16 +174,43 @@ func TestLiveEndpoint(t *testing.T) {
 // simTotalsRE reads a row of `sluice sim`'s totals.
 var simTotalsRE = regexp.MustCompile(`(?m)^  (\S+) +admitted (\d+) +denied (\d+) +delayed (\d+) +max delay (\S+)(?: +(.*))?$`)
 
-// cliTotals runs `sluice sim args...` in process and returns its totals,
-// one line per algorithm in the console's terms.
+// sluiceBinary builds cmd/sluice once for the package's tests.
+var sluiceBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sluice-console-test")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sluice").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin, err := sluiceBinary(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// cliTotals runs `sluice sim --no-color args...`, the command built from
+// cmd/sluice, and returns its totals, one line per algorithm in the
+// console's terms.
 func cliTotals(t *testing.T, args ...string) []string {
 	t.Helper()
-	var out, errb bytes.Buffer
-	if code := cli.Main(context.Background(), append([]string{"sim", "--no-color"}, args...), strings.NewReader(""), &out, &errb); code != 0 {
-		t.Fatalf("sluice sim %v: exit %d: %s", args, code, errb.String())
+	bin, err := sluiceBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, append([]string{"sim", "--no-color"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("sluice sim %v: %v", args, err)
 	}
 	var rows []string
-	for _, m := range simTotalsRE.FindAllStringSubmatch(out.String(), -1) {
+	for _, m := range simTotalsRE.FindAllStringSubmatch(string(out), -1) {
 		errs := "0"
 		if e := regexp.MustCompile(`(\d+) errors`).FindStringSubmatch(m[6]); e != nil {
 			errs = e[1]
@@ -191,7 +218,7 @@ func cliTotals(t *testing.T, args ...string) []string {
 		rows = append(rows, fmt.Sprintf("%s admitted %s denied %s delayed %s errors %s max delay %s", m[1], m[2], m[3], m[4], errs, m[5]))
 	}
 	if len(rows) != 7 {
-		t.Fatalf("sluice sim %v: %d totals rows:\n%s", args, len(rows), out.String())
+		t.Fatalf("sluice sim %v: %d totals rows:\n%s", args, len(rows), out)
 	}
 	return rows
 }
@@ -249,7 +276,7 @@ func randomTrace(r *rand.Rand, n int) []sim.Arrival {
 	return out
 }
 
-// TestSimMatchesCLI runs the playground and `sluice sim` on the same
+// TestSimMatchesCLI runs the playground and `sluice sim` (the command built) on the same
 // inputs: their totals are equal, row by row.
 func TestSimMatchesCLI(t *testing.T) {
 	seed := testenv.SeedOr(t, 7)

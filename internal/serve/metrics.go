@@ -101,6 +101,16 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 	if s.opts.Observer != nil {
 		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: policyName(r), Outcome: o, Latency: latency})
 	}
+	if o == observe.Denied && s.opts.Refused != nil {
+		var b strings.Builder
+		for i, e := range entries {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(e.Key + "=" + e.Value)
+		}
+		s.opts.Refused(policyName(r), b.String())
+	}
 }
 
 // observeError counts a failed call's limited descriptors as errors.
