@@ -190,12 +190,9 @@ type Live struct {
 func (c *Console) Live(since int64) Live {
 	now := c.unix()
 	since = min(max(since, now-c.window+1), now)
-	out := Live{Now: now, Since: since, WindowS: c.window, Top: c.refused.top(now)}
-	byName := map[string]*series{}
-	for _, s := range c.live.all() {
-		byName[s.name] = s
-	}
-	seen := map[string]bool{}
+	out := Live{Now: now, Since: since, WindowS: c.window, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	byName := *c.live.m.Load()
+	seen := make(map[string]bool, len(byName))
 	add := func(name string) {
 		if seen[name] {
 			return

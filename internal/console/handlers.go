@@ -174,7 +174,17 @@ func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 		}
 		since = n
 	}
-	writeJSON(w, http.StatusOK, c.Live(since))
+	l := c.Live(since)
+	bp := bufPool.Get().(*[]byte)
+	b := append(appendLive((*bp)[:0], &l), '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.Write(b)
+	if cap(b) <= 4<<20 { // a buffer grown by an unusually long report is not kept
+		*bp = b
+		bufPool.Put(bp)
+	}
 }
 
 func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {

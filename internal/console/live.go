@@ -168,13 +168,3 @@ func (l *live) get(name string) *series {
 	l.m.Store(&m)
 	return s
 }
-
-// all returns every series, in no particular order.
-func (l *live) all() []*series {
-	m := *l.m.Load()
-	out := make([]*series, 0, len(m))
-	for _, s := range m {
-		out = append(out, s)
-	}
-	return out
-}

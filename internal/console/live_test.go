@@ -3,6 +3,9 @@ package console
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,4 +201,37 @@ func BenchmarkObserve(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkLiveEndpoint is one poll of GET /console/api/live with 50 rules,
+// every second of the 5-minute window counted: what a page costs the
+// service each second it is open.
+func BenchmarkLiveEndpoint(b *testing.B) {
+	var rules []Rule
+	for i := range 50 {
+		rules = append(rules, Rule{Name: fmt.Sprintf("rule%d", i)})
+	}
+	c, clk := newTestConsole(b, Options{Config: func() ConfigView { return ConfigView{Rules: rules} }})
+	for range 300 {
+		for _, r := range rules {
+			c.Observe(observe.Event{Policy: r.Name, Outcome: observe.Allowed, Latency: time.Millisecond})
+			c.Observe(observe.Event{Policy: r.Name, Outcome: observe.Denied})
+		}
+		c.Refused(rules[0].Name, "k")
+		clk.Advance(time.Second)
+	}
+	h := c.Handler()
+	for _, since := range []string{"", "?since=" + strconv.FormatInt(clk.Now().Unix()-1, 10)} {
+		b.Run("since="+strings.TrimPrefix(since, "?since="), func(b *testing.B) {
+			req := httptest.NewRequest("GET", "/console/api/live"+since, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
 }

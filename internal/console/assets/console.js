@@ -42,6 +42,17 @@
     return e;
   }
 
+  // fill puts rows in a table body, or one row saying none when there are none.
+  function fill(body, rows, none, cols) {
+    if (rows.length === 0) {
+      const tr = document.createElement("tr");
+      tr.className = "empty";
+      tr.append(cell("td", none, { colspan: String(cols) }));
+      rows = [tr];
+    }
+    body.replaceChildren(...rows);
+  }
+
   function renderTable() {
     const body = document.querySelector("#live-table tbody");
     const rows = [];
@@ -55,13 +66,7 @@
       }
       rows.push(tr);
     }
-    if (rows.length === 0) {
-      const tr = document.createElement("tr");
-      tr.className = "empty";
-      tr.append(cell("td", "No rules and no decisions yet.", { colspan: "8" }));
-      rows.push(tr);
-    }
-    body.replaceChildren(...rows);
+    fill(body, rows, "No rules and no decisions yet.", 8);
     document.getElementById("live-as-of").textContent = "as of " + new Date(live.now * 1000).toISOString().replace(".000Z", "Z");
   }
 
@@ -76,13 +81,7 @@
       tr.append(cell("td", r.rule), key, cell("td", String(r.count), { class: "num" }));
       return tr;
     });
-    if (rows.length === 0) {
-      const tr = document.createElement("tr");
-      tr.className = "empty";
-      tr.append(cell("td", "No refusals recently.", { colspan: "3" }));
-      rows.push(tr);
-    }
-    body.replaceChildren(...rows);
+    fill(body, rows, "No refusals recently.", 3);
   }
 
   function syncRuleSelect() {
