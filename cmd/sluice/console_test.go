@@ -162,6 +162,9 @@ func TestConsoleInTheBinary(t *testing.T) {
 	}
 	waitFor(t, ctx, fmt.Sprintf(`document.querySelector('#live-table tr[data-rule="per_ip"] td[data-k="allowed"]').innerText == "%d" &&
 		document.querySelector('#live-table tr[data-rule="per_ip"] td[data-k="denied"]').innerText == "%d"`, ok, over))
+	// The chart sums every rule: only per_ip had traffic.
+	waitFor(t, ctx, fmt.Sprintf(`document.querySelector('#live-chart polyline[data-outcome="allowed"]').dataset.total == "%d" &&
+		document.querySelector('#live-chart polyline[data-outcome="denied"]').dataset.total == "%d"`, ok, over))
 	waitFor(t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll("#top-table tbody tr")).some(tr =>
 		tr.cells[0].innerText == "per_ip" && tr.cells[1].innerText == "remote_address=10.0.0.7" && tr.cells[2].innerText == "%d")`, over))
 	browsertest.Screenshot(t, ctx, "live")
