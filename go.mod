@@ -9,6 +9,7 @@ require (
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.17.3
+	go.yaml.in/yaml/v3 v3.0.6
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.11
 )

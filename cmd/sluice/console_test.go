@@ -26,11 +26,16 @@ import (
 
 // consoleConfig is the service's configuration in the test: a named rule
 // per client address, a shadow rule and an unlimited one.
-const consoleConfig = `{"domain": "edge", "descriptors": [
-  {"key": "remote_address", "rate_limit": {"unit": "hour", "requests_per_unit": 5, "name": "per_ip"}},
-  {"key": "api", "value": "v1", "shadow_mode": true, "rate_limit": {"unit": "minute", "requests_per_unit": 3, "name": "api_v1"}},
-  {"key": "health", "rate_limit": {"unlimited": true, "name": "health"}}
-]}
+const consoleConfig = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 5, name: per_ip}
+  - key: api
+    value: v1
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 3, name: api_v1}
+  - key: health
+    rate_limit: {unlimited: true, name: health}
 `
 
 // buildSluice builds the command into a temporary directory.
@@ -116,9 +121,9 @@ func TestConsoleInTheBinary(t *testing.T) {
 	rows := run(t, ctx, chromedp.Evaluate[map[string][]string](`Object.fromEntries(Array.from(document.querySelectorAll("#rules-table tbody tr")).map(tr =>
 		[tr.dataset.rule, Array.from(tr.querySelectorAll("td[data-k]")).map(td => td.innerText.trim())]))`))
 	want := map[string][]string{
-		"per_ip": {"edge", "5", "1h (hour)", "5", "no", "no"},
-		"api_v1": {"edge", "3", "1m (minute)", "3", "yes", "no"},
-		"health": {"edge", "—", "—", "—", "no", "yes"},
+		"edge.per_ip": {"edge", "5", "1h (hour)", "5", "no", "no"},
+		"edge.api_v1": {"edge", "3", "1m (minute)", "3", "yes", "no"},
+		"edge.health": {"edge", "—", "—", "—", "no", "yes"},
 	}
 	if len(rows) != len(want) {
 		t.Errorf("rules table %q, want the rules %v", rows, want)
@@ -160,19 +165,19 @@ func TestConsoleInTheBinary(t *testing.T) {
 	if ok+over != 9 || over == 0 {
 		t.Fatalf("%d OK and %d OVER_LIMIT of 9 calls", ok, over)
 	}
-	waitFor(t, ctx, fmt.Sprintf(`document.querySelector('#live-table tr[data-rule="per_ip"] td[data-k="allowed"]').innerText == "%d" &&
-		document.querySelector('#live-table tr[data-rule="per_ip"] td[data-k="denied"]').innerText == "%d"`, ok, over))
+	waitFor(t, ctx, fmt.Sprintf(`document.querySelector('#live-table tr[data-rule="edge.per_ip"] td[data-k="allowed"]').innerText == "%d" &&
+		document.querySelector('#live-table tr[data-rule="edge.per_ip"] td[data-k="denied"]').innerText == "%d"`, ok, over))
 	// The chart sums every rule: only per_ip had traffic.
 	waitFor(t, ctx, fmt.Sprintf(`document.querySelector('#live-chart polyline[data-outcome="allowed"]').dataset.total == "%d" &&
 		document.querySelector('#live-chart polyline[data-outcome="denied"]').dataset.total == "%d"`, ok, over))
 	waitFor(t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll("#top-table tbody tr")).some(tr =>
-		tr.cells[0].innerText == "per_ip" && tr.cells[1].innerText == "remote_address=10.0.0.7" && tr.cells[2].innerText == "%d")`, over))
+		tr.cells[0].innerText == "edge.per_ip" && tr.cells[1].innerText == "remote_address=10.0.0.7" && tr.cells[2].innerText == "%d")`, over))
 	browsertest.Screenshot(t, ctx, "live")
 
 	// The playground: the rule per_ip with sim's scenario, against the
 	// binary's own `sluice sim`.
 	err = chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`button.try[data-rule="per_ip"]`)),
+		chromedp.Click(chromedp.CSS(`button.try[data-rule="edge.per_ip"]`)),
 		chromedp.Focus(chromedp.CSS("#sim-run")),
 		chromedp.KeyEvent(kb.Enter),
 	)
@@ -198,7 +203,7 @@ func TestConsoleInTheBinary(t *testing.T) {
 	}
 
 	// A reload that fails: the error is shown, the rules stay.
-	if err := os.WriteFile(cfgPath, []byte(`{"domain": "edge", "descriptors": [`), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte("domain: edge\ndescriptors:\n  - key: [unclosed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -43,8 +43,8 @@ func consoleView(v serve.ConfigView) console.ConfigView {
 		out.LastError = v.LastError.Error()
 	}
 	for _, r := range v.Rules {
-		name := r.Name
-		if name == "" { // as the service names the rule's events
+		name := r.Domain + "." + r.Name // as the service names the rule's events
+		if r.Name == "" {
 			name = r.Domain + "." + r.Path
 		}
 		cr := console.Rule{Domain: r.Domain, Path: r.Path, Name: name, Shadow: r.Shadow, Unlimited: r.Unlimited, Unit: r.Unit}

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the fallback codec
 	"google.golang.org/grpc/mem"
@@ -48,5 +49,14 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal decodes data into v.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	return c.fallback.Unmarshal(data, v)
+	req, ok := v.(*pb.RateLimitRequest)
+	if !ok {
+		return c.fallback.Unmarshal(data, v)
+	}
+	if len(data) == 1 {
+		return decodeRequest(data[0].ReadOnlyData(), req)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return decodeRequest(buf.ReadOnlyData(), req)
 }

@@ -18,11 +18,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/memstore"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" && buildErr == nil {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
 
 // fakeClock is a settable clock for the store and the server.
 type fakeClock struct {

@@ -153,12 +153,15 @@ func TestHTTPEndpoints(t *testing.T) {
 	var cfg struct {
 		Rules []configRule `json:"rules"`
 	}
-	if err := json.Unmarshal([]byte(body), &cfg); code != 200 || err != nil || len(cfg.Rules) != 9 {
+	if err := json.Unmarshal([]byte(body), &cfg); code != 200 || err != nil || len(cfg.Rules) != 10 {
 		t.Errorf("/debug/config JSON: %d %v %d rules\n%s", code, err, len(cfg.Rules), body)
 	}
 	ts.call(t, "test", desc("key1=zzz"))
 	ts.call(t, "test", desc("detail=v1"))
 	code, body = get("/metrics")
+	if code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
 	for _, want := range []string{
 		`sluice_serve_calls_total{code="ok",door="grpc"} 2`,
 		`sluice_serve_config_loads_total{result="ok"} 1`,
@@ -221,11 +224,11 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 	}
 	loaded := ts.Config().Loaded
-	write(strings.Replace(testConfig, `"requests_per_unit": 3`, `"requests_per_unit": 7`, 1))
+	write(strings.Replace(testConfig, "requests_per_unit: 3", "requests_per_unit: 7", 1))
 	waitFor("the good config", func() bool { return ts.Config().Loaded.After(loaded) })
 	want(t, "after reload", ts.call(t, "test", desc("key1=value1")).Statuses[0], ok, 6, 7, minute)
 	loaded = ts.Config().Loaded
-	write(`{"domain": "test", "descriptors": [{"key": "k", "rate_limit": {"unit": "fortnight", "requests_per_unit": 1}}]}`)
+	write("domain: test\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	waitFor("the broken config's rejection", func() bool { return ts.Config().LastError != nil })
 	if ts.Config().Loaded != loaded {
 		t.Errorf("a broken config replaced the good one")

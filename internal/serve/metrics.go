@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
@@ -23,6 +24,9 @@ type metrics struct {
 	loads        *prometheus.CounterVec // result
 	lastLoad     prometheus.Gauge
 	rules        prometheus.Gauge
+	// the gRPC door's series, resolved once
+	grpcOK, grpcOver prometheus.Counter
+	grpcLatency      prometheus.Observer
 }
 
 func newMetrics() *metrics {
@@ -37,7 +41,7 @@ func newMetrics() *metrics {
 		}, []string{"door"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_serve_rule_decisions_total",
-			Help: "Descriptors decided, by domain, rule (its name, else its path; with detailed_metric the descriptor's values) and outcome.",
+			Help: "Descriptors decided, by domain, rule (its name, else its descriptor path; with detailed_metric or value_to_metric envoy's stat name with the values sent; \"override\" for a request's limit override) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_serve_store_errors_total", Help: "Decisions the store could not make (the call failed, or a shadow rule was skipped).",
@@ -59,7 +63,9 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
+	m.grpcLatency = m.latency.WithLabelValues("grpc")
 	for _, r := range []string{"ok", "failed"} {
 		m.loads.WithLabelValues(r)
 	}
@@ -83,23 +89,16 @@ func (m *metrics) ruleCounters(r *rlsconfig.Rule) *ruleCounters {
 func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []rlsconfig.Entry, o observe.Outcome, latency time.Duration) {
 	c := st.counters[r]
 	switch {
-	case r.DetailedMetric:
-		var b strings.Builder
-		b.WriteString(domain)
-		for _, e := range entries {
-			b.WriteString(".")
-			b.WriteString(e.Key)
-			b.WriteString("_")
-			b.WriteString(e.Value)
-		}
-		s.metrics.decisions.WithLabelValues(domain, b.String(), o.String()).Inc()
+	case r.DetailedMetric || r.ValueToMetric:
+		// the values sent, as envoy names them: asked for by the rule
+		s.metrics.decisions.WithLabelValues(domain, r.StatKey(entries), o.String()).Inc()
 	case c != nil:
 		c[o].Inc()
 	default: // a limit override: one series per domain
 		s.metrics.decisions.WithLabelValues(domain, "override", o.String()).Inc()
 	}
 	if s.opts.Observer != nil {
-		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: policyName(r), Outcome: o, Latency: latency})
+		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: r.Domain + "." + policyName(r), Outcome: o, Latency: latency})
 	}
 	if o == observe.Denied && s.opts.Refused != nil {
 		var b strings.Builder
@@ -109,7 +108,7 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 			}
 			b.WriteString(e.Key + "=" + e.Value)
 		}
-		s.opts.Refused(policyName(r), b.String())
+		s.opts.Refused(r.Domain+"."+policyName(r), b.String())
 	}
 }
 

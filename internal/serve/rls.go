@@ -2,12 +2,12 @@ package serve
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/fastclock"
 )
 
 // rls is the gRPC RateLimitService.
@@ -15,16 +15,21 @@ type rls struct{ s *Server }
 
 // ShouldRateLimit decides one call.
 func (h rls) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	start := time.Now()
+	start := fastclock.Micros()
 	resp := &pb.RateLimitResponse{}
 	_, err := h.s.decide(ctx, req, resp, h.s.opts.Headers)
-	h.s.metrics.latency.WithLabelValues("grpc").Observe(time.Since(start).Seconds())
+	h.s.metrics.grpcLatency.Observe(sinceMicros(start).Seconds())
 	if err != nil {
 		err = grpcError(err)
 		h.s.count("grpc", codeLabel(err))
 		return nil, err
 	}
-	h.s.countCode("grpc", resp.OverallCode)
+	h.s.answered.Add(1)
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		h.s.metrics.grpcOver.Inc()
+	} else {
+		h.s.metrics.grpcOK.Inc()
+	}
 	return resp, nil
 }
 
@@ -47,10 +52,7 @@ func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
 	}
 }
 
-func (s *Server) count(door, code string) { s.metrics.calls.WithLabelValues(door, code).Inc() }
-
-// isRequestError reports whether err is the request's fault.
-func isRequestError(err error) bool {
-	var re *requestError
-	return errors.As(err, &re)
+func (s *Server) count(door, code string) {
+	s.answered.Add(1)
+	s.metrics.calls.WithLabelValues(door, code).Inc()
 }

@@ -99,8 +99,8 @@ type Options struct {
 	// "serve", Policy the rule's name or path).
 	Observer observe.Observer
 	// Refused, when set, is called with each refused descriptor's policy
-	// name (as in the Observer's events) and its entries, "key=value" joined
-	// by ", " (the web console's most refused keys).
+	// (the Observer's Event.Policy) and its entries, "key=value" joined by
+	// ", " (the web console's most refused keys).
 	Refused func(policy, key string)
 	// Now is the clock an epoch-aligned window's reset is read on (default
 	// time.Now); give the store the same clock.
@@ -129,7 +129,6 @@ type ConfigView struct {
 // one state, so it sees one configuration.
 type state struct {
 	cfg      *rlsconfig.Config
-	domains  map[string]bool
 	counters map[*rlsconfig.Rule]*ruleCounters
 	loaded   time.Time
 }
@@ -141,7 +140,6 @@ type Server struct {
 	state   atomic.Pointer[state]
 	metrics *metrics
 	log     *slog.Logger
-	now     func() time.Time
 
 	loadMu      sync.Mutex // serializes loads
 	errMu       sync.Mutex
@@ -156,6 +154,7 @@ type Server struct {
 	changes        <-chan struct{} // the configuration's files changed
 	stopWatch      func()
 	hup            chan os.Signal // SIGHUP, from New on
+	answered       atomic.Int64   // calls answered, on every door
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -196,12 +195,9 @@ func New(o Options) (*Server, error) {
 	if o.Store == nil {
 		o.Store = memstore.New()
 	}
-	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger, now: o.Now}
+	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	if o.Handler != nil {
 		s.SetHandler(o.Handler)
@@ -239,7 +235,6 @@ func New(o Options) (*Server, error) {
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.SharedWriteBuffer(true),
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 	}
 	if o.GRPCTLS != nil {
@@ -310,12 +305,9 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	st := &state{cfg: cfg, domains: map[string]bool{}, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
-	for _, d := range cfg.Domains() {
-		st.domains[d] = true
-	}
+	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
 	for _, r := range cfg.Rules() {
-		if !r.DetailedMetric {
+		if !r.DetailedMetric && !r.ValueToMetric {
 			st.counters[r] = s.metrics.ruleCounters(r)
 		}
 	}
@@ -383,7 +375,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			err = e
 		}
 	}
-	s.log.Info("stopped")
+	s.log.Info("stopped", "calls_answered", s.answered.Load())
 	return err
 }
 

@@ -14,20 +14,61 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// testConfig is an envoyproxy/ratelimit configuration (in YAML's flow
-// style) exercising the matching rules.
-const testConfig = `{"domain": "test", "descriptors": [
-  {"key": "key1", "value": "value1", "rate_limit": {"unit": "minute", "requests_per_unit": 3}},
-  {"key": "key1", "rate_limit": {"unit": "minute", "requests_per_unit": 5}},
-  {"key": "nested", "value": "a", "descriptors": [
-    {"key": "sub", "rate_limit": {"unit": "hour", "requests_per_unit": 2, "name": "sub_limit"}}]},
-  {"key": "free", "rate_limit": {"unlimited": true}},
-  {"key": "shadow", "shadow_mode": true, "rate_limit": {"unit": "minute", "requests_per_unit": 1, "name": "shadowed"}},
-  {"key": "broad", "rate_limit": {"unit": "minute", "requests_per_unit": 100, "name": "broad"}},
-  {"key": "narrow", "rate_limit": {"unit": "minute", "requests_per_unit": 1, "replaces": [{"name": "broad"}]}},
-  {"key": "wild", "value": "foo*", "rate_limit": {"unit": "minute", "requests_per_unit": 2}},
-  {"key": "detail", "detailed_metric": true, "rate_limit": {"unit": "second", "requests_per_unit": 1}}
-]}
+// testConfig is an envoyproxy/ratelimit configuration file, as envoy reads
+// it, exercising the matching rules.
+const testConfig = `domain: test
+descriptors:
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: key1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: nested
+    value: a
+    descriptors:
+      - key: sub
+        rate_limit:
+          unit: hour
+          requests_per_unit: 2
+          name: sub_limit
+  - key: free
+    rate_limit:
+      unlimited: true
+  - key: shadow
+    shadow_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      name: shadowed
+  - key: broad
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      name: broad
+  - key: narrow
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      replaces:
+        - name: broad
+  - key: wild
+    value: foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: detail
+    detailed_metric: true
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+  - key: blocked
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
 `
 
 // t0 is 12:00:30 UTC on a day: mid-minute.
@@ -89,6 +130,11 @@ func TestMatching(t *testing.T) {
 	want(t, "wild=foo2", ts.call(t, "test", desc("wild=foo2")).Statuses[0], ok, 1, 2, minute) // its own counter
 	want(t, "wild=foo1 again", ts.call(t, "test", desc("wild=foo1")).Statuses[0], ok, 0, 2, minute)
 	want(t, "wild=bar", ts.call(t, "test", desc("wild=bar")).Statuses[0], ok, 0, 0, 0)
+	// requests_per_unit 0: always over the limit.
+	r = ts.call(t, "test", desc("blocked=x"))
+	if codesOf(r) != "OVER_LIMIT: OVER_LIMIT" || r.Statuses[0].CurrentLimit.GetUnit() != second || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 {
+		t.Errorf("blocked: %s %v", codesOf(r), r.Statuses[0])
+	}
 }
 
 // The window resets at the unit's boundary, on the clock.
@@ -201,6 +247,11 @@ func TestLimitOverride(t *testing.T) {
 	want(t, "override 1/s", ts.call(t, "test", d).Statuses[0], ok, 0, 1, second)
 	want(t, "override 1/s again", ts.call(t, "test", d).Statuses[0], over, 0, 1, second)
 	want(t, "configured limit", ts.call(t, "test", desc("key1=zzz")).Statuses[0], ok, 4, 5, minute)
+	d = desc("key1=value1")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	if _, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{d}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "unit") {
+		t.Errorf("override with no unit: %v, want InvalidArgument naming the unit", err)
+	}
 }
 
 // Requests the service will not decide are InvalidArgument with a clear

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -63,6 +64,7 @@ const (
 type descState struct {
 	rule *rlsconfig.Rule
 	kind uint8
+	zero bool // requests_per_unit 0: over the limit without asking the store
 	over bool
 	part int // index in the enforced or shadow parts (after merging equal keys)
 	res  sluice.Result
@@ -164,9 +166,6 @@ func cost(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 	return 1
 }
 
-// unitName is a RateLimitUnit's name as configuration spells it.
-var unitNames = map[int32]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
-
 // protoUnit maps a rule's unit onto the response's enum.
 func protoUnit(u string) pb.RateLimitResponse_RateLimit_Unit {
 	switch strings.ToLower(u) {
@@ -245,12 +244,8 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		if i < len(rules) {
 			rule = rules[i]
 		}
-		if d.Limit != nil && st.domains[req.Domain] {
-			u, ok := unitNames[int32(d.Limit.Unit)]
-			if !ok {
-				return sluice.Result{}, badRequest("descriptor %d: limit override has unit %v", i, d.Limit.Unit)
-			}
-			o, err := rlsconfig.Override(req.Domain, sc.entries[i], d.Limit.RequestsPerUnit, u)
+		if d.Limit != nil && st.cfg.HasDomain(req.Domain) {
+			o, err := rlsconfig.Override(req.Domain, sc.entries[i], d.Limit.RequestsPerUnit, d.Limit.Unit.String())
 			if err != nil {
 				return sluice.Result{}, badRequest("descriptor %d: limit override: %v", i, err)
 			}
@@ -266,6 +261,15 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			continue
 		}
 		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if rule.Limit.Rate == 0 {
+			// requests_per_unit 0: every hit is over the limit, as envoy
+			// has it; the store is not asked.
+			ds.kind, ds.zero = kindEnforced, true
+			if rule.Shadow {
+				ds.kind = kindShadow
+			}
+			continue
+		}
 		if rule.Shadow {
 			ds.kind = kindShadow
 			ds.part = addPart(&sc.shadow, p)
@@ -275,7 +279,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		}
 	}
 
-	start := time.Now()
+	start := fastclock.Micros()
 	total = len(sc.enforced) + len(sc.shadow)
 	if cap(sc.results) < total {
 		sc.results = make([]sluice.Result, total)
@@ -284,7 +288,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
 	comp, enfOver, err := s.decideParts(ctx, sc.enforced, enf)
 	if err != nil {
-		s.observeError(st, req.Domain, sc, err, time.Since(start))
+		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
 		return sluice.Result{}, err
 	}
 	// Shadow parts spend as if enforced when the call is admitted, each on
@@ -314,7 +318,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			sha[i] = r
 		}
 	}
-	latency := time.Since(start)
+	latency := sinceMicros(start)
 
 	// The response.
 	code := pb.RateLimitResponse_OK
@@ -323,7 +327,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	boxes := make([]statusBox, n)
 	resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
-	now := s.now()
+	now := start
+	if s.opts.Now != nil {
+		now = s.opts.Now().UnixMicro()
+	}
 	for i := range sc.desc {
 		ds := &sc.desc[i]
 		b := &boxes[i]
@@ -339,12 +346,19 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		}
 		var r sluice.Result
 		var over bool
-		if ds.kind == kindEnforced {
+		switch {
+		case ds.zero:
+			over = true
+			if ds.kind == kindEnforced {
+				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
+				code = pb.RateLimitResponse_OVER_LIMIT
+			}
+		case ds.kind == kindEnforced:
 			r, over = enf[ds.part], enfOver[ds.part]
 			if over {
 				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
 			}
-		} else {
+		default:
 			r, over = sha[ds.part], shaOver[ds.part]
 		}
 		ds.res = r
@@ -386,12 +400,16 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	return comp, nil
 }
 
+// sinceMicros is the time since start, a fastclock reading.
+func sinceMicros(start int64) time.Duration {
+	return time.Duration(fastclock.Micros()-start) * time.Microsecond
+}
+
 // resetAfter is a descriptor's duration_until_reset: for an epoch-aligned
 // window the time to the window's end, as envoy counts it, else the
-// decision's ResetAfter.
-func resetAfter(l sluice.Limit, r sluice.Result, now time.Time) time.Duration {
+// decision's ResetAfter. us is the time in µs since the Unix epoch.
+func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 	if l.Algorithm == sluice.AlignedWindow && l.Period > 0 {
-		us := now.UnixMicro()
 		p := l.Period.Microseconds()
 		if p > 0 {
 			return time.Duration(p-us%p) * time.Microsecond
@@ -513,12 +531,12 @@ func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_Descrip
 }
 
 // policyName is a rule's name in headers and metrics: its name, else its
-// path in the domain.
+// descriptor path ("key1=value1/key2").
 func policyName(r *rlsconfig.Rule) string {
 	if r.Name != "" {
 		return r.Name
 	}
-	return r.Domain + "." + r.Path
+	return r.Path
 }
 
 // ceilSeconds rounds d up to whole seconds.

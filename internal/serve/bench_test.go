@@ -1,0 +1,103 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/mem"
+
+	"github.com/sluice-go/sluice/memstore"
+)
+
+const benchConfig = `domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+func benchServer(b *testing.B) *Server {
+	s, err := New(Options{Config: writeConfig(b, map[string]string{"bench.yaml": benchConfig}), NoWatch: true,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: memstore.New(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.grpcLn.Close(); s.httpLn.Close(); s.stopWatch() })
+	return s
+}
+
+// BenchmarkShouldRateLimit is the gRPC handler in process (no transport),
+// one descriptor over 10,000 keys, and two descriptors (one composite).
+func BenchmarkShouldRateLimit(b *testing.B) {
+	s := benchServer(b)
+	h := rls{s}
+	reqs := make([]*pb.RateLimitRequest, 10_000)
+	for i := range reqs {
+		reqs[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc(fmt.Sprintf("user=%d", i))}}
+	}
+	b.Run("one", func(b *testing.B) {
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(n.Add(1)) * 7919
+			for pb.Next() {
+				i++
+				if _, err := h.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	two := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=42")}}
+	b.Run("two", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := h.ShouldRateLimit(context.Background(), two); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkCodec is the codec on a request and a response.
+func BenchmarkCodec(b *testing.B) {
+	c := newCodec()
+	req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=42")}}
+	data, err := c.fallback.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := data.Materialize()
+	s := benchServer(b)
+	resp := &pb.RateLimitResponse{}
+	if _, err := s.decide(context.Background(), req, resp, HeadersNone); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r pb.RateLimitRequest
+			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			out, err := c.Marshal(resp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out.Free()
+		}
+	})
+}

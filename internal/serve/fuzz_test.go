@@ -1,0 +1,94 @@
+package serve
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+// FuzzDecodeRequest feeds arbitrary bytes to the request decoders of every
+// door (/json's protojson, /v1/take's JSON, gRPC's protobuf) and decides
+// what they accept against a real configuration: an error or an answer,
+// never a panic.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"domain": "test", "descriptors": [{"entries": [{"key": "key1", "value": "value1"}]}]}`,
+		`{"domain": "test", "hits_addend": 3, "descriptors": [{"entries": [{"key": "nested", "value": "a"}, {"key": "sub", "value": "x"}], "hits_addend": "0"}]}`,
+		`{"domain": "test", "descriptors": [{"entries": [{"key": "key1", "value": "v"}], "limit": {"requests_per_unit": 1, "unit": "SECOND"}}]}`,
+		`{"domain": "test", "descriptors": [[{"key": "wild", "value": "foo1"}], [{"key": "free"}]], "hits_addend": 2}`,
+		`{"key": "k", "limit": "10/1s gcra burst 50", "cost": 2}`,
+		`{"key": "k", "limit": "1/1s", "cost": -1}`,
+		`{"domain": "", "descriptors": []}`,
+		`{`, `null`, `[]`, `{"domain": "test", "descriptors": [{}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	seed, _ := proto.Marshal(&pb.RateLimitRequest{Domain: "test", HitsAddend: 1, Descriptors: nil})
+	f.Add(seed)
+	cfg, err := rlsconfig.Parse(map[string][]byte{"test.yaml": []byte(testConfig)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024}, metrics: newMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s.opts.Now = func() time.Time { return t0 }
+	s.lim = sluice.New(memstore.New(memstore.WithClock(s.opts.Now)))
+	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ctx := context.Background()
+		if req, err := decodeJSONRequest(b); err == nil {
+			s.decide(ctx, req, &pb.RateLimitResponse{}, HeadersDraft11)
+		}
+		if tr, err := decodeTakeRequest(b); err == nil && tr.Key != "" {
+			if lim, err := sluice.ParseLimit(tr.Limit); err == nil && tr.Cost != nil {
+				s.lim.Take(ctx, tr.Key, lim, *tr.Cost)
+			}
+		}
+		var req pb.RateLimitRequest
+		if proto.Unmarshal(b, &req) == nil {
+			s.decide(ctx, &req, &pb.RateLimitResponse{}, HeadersEnvoy)
+		}
+	})
+}
+
+// FuzzDecodeProto: decodeRequest (the gRPC door's decoder) accepts what
+// proto.Unmarshal accepts and decodes it to the same message, unknown fields
+// aside, and refuses what it refuses.
+func FuzzDecodeProto(f *testing.F) {
+	for _, r := range []*pb.RateLimitRequest{
+		{Domain: "test", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b", "c"), withHits(desc("k=v"), 0)}},
+		{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k"}}, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: 2}, IsNegativeHits: true}}},
+		{},
+		{Domain: "ü", Descriptors: []*rlv3.RateLimitDescriptor{{}, desc("x=y")}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})             // domain not UTF-8
+	f.Add([]byte{0x12, 0x04, 0x0a, 0x02, 0x0a, 0x05}) // truncated entry
+	f.Add([]byte{0x08, 0x01, 0x1a, 0x00, 0x62, 0x00}) // wrong wire types, unknown field
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got pb.RateLimitRequest
+		werr := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, &want)
+		gerr := decodeRequest(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("proto.Unmarshal: %v, decodeRequest: %v", werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("decoded\n%v\nwant\n%v", &got, &want)
+		}
+	})
+}

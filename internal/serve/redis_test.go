@@ -1,0 +1,187 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// sharedConfig: a per-user limit under a per-tenant one, decided together.
+const sharedConfig = `domain: shared
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 150, name: tenant}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 20, name: user}
+`
+
+// awayFromHourBoundary waits, if need be, so that a test's hour-long window
+// does not end while it runs.
+func awayFromHourBoundary(t *testing.T, need time.Duration) {
+	now := time.Now()
+	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < need {
+		t.Logf("waiting %v for the next hour to start", left)
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
+// Four `sluice serve` processes on one redis-server, 64 concurrent callers
+// spread over them: every budget is shared exactly, so they admit what one
+// process with the memory store admits for the same calls.
+func TestFourProcessesOneRedis(t *testing.T) {
+	rs := redistest.Standalone(t)
+	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
+	awayFromHourBoundary(t, 2*time.Minute)
+	const callers, callsEach, users = 64, 12, 10 // 768 calls: 10 users × 20 > 150, so the tenant binds
+	run := func(procs []*proc) (admitted int64, perUser map[string]int64) {
+		perUser = map[string]int64{}
+		var mu sync.Mutex
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := procs[c%len(procs)]
+				for i := range callsEach {
+					user := fmt.Sprintf("u%d", (c*callsEach+i)%users)
+					r, err := p.call(context.Background(), "shared", desc("tenant=acme"), desc("user="+user))
+					if err != nil {
+						t.Errorf("call: %v", err)
+						return
+					}
+					if r.OverallCode == pb.RateLimitResponse_OK {
+						n.Add(1)
+						mu.Lock()
+						perUser[user]++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return n.Load(), perUser
+	}
+	var procs []*proc
+	for range 4 {
+		procs = append(procs, startProc(t, "--config", dir, "--store", "redis://"+rs.Addr()+"/0", "--prefix", "test4:"))
+	}
+	admitted, perUser := run(procs)
+	one := startProc(t, "--config", dir)
+	wantAdmitted, _ := run([]*proc{one})
+	if admitted != 150 || wantAdmitted != 150 {
+		t.Errorf("4 processes on one Redis admitted %d, one process in memory %d; want 150 (the tenant's limit) for both", admitted, wantAdmitted)
+	}
+	for u, n := range perUser {
+		if n > 20 {
+			t.Errorf("user %s admitted %d times, over its limit of 20", u, n)
+		}
+	}
+	// What the processes admitted is what Redis counted: a look shows none left.
+	r, err := procs[0].call(context.Background(), "shared", withHits(desc("tenant=acme"), 0))
+	if err != nil || r.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("tenant after the run: %v %v, want 0 remaining", r, err)
+	}
+	for _, p := range procs {
+		if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+			t.Errorf("exit: %v", err)
+		}
+	}
+}
+
+// Redis killed and restarted mid-load, under each failure policy: no
+// panic, the policy's answers during the outage, normal decisions after.
+func TestRedisOutage(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
+	awayFromHourBoundary(t, 2*time.Minute)
+	for _, policy := range []string{"fail-closed", "fail-open", "local"} {
+		t.Run(policy, func(t *testing.T) {
+			rs := redistest.Standalone(t)
+			p := startProc(t, "--config", dir, "--store", "redis://"+rs.Addr()+"/0", "--on-store-error", policy, "--store-timeout", "300ms")
+			var phase atomic.Int32        // 0 up, 1 down, 2 back
+			var counts [4][4]atomic.Int64 // per phase (3: the reconnection, not judged): ok, over, unavailable, other
+			var other atomic.Value
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ph := phase.Load()
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						r, err := p.call(ctx, "shared", desc(fmt.Sprintf("user=g%d-%d", g, i%1000)))
+						cancel()
+						if ph != phase.Load() {
+							continue // straddled a change
+						}
+						switch {
+						case err == nil && r.OverallCode == pb.RateLimitResponse_OK:
+							counts[ph][0].Add(1)
+						case err == nil:
+							counts[ph][1].Add(1)
+						case status.Code(err) == codes.Unavailable:
+							counts[ph][2].Add(1)
+						default:
+							counts[ph][3].Add(1)
+							other.Store(err)
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			time.Sleep(300 * time.Millisecond)
+			rs.Stop(t)
+			time.Sleep(200 * time.Millisecond) // calls already sent settle
+			phase.Store(1)
+			time.Sleep(time.Second)
+			phase.Store(3) // between: not counted
+			rs.Start(t)
+			time.Sleep(1500 * time.Millisecond) // reconnect
+			phase.Store(2)
+			time.Sleep(700 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			c := func(ph, i int) int64 { return counts[ph][i].Load() }
+			t.Logf("up: %d ok %d unavailable; down: %d ok %d over %d unavailable %d other; back: %d ok %d unavailable",
+				c(0, 0), c(0, 2), c(1, 0), c(1, 1), c(1, 2), c(1, 3), c(2, 0), c(2, 2))
+			if c(0, 0) == 0 || c(0, 2)+c(0, 3) != 0 {
+				t.Errorf("before the outage: %d ok, %d failed", c(0, 0), c(0, 2)+c(0, 3))
+			}
+			if c(1, 3) != 0 {
+				t.Errorf("during the outage, an unexpected error: %v", other.Load())
+			}
+			switch policy {
+			case "fail-closed":
+				if c(1, 2) == 0 || c(1, 0) != 0 {
+					t.Errorf("fail-closed during the outage: %d UNAVAILABLE, %d OK; want only UNAVAILABLE", c(1, 2), c(1, 0))
+				}
+			default:
+				if c(1, 0) == 0 || c(1, 2) != 0 {
+					t.Errorf("%s during the outage: %d OK, %d UNAVAILABLE; want only OK", policy, c(1, 0), c(1, 2))
+				}
+			}
+			if c(2, 0) == 0 || c(2, 2)+c(2, 3) != 0 {
+				t.Errorf("after Redis came back: %d ok, %d failed; want recovery", c(2, 0), c(2, 2)+c(2, 3))
+			}
+			if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+				t.Errorf("exit: %v\n%s", err, p.logText())
+			}
+		})
+	}
+}
