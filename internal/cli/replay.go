@@ -84,13 +84,14 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 				return nil, fmt.Errorf("store %q: %q is not HOST:PORT", spec, a)
 			}
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), nil
 	}
 	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") {
 		o, err := redis.ParseURL(spec)
 		if err != nil {
 			return nil, fmt.Errorf("store %q: %v", spec, err)
 		}
+		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's README)
 		return redis.NewClient(o), nil
 	}
 	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., or redis-cluster://HOST:PORT,HOST:PORT)", spec)

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,7 +14,7 @@ func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"-h"}, {"help"}, {"-help"},
 		{"replay", "--help"}, {"replay", "-h"}, {"replay", "--limit", "1/1s", "--help"},
-		{"sim", "--help"}, {"sim", "-h"},
+		{"sim", "--help"}, {"sim", "-h"}, {"serve", "--help"}, {"serve", "-h"},
 	} {
 		code, out, errs := runCLI(t, "", args...)
 		if code != 0 || !strings.Contains(out, "Usage: sluice") || errs != "" {
@@ -23,7 +25,7 @@ func TestHelp(t *testing.T) {
 	if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") {
 		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, out, errs)
 	}
-	for _, args := range [][]string{{"replay", "--nope"}, {"sim", "--nope"}, {"replay", "extra"}} {
+	for _, args := range [][]string{{"replay", "--nope"}, {"sim", "--nope"}, {"replay", "extra"}, {"serve", "--nope"}} {
 		code, out, errs := runCLI(t, "", args...)
 		if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") || !strings.Contains(errs, strings.TrimLeft(args[1], "-")) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, the error and the usage on stderr", args, code, out, errs)
@@ -92,5 +94,31 @@ func TestReplayInputs(t *testing.T) {
 	code, _, errs = runCLI(t, "", "replay", "--limit", "10/-1s")
 	if code != 2 || !strings.Contains(errs, `period "-1s" in "10/-1s" must be positive`) {
 		t.Errorf("--limit 10/-1s: exit %d, stderr %q", code, errs)
+	}
+}
+
+// sluice serve refuses bad flag values before it listens, with a clear error.
+func TestServeFlags(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(broken, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--on-store-error", "maybe"}, `--on-store-error "maybe": want fail-closed, fail-open or local`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"--response-headers", "all"}, `want none, envoy or draft11`},
+		{[]string{"--store", "mysql://x"}, `unknown store "mysql://x"`},
+		{[]string{"--grpc-tls-cert", "x.pem"}, "--grpc-tls-cert and --grpc-tls-key go together"},
+		{[]string{"--http-token-file", "/nonexistent/token"}, "--http-token-file"},
+		{[]string{"--config", "/nonexistent/config.yaml", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "nonexistent"},
+		{[]string{"--config", broken, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "fortnight"},
+	} {
+		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
+		}
 	}
 }

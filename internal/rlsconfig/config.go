@@ -64,10 +64,11 @@ type Rule struct {
 
 // level is one configured descriptor on a rule's path.
 type level struct {
-	composite     string // envoy's composite key, "key" or "key_value"
-	hasValue      bool   // configured with a value
-	wildcard      bool   // the composite holds a '*'
-	share         bool   // share_threshold: matching values share a counter
+	composite     string   // envoy's composite key, "key" or "key_value"
+	hasValue      bool     // configured with a value
+	wildcard      bool     // the composite holds a '*'
+	parts         [][]byte // the composite split on '*', when wildcard
+	share         bool     // share_threshold: matching values share a counter
 	valueToMetric bool
 }
 
@@ -280,10 +281,18 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 			rulePath = path + "/" + step
 		}
 		wild := strings.Contains(composite, "*")
+		var parts [][]byte
+		if wild {
+			for _, p := range strings.Split(composite, "*") {
+				parts = append(parts, []byte(p))
+			}
+			parent.wild = append(parent.wild, wildcard{key: composite, parts: parts})
+		}
 		here := append(slices.Clip(levels), level{
 			composite:     composite,
 			hasValue:      d.value != "",
 			wildcard:      wild,
+			parts:         parts,
 			share:         d.shareThreshold && wild,
 			valueToMetric: d.valueToMetric,
 		})
@@ -298,14 +307,6 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 		}
 		if d.shareThreshold && !wild {
 			return &Error{File: file, Line: d.line, Path: full, Msg: fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
-		}
-		if wild {
-			parts := strings.Split(composite, "*")
-			bs := make([][]byte, len(parts))
-			for i, p := range parts {
-				bs[i] = []byte(p)
-			}
-			parent.wild = append(parent.wild, wildcard{key: composite, parts: bs})
 		}
 		if err := b.descs(file, domain, n, full+".", rulePath, here, d.descs); err != nil {
 			return err

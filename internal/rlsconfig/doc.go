@@ -45,6 +45,13 @@
 // a month's every 30 days from 1970), requests_per_unit per unit. A
 // requests_per_unit of 0 makes every hit over the limit, as in envoy.
 //
+// sluice counts exactly, in integers that stay below 2^50 (see
+// sluice.Limit.Validate), which bounds requests_per_unit by unit for the
+// windows: 1,125,899,905 per second, 18,764,997 per minute, 312,748 per
+// hour, 13,030 per day, 1,860 per week, 433 per month, 34 per year. A larger
+// limit is a load error that says so; period: with a shorter period, or
+// another algorithm, is the way to express it.
+//
 // # Matching
 //
 // A request names a domain and a list of descriptors, each a list of entries
@@ -56,7 +63,14 @@
 // descriptor that stops matching, or that is longer than the configured path,
 // has no limit and is answered OK, as is every descriptor of an unknown
 // domain. Then envoy's replaces: a matched rule whose name another matched
-// rule of the same request lists in its replaces does not apply.
+// rule of the same request lists in its replaces does not apply (Resolve).
+//
+// Rule.Key names the counter of a matched descriptor: the domain and every
+// entry as sent, except that a level matched through a wildcard with
+// share_threshold names the pattern, so all its values share one counter.
+// Rule.StatKey is envoy's stat name for it. Override builds the rule of a
+// request's per-descriptor limit override, which envoy applies (to a
+// configured domain) instead of the configuration.
 //
 // Like envoy, a level is looked up by the composite key "key_value" (and a
 // wildcard matches that composite), so the quirks of that joining are kept:
@@ -87,7 +101,8 @@
 // than a limit that would drift. Scalars of any type are read as strings
 // where a string is expected (envoy refuses a float such as value: 1.5).
 // Load reads *.yaml and *.yml files of one directory, not its
-// subdirectories.
+// subdirectories. Two files with one domain are an error, always (envoy's
+// MERGE_DOMAIN_CONFIG is not offered).
 //
 // Keys (Rule.Key) escape their separators, so two descriptors share a
 // counter only when envoy's matching says they should (share_threshold),

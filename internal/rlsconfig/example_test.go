@@ -49,3 +49,31 @@ descriptors:
 	// Output:
 	// bad.yaml:5: descriptor edge.remote_address: invalid rate limit unit 'fortnight'
 }
+
+func ExampleLoad() {
+	c, err := rlsconfig.Load("testdata/dir")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(c.Domains())
+	for _, r := range c.Rules() {
+		fmt.Println(r.Domain, r.Path, r.RequestsPerUnit, "per", r.Unit)
+	}
+	// Output:
+	// [alpha beta]
+	// alpha k 7 per month
+	// beta k=v 3 per year
+}
+
+func ExampleOverride() {
+	entries := []rlsconfig.Entry{{Key: "remote_address", Value: "10.0.0.1"}}
+	r, err := rlsconfig.Override("edge", entries, 100, "MINUTE")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(r.Limit, r.Key(entries), r.StatKey(entries))
+	// Output:
+	// 100/1m0s aligned-window burst 100 edge/remote_address=10.0.0.1 edge.remote_address_10.0.0.1
+}

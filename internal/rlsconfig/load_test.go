@@ -265,6 +265,9 @@ descriptors:
     rate_limit:
       <<: *base
       requests_per_unit: 9
+  - key: version
+    value: 1.5
+    rate_limit: {unit: second, requests_per_unit: 1}
   - key: none
     value: ~
     rate_limit:
@@ -281,7 +284,10 @@ descriptors:
 	if r := byPath["flag=true"]; r == nil || r.Limit.Rate != 9 || r.Unit != "second" {
 		t.Errorf("flag=true (merge key, explicit field wins): %+v", r)
 	}
-	if len(byPath) != 2 {
+	if r := byPath["version=1.5"]; r == nil {
+		t.Error("version=1.5: a float read as text (envoy refuses it)")
+	}
+	if len(byPath) != 3 {
 		t.Errorf("rules %v: a null rate_limit is no limit", slices.Collect(func(yield func(string) bool) {
 			for p := range byPath {
 				if !yield(p) {
@@ -290,7 +296,7 @@ descriptors:
 			}
 		}))
 	}
-	if got := c.Resolve("forms", [][]Entry{{{"none", "x"}}, {{"port", "8080"}}}); got[0] != nil || got[1] == nil {
+	if got := c.Resolve("forms", [][]Entry{{{"none", "x"}}, {{"port", "8080"}}, {{"version", "1.5"}}}); got[0] != nil || got[1] == nil || got[2] == nil {
 		t.Errorf("Resolve = %v", got)
 	}
 }

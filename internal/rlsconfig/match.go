@@ -122,14 +122,14 @@ func (r *Rule) Key(entries []Entry) string {
 		n += len(e.Key) + len(e.Value) + 2
 	}
 	var b strings.Builder
-	b.Grow(n + 8)
+	b.Grow(n + n/4)
 	escape(&b, r.Domain)
 	for i, e := range entries {
 		b.WriteByte('/')
 		escape(&b, e.Key)
 		b.WriteByte('=')
 		v := e.Value
-		if i < len(r.levels) && r.levels[i].share {
+		if r.shared(i, e) {
 			v = sharedValue(r.levels[i].composite, e.Key)
 		}
 		escape(&b, v)
@@ -148,6 +148,10 @@ func sharedValue(composite, key string) string {
 
 func escape(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
+	if !strings.ContainsAny(s, "%/={}") {
+		b.WriteString(s)
+		return
+	}
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '%', '/', '=', '{', '}':
@@ -205,6 +209,39 @@ func entryPath(entries []Entry) string {
 	return b.String()
 }
 
+// How a request's entry reached a configured descriptor: envoy names
+// metrics and shares counters by it.
+const (
+	byKey      = iota // the key alone
+	byValue           // key and value exactly
+	byWildcard        // a wildcard
+)
+
+// how returns how entry e reached level l of a rule's path, as envoy's lookup
+// order decides: key and value first, then a wildcard, then the key alone.
+func (l *level) how(e Entry) int {
+	c := l.composite
+	if len(c) == len(e.Key)+1+len(e.Value) && strings.HasPrefix(c, e.Key) && c[len(e.Key)] == '_' && strings.HasSuffix(c, e.Value) {
+		return byValue
+	}
+	if l.wildcard {
+		var buf [128]byte
+		k := append(buf[:0], e.Key...)
+		k = append(k, '_')
+		k = append(k, e.Value...)
+		if globMatch(l.parts, k) {
+			return byWildcard
+		}
+	}
+	return byKey
+}
+
+// shared reports whether entry i of a descriptor that resolved to r counts
+// under the wildcard pattern instead of its value (share_threshold).
+func (r *Rule) shared(i int, e Entry) bool {
+	return i < len(r.levels) && r.levels[i].share && r.levels[i].how(e) == byWildcard
+}
+
 // StatKey returns envoyproxy/ratelimit's stat name for a descriptor (its
 // entries) that resolved to r, before envoy's sanitizing of ':' and '|':
 // "domain.key_value.key2", each level named as configured (the wildcard
@@ -215,32 +252,41 @@ func entryPath(entries []Entry) string {
 // names are bounded by the configuration unless detailed_metric,
 // value_to_metric or an override is used.
 func (r *Rule) StatKey(entries []Entry) string {
+	anyShared := false
+	for i, e := range entries {
+		anyShared = anyShared || r.shared(i, e)
+	}
+	n := len(r.Domain)
+	for i, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+		if i < len(r.levels) {
+			n += len(r.levels[i].composite)
+		}
+	}
 	var b strings.Builder
+	b.Grow(n)
 	b.WriteString(r.Domain)
 	for i, e := range entries {
 		b.WriteByte('.')
 		b.WriteString(e.Key)
-		if r.DetailedMetric && !r.ShareThreshold {
+		if r.DetailedMetric && !anyShared {
 			// envoy's detailed name: "key_value" at every level, the '_'
 			// even before an empty value.
 			b.WriteByte('_')
 			b.WriteString(e.Value)
 			continue
 		}
-		var l level
-		if i < len(r.levels) {
-			l = r.levels[i]
-		}
 		v := e.Value
-		switch {
-		case r.levels == nil, r.DetailedMetric && !l.share:
-			// the value sent
-		case l.share, l.wildcard && !l.valueToMetric:
-			v = sharedValue(l.composite, e.Key)
-		case l.wildcard, l.hasValue:
-			// the value sent: the configured one, or value_to_metric's
-		case !l.valueToMetric:
-			v = ""
+		if i < len(r.levels) {
+			l := &r.levels[i]
+			switch how := l.how(e); {
+			case r.shared(i, e), !r.DetailedMetric && how == byWildcard && !l.valueToMetric:
+				v = sharedValue(l.composite, e.Key)
+			case r.DetailedMetric, how == byValue, l.valueToMetric:
+				// the value sent
+			default:
+				v = "" // a key alone
+			}
 		}
 		if v != "" {
 			b.WriteByte('_')

@@ -34,6 +34,9 @@ descriptors:
     descriptors:
       - key: method
         rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: joined
+    value: x
+    rate_limit: {unit: minute, requests_per_unit: 6}
   - key: client
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 6}
@@ -52,6 +55,10 @@ descriptors:
 		{"tagged=readme", "st.tagged_readme"},
 		{"shared=files/a.pdf method=GET", "st.shared_files/*.method"},
 		{"client=10.0.0.1", "st.client_10.0.0.1"},
+		// envoy names a level by how the entry reached it: here by the
+		// key alone ("joined_x" is the composite key of joined=x).
+		{"joined=x", "st.joined_x"},
+		{"joined_x=zz", "st.joined_x"},
 		{"client", "st.client_"},
 		{"shared_detailed=x1 id=9", "st.shared_detailed_x*.id_9"},
 		{"shared_detailed=x1 id", "st.shared_detailed_x*.id"},

@@ -166,7 +166,12 @@ func TestBinaryDefaults(t *testing.T) {
 			t.Errorf("--help lacks %s", f)
 		}
 	}
-	p := startProc(t)
+	for _, d := range []string{`(default "127.0.0.1:8081")`, `(default "127.0.0.1:8080")`, `(default "memory")`} {
+		if !strings.Contains(string(out), d) {
+			t.Errorf("--help lacks %s: the defaults are loopback and memory", d)
+		}
+	}
+	p := startProc(t) // only the listen ports are chosen, so as not to collide
 	if !strings.Contains(p.logText(), "serving an empty configuration") {
 		t.Errorf("no word of the empty configuration in the log:\n%s", p.logText())
 	}
@@ -191,32 +196,17 @@ func TestBinarySignalsUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var okCalls int64
 	var failed []error
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, err := p.call(context.Background(), "test", desc("free=x"), desc("key1=g"+string(rune('a'+g%26))))
-				mu.Lock()
-				if err == nil {
-					okCalls++
-				} else {
-					failed = append(failed, err)
-				}
-				mu.Unlock()
-				if err != nil {
-					return // the server is going away
-				}
-			}
-		}()
-	}
+	stop := load(32, func(g, _ int) bool {
+		_, err := p.call(context.Background(), "test", desc("free=x"), desc("key1=g"+string(rune('a'+g%26))))
+		mu.Lock()
+		if err == nil {
+			okCalls++
+		} else {
+			failed = append(failed, err)
+		}
+		mu.Unlock()
+		return err == nil // else the server is going away
+	})
 	time.Sleep(300 * time.Millisecond)
 	for range 3 {
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -231,8 +221,7 @@ func TestBinarySignalsUnderLoad(t *testing.T) {
 	before := okCalls
 	mu.Unlock()
 	answered, err := p.stop(t, syscall.SIGTERM)
-	close(stop)
-	wg.Wait()
+	stop()
 	if err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}

@@ -19,251 +19,143 @@ var errBadRequest = errors.New("serve: malformed RateLimitRequest")
 // are allocated in one slice each. Unknown fields, and known fields of
 // another wire type, are skipped; a string that is not UTF-8 is an error.
 func decodeRequest(b []byte, req *pb.RateLimitRequest) error {
-	nd, ne, err := countRequest(b)
+	nd, ne := 0, 0
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 2 || typ != protowire.BytesType {
+			return nil
+		}
+		nd++
+		return eachField(v, func(num protowire.Number, typ protowire.Type, ev []byte) error {
+			if num != 1 || typ != protowire.BytesType {
+				return nil
+			}
+			ne++
+			return eachField(ev, nil)
+		})
+	})
 	if err != nil {
 		return err
 	}
-	all := string(b)
+	d := &decoder{all: string(b), capB: cap(b)}
 	descs := make([]rlv3.RateLimitDescriptor, nd)
 	ents := make([]rlv3.RateLimitDescriptor_Entry, ne)
 	eptrs := make([]*rlv3.RateLimitDescriptor_Entry, ne)
 	for i := range ents {
 		eptrs[i] = &ents[i]
 	}
-	req.Descriptors = make([]*rlv3.RateLimitDescriptor, nd)
-	d := &decoder{all: all}
-	for off := 0; off < len(b); {
-		num, typ, n := consumeTag(b[off:])
-		off += n
+	if nd > 0 {
+		req.Descriptors = make([]*rlv3.RateLimitDescriptor, 0, nd)
+	}
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			s, n := d.str(b, off)
-			if n < 0 {
-				return errBadRequest
-			}
-			req.Domain, off = s, off+n
+			return d.str(v, &req.Domain)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b[off:])
-			desc := &descs[0]
-			descs = descs[1:]
-			req.Descriptors[len(req.Descriptors)-len(descs)-1] = desc
-			k := countEntries(v)
-			desc.Entries, eptrs = eptrs[:k:k], eptrs[k:]
-			if err := d.descriptor(b, off+n-len(v), v, desc); err != nil {
+			desc := &descs[len(req.Descriptors)]
+			req.Descriptors = append(req.Descriptors, desc)
+			return d.descriptor(v, desc, &eptrs)
+		case num == 3 && typ == protowire.VarintType:
+			x, _ := protowire.ConsumeVarint(v)
+			req.HitsAddend = uint32(x)
+		}
+		return nil
+	})
+}
+
+// eachField calls fn (when not nil) for each field of the message b, with
+// the field's value: a length-delimited field's content, else its encoding.
+// A malformed field is an error, as proto.Unmarshal has it.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 || num > protowire.MaxValidNumber {
+			return errBadRequest
+		}
+		off += n
+		m := protowire.ConsumeFieldValue(num, typ, b[off:])
+		if m < 0 {
+			return errBadRequest
+		}
+		v := b[off : off+m]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if fn != nil {
+			if err := fn(num, typ, v); err != nil {
 				return err
 			}
-			off += n
-		case num == 3 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b[off:])
-			req.HitsAddend, off = uint32(v), off+n
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b[off:])
-			if n < 0 {
-				return errBadRequest
-			}
-			off += n
 		}
-	}
-	if len(req.Descriptors) == 0 {
-		req.Descriptors = nil
+		off += m
 	}
 	return nil
 }
 
 // decoder slices strings out of the request's one string.
-type decoder struct{ all string }
-
-// str reads a length-delimited string field's value at b[off:] (b the
-// whole request) and returns it and the bytes consumed, -1 if malformed.
-func (d *decoder) str(b []byte, off int) (string, int) {
-	v, n := protowire.ConsumeBytes(b[off:])
-	if n < 0 || !utf8.Valid(v) {
-		return "", -1
-	}
-	start := off + n - len(v)
-	return d.all[start : start+len(v)], n
+type decoder struct {
+	all  string // the request, copied once
+	capB int    // cap of the request's bytes: a field v is at cap(b)-cap(v)
 }
 
-// descriptor decodes one descriptor, v at b[base:], into desc, whose Entries
-// are allocated already and filled in order.
-func (d *decoder) descriptor(b []byte, base int, v []byte, desc *rlv3.RateLimitDescriptor) error {
-	ei := 0
-	for off := 0; off < len(v); {
-		num, typ, n := consumeTag(v[off:])
-		off += n
+// str sets *dst to the string field v, a slice of the request's bytes.
+func (d *decoder) str(v []byte, dst *string) error {
+	if !utf8.Valid(v) {
+		return errBadRequest
+	}
+	i := d.capB - cap(v)
+	*dst = d.all[i : i+len(v)]
+	return nil
+}
+
+// descriptor decodes one descriptor v into desc, taking its entries from the
+// front of *eptrs.
+func (d *decoder) descriptor(v []byte, desc *rlv3.RateLimitDescriptor, eptrs *[]*rlv3.RateLimitDescriptor_Entry) error {
+	base := *eptrs
+	err := eachField(v, func(num protowire.Number, typ protowire.Type, fv []byte) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			ev, n := protowire.ConsumeBytes(v[off:])
-			e := desc.Entries[ei]
-			ei++
-			for eo := 0; eo < len(ev); {
-				enum, etyp, m := consumeTag(ev[eo:])
-				eo += m
+			e := (*eptrs)[0]
+			*eptrs = (*eptrs)[1:]
+			return eachField(fv, func(num protowire.Number, typ protowire.Type, sv []byte) error {
 				switch {
-				case (enum == 1 || enum == 2) && etyp == protowire.BytesType:
-					s, m := d.str(b, base+off+n-len(ev)+eo)
-					if m < 0 {
-						return errBadRequest
-					}
-					if enum == 1 {
-						e.Key = s
-					} else {
-						e.Value = s
-					}
-					eo += m
-				default:
-					m := protowire.ConsumeFieldValue(enum, etyp, ev[eo:])
-					if m < 0 {
-						return errBadRequest
-					}
-					eo += m
+				case num == 1 && typ == protowire.BytesType:
+					return d.str(sv, &e.Key)
+				case num == 2 && typ == protowire.BytesType:
+					return d.str(sv, &e.Value)
 				}
-			}
-			off += n
+				return nil
+			})
 		case num == 2 && typ == protowire.BytesType:
-			lv, n := protowire.ConsumeBytes(v[off:])
 			if desc.Limit == nil {
 				desc.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{}
 			}
-			if err := varints(lv, func(f protowire.Number, x uint64) {
-				switch f {
-				case 1:
-					desc.Limit.RequestsPerUnit = uint32(x)
-				case 2:
-					desc.Limit.Unit = typev3.RateLimitUnit(int32(x))
+			return eachField(fv, func(num protowire.Number, typ protowire.Type, x []byte) error {
+				u, _ := protowire.ConsumeVarint(x)
+				switch {
+				case num == 1 && typ == protowire.VarintType:
+					desc.Limit.RequestsPerUnit = uint32(u)
+				case num == 2 && typ == protowire.VarintType:
+					desc.Limit.Unit = typev3.RateLimitUnit(int32(u))
 				}
-			}); err != nil {
-				return err
-			}
-			off += n
+				return nil
+			})
 		case num == 3 && typ == protowire.BytesType:
-			hv, n := protowire.ConsumeBytes(v[off:])
 			if desc.HitsAddend == nil {
 				desc.HitsAddend = &wrapperspb.UInt64Value{}
 			}
-			if err := varints(hv, func(f protowire.Number, x uint64) {
-				if f == 1 {
-					desc.HitsAddend.Value = x
+			return eachField(fv, func(num protowire.Number, typ protowire.Type, x []byte) error {
+				if num == 1 && typ == protowire.VarintType {
+					desc.HitsAddend.Value, _ = protowire.ConsumeVarint(x)
 				}
-			}); err != nil {
-				return err
-			}
-			off += n
+				return nil
+			})
 		case num == 4 && typ == protowire.VarintType:
-			x, n := protowire.ConsumeVarint(v[off:])
-			desc.IsNegativeHits, off = x != 0, off+n
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, v[off:])
-			if n < 0 {
-				return errBadRequest
-			}
-			off += n
+			x, _ := protowire.ConsumeVarint(fv)
+			desc.IsNegativeHits = x != 0
 		}
+		return nil
+	})
+	if k := len(base) - len(*eptrs); k > 0 {
+		desc.Entries = base[:k:k]
 	}
-	return nil
-}
-
-// varints calls f for each varint field of a small message and skips the
-// others.
-func varints(b []byte, f func(protowire.Number, uint64)) error {
-	for off := 0; off < len(b); {
-		num, typ, n := consumeTag(b[off:])
-		if n < 0 {
-			return errBadRequest
-		}
-		off += n
-		if typ == protowire.VarintType {
-			x, n := protowire.ConsumeVarint(b[off:])
-			if n < 0 {
-				return errBadRequest
-			}
-			f(num, x)
-			off += n
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b[off:])
-		if n < 0 {
-			return errBadRequest
-		}
-		off += n
-	}
-	return nil
-}
-
-// countRequest checks the request's framing and counts its descriptors and
-// entries.
-func countRequest(b []byte) (descs, entries int, err error) {
-	for off := 0; off < len(b); {
-		num, typ, n := consumeTag(b[off:])
-		if n < 0 {
-			return 0, 0, errBadRequest
-		}
-		off += n
-		m := protowire.ConsumeFieldValue(num, typ, b[off:])
-		if m < 0 {
-			return 0, 0, errBadRequest
-		}
-		if num == 2 && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[off:])
-			k, err := checkDescriptor(v)
-			if err != nil {
-				return 0, 0, err
-			}
-			descs++
-			entries += k
-		}
-		off += m
-	}
-	return descs, entries, nil
-}
-
-// checkDescriptor checks a descriptor's framing (and its entries') and
-// counts its entries.
-func checkDescriptor(v []byte) (int, error) {
-	k := 0
-	for off := 0; off < len(v); {
-		num, typ, n := consumeTag(v[off:])
-		if n < 0 {
-			return 0, errBadRequest
-		}
-		off += n
-		m := protowire.ConsumeFieldValue(num, typ, v[off:])
-		if m < 0 {
-			return 0, errBadRequest
-		}
-		if num == 1 && typ == protowire.BytesType {
-			ev, _ := protowire.ConsumeBytes(v[off:])
-			for eo := 0; eo < len(ev); {
-				enum, etyp, n := consumeTag(ev[eo:])
-				if n < 0 {
-					return 0, errBadRequest
-				}
-				eo += n
-				mm := protowire.ConsumeFieldValue(enum, etyp, ev[eo:])
-				if mm < 0 {
-					return 0, errBadRequest
-				}
-				eo += mm
-			}
-			k++
-		}
-		off += m
-	}
-	return k, nil
-}
-
-// countEntries counts a (checked) descriptor's entries.
-func countEntries(v []byte) int {
-	k, _ := checkDescriptor(v)
-	return k
-}
-
-// consumeTag is protowire.ConsumeTag that also refuses field numbers above
-// the largest valid one, as proto.Unmarshal does.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && num > protowire.MaxValidNumber {
-		return 0, 0, -1
-	}
-	return num, typ, n
+	return err
 }

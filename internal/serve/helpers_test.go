@@ -139,20 +139,22 @@ func codesOf(r *pb.RateLimitResponse) string {
 	return b.String()
 }
 
-func httpGet(t testing.TB, url string) (int, string) {
+func httpGet(t testing.TB, url string, hdr ...string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := httpDo(t, "GET", url, "", hdr...)
+	return resp.StatusCode, body
 }
 
 func httpPost(t testing.TB, url, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	return httpDo(t, "POST", url, body, hdr...)
+}
+
+// httpDo makes one request with the headers given as name, value pairs and
+// returns the response and its body.
+func httpDo(t testing.TB, method, url, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -163,4 +165,29 @@ func httpPost(t testing.TB, url, body string, hdr ...string) (*http.Response, st
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// load runs n goroutines, each calling f(g, i) for i = 0, 1, … until f
+// returns false or stop is called; stop waits for them.
+func load(n int, f func(g, i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !f(g, i) {
+					return
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }); wg.Wait() }
 }

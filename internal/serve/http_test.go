@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,6 +75,9 @@ func TestTakeEndpoint(t *testing.T) {
 	if resp.Header.Get("RateLimit") == "" {
 		t.Errorf("domain: no RateLimit header")
 	}
+	if resp, out := httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "blocked"}]]}`); resp.StatusCode != 429 || !strings.Contains(out, `"allowed":false`) {
+		t.Errorf("requests_per_unit 0: %d %s, want 429", resp.StatusCode, out)
+	}
 	resp, out = httpPost(t, ts.base+"/v1/take", `{"domain": "test", "descriptors": [[{"key": "key1", "value": "value1"}]], "hits_addend": 2}`)
 	if resp.StatusCode != 429 || !strings.Contains(out, `"code":"OVER_LIMIT"`) {
 		t.Errorf("domain over: %d %s", resp.StatusCode, out)
@@ -121,26 +123,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Errorf("wrong token: %d", resp.StatusCode)
 	}
 	get := func(p string, hdr ...string) (int, string) {
-		req, _ := http.NewRequest("GET", ts.base+p, nil)
-		req.Header.Set("Authorization", "Bearer s3cret")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		return resp.StatusCode, b.String()
+		return httpGet(t, ts.base+p, append([]string{"Authorization", "Bearer s3cret"}, hdr...)...)
 	}
 	if code, body := get("/"); code != 200 || body != "console" {
 		t.Errorf("mounted handler: %d %q", code, body)
@@ -184,28 +167,15 @@ func TestReloadUnderLoad(t *testing.T) {
 	dir := writeConfig(t, map[string]string{"test.yaml": testConfig})
 	ts := start(t, Options{Config: dir}, &fakeClock{t: t0})
 	var calls, failures atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, err := ts.client.ShouldRateLimit(t.Context(), &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("free=x"), desc("key1=g" + string(rune('a'+g)))}})
-				calls.Add(1)
-				if err != nil {
-					failures.Add(1)
-					t.Errorf("call failed during reloads: %v", err)
-					return
-				}
-			}
-		}()
-	}
+	stop := load(8, func(g, _ int) bool {
+		_, err := ts.client.ShouldRateLimit(t.Context(), &pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("free=x"), desc("key1=g" + string(rune('a'+g)))}})
+		calls.Add(1)
+		if err != nil {
+			failures.Add(1)
+			t.Errorf("call failed during reloads: %v", err)
+		}
+		return err == nil
+	})
 	write := func(body string) {
 		tmp := filepath.Join(dir, ".tmp")
 		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
@@ -240,8 +210,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	write(testConfig)
 	waitFor("the good config again", func() bool { return ts.Config().LastError == nil })
-	close(stop)
-	wg.Wait()
+	stop()
 	_, body := httpGet(t, ts.base+"/metrics")
 	if !strings.Contains(body, `sluice_serve_config_loads_total{result="failed"}`) || strings.Contains(body, `sluice_serve_config_loads_total{result="failed"} 0`) {
 		t.Errorf("failed loads not counted:\n%s", grep(body, "config_loads"))

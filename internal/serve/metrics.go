@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -116,10 +117,25 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 func (s *Server) observeError(st *state, domain string, sc *scratch, err error, latency time.Duration) {
 	if _, bad := err.(*requestError); !bad {
 		s.metrics.storeErrors.Inc()
+		s.logStoreError(err)
 	}
 	for i := range sc.desc {
 		if ds := &sc.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow {
 			s.observe(st, domain, ds.rule, sc.entries[i], observe.Error, latency)
 		}
 	}
+}
+
+// logStoreError logs a store's failure at most once a second, with the
+// number of failures since the last line, so that an outage does not flood
+// the log.
+func (s *Server) logStoreError(err error) {
+	n := s.storeErrs.Add(1)
+	now := fastclock.Micros()
+	last := s.storeErrLogged.Load()
+	if now-last < 1_000_000 || !s.storeErrLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.storeErrs.Add(-n)
+	s.log.Warn("the store could not decide", "err", err, "failures", n)
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,52 +112,57 @@ func TestRedisOutage(t *testing.T) {
 			var phase atomic.Int32        // 0 up, 1 down, 2 back
 			var counts [4][4]atomic.Int64 // per phase (3: the reconnection, not judged): ok, over, unavailable, other
 			var other atomic.Value
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						ph := phase.Load()
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						r, err := p.call(ctx, "shared", desc(fmt.Sprintf("user=g%d-%d", g, i%1000)))
-						cancel()
-						if ph != phase.Load() {
-							continue // straddled a change
-						}
-						switch {
-						case err == nil && r.OverallCode == pb.RateLimitResponse_OK:
-							counts[ph][0].Add(1)
-						case err == nil:
-							counts[ph][1].Add(1)
-						case status.Code(err) == codes.Unavailable:
-							counts[ph][2].Add(1)
-						default:
-							counts[ph][3].Add(1)
-							other.Store(err)
-						}
-						time.Sleep(time.Millisecond)
+			stop := load(8, func(g, i int) bool {
+				ph := phase.Load()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := p.call(ctx, "shared", desc(fmt.Sprintf("user=g%d-%d", g, i%1000)))
+				cancel()
+				if ph != phase.Load() {
+					return true // straddled a change
+				}
+				switch {
+				case err == nil && r.OverallCode == pb.RateLimitResponse_OK:
+					counts[ph][0].Add(1)
+				case err == nil:
+					counts[ph][1].Add(1)
+				case status.Code(err) == codes.Unavailable:
+					counts[ph][2].Add(1)
+				default:
+					counts[ph][3].Add(1)
+					other.Store(err)
+				}
+				time.Sleep(time.Millisecond)
+				return true
+			})
+			// Each phase lasts until its callers have made enough calls
+			// (a busy machine is slow), at most 60s.
+			settle := func(ph int, n int64) {
+				for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if counts[ph][0].Load()+counts[ph][1].Load()+counts[ph][2].Load()+counts[ph][3].Load() >= n {
+						return
 					}
-				}()
+				}
 			}
-			time.Sleep(300 * time.Millisecond)
+			settle(0, 50)
 			rs.Stop(t)
 			time.Sleep(200 * time.Millisecond) // calls already sent settle
 			phase.Store(1)
-			time.Sleep(time.Second)
+			settle(1, 16)
 			phase.Store(3) // between: not counted
 			rs.Start(t)
-			time.Sleep(1500 * time.Millisecond) // reconnect
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // reconnection
+				r, err := p.call(context.Background(), "shared", desc("user=probe"))
+				if err == nil && r.OverallCode == pb.RateLimitResponse_OK && !strings.Contains(p.logText(), "panic") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no decision 30s after Redis came back: %v", err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // the local fallback's decisions give way to Redis's
 			phase.Store(2)
-			time.Sleep(700 * time.Millisecond)
-			close(stop)
-			wg.Wait()
+			settle(2, 50)
+			stop()
 			c := func(ph, i int) int64 { return counts[ph][i].Load() }
 			t.Logf("up: %d ok %d unavailable; down: %d ok %d over %d unavailable %d other; back: %d ok %d unavailable",
 				c(0, 0), c(0, 2), c(1, 0), c(1, 1), c(1, 2), c(1, 3), c(2, 0), c(2, 2))
@@ -170,6 +176,9 @@ func TestRedisOutage(t *testing.T) {
 			case "fail-closed":
 				if c(1, 2) == 0 || c(1, 0) != 0 {
 					t.Errorf("fail-closed during the outage: %d UNAVAILABLE, %d OK; want only UNAVAILABLE", c(1, 2), c(1, 0))
+				}
+				if n := strings.Count(p.logText(), "the store could not decide"); n == 0 || int64(n) > c(1, 2) {
+					t.Errorf("%d log lines for the store's %d failures; want some, at most one a second", n, c(1, 2))
 				}
 			default:
 				if c(1, 0) == 0 || c(1, 2) != 0 {

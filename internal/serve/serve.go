@@ -155,6 +155,8 @@ type Server struct {
 	stopWatch      func()
 	hup            chan os.Signal // SIGHUP, from New on
 	answered       atomic.Int64   // calls answered, on every door
+	storeErrs      atomic.Int64   // store failures not yet logged
+	storeErrLogged atomic.Int64   // when the last was logged, fastclock µs
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down

@@ -176,6 +176,13 @@ func TestAllOrNothing(t *testing.T) {
 	want(t, "key1 in the refused call", r.Statuses[0], ok, 1, 3, minute)
 	// key1=value1 has spent 2 of 3: the refused call spent nothing.
 	want(t, "key1 alone", ts.call(t, "test", desc("key1=value1")).Statuses[0], ok, 0, 3, minute)
+	// A descriptor with requests_per_unit 0 refuses the call, spending
+	// nothing on the others.
+	r = ts.call(t, "test", desc("key1=other"), desc("blocked=x"))
+	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" {
+		t.Errorf("key1=other with blocked: %s", codesOf(r))
+	}
+	want(t, "key1=other after", ts.call(t, "test", desc("key1=other")).Statuses[0], ok, 4, 5, minute)
 }
 
 // Shadow rules never refuse (overall or per status) and are counted; a
@@ -273,6 +280,11 @@ func TestInvalidRequests(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want InvalidArgument %q", c.req, err, c.want)
 		}
+	}
+	small, _ := startTest(t, Options{MaxRequestBytes: 200})
+	_, err := small.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: strings.Repeat("d", 300), Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 300-byte request over a 200-byte limit: %v, want ResourceExhausted", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -235,6 +236,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		sc.desc = make([]descState, n)
 	}
 	sc.desc = sc.desc[:n]
+	defer clear(sc.desc) // drop the rules: a pooled scratch must not keep an old configuration alive
 	sc.enforced, sc.shadow = sc.enforced[:0], sc.shadow[:0]
 	defer func() { clear(sc.enforced[:cap(sc.enforced)]); clear(sc.shadow[:cap(sc.shadow)]) }()
 	for i, d := range req.Descriptors {
@@ -286,7 +288,24 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	sc.results = sc.results[:total]
 	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
-	comp, enfOver, err := s.decideParts(ctx, sc.enforced, enf)
+	blocked := false // an enforced requests_per_unit 0 refuses the call
+	for i := range sc.desc {
+		blocked = blocked || (sc.desc[i].zero && sc.desc[i].kind == kindEnforced)
+	}
+	var comp sluice.Result
+	var enfOver []bool
+	var err error
+	if blocked {
+		// Refused whatever the others say, so they spend nothing: a look.
+		enfOver = make([]bool, len(sc.enforced))
+		if err = s.look(ctx, sc.enforced, enf); err == nil {
+			for i := range enf {
+				enfOver[i] = enf[i].Remaining < sc.enforced[i].Cost
+			}
+		}
+	} else {
+		comp, enfOver, err = s.decideParts(ctx, sc.enforced, enf)
+	}
 	if err != nil {
 		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
 		return sluice.Result{}, err
@@ -386,16 +405,19 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	if comp.Degraded {
 		s.metrics.degraded.Inc()
 	}
-	if code == pb.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadow {
-		code = pb.RateLimitResponse_OK
-		s.metrics.globalShadow.Inc()
+	if len(sc.enforced) == 0 {
+		comp = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
+	}
+	if code == pb.RateLimitResponse_OVER_LIMIT {
+		comp.Allowed = false // a requests_per_unit of 0 refuses without the store
+		if s.opts.GlobalShadow {
+			code = pb.RateLimitResponse_OK
+			s.metrics.globalShadow.Inc()
+		}
 	}
 	resp.OverallCode = code
 	if hdr != HeadersNone {
 		resp.ResponseHeadersToAdd = headers(hdr, sc.desc, resp.Statuses)
-	}
-	if len(sc.enforced) == 0 {
-		comp = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
 	}
 	return comp, nil
 }
@@ -452,15 +474,15 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 	if capacity {
 		comp = sluice.Result{}
 	}
-	// Each part's own numbers come from a look after the decision.
+	// Each part's own numbers come from a look after the decision; on a
+	// remote store the looks go together (the batcher sends them in one
+	// round trip), in memory one after the other.
+	if err := s.look(ctx, parts, res); err != nil {
+		return comp, nil, err
+	}
 	found := false
 	for i := range parts {
-		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
-		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
-			return comp, nil, err
-		}
-		res[i] = r
-		if !comp.Allowed && r.Remaining < parts[i].Cost {
+		if !comp.Allowed && res[i].Remaining < parts[i].Cost {
 			over[i] = true
 			found = true
 		}
@@ -542,4 +564,33 @@ func policyName(r *rlsconfig.Rule) string {
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// look fills res with a look (cost 0) at each part.
+func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Result) error {
+	one := func(i int) error {
+		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
+		res[i] = r
+		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			return err
+		}
+		return nil
+	}
+	if _, local := s.opts.Store.(*memstore.Store); local {
+		for i := range parts {
+			if err := one(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i := 1; i < len(parts); i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = one(i) }()
+	}
+	errs[0] = one(0)
+	wg.Wait()
+	return errors.Join(errs...)
 }
