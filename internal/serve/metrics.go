@@ -107,7 +107,9 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(e.Key + "=" + e.Value)
+			b.WriteString(e.Key)
+			b.WriteByte('=')
+			b.WriteString(e.Value)
 		}
 		s.opts.Refused(r.Domain+"."+policyName(r), b.String())
 	}
