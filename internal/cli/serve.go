@@ -33,7 +33,7 @@ func init() {
 type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	storeTimeout, shutdownTimeout                                                    time.Duration
-	shadow, noWatch                                                                  bool
+	shadow, noWatch, noConsole                                                       bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc                        int
 }
@@ -43,6 +43,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
+	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
@@ -77,7 +78,8 @@ envoyproxy/ratelimit's configuration files. With no flags at all: an empty
 configuration, an in-memory store, gRPC on %s and HTTP on %s.
 The descriptors of one call are decided atomically: all must pass, and a
 refused call spends nothing. SIGHUP reloads the configuration; SIGTERM and
-SIGINT stop accepting, finish the calls in flight and exit 0.
+SIGINT stop accepting, finish the calls in flight and exit 0. The web
+console is at / of the HTTP listener (--no-console turns it off).
 
 `, serve.DefaultGRPCAddr, serve.DefaultHTTPAddr)
 		fs.PrintDefaults()
@@ -95,7 +97,7 @@ SIGINT stop accepting, finish the calls in flight and exit 0.
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serve.Run(ctx, o)
+	return runServe(ctx, o, !f.noConsole)
 }
 
 // options turns the flags into serve.Options, opening the store.

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,14 +102,29 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 	default: // a limit override: one series per domain
 		s.metrics.decisions.WithLabelValues(domain, "override", o.String()).Inc()
 	}
+	if s.opts.Observer == nil && (o != observe.Denied || s.opts.Refused == nil) {
+		return
+	}
+	var name string
+	if c != nil {
+		name = c.name
+	} else {
+		name = r.Domain + "." + policyName(r)
+	}
 	if s.opts.Observer != nil {
-		name := ""
-		if c != nil {
-			name = c.name
-		} else {
-			name = r.Domain + "." + policyName(r)
-		}
 		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: name, Outcome: o, Latency: latency, Index: idx})
+	}
+	if o == observe.Denied && s.opts.Refused != nil {
+		var b strings.Builder
+		for i, e := range entries {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(e.Key)
+			b.WriteByte('=')
+			b.WriteString(e.Value)
+		}
+		s.opts.Refused(name, b.String())
 	}
 }
 

@@ -98,6 +98,10 @@ type Options struct {
 	// Observer, when set, sees every limited descriptor's outcome (Source
 	// "serve", Policy the rule's name or path).
 	Observer observe.Observer
+	// Refused, when set, is called with each refused descriptor's policy
+	// (the Observer's Event.Policy) and its entries, "key=value" joined by
+	// ", " (the web console's most refused keys).
+	Refused func(policy, key string)
 	// Now is the clock an epoch-aligned window's reset is read on (default
 	// time.Now); give the store the same clock.
 	Now func() time.Time

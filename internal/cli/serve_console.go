@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/sluice-go/sluice/internal/console"
+	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// runServe serves o until ctx ends, with the web console mounted at "/" of
+// the HTTP listener when withConsole is set.
+func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
+	if !withConsole {
+		return serve.Run(ctx, o)
+	}
+	var srv atomic.Pointer[serve.Server]
+	con, err := console.New(console.Options{Config: func() console.ConfigView {
+		if s := srv.Load(); s != nil {
+			return consoleView(s.Config())
+		}
+		return console.ConfigView{}
+	}})
+	if err != nil {
+		return err
+	}
+	o.Observer = observe.Multi(o.Observer, con)
+	o.Refused = con.Refused
+	o.Handler = con.Handler()
+	s, err := serve.New(o)
+	if err != nil {
+		return err
+	}
+	srv.Store(s)
+	return s.Serve(ctx)
+}
+
+// consoleView is what the console shows of the service's configuration.
+func consoleView(v serve.ConfigView) console.ConfigView {
+	out := console.ConfigView{Sources: v.Sources, Loaded: v.Loaded, LastErrorAt: v.LastErrorAt}
+	if v.LastError != nil {
+		out.LastError = v.LastError.Error()
+	}
+	for _, r := range v.Rules {
+		name := r.Domain + "." + r.Name // as the service names the rule's events
+		if r.Name == "" {
+			name = r.Domain + "." + r.Path
+		}
+		cr := console.Rule{Domain: r.Domain, Path: r.Path, Name: name, Shadow: r.Shadow, Unlimited: r.Unlimited, Unit: r.Unit}
+		if !r.Unlimited {
+			cr.Algorithm, cr.Rate, cr.Period, cr.Burst = r.Limit.Algorithm.String(), r.Limit.Rate, r.Limit.Period, r.Limit.Burst
+		}
+		out.Rules = append(out.Rules, cr)
+	}
+	return out
+}

@@ -1,0 +1,288 @@
+// The console's script: it draws the live chart from /console/api/live and
+// runs the playground through /console/api/sim. The page reads without it.
+"use strict";
+(function () {
+  const OUTCOMES = ["allowed", "denied", "shadow_denied", "error", "degraded"];
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const POLL_MS = 1000;
+
+  // ---- Live ----
+  const live = { now: 0, window: 300, rules: new Map(), order: [] }; // rule -> Map(t -> point)
+
+  function merge(data) {
+    live.now = data.now;
+    live.window = data.window_s;
+    live.order = data.rules.map((r) => r.rule);
+    for (const r of data.rules) {
+      let m = live.rules.get(r.rule);
+      if (!m) { m = new Map(); live.rules.set(r.rule, m); }
+      for (const t of Array.from(m.keys())) {
+        if (t >= data.since || t <= data.now - data.window_s) m.delete(t);
+      }
+      for (const p of r.points) m.set(p.t, p);
+    }
+  }
+
+  function totals(rule) {
+    const t = { allowed: 0, denied: 0, shadow_denied: 0, error: 0, degraded: 0, latency_avg_us: 0, latency_max_us: 0 };
+    let n = 0, sum = 0;
+    for (const p of (live.rules.get(rule) || new Map()).values()) {
+      for (const k of OUTCOMES) t[k] += p[k];
+      t.latency_max_us = Math.max(t.latency_max_us, p.latency_max_us);
+      if (p.latency_avg_us > 0) { sum += p.latency_avg_us; n++; }
+    }
+    if (n > 0) t.latency_avg_us = Math.floor(sum / n);
+    return t;
+  }
+
+  function cell(tag, text, attrs) {
+    const e = document.createElement(tag);
+    e.textContent = text;
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    return e;
+  }
+
+  // fill puts rows in a table body, or one row saying none when there are none.
+  function fill(body, rows, none, cols) {
+    if (rows.length === 0) {
+      const tr = document.createElement("tr");
+      tr.className = "empty";
+      tr.append(cell("td", none, { colspan: String(cols) }));
+      rows = [tr];
+    }
+    body.replaceChildren(...rows);
+  }
+
+  function renderTable() {
+    const body = document.querySelector("#live-table tbody");
+    const rows = [];
+    for (const rule of live.order) {
+      const t = totals(rule);
+      const tr = document.createElement("tr");
+      tr.dataset.rule = rule;
+      tr.append(cell("th", rule, { scope: "row" }));
+      for (const k of [...OUTCOMES, "latency_avg_us", "latency_max_us"]) {
+        tr.append(cell("td", String(t[k]), { class: "num", "data-k": k }));
+      }
+      rows.push(tr);
+    }
+    fill(body, rows, "No rules and no decisions yet.", 8);
+    document.getElementById("live-as-of").textContent = "as of " + new Date(live.now * 1000).toISOString().replace(".000Z", "Z");
+  }
+
+  function renderTop(top) {
+    const body = document.querySelector("#top-table tbody");
+    const rows = top.map((r) => {
+      const tr = document.createElement("tr");
+      const code = document.createElement("code");
+      code.textContent = r.key;
+      const key = document.createElement("td");
+      key.append(code);
+      tr.append(cell("td", r.rule), key, cell("td", String(r.count), { class: "num" }));
+      return tr;
+    });
+    fill(body, rows, "No refusals recently.", 3);
+  }
+
+  function syncRuleSelect() {
+    const sel = document.getElementById("live-rule");
+    const have = new Set(Array.from(sel.options).map((o) => o.value));
+    for (const rule of live.order) {
+      if (!have.has(rule)) sel.append(new Option(rule, rule));
+    }
+  }
+
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function renderChart() {
+    const chart = document.getElementById("live-chart");
+    const chosen = document.getElementById("live-rule").value;
+    const rules = chosen ? [chosen] : live.order;
+    const W = 800, H = 240, L = 44, R = 8, T = 10, B = 22;
+    const from = live.now - live.window + 1;
+    const series = {};
+    for (const k of OUTCOMES) series[k] = new Array(live.window).fill(0);
+    for (const rule of rules) {
+      for (const p of (live.rules.get(rule) || new Map()).values()) {
+        const i = p.t - from;
+        if (i < 0 || i >= live.window) continue;
+        for (const k of OUTCOMES) series[k][i] += p[k];
+      }
+    }
+    let top = 1;
+    for (const k of OUTCOMES) for (const v of series[k]) top = Math.max(top, v);
+    const x = (i) => L + (i * (W - L - R)) / Math.max(1, live.window - 1);
+    const y = (v) => T + (H - T - B) * (1 - v / top);
+    const title = chart.querySelector("title");
+    const kids = [title];
+    for (const f of [0, 0.5, 1]) {
+      const v = Math.round(top * f);
+      kids.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+      kids.push(svg("text", { class: "axis", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+    }
+    kids.push(svg("text", { class: "axis", x: L, y: H - 6 }, "-" + live.window + " s"));
+    kids.push(svg("text", { class: "axis", x: W - R, y: H - 6, "text-anchor": "end" }, "now"));
+    for (const k of OUTCOMES) {
+      const pts = series[k].map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
+      const sum = series[k].reduce((a, b) => a + b, 0);
+      kids.push(svg("polyline", {
+        points: pts, fill: "none", "stroke-width": k === "allowed" ? 2 : 1.5,
+        stroke: getComputedStyle(document.documentElement).getPropertyValue("--" + k).trim() || "#000",
+        class: "series", "data-outcome": k, "data-total": String(sum),
+      }));
+    }
+    chart.replaceChildren(...kids);
+    title.textContent = "Decisions per second, " + (chosen ? "rule " + chosen : "all rules") +
+      ", last " + live.window + " s: " + OUTCOMES.map((k) => k.replace("_", " ") + " " + series[k].reduce((a, b) => a + b, 0)).join(", ");
+  }
+
+  let since = 0, failures = 0;
+  async function poll() {
+    const status = document.getElementById("live-status");
+    try {
+      const resp = await fetch("/console/api/live" + (since ? "?since=" + since : ""), { cache: "no-store" });
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      const data = await resp.json();
+      merge(data);
+      since = data.now;
+      syncRuleSelect();
+      renderTable();
+      renderTop(data.top);
+      renderChart();
+      if (failures > 0) status.textContent = "";
+      failures = 0;
+      document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
+    } catch (e) {
+      failures++;
+      status.textContent = "Live updates failed (" + e.message + "); retrying.";
+    }
+    setTimeout(poll, POLL_MS);
+  }
+
+  // ---- Playground ----
+  function showShapeFields() {
+    const shape = document.getElementById("sim-shape").value;
+    for (const f of document.querySelectorAll("#sim-form [data-shapes]")) {
+      f.hidden = !f.dataset.shapes.split(" ").includes(shape);
+    }
+  }
+
+  function pickRule(name, limit, burst) {
+    const sel = document.getElementById("sim-rule");
+    sel.value = name;
+    if (limit) document.getElementById("sim-limit").value = limit;
+    if (burst !== undefined) document.getElementById("sim-burst").value = burst;
+  }
+
+  function simRequest(form) {
+    const fd = new FormData(form);
+    const req = {};
+    for (const k of ["rule", "limit", "window", "tick", "shape", "trace"]) {
+      const v = String(fd.get(k) || "").trim();
+      if (v !== "") req[k] = v;
+    }
+    for (const k of ["ticks", "rate", "size", "burst"]) {
+      const v = String(fd.get(k) || "").trim();
+      if (v !== "") req[k] = Number(v);
+    }
+    req.algorithms = fd.getAll("algorithms");
+    return req;
+  }
+
+  function renderSim(res) {
+    const out = document.getElementById("sim-out");
+    const table = document.createElement("table");
+    table.id = "sim-totals";
+    const cap = document.createElement("caption");
+    cap.textContent = "Totals over the " + res.ticks + " ticks shown (" + (res.units ? "units" : "requests") + "): " + res.source;
+    const head = document.createElement("thead");
+    const hr = document.createElement("tr");
+    for (const [h, num] of [["Algorithm", false], ["Admitted", true], ["Delayed", true], ["Denied", true], ["Errors", true], ["Max delay (µs)", true]]) {
+      hr.append(cell("th", h, num ? { scope: "col", class: "num" } : { scope: "col" }));
+    }
+    head.append(hr);
+    const body = document.createElement("tbody");
+    for (const r of res.rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.algorithm = r.algorithm;
+      tr.append(cell("th", r.algorithm, { scope: "row", title: r.about }));
+      for (const [k, v] of [["admitted", r.totals.admitted], ["delayed", r.totals.delayed], ["denied", r.totals.denied], ["errors", r.totals.errors], ["max_delay_us", r.totals.max_delay_us]]) {
+        tr.append(cell("td", String(v), { class: "num", "data-k": k }));
+      }
+      body.append(tr);
+    }
+    table.append(cap, head, body);
+    const wrap = document.createElement("div");
+    wrap.className = "scroll";
+    wrap.append(table);
+    const fig = document.createElement("div");
+    fig.id = "sim-figure";
+    fig.className = "figure";
+    // The figure is sim.WriteSVG's, the same as `sluice sim --svg`; parsed
+    // as SVG so that no markup of it runs as HTML.
+    const doc = new DOMParser().parseFromString(res.svg, "image/svg+xml");
+    fig.append(document.importNode(doc.documentElement, true));
+    out.replaceChildren(wrap, fig);
+  }
+
+  async function runSim(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const button = document.getElementById("sim-run");
+    const out = document.getElementById("sim-out");
+    button.disabled = true;
+    try {
+      const resp = await fetch("/console/api/sim", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(simRequest(form)),
+      });
+      const data = await resp.json();
+      if (!resp.ok) {
+        out.replaceChildren(cell("p", data.error || "HTTP " + resp.status, { id: "sim-error", class: "error", role: "alert" }));
+        return;
+      }
+      renderSim(data);
+    } catch (e) {
+      out.replaceChildren(cell("p", "The run failed: " + e.message, { id: "sim-error", class: "error", role: "alert" }));
+    } finally {
+      button.disabled = false;
+      document.body.dataset.simRuns = String(Number(document.body.dataset.simRuns || 0) + 1);
+    }
+  }
+
+  function start() {
+    document.getElementById("live-controls").hidden = false;
+    document.getElementById("live-figure").hidden = false;
+    document.getElementById("live-rule").addEventListener("change", renderChart);
+    poll();
+
+    const shape = document.getElementById("sim-shape");
+    shape.addEventListener("change", showShapeFields);
+    showShapeFields();
+    const sel = document.getElementById("sim-rule");
+    sel.addEventListener("change", () => {
+      const o = sel.selectedOptions[0];
+      if (o && o.dataset.limit) pickRule(o.value, o.dataset.limit, o.dataset.burst);
+    });
+    // A limit or burst typed by hand is no longer the rule's.
+    for (const id of ["sim-limit", "sim-burst"]) {
+      document.getElementById(id).addEventListener("input", () => { sel.value = ""; });
+    }
+    for (const b of document.querySelectorAll("button.try")) {
+      b.hidden = false;
+      b.addEventListener("click", () => {
+        pickRule(b.dataset.rule, b.dataset.limit, b.dataset.burst);
+        document.getElementById("playground").scrollIntoView();
+        sel.focus();
+      });
+    }
+    document.getElementById("sim-form").addEventListener("submit", runSim);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,255 @@
+// Package console is the web console that `sluice serve` serves at "/": the
+// rules it loaded, what they are doing now, and a playground that runs a
+// limit through every algorithm (package sim, as `sluice sim` does) without
+// touching the live store.
+//
+// A Console is an observe.Observer: the service passes it every decision's
+// events (Observe) and every refused key (Refused), and mounts Handler. The
+// page is rendered on the server (html/template), so the rules table reads
+// without JavaScript; a small script, embedded like the stylesheet, draws the
+// live chart from the JSON endpoints and runs the playground. Nothing is
+// fetched from elsewhere.
+//
+// The endpoints, for scripts as much as for the page:
+//
+//	GET  /                       the page
+//	GET  /console/api/config     the configuration view (JSON)
+//	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
+//	                             returns the seconds from since on only
+//	POST /console/api/sim        a playground run (JSON or form in, JSON out)
+//	POST /console/playground     the same run, rendered as the page (no script)
+//	GET  /console/assets/...     the stylesheet and the script
+package console
+
+import (
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// Rule is one loaded rule, as the rules table shows it.
+type Rule struct {
+	// Domain is the rule's domain (the RLS domain), Path its descriptor
+	// path ("remote_address" or "header_match=api > user_id").
+	Domain, Path string
+	// Name is the rule's name: the Policy of its observe.Events.
+	Name string
+	// Algorithm is the algorithm's name ("token-bucket", ...).
+	Algorithm string
+	// Rate units per Period, Burst: the limit.
+	Rate   int64
+	Period time.Duration
+	Burst  int64
+	// Shadow rules only report; Unlimited rules never refuse.
+	Shadow, Unlimited bool
+	// Unit is the period's unit as the configuration names it ("second",
+	// "minute"), if it does.
+	Unit string
+}
+
+// Limit returns the rule's limit in ParseLimit's RATE/PERIOD form, "" for
+// an unlimited rule.
+func (r Rule) Limit() string {
+	if r.Unlimited || r.Rate <= 0 || r.Period <= 0 {
+		return ""
+	}
+	return formatLimit(r.Rate, r.Period)
+}
+
+// ConfigView is what the console shows of the service's configuration.
+type ConfigView struct {
+	// Sources names where the configuration came from (files, directories).
+	Sources []string
+	// Loaded is when the configuration in use was loaded.
+	Loaded time.Time
+	// LastError is the last load's error, "" when it succeeded; LastErrorAt
+	// is when it failed. The rules shown are then the ones still in use.
+	LastError   string
+	LastErrorAt time.Time
+	Rules       []Rule
+}
+
+// Options configure a Console.
+type Options struct {
+	// Config returns the configuration in use; it is called for each page
+	// and each /console/api/config request. Nil shows no rules.
+	Config func() ConfigView
+	// Window is how far back the live view goes, in whole seconds; default
+	// 5 minutes, at most an hour.
+	Window time.Duration
+	// TopK is how many of the most refused keys the live view lists;
+	// default 10, at most 1000.
+	TopK int
+	// Clock returns the time; default a cheap wall clock (package
+	// fastclock: Observe reads it on every event). Tests set it.
+	Clock func() time.Time
+}
+
+// Console collects the live counts and serves the page. Its methods are
+// safe for concurrent use.
+type Console struct {
+	config  func() ConfigView
+	unix    func() int64 // the current second, Unix seconds
+	window  int64        // seconds
+	live    *live
+	refused *topK
+	page    *pageAssets
+}
+
+// The bounds of Options.
+const (
+	defaultWindow = 5 * time.Minute
+	maxWindow     = time.Hour
+	defaultTopK   = 10
+	maxTopK       = 1000
+)
+
+// New returns a Console, or an error when an option is out of range.
+func New(o Options) (*Console, error) {
+	if o.Window == 0 {
+		o.Window = defaultWindow
+	}
+	if o.Window < time.Second || o.Window > maxWindow || o.Window%time.Second != 0 {
+		return nil, errors.New("console: Window must be a whole number of seconds from 1s to 1h")
+	}
+	if o.TopK == 0 {
+		o.TopK = defaultTopK
+	}
+	if o.TopK < 1 || o.TopK > maxTopK {
+		return nil, errors.New("console: TopK must be from 1 to 1000")
+	}
+	if o.Config == nil {
+		o.Config = func() ConfigView { return ConfigView{} }
+	}
+	unix := func() int64 { return fastclock.Micros() / 1e6 }
+	if clock := o.Clock; clock != nil {
+		unix = func() int64 { return clock().Unix() }
+	}
+	page, err := loadPage()
+	if err != nil {
+		return nil, err
+	}
+	w := int64(o.Window / time.Second)
+	return &Console{
+		config:  o.Config,
+		unix:    unix,
+		window:  w,
+		live:    newLive(int(w)),
+		refused: newTopK(o.TopK, w/2),
+		page:    page,
+	}, nil
+}
+
+var _ observe.Observer = (*Console)(nil)
+
+// Observe counts one event in its policy's current second. It takes no lock
+// (except once a second per policy) and allocates nothing for a policy it
+// has seen.
+func (c *Console) Observe(e observe.Event) {
+	c.live.get(e.Policy).add(c.unix(), e.Outcome, e.Latency)
+}
+
+// Refused counts one refusal of key under rule in a bounded summary of the
+// keys refused most often recently (the last one to two halves of the
+// window): its memory is bounded however many keys there are.
+func (c *Console) Refused(rule, key string) {
+	c.refused.add(c.unix(), rule, key)
+}
+
+// RuleLive is one rule's part of a Live report.
+type RuleLive struct {
+	Rule string `json:"rule"`
+	// Points are the seconds that hold counts, oldest first.
+	Points []Point `json:"points"`
+	// Totals sums Points (its T is the first second asked for, its
+	// latencies the average and maximum over them).
+	Totals Point `json:"totals"`
+}
+
+// Live is the report of GET /console/api/live.
+type Live struct {
+	// Now is the current second, Unix seconds; it is partly counted.
+	Now int64 `json:"now"`
+	// Since is the first second reported.
+	Since int64 `json:"since"`
+	// WindowS is how many seconds the console keeps.
+	WindowS int64 `json:"window_s"`
+	// Rules holds the configuration's rules in its order, then the other
+	// policies seen, by name.
+	Rules []RuleLive `json:"rules"`
+	// Top lists the keys refused most often recently, the most first.
+	Top []Refusal `json:"top"`
+}
+
+// Live returns the counts from the Unix second since (at most the window
+// back) to now.
+func (c *Console) Live(since int64) Live {
+	now := c.unix()
+	since = min(max(since, now-c.window+1), now)
+	out := Live{Now: now, Since: since, WindowS: c.window, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	byName := *c.live.m.Load()
+	seen := make(map[string]bool, len(byName))
+	add := func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		rl := RuleLive{Rule: name, Points: []Point{}, Totals: Point{T: since}}
+		if s := byName[name]; s != nil {
+			rl.Points = append(rl.Points, s.points(since, now)...)
+		}
+		var latSum, latN int64
+		for _, p := range rl.Points {
+			t := &rl.Totals
+			t.Allowed += p.Allowed
+			t.Denied += p.Denied
+			t.ShadowDenied += p.ShadowDenied
+			t.Error += p.Error
+			t.Degraded += p.Degraded
+			t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
+			if p.LatencyAvgUS > 0 {
+				latSum += p.LatencyAvgUS
+				latN++
+			}
+		}
+		if latN > 0 {
+			rl.Totals.LatencyAvgUS = latSum / latN
+		}
+		out.Rules = append(out.Rules, rl)
+	}
+	for _, r := range c.config().Rules {
+		if r.Name != "" {
+			add(r.Name)
+		}
+	}
+	var rest []string
+	for name := range byName {
+		if !seen[name] {
+			rest = append(rest, name)
+		}
+	}
+	sort.Strings(rest)
+	for _, name := range rest {
+		add(name)
+	}
+	return out
+}
+
+// Handler returns the console's handler: the page at "/", its assets and
+// JSON endpoints under "/console/". Mount it at the root of the service's
+// mux; it answers 404 to every other path.
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.servePage)
+	mux.HandleFunc("GET /console/{$}", c.servePage)
+	mux.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", http.HandlerFunc(c.serveAsset)))
+	mux.HandleFunc("GET /console/api/config", c.serveConfig)
+	mux.HandleFunc("GET /console/api/live", c.serveLive)
+	mux.HandleFunc("POST /console/api/sim", c.serveSim)
+	mux.HandleFunc("POST /console/playground", c.servePlayground)
+	return mux
+}

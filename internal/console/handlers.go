@@ -1,0 +1,284 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// pageAssets are the parsed template and the asset server.
+type pageAssets struct {
+	tmpl   *template.Template
+	assets http.Handler
+}
+
+func loadPage() (*pageAssets, error) {
+	tmpl, err := template.New("page.html").Funcs(template.FuncMap{
+		"when":   fmtTime,
+		"period": fmtPeriod,
+		"yesno": func(b bool) string {
+			if b {
+				return "yes"
+			}
+			return "no"
+		},
+	}).ParseFS(files, "templates/page.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	sub, err := fs.Sub(files, "assets")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return &pageAssets{tmpl: tmpl, assets: http.FileServerFS(sub)}, nil
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+func fmtPeriod(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	s := formatLimit(1, d)
+	return s[strings.IndexByte(s, '/')+1:]
+}
+
+// pageData is what the page template renders.
+type pageData struct {
+	Config     ConfigView
+	Live       Live
+	Algorithms []string
+	Form       formValues
+	Sim        *SimResult
+	SimSVG     template.HTML
+	SimError   string
+}
+
+// formValues are the playground form's fields, as typed.
+type formValues struct {
+	Rule, Limit, Burst, Window, Tick, Ticks, Shape, Rate, Size, Trace string
+	Algorithms                                                        map[string]bool
+}
+
+func defaultForm() formValues {
+	all := map[string]bool{}
+	for _, k := range algo.Kinds() {
+		all[k.String()] = true
+	}
+	return formValues{Limit: "10/1s", Burst: strconv.Itoa(defaultBurst), Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
+	d.Config = c.config()
+	d.Live = c.Live(0)
+	for _, k := range algo.Kinds() {
+		d.Algorithms = append(d.Algorithms, k.String())
+	}
+	var buf bytes.Buffer
+	if err := c.page.tmpl.Execute(&buf, d); err != nil {
+		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func (c *Console) servePage(w http.ResponseWriter, _ *http.Request) {
+	c.render(w, http.StatusOK, pageData{Form: defaultForm()})
+}
+
+func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
+	if ext := r.URL.Path[strings.LastIndexByte(r.URL.Path, '.')+1:]; ext != "css" && ext != "js" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	c.page.assets.ServeHTTP(w, r)
+}
+
+// ruleJSON is a Rule in GET /console/api/config.
+type ruleJSON struct {
+	Domain    string `json:"domain"`
+	Path      string `json:"path"`
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	Rate      int64  `json:"rate"`
+	Period    string `json:"period"`
+	PeriodUS  int64  `json:"period_us"`
+	Burst     int64  `json:"burst"`
+	Shadow    bool   `json:"shadow"`
+	Unlimited bool   `json:"unlimited"`
+	Unit      string `json:"unit,omitempty"`
+	// Limit is RATE/PERIOD, "" for an unlimited rule.
+	Limit string `json:"limit"`
+}
+
+// configJSON is the answer of GET /console/api/config.
+type configJSON struct {
+	Sources     []string   `json:"sources"`
+	Loaded      *time.Time `json:"loaded"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	Rules       []ruleJSON `json:"rules"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (c *Console) serveConfig(w http.ResponseWriter, _ *http.Request) {
+	v := c.config()
+	out := configJSON{Sources: append([]string{}, v.Sources...), Loaded: timePtr(v.Loaded), LastError: v.LastError, LastErrorAt: timePtr(v.LastErrorAt), Rules: []ruleJSON{}}
+	for _, r := range v.Rules {
+		out.Rules = append(out.Rules, ruleJSON{
+			Domain: r.Domain, Path: r.Path, Name: r.Name, Algorithm: r.Algorithm,
+			Rate: r.Rate, Period: fmtPeriod(r.Period), PeriodUS: r.Period.Microseconds(), Burst: r.Burst,
+			Shadow: r.Shadow, Unlimited: r.Unlimited, Unit: r.Unit, Limit: r.Limit(),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
+	var since int64
+	if s := r.URL.Query().Get("since"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("since=%q: want Unix seconds", s)})
+			return
+		}
+		since = n
+	}
+	l := c.Live(since)
+	bp := bufPool.Get().(*[]byte)
+	b := append(appendLive((*bp)[:0], &l), '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.Write(b)
+	if cap(b) <= 4<<20 { // a buffer grown by an unusually long report is not kept
+		*bp = b
+		bufPool.Put(bp)
+	}
+}
+
+func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
+	req, _, err := readSimRequest(w, r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	res, err := simulate(req, c.config())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
+	req, form, err := readSimRequest(w, r)
+	d := pageData{Form: form}
+	if err == nil {
+		d.Sim, err = simulate(req, c.config())
+	}
+	if err != nil {
+		d.SimError = err.Error()
+		c.render(w, http.StatusBadRequest, d)
+		return
+	}
+	d.SimSVG = template.HTML(d.Sim.SVG) // written by sim.WriteSVG, which escapes every text it draws
+	c.render(w, http.StatusOK, d)
+}
+
+// readSimRequest reads a playground run from a JSON body or a form; it
+// returns the form's fields as typed too, to show them again.
+func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formValues, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	var req SimRequest
+	form := defaultForm()
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/json" {
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return req, form, fmt.Errorf("the request's JSON: %w", err)
+		}
+		return req, form, nil
+	}
+	if err := r.ParseForm(); err != nil {
+		return req, form, fmt.Errorf("the form: %w", err)
+	}
+	f := r.PostForm
+	form = formValues{
+		Rule: f.Get("rule"), Limit: f.Get("limit"), Burst: f.Get("burst"), Window: f.Get("window"),
+		Tick: f.Get("tick"), Ticks: f.Get("ticks"), Shape: f.Get("shape"), Rate: f.Get("rate"),
+		Size: f.Get("size"), Trace: f.Get("trace"), Algorithms: map[string]bool{},
+	}
+	for _, a := range f["algorithms"] {
+		form.Algorithms[a] = true
+	}
+	req = SimRequest{Rule: form.Rule, Limit: form.Limit, Window: form.Window, Tick: form.Tick, Shape: form.Shape, Trace: form.Trace, Algorithms: f["algorithms"]}
+	num := func(name, s string, dst *int) error {
+		if s = strings.TrimSpace(s); s == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%s %q is not a whole number", name, s)
+		}
+		*dst = n
+		return nil
+	}
+	if s := strings.TrimSpace(form.Burst); s != "" {
+		b, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return req, form, fmt.Errorf("burst %q is not a whole number", s)
+		}
+		req.Burst = &b
+	}
+	for _, e := range []error{num("ticks", form.Ticks, &req.Ticks), num("rate", form.Rate, &req.Rate), num("size", form.Size, &req.Size)} {
+		if e != nil {
+			return req, form, e
+		}
+	}
+	return req, form, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
