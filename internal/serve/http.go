@@ -3,7 +3,9 @@ package serve
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,16 +46,87 @@ func (s *Server) httpHandler() http.Handler {
 		return mux
 	}
 	want := []byte("Bearer " + s.opts.HTTPToken)
+	session := sessionValue(s.opts.HTTPToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		switch {
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
+		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
+		case r.URL.Path == loginPath && r.Method == http.MethodPost:
+			s.serveLogin(w, r, session)
+			return
+		case browserPath(r.URL.Path) && hasSession(r, session):
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			if r.Method == http.MethodGet && browserPath(r.URL.Path) && strings.Contains(r.Header.Get("Accept"), "text/html") {
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.WriteHeader(http.StatusUnauthorized)
+				io.WriteString(w, loginPage)
+				return
+			}
 			http.Error(w, "a bearer token is required (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// A browser cannot send an Authorization header when it opens a page, so
+// the console (the paths browserPath names) also accepts a session cookie,
+// set by posting the token to loginPath from the form a browser is shown.
+// The cookie holds a digest of the token, not the token; it is HttpOnly and
+// SameSite=Strict, so another site cannot make a browser use it. The API
+// (/json, /v1/take), /metrics and /debug/config still take only the bearer
+// token.
+const (
+	loginPath  = "/console/login"
+	cookieName = "sluice_session"
+)
+
+// browserPath reports whether path is the console's: the page, its assets
+// and its JSON endpoints.
+func browserPath(path string) bool {
+	return path == "/" || strings.HasPrefix(path, "/console/")
+}
+
+// sessionValue is the cookie value for token.
+func sessionValue(token string) string {
+	sum := sha256.Sum256([]byte("sluice console session\x00" + token))
+	return hex.EncodeToString(sum[:])
+}
+
+func hasSession(r *http.Request, session string) bool {
+	c, err := r.Cookie(cookieName)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) == 1
+}
+
+// serveLogin checks the token posted from the login form and, when it is
+// right, sets the session cookie and sends the browser to the console.
+func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request, session string) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	token := r.PostFormValue("token")
+	if subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.HTTPToken)) != 1 {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, loginPage)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: session, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// loginPage asks a browser for the token.
+const loginPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>sluice: sign in</title></head>
+<body><main>
+<h1>sluice</h1>
+<p>This service asks for its HTTP token (the value of <code>--http-token</code>).</p>
+<form method="post" action="/console/login">
+<label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Sign in</button>
+</form>
+</main></body></html>
+`
 
 // readBody reads a request's body up to the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {

@@ -73,7 +73,9 @@ type Options struct {
 	// mutual TLS).
 	GRPCTLS, HTTPTLS *tls.Config
 	// HTTPToken, when set, is the bearer token every HTTP endpoint but
-	// /healthz and /readyz requires.
+	// /healthz and /readyz requires. The console (/ and /console/) also
+	// takes a session cookie a browser gets by posting the token to
+	// /console/login, from the form it is shown instead of a 401.
 	HTTPToken string
 	// Handler, when set, answers the HTTP paths the server does not (it is
 	// mounted at "/"). See also Server.SetHandler.
