@@ -31,13 +31,6 @@ type Request struct {
 	MaxDelay int64
 }
 
-// Parts is a composite of up to len(R) checked requests, R[:N], passed by
-// value so that it stays on the caller's stack through an interface call.
-type Parts struct {
-	N int
-	R [4]Request
-}
-
 // The errors of the root package, defined here so that the checks below and
 // every store wrap the same ones.
 var (
