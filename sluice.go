@@ -382,12 +382,9 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 	n := len(dst)
 	for i := range parts {
 		pt := &parts[i]
-		p, err := l.partParams(pt.Limit)
-		if err == nil {
-			err = core.Check(pt.Key, p, pt.Cost)
-		}
+		p, err := l.checkPart(i, pt)
 		if err != nil {
-			return dst[:n], core.PartError(i, pt.Key, err)
+			return dst[:n], err
 		}
 		dst = append(dst, core.Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
@@ -399,20 +396,22 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 	return dst, nil
 }
 
-// distinct checks what a composite adds to its parts' own checks: at least
-// one part, no key twice.
+// checkPart checks part i of a composite and returns its limit's params;
+// the error says which part is wrong.
+func (l *Limiter) checkPart(i int, pt *Part) (algo.Params, error) {
+	p, err := l.partParams(pt.Limit)
+	if err == nil {
+		err = core.Check(pt.Key, p, pt.Cost)
+	}
+	if err != nil {
+		return p, core.PartError(i, pt.Key, err)
+	}
+	return p, nil
+}
+
+// distinct is core.CheckComposite for parts.
 func distinct(parts []Part) error {
-	if len(parts) == 0 {
-		return fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
-	}
-	for i := range parts {
-		for j := range i {
-			if parts[j].Key == parts[i].Key {
-				return fmt.Errorf("%w: %q", ErrDuplicateKey, parts[i].Key)
-			}
-		}
-	}
-	return nil
+	return core.CheckComposite(parts, func(p *Part) string { return p.Key })
 }
 
 // TakeAll asks whether every part may spend its cost (a global budget and a
@@ -428,13 +427,9 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
 	if l.local != nil && len(parts) <= maxLocalParts {
 		var ps [maxLocalParts]algo.Params
 		for i := range parts {
-			pt := &parts[i]
-			p, err := l.partParams(pt.Limit)
-			if err == nil {
-				err = core.Check(pt.Key, p, pt.Cost)
-			}
+			p, err := l.checkPart(i, &parts[i])
 			if err != nil {
-				return Result{}, core.PartError(i, pt.Key, err)
+				return Result{}, err
 			}
 			ps[i] = p
 		}

@@ -91,15 +91,15 @@ func CheckRefund(key string, p *algo.Params, units int64) error {
 }
 
 // CheckComposite checks what a composite adds to its parts' own checks: at
-// least one part, no key twice.
-func CheckComposite(reqs []Request) error {
-	if len(reqs) == 0 {
+// least one part, no key twice. key returns a part's key.
+func CheckComposite[P any](parts []P, key func(*P) string) error {
+	if len(parts) == 0 {
 		return fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
 	}
-	for i := range reqs {
+	for i := range parts {
 		for j := range i {
-			if reqs[j].Key == reqs[i].Key {
-				return fmt.Errorf("%w: %q", ErrDuplicateKey, reqs[i].Key)
+			if key(&parts[j]) == key(&parts[i]) {
+				return fmt.Errorf("%w: %q", ErrDuplicateKey, key(&parts[i]))
 			}
 		}
 	}
