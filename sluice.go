@@ -237,6 +237,17 @@ type Option func(*Limiter)
 // store; otherwise it is the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
+// Clock returns the clock l reads deadlines and sleeps by: the one given by
+// WithClock, else its store's (as set by memstore.WithClock), else the
+// system clock. The middleware packages take it as their default, so a test
+// sets one fake clock, on the store.
+func (l *Limiter) Clock() Clock {
+	if l.clock == nil {
+		return core.SystemClock{}
+	}
+	return l.clock
+}
+
 // New returns a Limiter over store. Over a nil store, its methods return an
 // error wrapping ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Limiter {

@@ -80,7 +80,11 @@ const (
 	// MaxTime is the largest time (µs since the epoch) a step accepts: 2^52 µs,
 	// about the year 2112.
 	MaxTime = int64(1) << 52
-	// MaxScaled bounds (Capacity+1)·Period, Rate and Period.
+	// MaxScaled bounds Rate and Period, and (Capacity+1)·Period for the
+	// algorithms that scale units by time (the buckets, the sliding window
+	// and the sliding log). The fixed and aligned windows only count units
+	// and add periods to times, so they need no bound on the product: 100000
+	// a day is a valid aligned window.
 	MaxScaled = int64(1) << 50
 )
 
@@ -127,9 +131,18 @@ func (p Params) ok() bool {
 		return false
 	}
 	c := p.Capacity()
+	if !p.Kind.scales() {
+		return c > 0
+	}
 	hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period))
 	return c > 0 && hi == 0 && lo <= uint64(MaxScaled)
 }
+
+// scales reports whether k's steps multiply units by times, so that a limit
+// of k must keep (Capacity+1)·Period within MaxScaled. A fixed or aligned
+// window only compares counts and adds its period to a time: rate and period
+// below 2^50 and times below 2^52 keep every sum below 2^53.
+func (k Kind) scales() bool { return k != FixedWindow && k != AlignedWindow }
 
 // why explains why p is not valid.
 func (p Params) why() error {
@@ -150,6 +163,9 @@ func (p Params) why() error {
 		return fmt.Errorf("%w: period %dµs is over the exact range (at most 2^50µs)", ErrInvalid, p.Period)
 	}
 	c := p.Capacity()
+	if !p.Kind.scales() {
+		return nil
+	}
 	if hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period)); hi != 0 || lo > uint64(MaxScaled) {
 		return fmt.Errorf("%w: capacity %d over a period of %dµs could overflow exact arithmetic ((capacity+1)·period must be at most 2^50)", ErrInvalid, c, p.Period)
 	}

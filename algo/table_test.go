@@ -279,7 +279,13 @@ func TestValidate(t *testing.T) {
 		{algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 0, Burst: 5}, false},
 		{algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: sec, Burst: 0}, false},
 		{algo.Params{Kind: algo.LeakyBucket, Rate: 1, Period: sec, Burst: 0}, true},
-		{algo.Params{Kind: algo.FixedWindow, Rate: 1 << 40, Period: 1 << 20}, false}, // (rate+1)·period over 2^50
+		{algo.Params{Kind: algo.SlidingWindow, Rate: 1 << 40, Period: 1 << 20}, false}, // (rate+1)·period over 2^50
+		{algo.Params{Kind: algo.SlidingLog, Rate: 1 << 40, Period: 1 << 20}, false},
+		{algo.Params{Kind: algo.FixedWindow, Rate: 1 << 40, Period: 1 << 20}, true}, // a fixed window only counts
+		{algo.Params{Kind: algo.AlignedWindow, Rate: 100000, Period: 86400 * sec}, true},
+		{algo.Params{Kind: algo.AlignedWindow, Rate: 1 << 50, Period: 1 << 50}, true},
+		{algo.Params{Kind: algo.AlignedWindow, Rate: 1<<50 + 1, Period: sec}, false},
+		{algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 1<<50 + 1}, false},
 		{algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1 << 30, Burst: 1 << 20}, false},
 		{algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1 << 29, Burst: 1<<20 - 2}, true},
 		{algo.Params{Kind: 0, Rate: 1, Period: sec}, false},

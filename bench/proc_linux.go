@@ -45,3 +45,11 @@ func startCmd(cmd *exec.Cmd) error {
 	spawnCh <- req
 	return <-req.done
 }
+
+// StartProcess starts cmd as the harness starts redis-server: on Linux the
+// kernel kills it when the process that started it dies, so an interrupted
+// benchmark leaves no server behind. It sets cmd.SysProcAttr.
+func StartProcess(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = sysProcAttr()
+	return startCmd(cmd)
+}

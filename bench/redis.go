@@ -176,6 +176,15 @@ func infoField(info, name string) string {
 	return ""
 }
 
+// Pid returns the process id of a server StartRedis started, or 0 for an
+// external one.
+func (s *RedisServer) Pid() int {
+	if s == nil || s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Port returns the server's port.
 func (s *RedisServer) Port() string {
 	_, p, _ := net.SplitHostPort(s.Addr)

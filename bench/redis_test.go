@@ -92,7 +92,7 @@ var newRedisTakers = map[string]func(tb testing.TB, c *redis.Client) redisTaker{
 }
 
 func sluiceRedis(tb testing.TB, c *redis.Client, opts ...redisstore.Option) redisTaker {
-	st, err := redisstore.NewGoRedis(c, opts...)
+	st, err := redisstore.New(c, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func BenchmarkComposite(b *testing.B) {
 						lim = sluice.New(memstoreNew())
 					} else {
 						addr := redisAddr(b)
-						st, err := redisstore.NewGoRedis(newRedisClient(b, addr))
+						st, err := redisstore.New(newRedisClient(b, addr))
 						if err != nil {
 							b.Fatal(err)
 						}

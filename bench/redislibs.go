@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -33,7 +32,7 @@ const Peer = "redis_rate"
 // given a client built from RedisOptions and the limit Rate, Burst.
 var RedisLibs = []Lib{
 	{Ref, "github.com/sluice-go/sluice",
-		fmt.Sprintf("redisstore.NewGoRedis(client) (batching, the default); Take(ctx, key, PerSecond(%d).WithBurst(%d), 1) (token bucket, one EVALSHA)", Rate, Burst)},
+		fmt.Sprintf("redisstore.New(client) (batching, the default); Take(ctx, key, PerSecond(%d).WithBurst(%d), 1) (token bucket, one EVALSHA)", Rate, Burst)},
 	{Peer, "github.com/go-redis/redis_rate/v10",
 		fmt.Sprintf("NewLimiter(client); Allow(ctx, key, Limit{Rate: %d, Burst: %d, Period: time.Second}) (GCRA, one EVALSHA)", Rate, Burst)},
 	{"ulule", "github.com/ulule/limiter/v3",
@@ -73,25 +72,74 @@ func CompositeString() string {
 // takes it, that sluice's Redis store sends for one token-bucket decision
 // under Rate and Burst at the server's time, on a key
 // "sluice:rb:__rand_int__" (redis-benchmark -r N replaces __rand_int__ with a
-// random number below N). It mirrors the ARGV layout of the store's
-// scripts/single.lua and its default TTL margin (1s); cmd/compare checks the
-// reply before benchmarking with it. The second value is the script's
-// source, for SCRIPT LOAD.
-func SluiceScriptCommand() ([]string, string, error) {
-	p := algo.Params{Kind: algo.TokenBucket, Rate: Rate, Period: time.Second.Microseconds(), Burst: Burst}
-	if err := p.Validate(); err != nil {
-		return nil, "", err
+// random number below N). It does not write the layout out: it makes that
+// decision through the store (redisstore.New over a client to addr, without
+// batching) and records the script call the store sends, loading the script
+// on the server on the way. cmd/compare checks the reply before
+// benchmarking with it.
+func SluiceScriptCommand(ctx context.Context, addr string) ([]string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer c.Close()
+	rec := &scriptRecorder{}
+	c.AddHook(rec)
+	st, err := redisstore.New(c, redisstore.WithoutBatching())
+	if err != nil {
+		return nil, err
 	}
-	sc := redisstore.ScriptFor(p.Kind)
-	sha := sc.SHA()
-	if sha == "" {
-		return nil, "", fmt.Errorf("SHA-1 of the script is not available here (GODEBUG=fips140=only?)")
+	defer st.Close()
+	if _, err := sluice.New(st).Take(ctx, "rb:__rand_int__", sluice.PerSecond(Rate).WithBurst(Burst), 1); err != nil {
+		return nil, err
 	}
-	args := []string{"EVALSHA", sha, "1", "sluice:rb:__rand_int__"}
-	for _, v := range []int64{int64(p.Kind), p.Rate, p.Period, p.Burst, 1, -1, -1, 1_000_000} {
-		args = append(args, strconv.FormatInt(v, 10))
+	args := rec.last()
+	if len(args) < 4 {
+		return nil, fmt.Errorf("the store sent no script call (%v)", args)
 	}
-	return args, sc.Src, nil
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = fmt.Sprint(a)
+	}
+	if strings.EqualFold(out[0], "eval") {
+		// EVALSHA was refused (NOSCRIPT, or a digest not computed here):
+		// load the script, which the store sent as EVAL, to run it by
+		// digest.
+		sha, err := c.ScriptLoad(ctx, out[1]).Result()
+		if err != nil {
+			return nil, err
+		}
+		out[1] = sha
+	}
+	out[0] = "EVALSHA"
+	return out, nil
+}
+
+// scriptRecorder is a go-redis hook that keeps the arguments of the last
+// script call (EVALSHA or EVAL) sent.
+type scriptRecorder struct {
+	mu   sync.Mutex
+	args []any
+}
+
+func (h *scriptRecorder) last() []any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.args
+}
+
+func (h *scriptRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.mu.Lock()
+			h.args = slices.Clone(cmd.Args())
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // RoundTrips is what the server saw for Decisions sluice decisions made in
@@ -207,7 +255,7 @@ func measureRoundTrips(ctx context.Context, admin *redis.Client, addr string, n 
 	if !m.batching {
 		opts = append(opts, redisstore.WithoutBatching())
 	}
-	st, err := redisstore.NewGoRedis(c, opts...)
+	st, err := redisstore.New(c, opts...)
 	if err != nil {
 		return RoundTrips{}, err
 	}

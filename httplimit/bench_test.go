@@ -4,17 +4,21 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/observe"
 )
 
 // BenchmarkMiddleware measures the middleware's own cost in process (no
 // network): one policy, and a two-policy composite whose headers need a
-// look at each policy.
+// look at each policy; each with no observer and with one that counts.
 func BenchmarkMiddleware(b *testing.B) {
+	var events atomic.Int64
+	counter := observe.Func(func(observe.Event) { events.Add(1) })
 	for _, tc := range []struct {
 		name string
 		ps   []httplimit.Policy
@@ -25,27 +29,36 @@ func BenchmarkMiddleware(b *testing.B) {
 			{Name: "user", Limit: sluice.PerSecond(1 << 30), Key: httplimit.Header("X-User")},
 		}},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			m, err := httplimit.New(sluice.New(memstore.New()), tc.ps)
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			reqs := make([]*http.Request, 256)
-			for i := range reqs {
-				reqs[i] = httptest.NewRequest("GET", "/", nil)
-				reqs[i].RemoteAddr = "192.0.2." + strconv.Itoa(i) + ":1234"
-				reqs[i].Header.Set("X-User", "u"+strconv.Itoa(i))
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, reqs[i%len(reqs)])
-				if w.Code != 200 {
-					b.Fatalf("status %d", w.Code)
-				}
-			}
-		})
+		for _, obs := range []struct {
+			name string
+			o    observe.Observer
+		}{{"", nil}, {"/observer", counter}} {
+			benchMiddleware(b, tc.name+obs.name, tc.ps, httplimit.WithObserver(obs.o))
+		}
 	}
+}
+
+func benchMiddleware(b *testing.B, name string, ps []httplimit.Policy, opts ...httplimit.Option) {
+	b.Run(name, func(b *testing.B) {
+		m, err := httplimit.New(sluice.New(memstore.New()), ps, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		reqs := make([]*http.Request, 256)
+		for i := range reqs {
+			reqs[i] = httptest.NewRequest("GET", "/", nil)
+			reqs[i].RemoteAddr = "192.0.2." + strconv.Itoa(i) + ":1234"
+			reqs[i].Header.Set("X-User", "u"+strconv.Itoa(i))
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, reqs[i%len(reqs)])
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // TestNoHeavyDependencies: importing httplimit (or the root package,
-// memstore, redisstore) compiles no gRPC, protobuf or Prometheus, and
-// httplimit needs nothing outside the standard library and this module.
+// memstore, redisstore, observe) compiles no gRPC, protobuf or Prometheus;
+// httplimit needs nothing outside the standard library and this module,
+// and not promobserve; observe needs only the standard library.
 func TestNoHeavyDependencies(t *testing.T) {
 	// The go command that runs this test is on PATH under `go test`.
 	goTool, err := exec.LookPath("go")
@@ -17,7 +18,7 @@ func TestNoHeavyDependencies(t *testing.T) {
 	}
 	const module = "github.com/sluice-go/sluice"
 	heavy := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/golang/protobuf", "github.com/prometheus/"}
-	for _, pkg := range []string{module + "/httplimit", module, module + "/memstore", module + "/redisstore"} {
+	for _, pkg := range []string{module + "/httplimit", module, module + "/memstore", module + "/redisstore", module + "/observe"} {
 		out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
@@ -25,6 +26,9 @@ func TestNoHeavyDependencies(t *testing.T) {
 		deps := strings.Fields(string(out))
 		if len(deps) == 0 {
 			t.Fatalf("go list -deps %s listed nothing", pkg)
+		}
+		if pkg == module+"/observe" && (len(deps) != 1 || deps[0] != pkg) {
+			t.Errorf("observe imports %v: only the standard library is allowed", deps[:len(deps)-1])
 		}
 		for _, d := range deps {
 			for _, h := range heavy {
@@ -34,6 +38,9 @@ func TestNoHeavyDependencies(t *testing.T) {
 			}
 			if pkg == module+"/httplimit" && d != module && !strings.HasPrefix(d, module+"/") {
 				t.Errorf("httplimit imports %s: only the standard library and sluice are allowed", d)
+			}
+			if d == module+"/promobserve" {
+				t.Errorf("%s compiles promobserve", pkg)
 			}
 		}
 		t.Logf("%s: %d non-standard packages: %v", pkg, len(deps), deps)

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/observe"
 )
 
 // frozenClock is a sluice.Clock that stands still.
@@ -104,4 +105,46 @@ func ExampleNewTransport() {
 	// 200
 	// 200
 	// the third call waited: true
+}
+
+// Every policy's outcome of every request, reported to an observer: here a
+// function that prints them (package promobserve counts them in Prometheus
+// metrics instead). The second request is refused by "per-ip"; "per-key",
+// which would have granted it, reports nothing for it.
+func ExampleWithObserver() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // a frozen clock keeps the output stable
+	lim := sluice.New(memstore.New(memstore.WithClock(frozenClock(now))))
+	show := observe.Func(func(e observe.Event) {
+		fmt.Println(e.Source, e.Policy, e.Outcome, "store call", e.Latency > 0)
+	})
+	m, err := httplimit.New(lim, []httplimit.Policy{
+		{Name: "per-ip", Limit: sluice.PerMinute(1)},
+		{Name: "per-key", Limit: sluice.PerMinute(100), Key: httplimit.Header("X-API-Key")},
+		{Name: "trial", Limit: sluice.PerMinute(1), Key: httplimit.Header("X-API-Key"), Shadow: true},
+	}, httplimit.WithObserver(show))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	for range 2 {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-API-Key", "k-123")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println("->", resp.StatusCode)
+	}
+	// Output:
+	// http per-ip allowed store call true
+	// http per-key allowed store call true
+	// http trial allowed store call true
+	// -> 200
+	// http per-ip denied store call true
+	// http trial shadow_denied store call true
+	// -> 429
 }

@@ -116,6 +116,13 @@
 // the limiter is unavailable; the error goes to WithErrorLog's function,
 // never to the client. Any other store error is answered the same way.
 //
+// # Metrics
+//
+// WithObserver (and WithTransportObserver for a Transport) reports each
+// policy's outcome of each request to an observe.Observer, with the store's
+// latency; package promobserve makes Prometheus metrics of them. With no
+// observer the middleware does no timing and no reporting.
+//
 // # Refunds
 //
 // A handler that learns the request's real cost afterwards gives the excess
@@ -128,6 +135,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,8 +144,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/observe"
 )
 
 // Policy is one budget a request must fit in.
@@ -360,6 +368,27 @@ func WithClock(c sluice.Clock) Option {
 	}
 }
 
+// WithObserver reports every policy's outcome of every request that reaches
+// the store to o, with Source "http": Allowed, Denied (the policies that
+// refused a request), ShadowDenied, Error (the store could not decide, or a
+// cost could not be read) or Degraded (the store's failure policy admitted
+// it), each with the latency of its composite's store call; an admitted
+// leaky-bucket request's Event carries its Delay as Wait. A policy that
+// granted its part of a composite another refused reports nothing, so the
+// counts match Stats. Skipped requests and requests without a key report
+// nothing. o is called on the request's path; nil reports nothing. Package
+// promobserve makes Prometheus metrics of the Events.
+func WithObserver(o observe.Observer) Option {
+	return func(m *Middleware) error { m.obs = o; return nil }
+}
+
+// The Sources of the Events a Middleware (WithObserver) and a Transport
+// (WithTransportObserver) report.
+const (
+	ObserveSource         = "http"
+	ObserveSourceOutbound = "http-out"
+)
+
 // WithKeyPrefix sets the prefix of the store keys (default "httplimit:"): a
 // policy's keys are prefix + name + ":" + key.
 func WithKeyPrefix(prefix string) Option {
@@ -379,6 +408,7 @@ type Middleware struct {
 	skip              func(*http.Request) bool
 	unavailable       time.Duration
 	onError           func(*http.Request, error)
+	obs               observe.Observer
 	prefix            string
 	clock             sluice.Clock
 }
@@ -416,7 +446,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		headers:     []HeaderStyle{HeadersDraft11},
 		unavailable: time.Second,
 		prefix:      "httplimit:",
-		clock:       core.SystemClock{},
+		clock:       lim.Clock(),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -753,8 +783,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	allowed := true
 	if len(enforced) > 0 {
 		var err error
-		res, err = m.takeAll(ctx, enforced)
+		var lat time.Duration
+		res, lat, err = m.takeAll(ctx, enforced)
 		if err != nil {
+			m.report(enforced, nil, observe.Error, lat, 0)
 			m.failed(w, r, enforced, err)
 			return
 		}
@@ -785,22 +817,34 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				}
 			}
 		}
+		if m.obs != nil {
+			switch {
+			case res.Degraded:
+				m.report(enforced, nil, observe.Degraded, lat, 0)
+			case allowed:
+				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
+			default:
+				m.report(enforced, st.dec.Refused, observe.Denied, lat, 0)
+			}
+		}
 	}
 	st.dec.Allowed = allowed
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
-		sres, err := m.takeAll(ctx, shadows)
+		sres, lat, err := m.takeAll(ctx, shadows)
 		switch {
 		case err != nil:
 			for _, p := range shadows {
 				p.pol.stats.errors.Add(1)
 			}
+			m.report(shadows, nil, observe.Error, lat, 0)
 			m.logError(r, err)
 		case sres.Degraded:
 			for _, p := range shadows {
 				p.pol.stats.degraded.Add(1)
 			}
+			m.report(shadows, nil, observe.Degraded, lat, 0)
 		default:
 			// With shadow headers, the shadows' numbers follow the
 			// enforced ones in results.
@@ -819,6 +863,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 					p.pol.stats.allowed.Add(1)
 				}
 				st.charge(shadows)
+				m.report(shadows, nil, observe.Allowed, lat, 0)
 			} else {
 				st.dec.ShadowRefused = refusers(shadows, sr, sres)
 				for _, p := range shadows {
@@ -828,6 +873,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 						}
 					}
 				}
+				m.report(shadows, st.dec.ShadowRefused, observe.ShadowDenied, lat, 0)
 			}
 		}
 	}
@@ -913,6 +959,9 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			}
 			if err != nil {
 				p.stats.errors.Add(1)
+				if m.obs != nil { // the store was not called
+					m.obs.Observe(observe.Event{Source: ObserveSource, Policy: p.Name, Outcome: observe.Error})
+				}
 				m.logError(r, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err))
 				if p.Shadow {
 					continue
@@ -933,17 +982,42 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 // no reference to it once TakeAll returns.
 var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
 
-// takeAll decides ps as one composite.
-func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, error) {
+// takeAll decides ps as one composite. With an observer, it returns how
+// long the store took.
+func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, time.Duration, error) {
 	buf := sluiceParts.Get().(*[2]sluice.Part)
 	sp := buf[:0]
 	for _, p := range ps {
 		sp = append(sp, sluice.Part{Key: p.skey, Limit: p.pol.Limit, Cost: p.cost})
 	}
+	var start time.Time
+	if m.obs != nil {
+		start = time.Now()
+	}
 	res, err := m.lim.TakeAll(ctx, sp)
+	var lat time.Duration
+	if m.obs != nil {
+		lat = time.Since(start)
+	}
 	*buf = [2]sluice.Part{} // hold no keys in the pool
 	sluiceParts.Put(buf)
-	return res, err
+	return res, lat, err
+}
+
+// report gives the observer, if any, one Event per part of one store call
+// (only those named in only, when it is not nil).
+func (m *Middleware) report(ps []part, only []string, o observe.Outcome, lat, wait time.Duration) {
+	if m.obs == nil {
+		return
+	}
+	i := 0
+	for _, p := range ps {
+		if only != nil && !slices.Contains(only, p.pol.Name) {
+			continue
+		}
+		m.obs.Observe(observe.Event{Source: ObserveSource, Policy: p.pol.Name, Outcome: o, Latency: lat, Index: i, Wait: wait})
+		i++
+	}
 }
 
 func (st *state) charge(ps []part) {

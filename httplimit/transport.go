@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/observe"
 )
 
 // Transport is an http.RoundTripper for outbound calls that keeps to an
@@ -34,6 +34,9 @@ import (
 // top it up, so a hold can last longer than the longest Retry-After (up to
 // their sum), never shorter. Retry-After is capped by WithMaxHold (default
 // 1h).
+//
+// WithTransportObserver reports each request's policies (Source "http-out")
+// and what the upstream made of it, as the policy UpstreamPolicy.
 type Transport struct {
 	lim      *sluice.Limiter
 	base     http.RoundTripper
@@ -42,6 +45,8 @@ type Transport struct {
 	maxHold  time.Duration
 	clock    sluice.Clock
 	hold     sluice.Limit
+	obs      observe.Observer
+	leaky    bool // a policy is a LeakyBucket: WaitAll bounds its turn by the deadline
 }
 
 // TransportOption configures a Transport.
@@ -84,6 +89,25 @@ func WithHoldClock(c sluice.Clock) TransportOption {
 	}
 }
 
+// UpstreamPolicy is the policy name under which a Transport with an observer
+// reports the upstream's own limit: Allowed when the upstream served a
+// request, Denied when it refused it (429, or 503 with a Retry-After) or held
+// it past its context's deadline, Error when the hold could not be read,
+// Degraded when the store's failure policy read it; Wait is how long the
+// request was held. A request the upstream did not answer, or that a policy
+// stopped, reports nothing under it. No policy may take the name.
+const UpstreamPolicy = "upstream"
+
+// WithTransportObserver reports to o, with Source "http-out", one Event per
+// policy per request: Allowed (with Wait, how long it waited for its turn,
+// and Latency, the store's time for the first decision), Denied (it would
+// have waited past the request's deadline, and was not sent), Error or
+// Degraded; and one under UpstreamPolicy for the upstream's answer. nil
+// reports nothing.
+func WithTransportObserver(o observe.Observer) TransportOption {
+	return func(t *Transport) error { t.obs = o; return nil }
+}
+
 // WithTransportKeyPrefix sets the prefix of the store keys (default
 // "httplimit-out:").
 func WithTransportKeyPrefix(prefix string) TransportOption {
@@ -111,7 +135,7 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 	if lim == nil {
 		return nil, errors.New("httplimit: NewTransport: nil Limiter")
 	}
-	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: core.SystemClock{}}
+	t := &Transport{lim: lim, base: http.DefaultTransport, prefix: "httplimit-out:", maxHold: time.Hour, clock: lim.Clock()}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -125,6 +149,10 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 		if p.Shadow {
 			return nil, fmt.Errorf("httplimit: policy %q: shadow policies are not supported outbound", p.Name)
 		}
+		if p.Name == UpstreamPolicy {
+			return nil, fmt.Errorf("httplimit: policy %q: the name is the Transport's own (UpstreamPolicy)", p.Name)
+		}
+		t.leaky = t.leaky || p.Limit.Algorithm == sluice.LeakyBucket
 		p, _, err := checkPolicy(i, p, seen, Host)
 		if err != nil {
 			return nil, err
@@ -144,14 +172,21 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	host, hasHost := Host()(req)
+	var held holdReport
 	if hasHost {
-		if err := t.waitHold(req, host); err != nil {
+		held = t.waitHold(req, host)
+		if held.err != nil {
+			t.reportUpstream(held, held.err, nil)
 			closeBody(req)
-			return nil, err
+			return nil, held.err
 		}
 	}
 	if len(t.policies) > 0 {
 		parts := make([]sluice.Part, 0, len(t.policies))
+		var names []string // for the observer
+		if t.obs != nil {
+			names = make([]string, 0, len(t.policies))
+		}
 		for _, p := range t.policies {
 			key, ok := p.Key(req)
 			if !ok || key == "" {
@@ -168,15 +203,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 					err = fmt.Errorf("negative cost %d", c)
 				}
 				if err != nil {
+					t.report(p.Name, 0, observe.Error, 0, 0)
 					closeBody(req)
 					return nil, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err)
 				}
 				cost = c
 			}
 			parts = append(parts, sluice.Part{Key: t.prefix + p.Name + ":" + key, Limit: p.Limit, Cost: cost})
+			if t.obs != nil {
+				names = append(names, p.Name)
+			}
 		}
 		if len(parts) > 0 {
-			if _, err := t.lim.WaitAll(ctx, parts); err != nil {
+			res, lat, wait, err := t.take(ctx, parts)
+			if t.obs != nil {
+				o := outcome(err, false, res.Degraded)
+				for i, n := range names {
+					t.report(n, i, o, lat, wait)
+				}
+			}
+			if err != nil {
 				closeBody(req)
 				return nil, fmt.Errorf("httplimit: waiting for the rate limit of %s: %w", req.URL.Redacted(), err)
 			}
@@ -186,12 +232,79 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || !hasHost {
 		return resp, err
 	}
+	refused := resp.StatusCode == http.StatusTooManyRequests
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), t.clock.Now()); ok {
+			refused = true
 			t.setHold(req, host, min(d, t.maxHold))
 		}
 	}
+	t.reportUpstream(held, nil, &refused)
 	return resp, nil
+}
+
+// take waits until every part grants. Unless a leaky bucket's turn must be
+// bounded by the deadline (which WaitAll does) or the context has ended, it
+// first decides once with TakeAll, whose latency is the store's; WaitAll
+// waits out a refusal. wait is how long the request waited after that
+// first decision, on the hold's clock (WithHoldClock: the Limiter's).
+func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, lat, wait time.Duration, err error) {
+	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
+	// from a context that has ended: the first decision is left to it then.
+	_, bounded := ctx.Deadline()
+	fast := ctx.Err() == nil && !(t.leaky && bounded)
+	if fast {
+		start := time.Now()
+		res, err = t.lim.TakeAll(ctx, parts)
+		lat = time.Since(start)
+		if err != nil {
+			return res, lat, 0, err
+		}
+		if res.Allowed {
+			if res.Delay > 0 { // a leaky bucket's turn, with no deadline to keep
+				err = t.clock.Sleep(ctx, res.Delay)
+			}
+			return res, lat, res.Delay, err
+		}
+	}
+	start, waitStart := time.Now(), t.clock.Now()
+	res, err = t.lim.WaitAll(ctx, parts)
+	if !fast { // WaitAll's time is the store's and the wait's together
+		lat = time.Since(start)
+	} else {
+		wait = max(t.clock.Now().Sub(waitStart), 0) // on the clock the Limiter waits by
+	}
+	return res, lat, wait, err
+}
+
+// report gives the observer, if any, one policy's Event.
+func (t *Transport) report(policy string, index int, o observe.Outcome, lat, wait time.Duration) {
+	if t.obs != nil {
+		t.obs.Observe(observe.Event{Source: ObserveSourceOutbound, Policy: policy, Outcome: o, Latency: lat, Index: index, Wait: wait})
+	}
+}
+
+// reportUpstream reports the upstream's part: the hold's failure err, or
+// whether it refused the request.
+func (t *Transport) reportUpstream(h holdReport, err error, refused *bool) {
+	t.report(UpstreamPolicy, 0, outcome(err, refused != nil && *refused, h.degraded), h.latency, h.wait)
+}
+
+// outcome is what came of a wait that ended with err (a deadline it could
+// not keep is a refusal), then of an answer: refused, or made by the store's
+// failure policy.
+func outcome(err error, refused, degraded bool) observe.Outcome {
+	switch {
+	case errors.Is(err, sluice.ErrDeadline):
+		return observe.Denied
+	case err != nil:
+		return observe.Error
+	case refused:
+		return observe.Denied
+	case degraded:
+		return observe.Degraded
+	}
+	return observe.Allowed
 }
 
 func closeBody(req *http.Request) {
@@ -200,24 +313,42 @@ func closeBody(req *http.Request) {
 	}
 }
 
+// holdReport is what waitHold found: how long the first look at the hold
+// took, how long the request was held, whether the store's failure policy
+// answered, and why the request may not go (nil: it may).
+type holdReport struct {
+	latency, wait time.Duration
+	degraded      bool
+	err           error
+}
+
 // waitHold waits while host is held, bounded by the request's context.
-func (t *Transport) waitHold(req *http.Request, host string) error {
+func (t *Transport) waitHold(req *http.Request, host string) (h holdReport) {
 	ctx := req.Context()
 	key := t.prefix + "hold:" + host
-	for {
+	for first := true; ; first = false {
+		start := time.Now()
 		look, err := t.lim.Take(ctx, key, t.hold, 0)
+		if first {
+			h.latency = time.Since(start)
+		}
 		if err != nil {
-			return fmt.Errorf("httplimit: reading the hold on %s: %w", host, err)
+			h.err = fmt.Errorf("httplimit: reading the hold on %s: %w", host, err)
+			return h
 		}
 		if look.Degraded || look.ResetAfter <= 0 {
-			return nil
+			h.degraded = look.Degraded
+			return h
 		}
 		if dl, ok := ctx.Deadline(); ok && dl.Sub(t.clock.Now()) < look.ResetAfter {
-			return fmt.Errorf("httplimit: %s is held for %v after its Retry-After: %w (%w)", host, look.ResetAfter, sluice.ErrDeadline, context.DeadlineExceeded)
+			h.err = fmt.Errorf("httplimit: %s is held for %v after its Retry-After: %w (%w)", host, look.ResetAfter, sluice.ErrDeadline, context.DeadlineExceeded)
+			return h
 		}
 		if err := t.clock.Sleep(ctx, look.ResetAfter); err != nil {
-			return err
+			h.err = err
+			return h
 		}
+		h.wait += look.ResetAfter
 	}
 }
 

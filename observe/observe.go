@@ -4,7 +4,9 @@
 //
 // An Observer sees one Event per policy per decision: which policy, what came
 // of it, whether the store's failure policy made it, and how long the store
-// took. It is called on the request's path, so it must be fast and safe for
+// took. A policy that granted its part of a composite that another policy
+// refused reports nothing: it neither admitted the request nor refused it,
+// and it spent nothing. It is called on the request's path, so it must be fast and safe for
 // concurrent use; it must not keep the Event's strings past the call unless it
 // copies them. The package imports only the standard library; a Prometheus
 // adapter is in package promobserve.
@@ -70,6 +72,16 @@ type Event struct {
 	// Latency is how long the store took to decide the whole request (all of
 	// its policies, one composite call); 0 when the store was not called.
 	Latency time.Duration
+	// Index is the policy's place among the Events of one store call (0 for
+	// the first): the call's Events all carry its Latency, so an adapter
+	// that measures calls rather than policies (a latency histogram) reads
+	// Latency and Wait only where Index is 0.
+	Index int
+	// Wait is how long the request waited for its turn before it went on (an
+	// outbound client's wait for its budget or for an upstream's
+	// Retry-After, a leaky bucket's delay); 0 when it did not wait. Like
+	// Latency, it is the request's and is carried by each of its Events.
+	Wait time.Duration
 }
 
 // Observer receives Events. Implementations must be safe for concurrent use

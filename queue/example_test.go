@@ -60,10 +60,11 @@ func ExampleMemory() {
 func ExampleRedis() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	q, err := queue.NewRedis(client, "payments", sluice.PerSecond(20).WithBurst(1000).Using(sluice.LeakyBucket),
-		queue.WithVisibilityTimeout(time.Minute))
+		queue.WithVisibilityTimeout(time.Minute), queue.WithPrefix("myapp:queue:"))
 	if err != nil {
 		panic(err)
 	}
+	defer q.Close()
 	ctx := context.Background()
 
 	// Producers:

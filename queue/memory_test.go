@@ -348,6 +348,7 @@ func TestInvalid(t *testing.T) {
 		{l: leaky(1, time.Second, 1), opts: []Option{WithVisibilityTimeout(0)}},
 		{l: leaky(1, time.Second, 1), opts: []Option{WithPollInterval(-1)}},
 		{l: leaky(1, time.Second, 1), opts: []Option{WithClaimAhead(-1)}},
+		{l: leaky(1, time.Second, 1), opts: []Option{WithTimeout(0)}},
 	} {
 		if _, err := NewMemory(c.l, c.opts...); err == nil || c.is != nil && !errors.Is(err, c.is) {
 			t.Errorf("NewMemory(%v): %v, want %v", c.l, err, c.is)

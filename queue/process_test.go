@@ -2,13 +2,11 @@ package queue
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice/internal/childproc"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
@@ -45,8 +44,8 @@ func (d delivery) String() string {
 // acknowledge until its stdin closes; in mode "die" it pops one job and
 // waits, without acknowledging, to be killed.
 func TestQueueChild(t *testing.T) {
-	mode := os.Getenv(childEnv)
-	if mode == "" {
+	mode, ok := childproc.Config(childEnv)
+	if !ok {
 		t.Skip("a worker process for the cross-process tests")
 	}
 	env := func(k string) int64 {
@@ -59,7 +58,10 @@ func TestQueueChild(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: os.Getenv("QUEUE_ADDR"), DisableIdentity: true})
 	defer c.Close()
 	q, err := NewRedis(c, os.Getenv("QUEUE_NAME"), leaky(env("RATE"), time.Second, env("BURST")),
-		WithVisibilityTimeout(time.Duration(env("VIS"))*time.Millisecond), WithPollInterval(10*time.Millisecond))
+		WithVisibilityTimeout(time.Duration(env("VIS"))*time.Millisecond), WithPollInterval(10*time.Millisecond),
+		// A loaded machine (race-instrumented processes on 2 cores) can be
+		// slow to answer; an error here fails the test, so be patient.
+		WithTimeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestQueueChild(t *testing.T) {
 		out.Flush()
 		mu.Unlock()
 	}
-	emit("READY")
+	childproc.Ready()
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
@@ -113,112 +115,50 @@ func TestQueueChild(t *testing.T) {
 	wg.Wait()
 }
 
-// child is a running worker process.
+// child is a running worker process and the deliveries it reported.
 type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	ready  chan struct{}
-	done   chan struct{} // its output is read to the end
-	mu     sync.Mutex
-	jobs   []delivery
-	stderr lockedBuffer
-	n      int
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	*childproc.Child
+	n    int
+	mu   sync.Mutex
+	jobs []delivery
 }
 
 func startChild(t *testing.T, n int, mode string, env ...string) *child {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{ready: make(chan struct{}), done: make(chan struct{}), n: n}
-	c.cmd = exec.Command(exe, "-test.run=^TestQueueChild$", "-test.count=1")
-	c.cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + mode}, env...)...)
-	c.cmd.Stderr = &c.stderr
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
-	})
-	go c.read(t, stdout)
+	c := &child{n: n}
+	c.Child = childproc.Start(t, "TestQueueChild", append([]string{childEnv + "=" + mode}, env...), 0, c.line)
 	return c
 }
 
-func (c *child) read(t *testing.T, r io.Reader) {
-	defer close(c.done)
-	sc := bufio.NewScanner(r)
-	ready := false
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "READY" && !ready {
-			ready = true
-			close(c.ready)
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 8 || f[0] != "JOB" {
-			fmt.Fprintln(&c.stderr, line)
-			continue
-		}
-		d := delivery{id: f[1], child: c.n}
-		n := make([]int64, 6)
-		for i := range n {
-			n[i], _ = strconv.ParseInt(f[i+2], 10, 64)
-		}
-		d.attempt, d.slot, d.delivered, d.got, d.acked, d.worker = int(n[0]), n[1], n[2], n[3], n[4], int(n[5])
-		c.mu.Lock()
-		c.jobs = append(c.jobs, d)
-		c.mu.Unlock()
+// line takes a JOB line of the child's.
+func (c *child) line(line string) bool {
+	f := strings.Fields(line)
+	if len(f) != 8 || f[0] != "JOB" {
+		return false
 	}
+	d := delivery{id: f[1], child: c.n}
+	n := make([]int64, 6)
+	for i := range n {
+		n[i], _ = strconv.ParseInt(f[i+2], 10, 64)
+	}
+	d.attempt, d.slot, d.delivered, d.got, d.acked, d.worker = int(n[0]), n[1], n[2], n[3], n[4], int(n[5])
+	c.mu.Lock()
+	c.jobs = append(c.jobs, d)
+	c.mu.Unlock()
+	return true
 }
 
 func (c *child) waitReady(t *testing.T) {
 	t.Helper()
-	select {
-	case <-c.ready:
-	case <-c.done:
-		t.Fatalf("worker process %d ended before it was ready:\n%s", c.n, c.output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("worker process %d not ready after 30s:\n%s", c.n, c.output())
-	}
+	c.WaitReady(t, 30*time.Second)
 }
-
-func (c *child) output() string { return c.stderr.String() }
 
 // stop closes the child's stdin, so that it finishes, and waits for it.
 func (c *child) stop(t *testing.T) []delivery {
 	t.Helper()
-	c.stdin.Close()
-	<-c.done
-	if err := c.cmd.Wait(); err != nil {
-		t.Errorf("worker process %d: %v\n%s", c.n, err, c.output())
+	c.CloseInput()
+	if err := c.Wait(); err != nil {
+		t.Errorf("worker process %d: %v\n%s", c.n, err, c.Output())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -247,7 +187,7 @@ func TestDrainAcrossProcesses(t *testing.T) {
 	for _, c := range children {
 		c.waitReady(t)
 	}
-	q, err := NewRedis(s.Client(), name, leaky(rate, time.Second, int64(n)))
+	q, err := NewRedis(s.Client(), name, leaky(rate, time.Second, int64(n)), WithTimeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +297,7 @@ func TestKilledWorker(t *testing.T) {
 	const vis = 500 * time.Millisecond
 	s := redistest.Shared(t)
 	name := queueName(t)
-	q, err := NewRedis(s.Client(), name, leaky(100, time.Second, 10), WithVisibilityTimeout(vis))
+	q, err := NewRedis(s.Client(), name, leaky(100, time.Second, 10), WithVisibilityTimeout(vis), WithTimeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,14 +321,14 @@ func TestKilledWorker(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the worker process popped nothing:\n%s", c.output())
+			t.Fatalf("the worker process popped nothing:\n%s", c.Output())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := c.cmd.Process.Kill(); err != nil { // mid-job
+	if err := c.Kill(); err != nil { // mid-job
 		t.Fatal(err)
 	}
-	_ = c.cmd.Wait()
+	_ = c.Wait()
 	if first.id != r.ID || first.attempt != 1 {
 		t.Fatalf("worker got %+v, want %s attempt 1", first, r.ID)
 	}

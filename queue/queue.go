@@ -170,6 +170,8 @@ type config struct {
 	poll       time.Duration
 	ahead      time.Duration
 	now        func() time.Time
+	prefix     string        // Redis
+	timeout    time.Duration // Redis
 }
 
 // WithVisibilityTimeout sets how long a worker has to acknowledge a job
@@ -198,6 +200,20 @@ func WithClaimAhead(d time.Duration) Option {
 	return func(c *config) { c.ahead = d }
 }
 
+// WithPrefix puts prefix in front of a Redis queue's keys (default
+// "sluice:queue:"); a Memory queue has none.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithTimeout bounds each call of a Redis queue to Redis (default 1s): a
+// Redis that does not answer within d is unavailable for that call, an error
+// wrapping sluice.ErrStoreUnavailable. It must be positive. A Memory queue
+// makes no calls.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
 // WithClock sets the queue's clock. A Memory queue reads the monotonic clock,
 // anchored to the wall clock at start, by default; a Redis queue uses the
 // server's TIME by default, so that the processes of a fleet agree, and the
@@ -210,7 +226,7 @@ func WithClock(now func() time.Time) Option {
 // newConfig applies opts and validates the limit; it returns the limit in its
 // params form.
 func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
-	c := config{visibility: defaultVisibility, poll: defaultPoll, ahead: defaultClaimAhead}
+	c := config{visibility: defaultVisibility, poll: defaultPoll, ahead: defaultClaimAhead, prefix: "sluice:queue:", timeout: time.Second}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -226,6 +242,8 @@ func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
 		return p, c, fmt.Errorf("queue: poll interval %v is not positive", c.poll)
 	case c.ahead < 0:
 		return p, c, fmt.Errorf("queue: claim-ahead %v is negative", c.ahead)
+	case c.timeout <= 0:
+		return p, c, fmt.Errorf("queue: timeout %v is not positive", c.timeout)
 	}
 	return p, c, nil
 }

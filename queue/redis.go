@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,19 +12,21 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
 )
 
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
 // Each operation is one script, sent as EVALSHA with EVAL on NOSCRIPT (after
-// SCRIPT FLUSH, a restart or a failover). push and pop are the prelude (the
-// schedule, mirroring schedule.go) and their main.
+// SCRIPT FLUSH, a restart or a failover). push and pop are the helpers every
+// sluice script starts with, the prelude (the schedule, mirroring
+// schedule.go) and their main.
 var (
-	pushScript = redis.NewScript(mustRead("prelude.lua") + mustRead("push.lua"))
-	popScript  = redis.NewScript(mustRead("prelude.lua") + mustRead("pop.lua"))
-	ackScript  = redis.NewScript(mustRead("ack.lua"))
-	lenScript  = redis.NewScript(mustRead("len.lua"))
+	pushScript = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("push.lua"))
+	popScript  = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("pop.lua"))
+	ackScript  = redisrun.NewScript(mustRead("ack.lua"))
+	lenScript  = redisrun.NewScript(mustRead("len.lua"))
 )
 
 func mustRead(name string) string {
@@ -42,30 +45,38 @@ const (
 	// requeueBatch bounds the expired jobs one pop puts back, so that one
 	// script never runs long; the next pops put back the rest.
 	requeueBatch = 256
+	// pipelines is how many pipelines of a Redis queue's calls may be in
+	// flight at once, as for redisstore's default.
+	pipelines = 4
 )
+
+// ErrClosed is returned by the calls made on a Redis queue after Close.
+var ErrClosed = errors.New("queue: closed")
 
 // Redis is a Queue in Redis or Valkey, shared by every process that opens it
 // with the same name: they all release jobs at one rate. Each operation is
 // one atomic Lua script, at the server's TIME unless WithClock gives the
 // caller's. Its keys share the hash tag {name}, so it works on a cluster.
+// Concurrent operations share pipelines, as redisstore's decisions do.
 //
-// The keys, all "sluice:queue:{name}:" and then: due (ZSET of waiting job
-// ids by slot), inflight (ZSET of delivered ids by visibility deadline),
-// data (HASH of payloads), meta (HASH of delivery counts) and state (HASH:
-// the schedule). The job keys have no TTL, so waiting jobs survive any
-// outage of the workers; Redis deletes each when it empties. The state key
-// expires once it is equivalent to fresh, so an empty queue leaves no key.
+// The keys, all the prefix (WithPrefix, default "sluice:queue:"), "{name}:"
+// and then: due (ZSET of waiting job ids by slot), inflight (ZSET of
+// delivered ids by visibility deadline), data (HASH of payloads), meta (HASH
+// of delivery counts) and state (the schedule, packed). The job keys have
+// no TTL, so waiting jobs survive any outage of the workers; Redis deletes
+// each when it empties. The state key expires once it is equivalent to
+// fresh, so an empty queue leaves no key.
 //
 // The limit travels with every call, as for sluice's limiters: processes
 // that open the queue with another limit use theirs for their own pushes
 // and pops; the schedule carries over.
 type Redis struct {
-	c    redis.UniversalClient
-	p    algo.Params
-	vis  int64 // µs
-	now  func() time.Time
-	keys []string
-	w    *waiter
+	runner *redisrun.Runner
+	p      algo.Params
+	vis    int64 // µs
+	now    func() time.Time
+	keys   []string
+	w      *waiter
 }
 
 var _ Queue = (*Redis)(nil)
@@ -73,7 +84,8 @@ var _ Queue = (*Redis)(nil)
 // NewRedis returns the queue name in the Redis or Valkey that c reaches (a
 // single node, Sentinel, Cluster or Ring client), releasing jobs at limit,
 // which must be a valid LeakyBucket limit. name must be non-empty and hold
-// no brace. It does not contact the server.
+// no brace. It does not contact the server. Close stops the goroutines that
+// send its calls.
 func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...Option) (*Redis, error) {
 	p, cfg, err := newConfig(limit, opts)
 	if err != nil {
@@ -82,15 +94,26 @@ func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...
 	if name == "" || strings.ContainsAny(name, "{}") {
 		return nil, fmt.Errorf("queue: name %q is empty or holds a brace", name)
 	}
-	prefix := "sluice:queue:{" + name + "}:"
+	if c == nil {
+		return nil, errors.New("queue: no Redis client")
+	}
+	prefix := cfg.prefix + "{" + name + "}:"
 	return &Redis{
-		c:    c,
-		p:    p,
-		vis:  cfg.visibility.Microseconds(),
-		now:  cfg.now,
-		keys: []string{prefix + "due", prefix + "inflight", prefix + "data", prefix + "meta", prefix + "state"},
-		w:    newWaiter(cfg),
+		runner: redisrun.NewRunner(redisrun.GoRedis(c), pipelines, cfg.timeout, nil, ErrClosed),
+		p:      p,
+		vis:    cfg.visibility.Microseconds(),
+		now:    cfg.now,
+		keys:   []string{prefix + "due", prefix + "inflight", prefix + "data", prefix + "meta", prefix + "state"},
+		w:      newWaiter(cfg),
 	}, nil
+}
+
+// Close stops the goroutines that send the queue's calls; every call made
+// after it returns ErrClosed. It leaves the queue's jobs in Redis and does
+// not close the client.
+func (q *Redis) Close() error {
+	q.runner.Close()
+	return nil
 }
 
 // Keys returns the queue's Redis keys: due, inflight, data, meta and state.
@@ -185,11 +208,14 @@ func (q *Redis) Ack(ctx context.Context, job *Job) error {
 	if err := checkAck(job); err != nil {
 		return err
 	}
-	n, err := ackScript.Run(ctx, q.c, q.keys, job.ID).Int64()
+	r, err := q.call(ctx, ackScript, false, job.ID)
 	if err != nil {
-		return unavailable(err)
+		return err
 	}
-	if n == 0 {
+	if len(r.Reply) != 1 {
+		return badReply(r.Reply)
+	}
+	if r.Reply[0] == 0 {
 		return ErrUnknownJob
 	}
 	return nil
@@ -198,26 +224,54 @@ func (q *Redis) Ack(ctx context.Context, job *Job) error {
 // Len returns the number of jobs held: waiting, and delivered but not
 // acknowledged.
 func (q *Redis) Len(ctx context.Context) (int, error) {
-	n, err := lenScript.Run(ctx, q.c, q.keys).Int64()
+	r, err := q.call(ctx, lenScript, false)
 	if err != nil {
-		return 0, unavailable(err)
+		return 0, err
 	}
-	return int(n), nil
+	if len(r.Reply) != 1 {
+		return 0, badReply(r.Reply)
+	}
+	return int(r.Reply[0]), nil
 }
 
-func (q *Redis) run(ctx context.Context, s *redis.Script, args ...any) ([]any, error) {
-	r, err := s.Run(ctx, q.c, q.keys, args...).Slice()
+// run runs s, whose reply is an array of any values, on the queue's keys.
+func (q *Redis) run(ctx context.Context, s *redisrun.Script, args ...any) ([]any, error) {
+	c, err := q.call(ctx, s, true, args...)
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, err
 	}
-	return r, nil
+	return c.Values, nil
 }
 
-func unavailable(err error) error {
-	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+// call runs s on the queue's keys, within the timeout (WithTimeout); mixed:
+// its reply holds other values than integers.
+func (q *Redis) call(ctx context.Context, s *redisrun.Script, mixed bool, args ...any) (*redisrun.Call, error) {
+	c := &redisrun.Call{Script: s, Keys: q.keys, Args: args, Mixed: mixed}
+	if err := q.runner.Run(ctx, c); err != nil {
+		return nil, failed(err)
+	}
+	return c, nil
 }
 
-func badReply(r []any) error {
+// failed sorts the error of a call as the store does: an outage (Redis
+// cannot be reached, does not answer in time, or cannot serve now) wraps
+// sluice.ErrStoreUnavailable; an error that waiting will not cure (ErrClosed,
+// an ACL refusal, a queue key holding foreign data, Redis out of memory, a
+// closed client) is returned as itself.
+func failed(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	switch redisrun.Classify(err) {
+	case redisrun.Outage:
+		return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+	case redisrun.ForeignKey:
+		return fmt.Errorf("queue: a key of the queue holds data the queue did not write (delete it, or use another prefix: WithPrefix): %w", err)
+	}
+	return fmt.Errorf("queue: Redis refused the call: %w", err)
+}
+
+func badReply[T any](r []T) error {
 	return fmt.Errorf("%w: queue script replied %v", sluice.ErrStoreUnavailable, r)
 }
 

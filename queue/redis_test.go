@@ -200,3 +200,55 @@ func TestRedisServerTime(t *testing.T) {
 		t.Errorf("push to a stopped server: %v", err)
 	}
 }
+
+// TestRedisPrefixAndClose: the keys carry the prefix given, and a closed
+// queue sends nothing.
+func TestRedisPrefixAndClose(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	name := queueName(t)
+	q, err := NewRedis(c, name, leaky(10, time.Second, 9), WithPrefix("myapp:q:"), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := q.Keys()[0]; k != "myapp:q:{"+name+"}:due" {
+		t.Errorf("due key %q, want the prefix first", k)
+	}
+	if r, err := q.Push(ctx, []byte("x")); err != nil || !r.Accepted {
+		t.Fatal(r, err)
+	}
+	if n, err := c.Exists(ctx, q.Keys()[0]).Result(); err != nil || n != 1 {
+		t.Errorf("the prefixed due key: %d, %v", n, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Push(ctx, []byte("y")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Push after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRedisForeignState: a state key holding what the queue did not write
+// is an error of its own, not an outage, and is left as it is.
+func TestRedisForeignState(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	q, err := NewRedis(c, queueName(t), leaky(10, time.Second, 9), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	state := q.Keys()[4]
+	if err := c.Set(ctx, state, "not a schedule", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = q.Push(ctx, []byte("x"))
+	if err == nil || errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "foreign data") {
+		t.Errorf("Push over a foreign state: %v, want a foreign-data error", err)
+	}
+	if v, err := c.Get(ctx, state).Result(); err != nil || v != "not a schedule" {
+		t.Errorf("the foreign state is now %q, %v", v, err)
+	}
+}

@@ -9,14 +9,14 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
 // TakeAll makes one decision for a composite request (see sluice.Store).
 //
-// When the client puts every key in one group (see Router: always on a
-// single node; on a cluster, keys that share a {hash tag}; on a Ring, keys
-// its hash puts on one shard) it is one atomic script: every part is stepped
+// When every key is in one group (always on a single node; on a cluster,
+// keys that share a {hash tag}; on a Ring, keys its hash puts on one shard) it is one atomic script: every part is stepped
 // and all are written only if all grant. Where the keys are apart no script
 // can see them all, so the parts are taken one at a time and when one
 // refuses the parts already taken are given back (Refund). That never
@@ -69,17 +69,16 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (al
 	if !s.together(reqs) {
 		return s.takeInTurn(ctx, reqs, now)
 	}
-	c := Call{Script: composite, Keys: make([]string, len(reqs)), Args: make([]any, 0, 4+6*len(reqs))}
-	c.Args = append(c.Args, s.margin, int64(1), now, int64(len(reqs)))
-	for i, r := range reqs {
-		c.Keys[i] = s.prefix + r.Key
-		c.Args = append(c.Args, int64(r.Params.Kind), r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost, maxDelayArg(r.MaxDelay))
+	c := scripts.CompositeCall(len(reqs), now, s.margin)
+	for i := range reqs {
+		r := &reqs[i]
+		redisrun.AddPart(c, s.prefix+r.Key, redisrun.LimitOf(&r.Params, r.MaxDelay), r.Cost)
 	}
-	if err := s.run(ctx, &c); err != nil {
+	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
 	if len(c.Reply) != 5*len(reqs) {
-		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", errBadReply, c.Reply)
+		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	var acc algo.Decision
 	for i := range reqs {
@@ -154,7 +153,7 @@ func refundRank(k algo.Kind) int {
 }
 
 // together reports whether one script may name every request's key: one
-// key, or keys the client puts in one group (see Router).
+// key, or keys the client puts in one group (see redisrun.Router).
 func (s *Store) together(reqs []core.Request) bool {
 	if len(reqs) == 1 {
 		return true

@@ -93,6 +93,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/childproc"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/redisstore"
@@ -279,10 +281,6 @@ func TestCompositeLoad(t *testing.T) {
 	if testing.Short() {
 		d = 2 * time.Second
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cl := redistest.Cluster(t)
 	global := compositePart{Algorithm: "token-bucket", Rate: 30, Period: 1_000_000, Burst: 10}
 	perChat := compositePart{Algorithm: "token-bucket", Rate: 5, Period: 1_000_000, Burst: 2}
@@ -299,7 +297,7 @@ func TestCompositeLoad(t *testing.T) {
 			if v.long && testing.Short() {
 				t.Skip("a comparison only; -short keeps to the three runs that check the protocol")
 			}
-			outcomes[v.name] = runCompositeLoad(t, cl, exe, v, global, d)
+			outcomes[v.name] = runCompositeLoad(t, cl, v, global, d)
 		})
 	}
 	// Side by side: how close each run's global came to its bound, and the
@@ -325,7 +323,7 @@ func TestCompositeLoad(t *testing.T) {
 
 // runCompositeLoad runs one variant and checks it; it returns its figures,
 // nil when the run itself failed.
-func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v compositeVariant, global compositePart, d time.Duration) *compositeOutcome {
+func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, v compositeVariant, global compositePart, d time.Duration) *compositeOutcome {
 	ctx := context.Background()
 	cc := cl.Client()
 	addrs := cl.Addrs()
@@ -355,7 +353,7 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 		Addrs: addrs, Prefix: prefix, Global: "global",
 		ChatLimit: v.chat, GlobalLim: global, Goroutines: loadGoroutines,
 	}
-	globalSlot := redisstore.Slot(prefix + cfg.Global)
+	globalSlot := redisrun.Slot(prefix + cfg.Global)
 	for i := 0; len(cfg.Chats) < compositeChats; i++ {
 		if i > 100_000 {
 			t.Fatalf("no chat keys found for prefix %q", prefix)
@@ -363,15 +361,15 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 		chat := "chat:" + strconv.Itoa(i)
 		full := prefix + chat
 		if v.tag {
-			if redisstore.Slot(full) != globalSlot {
-				t.Fatalf("%s: slot %d, not the global's %d: the hash tag does not hold", full, redisstore.Slot(full), globalSlot)
+			if redisrun.Slot(full) != globalSlot {
+				t.Fatalf("%s: slot %d, not the global's %d: the hash tag does not hold", full, redisrun.Slot(full), globalSlot)
 			}
 			cfg.Chats = append(cfg.Chats, chat)
 			continue
 		}
 		// Another slot than the global's, and the chats dealt round-robin
 		// over the masters.
-		if redisstore.Slot(full) == globalSlot || nodeOf(full) != len(cfg.Chats)%len(addrs) {
+		if redisrun.Slot(full) == globalSlot || nodeOf(full) != len(cfg.Chats)%len(addrs) {
 			continue
 		}
 		cfg.Chats = append(cfg.Chats, chat)
@@ -383,7 +381,7 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 	for i, k := range keys {
 		fullKeys[i] = prefix + k
 		keyNode[i] = nodeOf(fullKeys[i])
-		layout[i] = fmt.Sprintf("%s→slot %d/node %d", k, redisstore.Slot(fullKeys[i]), keyNode[i])
+		layout[i] = fmt.Sprintf("%s→slot %d/node %d", k, redisrun.Slot(fullKeys[i]), keyNode[i])
 	}
 	env, err := json.Marshal(cfg)
 	if err != nil {
@@ -399,7 +397,7 @@ func runCompositeLoad(t *testing.T, cl *redistest.ClusterServer, exe string, v c
 	if err != nil {
 		t.Fatal(err)
 	}
-	children := startLoadChildren(t, exe, "TestCompositeLoadChild", compositeChildEnv, env, d)
+	children := startLoadChildren(t, "TestCompositeLoadChild", compositeChildEnv, env, d)
 
 	// Sample the window keys while the children run, each from its node.
 	sampled := make([]chan loadSamples, len(nodes)) // nil: nothing sampled there
@@ -725,30 +723,17 @@ func compositeScriptRuns(ctx context.Context, nodes []*redis.Client) (int64, err
 
 // compositeRunChildren gives the ready children a stop time d from now,
 // waits for them and returns their reports (only if every child reported).
-func compositeRunChildren(t *testing.T, children []*loadChild, d time.Duration, chats, nodes int) []*compositeReport {
+func compositeRunChildren(t *testing.T, children []*childproc.Child, d time.Duration, chats, nodes int) []*compositeReport {
 	stop := time.Now().Add(d)
-	for i, c := range children {
-		if _, err := fmt.Fprintf(c.stdin, "go %d\n", stop.UnixNano()); err != nil {
-			t.Errorf("child %d: writing the start line: %v", i, err)
-		}
-		_ = c.stdin.Close()
-	}
+	startAt(t, children, stop)
 	var reports []*compositeReport
 	for i, c := range children {
-		select {
-		case <-c.done:
-		case <-time.After(time.Until(stop) + 5*time.Minute):
-			t.Fatalf("child %d still running 5 minutes after the stop:\n%s", i, c.out())
-		}
-		werr := c.cmd.Wait()
-		out := c.out()
+		out, res, werr := childResult(t, i, c, stop, compositeResultMark)
 		var r *compositeReport
 		var perr error
-		for line := range strings.SplitSeq(out, "\n") {
-			if j := strings.Index(line, compositeResultMark); j >= 0 {
-				r = new(compositeReport)
-				perr = json.Unmarshal([]byte(line[j+len(compositeResultMark):]), r)
-			}
+		if res != "" {
+			r = new(compositeReport)
+			perr = json.Unmarshal([]byte(res), r)
 		}
 		switch {
 		case werr != nil || r == nil || perr != nil:

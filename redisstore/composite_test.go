@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/redisstore"
@@ -46,7 +47,7 @@ func TestCompositeCluster(t *testing.T) {
 	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
 	take, storePrefix := takeAllAtPrefix(t, c)
 	prefix := ""
-	for i := 0; redisstore.Slot(storePrefix+prefix+"user:1") == redisstore.Slot(storePrefix+prefix+"global"); i++ {
+	for i := 0; redisrun.Slot(storePrefix+prefix+"user:1") == redisrun.Slot(storePrefix+prefix+"global"); i++ {
 		prefix = fmt.Sprintf("p%d:", i) // keep the two keys in different slots
 	}
 	storetest.OneUserBurst(t, take, prefix)

@@ -52,15 +52,12 @@ package redisstore_test
 // that the parent can read the final state; expiry never changes decisions.
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +68,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/childproc"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/redisstore"
@@ -199,10 +197,6 @@ func TestConcurrency(t *testing.T) {
 	if testing.Short() {
 		d = 2 * time.Second
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := redistest.Standalone(t)
 	for _, c := range []loadCase{
 		{alg: "token-bucket", rate: 50, period: 1_000_000, burst: 20},
@@ -210,57 +204,8 @@ func TestConcurrency(t *testing.T) {
 		{alg: "fixed-window", rate: 100, period: 1_000_000},
 		{alg: "sliding-log", rate: 100, period: 1_000_000},
 	} {
-		t.Run(c.alg, func(t *testing.T) { runLoad(t, srv, exe, c, d) })
+		t.Run(c.alg, func(t *testing.T) { runLoad(t, srv, c, d) })
 	}
-}
-
-// loadChild is one running child process.
-type loadChild struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	ready  chan struct{} // closed when the child printed its ready line
-	done   chan struct{} // closed when its stdout is drained
-	mu     sync.Mutex
-	output strings.Builder // everything but the marker lines, and stderr
-	report *loadReport
-	perr   error // a bad result line
-}
-
-func (c *loadChild) scan(stdout io.Reader) {
-	defer close(c.done)
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	readyClosed := false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == loadReadyLine && !readyClosed:
-			readyClosed = true
-			close(c.ready)
-		case strings.HasPrefix(line, loadResultMark):
-			var r loadReport
-			err := json.Unmarshal([]byte(strings.TrimPrefix(line, loadResultMark)), &r)
-			c.mu.Lock()
-			c.report, c.perr = &r, err
-			c.mu.Unlock()
-		default:
-			c.mu.Lock()
-			c.output.WriteString(line + "\n")
-			c.mu.Unlock()
-		}
-	}
-}
-
-func (c *loadChild) Write(p []byte) (int, error) { // stderr
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.output.Write(p)
-}
-
-func (c *loadChild) out() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.output.String()
 }
 
 // loadSamples is what the parent read from the keys during a run: one row
@@ -331,7 +276,7 @@ func loadParseState(raw string) ([]int64, error) {
 	return out, nil
 }
 
-func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d time.Duration) {
+func runLoad(t *testing.T, srv *redistest.Server, lc loadCase, d time.Duration) {
 	ctx := context.Background()
 	client := srv.Client()
 	sampler := srv.NewClient(t, nil)
@@ -356,7 +301,7 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 
 	t0 := loadServerTime(t, client)
 
-	children := startLoadChildren(t, exe, "TestLoadChild", loadChildEnv, env, d)
+	children := startLoadChildren(t, "TestLoadChild", loadChildEnv, env, d)
 
 	// Sample the keys while the children run.
 	stopSampling := make(chan struct{})
@@ -366,26 +311,15 @@ func runLoad(t *testing.T, srv *redistest.Server, exe string, lc loadCase, d tim
 	go func() { sampled <- loadSampleKeys(ctx, sampler, redisKeys, stopSampling) }()
 
 	stop := time.Now().Add(d)
-	for i, c := range children {
-		if _, err := fmt.Fprintf(c.stdin, "go %d\n", stop.UnixNano()); err != nil {
-			t.Errorf("child %d: writing the start line: %v", i, err)
-		}
-		_ = c.stdin.Close()
-	}
+	startAt(t, children, stop)
 	var reports []*loadReport
 	for i, c := range children {
-		select {
-		case <-c.done:
-		case <-time.After(time.Until(stop) + 5*time.Minute):
-			t.Fatalf("child %d still running 5 minutes after the stop:\n%s", i, c.out())
-		}
-		werr := c.cmd.Wait()
-		c.mu.Lock()
-		r, perr := c.report, c.perr
-		c.mu.Unlock()
+		out, res, werr := childResult(t, i, c, stop, loadResultMark)
+		r := new(loadReport)
+		perr := json.Unmarshal([]byte(res), r)
 		switch {
-		case werr != nil || r == nil || perr != nil:
-			t.Errorf("child %d: exit %v, result %v:\n%s", i, werr, perr, c.out())
+		case werr != nil || res == "" || perr != nil:
+			t.Errorf("child %d: exit %v, result %v:\n%s", i, werr, perr, out)
 		case len(r.Allowed) != loadKeys || len(r.Denied) != loadKeys:
 			t.Errorf("child %d: result for %d keys, want %d", i, len(r.Allowed), loadKeys)
 		default:
@@ -667,60 +601,51 @@ func loadCeilDiv(a, b int64) int64 { return -loadFloorDiv(-a, b) }
 // startLoadChildren spawns loadProcs copies of the test binary running the
 // test named run, with env in the environment variable envName, and waits
 // until each is ready. Children still running when the test ends are killed.
-func startLoadChildren(t *testing.T, exe, run, envName string, env []byte, d time.Duration) []*loadChild {
-	children := make([]*loadChild, loadProcs)
-	t.Cleanup(func() {
-		for _, c := range children {
-			if c == nil {
-				continue
-			}
-			select {
-			case <-c.done:
-			default:
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
-			_ = c.cmd.Wait()
-		}
-	})
+func startLoadChildren(t *testing.T, run, envName string, env []byte, d time.Duration) []*childproc.Child {
+	children := make([]*childproc.Child, loadProcs)
 	for i := range children {
-		cmd := exec.Command(exe, "-test.run=^"+run+"$", "-test.count=1",
-			"-test.timeout="+(d+5*time.Minute).String())
-		cmd.Env = append(os.Environ(), envName+"="+string(env))
-		c := &loadChild{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
-		cmd.Stderr = c
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.stdin, err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children[i] = c
-		go c.scan(stdout)
+		children[i] = childproc.Start(t, run, []string{envName + "=" + string(env)}, d+5*time.Minute, nil)
 	}
-	readyBy := time.NewTimer(loadReadyWithin)
-	defer readyBy.Stop()
-	for i, c := range children {
-		select {
-		case <-c.ready:
-		case <-c.done:
-			t.Fatalf("child %d exited before it was ready: %v\n%s", i, c.cmd.Wait(), c.out())
-		case <-readyBy.C:
-			t.Fatalf("child %d not ready within %v:\n%s", i, loadReadyWithin, c.out())
-		}
+	for _, c := range children {
+		c.WaitReady(t, loadReadyWithin)
 	}
 	return children
+}
+
+// startAt sends the ready children their stop time and closes their input.
+func startAt(t *testing.T, children []*childproc.Child, stop time.Time) {
+	for i, c := range children {
+		if err := c.Send(fmt.Sprintf("go %d", stop.UnixNano())); err != nil {
+			t.Errorf("child %d: writing the start line: %v", i, err)
+		}
+		c.CloseInput()
+	}
+}
+
+// childResult waits for a child until 5 minutes past stop and returns its
+// exit error and what it printed, where the line after mark holds its
+// result.
+func childResult(t *testing.T, i int, c *childproc.Child, stop time.Time, mark string) (out, result string, werr error) {
+	select {
+	case <-c.Done():
+	case <-time.After(time.Until(stop) + 5*time.Minute):
+		t.Fatalf("child %d still running 5 minutes after the stop:\n%s", i, c.Output())
+	}
+	werr = c.Wait()
+	out = c.Output()
+	for line := range strings.SplitSeq(out, "\n") {
+		if j := strings.Index(line, mark); j >= 0 {
+			result = line[j+len(mark):]
+		}
+	}
+	return out, result, werr
 }
 
 // awaitStart tells the parent this child is ready and returns the stop time
 // the parent answers with.
 func awaitStart(t *testing.T) time.Time {
-	fmt.Println(loadReadyLine)
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	childproc.Ready()
+	line, err := childproc.ReadLine()
 	if err != nil {
 		t.Fatalf("waiting for the start line: %v", err)
 	}

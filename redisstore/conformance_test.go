@@ -37,6 +37,11 @@ func limits() []algo.Params {
 			ps = append(ps, algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: burst})
 		}
 	}
+	// The windows that only count take limits whose rate·period is past
+	// 2^50: a hundred thousand a day, and 2^40 per 2^20 µs.
+	for _, k := range []algo.Kind{algo.FixedWindow, algo.AlignedWindow} {
+		ps = append(ps, algo.Params{Kind: k, Rate: 100_000, Period: 86_400_000_000}, algo.Params{Kind: k, Rate: 1 << 40, Period: 1 << 20})
+	}
 	return ps
 }
 

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storeapi"
 )
 
@@ -43,9 +41,6 @@ var (
 	ErrConfigUnreadable = errors.New("redisstore: cannot read Redis's maxmemory-policy")
 )
 
-// errBadReply: a script replied something else than its decisions.
-var errBadReply = errors.New("redisstore: unexpected script reply")
-
 // settle turns a decision, or the error that kept Redis from making it, into
 // the caller's answer: the failure policy applies to an outage
 // (sluice.ErrStoreUnavailable) only; local decides in process.
@@ -73,7 +68,7 @@ func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result,
 // wrapped in sluice.ErrStoreUnavailable, for the failure policy.
 func (s *Store) failed(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, errBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
+	case errors.Is(err, ErrClosed), errors.Is(err, redisrun.ErrBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
 		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: the caller's context ended: %w", ctx.Err())
@@ -88,39 +83,22 @@ func (s *Store) failed(ctx context.Context, err error) error {
 // outage (an error waiting will not cure), else nil. serverTime: the store
 // reads Redis's TIME.
 func permanent(err error, serverTime bool) error {
-	if errors.Is(err, redis.ErrClosed) {
+	switch redisrun.Classify(err) {
+	case redisrun.Outage:
+		return nil
+	case redisrun.ClientClosed:
 		return fmt.Errorf("redisstore: the go-redis client is closed: %w", err)
-	}
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return nil // the network, a timeout: an outage
-	}
-	msg := re.Error()
-	for _, p := range transientReplies {
-		if strings.HasPrefix(msg, p) {
-			return nil
-		}
-	}
-	switch {
-	case strings.HasPrefix(msg, "NOPERM"), strings.Contains(msg, "can't run this command"):
+	case redisrun.NoPermission:
 		if serverTime {
 			return fmt.Errorf("%w: %v (if TIME is refused, give the store the caller's time: WithCallerTime)", ErrNoPermission, err)
 		}
 		return fmt.Errorf("%w: %v", ErrNoPermission, err)
-	case strings.HasPrefix(msg, "WRONGTYPE"), strings.Contains(msg, "sluice: foreign data"):
+	case redisrun.ForeignKey:
 		return fmt.Errorf("%w: %v (delete the key, or give the store a prefix of its own: WithPrefix)", ErrForeignKey, err)
-	case strings.HasPrefix(msg, "OOM"):
+	case redisrun.OutOfMemory:
 		return fmt.Errorf("%w: %v", ErrOutOfMemory, err)
 	}
 	return fmt.Errorf("redisstore: Redis refused the call: %w", err)
-}
-
-// transientReplies are the error replies of a server that cannot serve now
-// but will (loading, failing over, a slot moving, a script running too
-// long, too many clients): outages, for the failure policy.
-var transientReplies = []string{
-	"LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "TRYAGAIN", "BUSY",
-	"MISCONF", "NOREPLICAS", "MOVED", "ASK", "NOSCRIPT", "ERR max number of clients",
 }
 
 func unavailable(err error) error {

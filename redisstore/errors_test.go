@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
@@ -33,7 +34,7 @@ import (
 func TestPoisonedKeyInBatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
-	cc := &countingClient{Client: redisstore.GoRedis(srv.Client())}
+	cc := &countingClient{Client: redisrun.GoRedis(srv.Client())}
 	st := newStore(t, cc, redisstore.WithPrefix("poison:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
 	if err := srv.Client().HSet(ctx, st.Key("k0"), "owner", "another program").Err(); err != nil {
@@ -189,20 +190,20 @@ func TestBadOptions(t *testing.T) {
 		"nil option":             {nil},
 		"two bad, both reported": {redisstore.WithTimeout(0), redisstore.WithTTLMargin(-time.Second)},
 	} {
-		st, err := redisstore.NewGoRedis(c, opts...)
+		st, err := redisstore.New(c, opts...)
 		if st != nil || !errors.Is(err, redisstore.ErrInvalidOption) {
 			t.Errorf("%s: %v, %v; want ErrInvalidOption", name, st, err)
 			continue
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	if _, err := redisstore.New(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
+	if _, err := redisstore.NewOver(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
 		t.Errorf("New(nil): %v", err)
 	}
-	if _, err := redisstore.NewGoRedis(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
+	if _, err := redisstore.New(nil); !errors.Is(err, redisstore.ErrInvalidOption) {
 		t.Errorf("NewGoRedis(nil): %v", err)
 	}
-	st, err := redisstore.NewGoRedis(c, redisstore.WithTimeout(time.Millisecond), redisstore.WithTTLMargin(0), redisstore.WithBatching(0))
+	st, err := redisstore.New(c, redisstore.WithTimeout(time.Millisecond), redisstore.WithTTLMargin(0), redisstore.WithBatching(0))
 	if err != nil {
 		t.Fatalf("good options refused: %v", err)
 	}
@@ -372,7 +373,7 @@ func TestCheckConfig(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	un := newStore(t, unrouted{redisstore.GoRedis(admin)})
+	un := newStore(t, unrouted{redisrun.GoRedis(admin)})
 	defer un.Close()
 	if err := un.CheckConfig(ctx); !errors.Is(err, redisstore.ErrConfigUnreadable) {
 		t.Errorf("a client that cannot send CONFIG: %v, want ErrConfigUnreadable", err)

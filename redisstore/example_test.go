@@ -13,10 +13,10 @@ import (
 
 // Every process of a service shares the budget kept in Redis; when Redis is
 // gone, each limits on its own until it is back.
-func ExampleNewGoRedis() {
+func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	store, err := redisstore.NewGoRedis(rdb,
+	store, err := redisstore.New(rdb,
 		redisstore.WithPrefix("myapp:rl:"),
 		redisstore.WithTimeout(50*time.Millisecond),
 		redisstore.WithFailurePolicy(redisstore.FailLocal))
@@ -44,7 +44,7 @@ func ExampleNewGoRedis() {
 func ExampleStore_TakeAll() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}})
 	defer rdb.Close()
-	store, err := redisstore.NewGoRedis(rdb)
+	store, err := redisstore.New(rdb)
 	if err != nil {
 		fmt.Println("bad options:", err)
 		return

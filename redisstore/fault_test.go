@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
@@ -54,19 +55,19 @@ func burstOnly(n int64) []algo.Params {
 // those that carried more than one call (a pipeline), and the calls that
 // carried several decisions (the batcher's multi-decision scripts).
 type countingClient struct {
-	redisstore.Client
+	redisrun.Client
 	runs, multi, merged atomic.Int64
 }
 
-// Group passes on the real client's routing (see redisstore.Router).
+// Group passes on the real client's routing (see redisrun.Router).
 func (c *countingClient) Group(key string) (uint64, bool) {
-	if r, ok := c.Client.(redisstore.Router); ok {
+	if r, ok := c.Client.(redisrun.Router); ok {
 		return r.Group(key)
 	}
 	return 0, false
 }
 
-func (c *countingClient) Run(ctx context.Context, calls []*redisstore.Call) {
+func (c *countingClient) Run(ctx context.Context, calls []*redisrun.Call) {
 	c.runs.Add(1)
 	if len(calls) > 1 {
 		c.multi.Add(1)
@@ -202,7 +203,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Standalone(t)
 			c := srv.Client()
-			cc := &countingClient{Client: redisstore.GoRedis(c)}
+			cc := &countingClient{Client: redisrun.GoRedis(c)}
 			opts := []redisstore.Option{redisstore.WithPrefix("flush:")}
 			if !batched {
 				opts = append(opts, redisstore.WithoutBatching())

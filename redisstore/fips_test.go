@@ -3,14 +3,13 @@ package redisstore_test
 import (
 	"context"
 	"crypto/fips140"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/childproc"
 	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/redisstore"
@@ -25,18 +24,15 @@ const fipsChildEnv = "SLUICE_FIPS_CHILD_ADDR"
 // computing the scripts' digests): the test binary runs itself again in
 // that mode.
 func TestFIPSOnly(t *testing.T) {
-	if addr := os.Getenv(fipsChildEnv); addr != "" {
+	if addr, ok := childproc.Config(fipsChildEnv); ok {
 		fipsChild(t, addr)
 		return
 	}
 	srv := redistest.Standalone(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFIPSOnly$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GODEBUG=fips140=only", fipsChildEnv+"="+srv.Addr())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "fips child: decided") {
+	out, err := childproc.Run(t, "TestFIPSOnly", "GODEBUG=fips140=only", fipsChildEnv+"="+srv.Addr())
+	if err != nil || !strings.Contains(out, "fips child: decided") {
 		t.Fatalf("the test binary under GODEBUG=fips140=only: %v\n%s", err, out)
 	}
-	t.Logf("child:\n%s", out)
 }
 
 func fipsChild(t *testing.T, addr string) {

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
@@ -14,23 +16,32 @@ import (
 // made and written.
 func TestGuardForeignData(t *testing.T) {
 	srv := redistest.Standalone(t)
-	// A token-bucket stand-in: raises on the key "bad", else grants and
-	// stores a state.
+	// A token-bucket stand-in: raises on a key that holds a state (only
+	// "bad" does, set below), else grants and stores a state.
 	step := `
-steps[1] = function(key, rate, period, burst, cost)
-  if key == 'bad' then
-    error('sluice: foreign data: ' .. key .. ' is not a sluice state')
+steps[1] = function(rate, period, burst, cost, _, k)
+  if k then
+    error('sluice: foreign data: a state the stand-in will not read')
   end
   return decision(true, 7, 0, 0, 0), {1, 1, 1, 0, rate, period}, now + 1000000
 end
 `
-	multi := NewScript(mustRead("prelude.lua") + mustRead("guard.lua") + step + mustRead("multi.lua"))
-	single := NewScript(mustRead("prelude.lua") + mustRead("guard.lua") + step + mustRead("single.lua"))
-	c := GoRedis(srv.Client())
+	multi := redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("guard.lua") + step + mustRead("multi.lua"))
+	single := redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("guard.lua") + step + mustRead("single.lua"))
+	c := redisrun.GoRedis(srv.Client())
 	ctx := context.Background()
+	// A token-bucket state as the store packs it (see load in prelude.lua):
+	// kind 1, then a, b, c, rate 1, period 1000, little-endian.
+	state := make([]byte, 41)
+	state[0] = 1
+	binary.LittleEndian.PutUint64(state[25:], 1)
+	binary.LittleEndian.PutUint64(state[33:], 1000)
+	if err := srv.Client().Set(ctx, "bad", state, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 
-	m := &Call{Script: multi, Keys: []string{"a", "bad", "b"}, Args: []any{int64(1000), int64(1), int64(1), int64(0), int64(1), int64(1), int64(1000), int64(5), int64(-1)}}
-	c.Run(ctx, []*Call{m})
+	m := &redisrun.Call{Script: multi, Keys: []string{"a", "bad", "b"}, Args: []any{int64(1000), int64(1), int64(1), int64(0), int64(1), int64(1), int64(1000), int64(5), int64(-1)}}
+	c.Run(ctx, []*redisrun.Call{m})
 	if m.Err != nil || len(m.Reply) != 15 {
 		t.Fatalf("multi: %v, %v", m.Reply, m.Err)
 	}
@@ -51,8 +62,8 @@ end
 			t.Errorf("%s was not written", key)
 		}
 	}
-	s := &Call{Script: single, Keys: []string{"bad"}, Args: []any{int64(1), int64(1), int64(1000), int64(5), int64(1), int64(-1), int64(-1), int64(1000)}}
-	c.Run(ctx, []*Call{s})
+	s := &redisrun.Call{Script: single, Keys: []string{"bad"}, Args: []any{int64(1), int64(1), int64(1000), int64(5), int64(1), int64(-1), int64(-1), int64(1000)}}
+	c.Run(ctx, []*redisrun.Call{s})
 	if s.Err != nil || len(s.Reply) != 5 {
 		t.Fatalf("single: %v, %v", s.Reply, s.Err)
 	}

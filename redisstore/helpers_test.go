@@ -7,24 +7,25 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// newGoRedis is redisstore.NewGoRedis for tests: an error fails t.
+// newGoRedis is redisstore.New for tests: an error fails t.
 func newGoRedis(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	st, err := redisstore.NewGoRedis(c, opts...)
+	st, err := redisstore.New(c, opts...)
 	if err != nil {
-		t.Fatalf("NewGoRedis: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return st
 }
 
-// newStore is redisstore.New for tests: an error fails t.
-func newStore(t testing.TB, c redisstore.Client, opts ...redisstore.Option) *redisstore.Store {
+// newStore is redisstore.NewOver for tests: an error fails t.
+func newStore(t testing.TB, c redisrun.Client, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	st, err := redisstore.New(c, opts...)
+	st, err := redisstore.NewOver(c, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
@@ -22,7 +23,7 @@ import (
 // in a row, and batches all at the caller's time, all at the server's, or
 // mixed.
 func TestMultiMatchesSingle(t *testing.T) {
-	client := GoRedis(redistest.Shared(t).Client())
+	client := redisrun.GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(7, testenv.Seed(t)))
 	var ps []algo.Params
@@ -48,8 +49,8 @@ func TestMultiMatchesSingle(t *testing.T) {
 		}
 		mode := b % 4 // 0, 1: caller's time; 2: server's; 3: mixed
 		n := 2 + r.IntN(40)
-		var singles []*Call
-		merged := map[algo.Kind][]*pending{} // the batcher merges per algorithm
+		var singles []*redisrun.Call
+		merged := map[algo.Kind][]*redisrun.Single{} // the batcher merges per algorithm
 		var order []algo.Kind
 		for i := 0; i < n; i++ {
 			p := lim[r.IntN(nl)]
@@ -68,28 +69,27 @@ func TestMultiMatchesSingle(t *testing.T) {
 			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
 				maxDelay = r.Int64N(2 * p.Period)
 			}
-			one := single{
-				key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
-				lim:    limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelay},
-				cost:   cost,
-				now:    at,
-				margin: 1_000_000,
+			one := redisrun.Single{
+				Key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
+				Lim:    redisrun.Limit{Kind: int64(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst, MaxDelay: maxDelay},
+				Cost:   cost,
+				Now:    at,
+				Margin: 1_000_000,
 			}
-			singles = append(singles, singleCall(&one))
-			one.key = fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)
-			merged[p.Kind] = append(merged[p.Kind], &pending{one: one})
+			singles = append(singles, scripts.SingleCall(&one))
+			merged[p.Kind] = append(merged[p.Kind], &redisrun.Single{Key: fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind), Lim: one.Lim, Cost: one.Cost, Now: one.Now, Margin: one.Margin})
 			order = append(order, p.Kind)
 		}
 		for _, c := range singles {
-			client.Run(ctx, []*Call{c})
+			client.Run(ctx, []*redisrun.Call{c})
 			if c.Err != nil {
 				t.Fatalf("single: %v", c.Err)
 			}
 		}
 		replies := map[algo.Kind][]int64{}
 		for k, ps := range merged {
-			m := merge(ps)
-			client.Run(ctx, []*Call{m})
+			m := scripts.Merge(ps)
+			client.Run(ctx, []*redisrun.Call{m})
 			if m.Err != nil {
 				t.Fatalf("multi: %v", m.Err)
 			}
@@ -119,18 +119,17 @@ func TestMultiMatchesSingle(t *testing.T) {
 	// Batches as under load: one limit, one cost, the server's time, so each
 	// decision sends only its key. A bucket refilling once an hour decides
 	// the same (allowed, remaining) at either run's time.
-	hourly := limit{int64(algo.TokenBucket), 1, 3_600_000_000, 5, -1}
+	hourly := redisrun.Limit{Kind: int64(algo.TokenBucket), Rate: 1, Period: 3_600_000_000, Burst: 5, MaxDelay: -1}
 	for b := 0; b < 20; b++ {
-		var singles []*Call
-		var ps []*pending
+		var singles []*redisrun.Call
+		var ps []*redisrun.Single
 		for i := 0; i < 30; i++ {
 			k := r.IntN(6)
-			one := single{key: fmt.Sprintf("multi:%d:us:%d", run, k), lim: hourly, cost: 1, now: -1, margin: 1_000_000}
-			singles = append(singles, singleCall(&one))
-			one.key = fmt.Sprintf("multi:%d:um:%d", run, k)
-			ps = append(ps, &pending{one: one})
+			one := redisrun.Single{Key: fmt.Sprintf("multi:%d:us:%d", run, k), Lim: hourly, Cost: 1, Now: -1, Margin: 1_000_000}
+			singles = append(singles, scripts.SingleCall(&one))
+			ps = append(ps, &redisrun.Single{Key: fmt.Sprintf("multi:%d:um:%d", run, k), Lim: hourly, Cost: 1, Now: -1, Margin: 1_000_000})
 		}
-		m := merge(ps)
+		m := scripts.Merge(ps)
 		if len(m.Args) != 4+5 {
 			t.Fatalf("a uniform batch sends %d arguments, want the header and its limit, 9: %v", len(m.Args), m.Args)
 		}
@@ -143,7 +142,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 		for i, c := range singles {
 			got := m.Reply[5*i : 5*i+5]
 			if got[0] != c.Reply[0] || got[1] != c.Reply[1] {
-				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].one.key, got, c.Reply)
+				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].Key, got, c.Reply)
 			}
 		}
 	}
@@ -155,7 +154,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 // in one composite now and then), every algorithm, costs 0..capacity+1, at
 // the caller's time.
 func TestCompositesMergedMatchAlone(t *testing.T) {
-	client := GoRedis(redistest.Shared(t).Client())
+	client := redisrun.GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(11, seed))
@@ -170,13 +169,13 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 	compared := 0
 	for b := 0; b < 200; b++ {
 		n := 1 + r.IntN(12)
-		var alone []*Call
-		var pend []*pending
+		var alone []*redisrun.Call
+		var pend []*redisrun.Call
 		for i := 0; i < n; i++ {
 			now += r.Int64N(300_000)
 			parts := 1 + r.IntN(3)
-			build := func() *Call {
-				return &Call{Script: composite, Args: []any{int64(1_000_000), int64(1), now, int64(parts)}}
+			build := func() *redisrun.Call {
+				return &redisrun.Call{Script: scripts.Composite, Args: []any{int64(1_000_000), int64(1), now, int64(parts)}}
 			}
 			a, m := build(), build()
 			for j := 0; j < parts; j++ {
@@ -190,19 +189,19 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 				m.Args = append(m.Args, args...)
 			}
 			alone = append(alone, a)
-			pend = append(pend, &pending{call: m})
+			pend = append(pend, m)
 		}
 		for _, c := range alone {
-			client.Run(ctx, []*Call{c})
+			client.Run(ctx, []*redisrun.Call{c})
 			if c.Err != nil {
 				t.Fatalf("composite alone: %v", c.Err)
 			}
 		}
-		merged := mergeComposites(pend)
-		client.Run(ctx, []*Call{merged})
-		splitComposites(merged, pend)
+		merged := scripts.MergeComposites(pend)
+		client.Run(ctx, []*redisrun.Call{merged})
+		redisrun.SplitComposites(merged, pend)
 		for i, c := range alone {
-			got := pend[i].call
+			got := pend[i]
 			if got.Err != nil {
 				t.Fatalf("batch %d, composite %d: %v", b, i, got.Err)
 			}

@@ -1,7 +1,7 @@
 package redisstore_test
 
 // Routing tests: the store names several keys in one script only where the
-// client puts them together (redisstore.Router), on a real go-redis Ring of
+// client puts them together (redisrun.Router), on a real go-redis Ring of
 // two redis-servers and a real three-master cluster, through every
 // constructor.
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/redisstore"
@@ -41,9 +42,9 @@ func newRing(t *testing.T) (*redis.Ring, []*redis.Client) {
 var patient = redisstore.WithTimeout(30 * time.Second)
 
 // unrouted is a Client that says nothing about where keys live.
-type unrouted struct{ c redisstore.Client }
+type unrouted struct{ c redisrun.Client }
 
-func (u unrouted) Run(ctx context.Context, calls []*redisstore.Call) { u.c.Run(ctx, calls) }
+func (u unrouted) Run(ctx context.Context, calls []*redisrun.Call) { u.c.Run(ctx, calls) }
 
 // routeHammer runs goroutines each making perG decisions of one unit, key
 // (g + i) mod keys, under a limit of burst units per hour (nothing refills
@@ -133,11 +134,11 @@ func TestRingSingles(t *testing.T) {
 	ring, shards := newRing(t)
 	for name, mk := range map[string]func() *redisstore.Store{
 		"New(GoRedis(ring))": func() *redisstore.Store {
-			return newStore(t, redisstore.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
+			return newStore(t, redisrun.GoRedis(ring), redisstore.WithPrefix("new:"), patient)
 		},
 		"NewGoRedis(ring)": func() *redisstore.Store { return newGoRedis(t, ring, redisstore.WithPrefix("ngr:"), patient) },
 		"unrouted": func() *redisstore.Store {
-			return newStore(t, unrouted{redisstore.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
+			return newStore(t, unrouted{redisrun.GoRedis(ring)}, redisstore.WithPrefix("unr:"), patient)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -218,9 +219,9 @@ func compositeHammer(t *testing.T, st *redisstore.Store, users, perG int, global
 func TestRingComposite(t *testing.T) {
 	ring, _ := newRing(t)
 	const users, global = 10, 30
-	for name, c := range map[string]redisstore.Client{
-		"GoRedis":  redisstore.GoRedis(ring),
-		"unrouted": unrouted{redisstore.GoRedis(ring)},
+	for name, c := range map[string]redisrun.Client{
+		"GoRedis":  redisrun.GoRedis(ring),
+		"unrouted": unrouted{redisrun.GoRedis(ring)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := newStore(t, c, redisstore.WithPrefix(name+":serial:"), patient)
@@ -254,13 +255,13 @@ func TestClusterRouting(t *testing.T) {
 	}
 	for name, mk := range map[string]func(opts ...redisstore.Option) *redisstore.Store{
 		"New(GoRedis(cluster))": func(opts ...redisstore.Option) *redisstore.Store {
-			return newStore(t, redisstore.GoRedis(cl.Client()), opts...)
+			return newStore(t, redisrun.GoRedis(cl.Client()), opts...)
 		},
 		"NewGoRedis(cluster)": func(opts ...redisstore.Option) *redisstore.Store {
 			return newGoRedis(t, cl.Client(), opts...)
 		},
 		"New(BySlot(GoRedis(cluster)))": func(opts ...redisstore.Option) *redisstore.Store {
-			return newStore(t, redisstore.BySlot(unrouted{redisstore.GoRedis(cl.Client())}), opts...)
+			return newStore(t, redisrun.BySlot(unrouted{redisrun.GoRedis(cl.Client())}), opts...)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

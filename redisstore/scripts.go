@@ -6,21 +6,18 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
 )
 
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// scripts holds each algorithm's script by algo.Kind: the prelude, the guard,
-// the algorithm's step and the single-decision main; multis the same with the
-// multi-decision main. composite holds every step and the composite main.
-var (
-	scripts      [algo.AlignedWindow + 1]*Script
-	multis       [algo.AlignedWindow + 1]*Script
-	composite    *Script
-	refundScript *Script
-	resetScript  *Script
-)
+// scripts are the store's scripts, assembled from scripts/*.lua: for each
+// algorithm (by algo.Kind) the helpers and prelude, the guard, the
+// algorithm's step and the single-decision main (Single) or the
+// multi-decision main (Multi); every step and the composite main
+// (Composite); refund and reset.
+var scripts = assemble()
 
 var stepFiles = [...]string{
 	algo.TokenBucket:   "token_bucket.lua",
@@ -32,12 +29,20 @@ var stepFiles = [...]string{
 	algo.SlidingLog:    "sliding_log.lua",
 }
 
-func init() {
+// prelude is what every decision script starts with: the shared helpers,
+// the prelude (load, store, decision) and the reading of other limits'
+// states (convert.lua).
+func prelude() string {
+	return redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("convert.lua")
+}
+
+func assemble() *redisrun.Scripts {
 	// Each script defines only the helpers its steps use: Lua recreates
 	// every local function on every call. Every step reads the states other
 	// limits wrote (convert.lua). Digests are computed on first use
 	// (Script.SHA), not here.
-	prelude, timestamp, guard := mustRead("prelude.lua")+mustRead("convert.lua"), mustRead("timestamp.lua"), mustRead("guard.lua")
+	s := new(redisrun.Scripts)
+	prelude, timestamp, guard := prelude(), mustRead("timestamp.lua"), mustRead("guard.lua")
 	stepOf := func(k algo.Kind) string {
 		if k == algo.GCRA || k == algo.LeakyBucket {
 			return timestamp + mustRead(stepFiles[k])
@@ -46,13 +51,14 @@ func init() {
 	}
 	all := prelude + guard + timestamp
 	for _, k := range algo.Kinds() {
-		scripts[k] = NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
-		multis[k] = NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
+		s.Single[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
+		s.Multi[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
 		all += mustRead(stepFiles[k])
 	}
-	composite = NewScript(all + mustRead("composite.lua"))
-	refundScript = NewScript(prelude + mustRead("refund.lua"))
-	resetScript = NewScript(mustRead("reset.lua"))
+	s.Composite = redisrun.NewScript(all + mustRead("composite.lua"))
+	s.Refund = redisrun.NewScript(prelude + mustRead("refund.lua"))
+	s.Reset = redisrun.NewScript(mustRead("reset.lua"))
+	return s
 }
 
 func mustRead(name string) string {
@@ -61,16 +67,6 @@ func mustRead(name string) string {
 		panic(err)
 	}
 	return string(b)
-}
-
-// ScriptFor returns the script that decides for algorithm k.
-func ScriptFor(k algo.Kind) *Script { return scripts[k] }
-
-func maxDelayArg(us int64) int64 {
-	if us == algo.Never {
-		return -1
-	}
-	return us
 }
 
 // The codes of a decision the script could not make (guard.lua).

@@ -3,6 +3,13 @@
 // both. A refused send is not an error: the job is put back with a delay of
 // RetryAfter, and the worker moves on.
 //
+// It decides with Limiter.TakeAll rather than waiting in an
+// httplimit.Transport: a worker that waited for one busy chat would hold up
+// every other chat, while a refusal put back costs nothing. The HTTP client
+// that talks to the Bot API can still send through an httplimit.Transport
+// with no policies, so that a 429 with Retry-After from Telegram holds every
+// worker sharing the store (see examples/partnerapi).
+//
 //	go run ./examples/telegram
 package main
 

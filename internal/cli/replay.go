@@ -68,7 +68,7 @@ func openStore(spec, prefix string) (decider, error) {
 	}
 	// The trace's time drives every decision; the long margin keeps a key
 	// alive in real time however slowly the replay runs.
-	rs, err := redisstore.NewGoRedis(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
+	rs, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
 	if err != nil {
 		_ = c.Close()
 		return nil, err

@@ -14,11 +14,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice/internal/childproc"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
 func TestHelperOrphan(t *testing.T) {
-	if os.Getenv(helperEnv) != "1" {
+	if _, ok := childproc.Config(helperEnv); !ok {
 		t.Skip("helper for TestNoOrphans")
 	}
 	s := redistest.Standalone(t)

@@ -1,18 +1,16 @@
 package redistest_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice/internal/childproc"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
@@ -159,21 +157,11 @@ const helperEnv = "REDISTEST_HELPER"
 // and env added to the environment.
 func runHelper(t *testing.T, name string, env ...string) (string, error) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=1"}, env...)...)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err = cmd.Run()
-	return out.String(), err
+	return childproc.Run(t, name, append([]string{helperEnv + "=1"}, env...)...)
 }
 
 func TestHelperRequire(t *testing.T) {
-	if os.Getenv(helperEnv) != "1" {
+	if _, ok := childproc.Config(helperEnv); !ok {
 		t.Skip("helper for TestRequire")
 	}
 	redistest.Standalone(t)

@@ -1,6 +1,7 @@
--- prelude.lua: what every queue script shares. Each script is this prelude
--- and one main (push.lua, pop.lua, ack.lua, len.lua), so each operation is
--- one EVALSHA, atomic on the server.
+-- prelude.lua: what every queue script shares. Each script is the helpers
+-- every sluice script starts with (internal/redisrun/lua/helpers.lua: clock,
+-- fdiv, cdiv), this prelude and one main (push.lua, pop.lua, ack.lua,
+-- len.lua), so each operation is one EVALSHA, atomic on the server.
 --
 -- KEYS, the same for every script and all in one {hash tag}, so one cluster
 -- slot:
@@ -8,8 +9,8 @@
 --   KEYS[2] inflight  ZSET  job id -> visibility deadline (µs)
 --   KEYS[3] data      HASH  job id -> payload
 --   KEYS[4] meta      HASH  job id -> deliveries so far
---   KEYS[5] state     HASH  u, r, scale, last, seq: the schedule and the
---                     last id's sequence number
+--   KEYS[5] state     the schedule and the last id's sequence number, packed
+--                     as the store packs a key's state (see load)
 -- ARGV[1..5] (push and pop): rate, period (µs), burst, now (µs; -1 for the
 -- server's TIME), the state's TTL margin (µs).
 --
@@ -17,40 +18,13 @@
 -- Redis deletes each one when it empties. The state key expires once it is
 -- equivalent to fresh (D and last + T both past), plus the margin, so an
 -- empty queue leaves nothing behind.
---
--- Lua numbers are doubles: every quantity stays below 2^53 (algo's
--- Params.Validate bounds them), where doubles hold integers exactly.
--- Division is the one operation that rounds, so it goes through fdiv.
 
 local rate, period, burst, now, margin
-
-local function clock(t)
-  if t < 0 then
-    local s = redis.call('TIME')
-    t = tonumber(s[1]) * 1000000 + tonumber(s[2])
-  end
-  return t
-end
 
 local function setup()
   rate, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
   now = clock(tonumber(ARGV[4]))
   margin = tonumber(ARGV[5])
-end
-
--- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function cdiv(a, b)
-  return fdiv(a + b - 1, b)
 end
 
 -- ⌈a/b⌉ for any a, 0 < b (ceilDivSigned).
@@ -67,13 +41,20 @@ local function int(x)
 end
 
 -- The schedule (schedule.go): D = u + r/scale µs, the next free slot; last,
--- the latest release (-1: none); seq, the last id's sequence number.
+-- the latest release (-1: none); seq, the last id's sequence number. It is
+-- stored packed, five little-endian 8-byte integers (u, r, scale, last,
+-- seq), as the store packs its states: one C call each way. A value of
+-- another length is not the queue's: an error, never read as fresh.
 local function load()
-  local v = redis.call('HMGET', KEYS[5], 'u', 'r', 'scale', 'last', 'seq')
-  return {
-    u = tonumber(v[1]) or 0, r = tonumber(v[2]) or 0, scale = tonumber(v[3]) or 0,
-    last = tonumber(v[4]) or -1, seq = tonumber(v[5]) or 0,
-  }
+  local raw = call('GET', KEYS[5])
+  if not raw then
+    return {u = 0, r = 0, scale = 0, last = -1, seq = 0}
+  end
+  if #raw ~= 40 then
+    error('sluice: foreign data at key ' .. KEYS[5] .. ': it holds a value sluice did not write')
+  end
+  local u, r, scale, last, seq = unpack('<i8i8i8i8i8', raw)
+  return {u = u, r = r, scale = scale, last = last, seq = seq}
 end
 
 local function settle(s)
@@ -107,7 +88,7 @@ end
 
 local function earliest(s, slot)
   if s.last >= 0 then
-    slot = math.max(slot, s.last + cdiv(period, rate))
+    slot = max(slot, s.last + cdiv(period, rate))
   end
   return slot
 end
@@ -115,14 +96,13 @@ end
 -- Stores the schedule with a TTL ending when it is equivalent to fresh,
 -- plus the margin.
 local function save(s)
-  redis.call('HSET', KEYS[5], 'u', int(s.u), 'r', int(s.r), 'scale', int(s.scale),
-    'last', int(s.last), 'seq', int(s.seq))
   local fresh = s.u
   if s.r > 0 then
     fresh = fresh + 1
   end
   if s.last >= 0 then
-    fresh = math.max(fresh, s.last + cdiv(period, rate))
+    fresh = max(fresh, s.last + cdiv(period, rate))
   end
-  redis.call('PEXPIRE', KEYS[5], cdiv(math.max(fresh - now, 0) + margin, 1000))
+  call('SET', KEYS[5], pack('<i8i8i8i8i8', s.u, s.r, s.scale, s.last, s.seq),
+    'PX', cdiv(max(fresh - now, 0) + margin, 1000))
 end

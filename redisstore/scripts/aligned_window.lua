@@ -1,10 +1,9 @@
 -- aligned-window: the mirror of algo/aligned_window.go. Fields: the index of
 -- the window counted in (windows of period µs since the epoch) and its count;
 -- then the rate and period.
-steps[7] = function(key, rate, period, burst, cost)
+steps[7] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)
   local t, w = now, period
   local c = 0
-  local k, a, b, fc, r, p, raw = load(key)
   if k == 7 and p == w then
     t = max(t, a * w)
     if fdiv(t, w) == a then

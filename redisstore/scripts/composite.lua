@@ -18,20 +18,24 @@
 -- whether all grant. When one refuses, a part that granted is looked at
 -- instead (cost 0): nothing will be spent. It writes nothing.
 local function steps_of(n, k, a)
-  local ds, writes, fresh, lims = {}, {}, {}, {}
+  local ds, writes, fresh, lims, st = {}, {}, {}, {}, {}
   local all = true
   for i = 1, n do
     local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), delay_bound(tonumber(ARGV[a + 6]))}
     lims[i] = l
-    ds[i], writes[i], fresh[i] = l[1](KEYS[k + i], l[2], l[3], l[4], tonumber(ARGV[a + 5]), l[5])
+    -- Each part's state, loaded once, kept flat in st (7 values a part):
+    -- a refused request looks at it again below.
+    local j = 7 * (i - 1)
+    st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] = load(KEYS[k + i])
+    ds[i], writes[i], fresh[i] = l[1](l[2], l[3], l[4], tonumber(ARGV[a + 5]), l[5], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
     all = all and ds[i][1] == 1
     a = a + 6
   end
   if not all then
     for i = 1, n do
       if ds[i][1] == 1 then
-        local l = lims[i]
-        local look, _, f = l[1](KEYS[k + i], l[2], l[3], l[4], 0, l[5])
+        local l, j = lims[i], 7 * (i - 1)
+        local look, _, f = l[1](l[2], l[3], l[4], 0, l[5], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
         ds[i], fresh[i] = look, f
       end
     end

@@ -1,9 +1,8 @@
 -- fixed-window: the mirror of algo/fixed_window.go. Fields: the count and the
 -- window's end; then the rate and period.
-steps[4] = function(key, rate, period, burst, cost)
+steps[4] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)
   local t = now
   local c, e = 0, 0
-  local k, a, b, fc, r, p, raw = load(key)
   if k == 4 then
     c, e = a, b
     local start = e - p

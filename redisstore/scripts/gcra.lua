@@ -1,9 +1,8 @@
 -- gcra: the mirror of algo/gcra.go. Fields: TAT = a + b/rate µs, the latest
 -- time the key was seen (a clock that went back is read then); then the rate
 -- and period.
-steps[2] = function(key, rate, period, burst, cost)
+steps[2] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
   local full = burst * period
-  local k, a, b, c, r, p, raw = load(key)
   local t, tu, tr, bs
   if k == 2 and r == rate and p == period then
     t = max(now, c)

@@ -50,9 +50,9 @@ local function guarded_clock(t)
   now = v
 end
 
--- One decision, step then write: what guarded runs under pcall.
+-- One decision, load, step then write: what guarded runs under pcall.
 local function step_and_store(step, key, rate, period, burst, cost, bound)
-  local d, fields, fresh_at = step(key, rate, period, burst, cost, bound)
+  local d, fields, fresh_at = step(rate, period, burst, cost, bound, load(key))
   store(key, fields, fresh_at)
   return d
 end

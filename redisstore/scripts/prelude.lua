@@ -2,35 +2,23 @@
 -- prelude, the step of one algorithm (or of all, for composites) and a main
 -- (single.lua or composite.lua), so each decision stays one EVALSHA.
 --
--- A key's state is one string, packed (see load), always with a TTL.
+-- It comes after the helpers every sluice script shares
+-- (internal/redisrun/lua/helpers.lua: clock, fdiv, cdiv, the library
+-- functions as locals).
 --
--- Lua numbers are doubles: every quantity stays below 2^53 (Params.Validate
--- bounds them), where doubles hold integers exactly. Division is the one
--- operation that rounds, so it goes through fdiv.
+-- A key's state is one string, packed (see load), always with a TTL.
 
 -- now is the decision's time (µs) and margin the TTL margin (µs); the main
--- sets them. steps[kind] is each algorithm's step.
+-- sets them. steps[kind] is each algorithm's step, the twin of its Go step
+-- in package algo: step(rate, period, burst, cost, max_delay, ...) over the
+-- state the main loaded (the values of load: kind, a, b, c, rate, period,
+-- raw), as the Go step works on a State. It returns the decision, the fields
+-- to store (nil: store nothing) and the time the state is equivalent to
+-- fresh; the main stores them (store). The Go step updates its State in
+-- place instead: a Lua table per decision would cost the server more than
+-- the values.
 local now, margin
 local steps = {}
-
--- The library functions the steps call, as locals: a global is a table
--- lookup on every use.
-local floor, max, min, huge = math.floor, math.max, math.min, math.huge
-local call, pack, unpack = redis.call, struct.pack, struct.unpack
-
--- A decision's time: the caller's, or the server's TIME when negative, read
--- once per script (a script is atomic: its decisions share that instant).
-local server_time
-local function clock(t)
-  if t >= 0 then
-    return t
-  end
-  if not server_time then
-    local s = call('TIME')
-    server_time = tonumber(s[1]) * 1000000 + tonumber(s[2])
-  end
-  return server_time
-end
 
 -- A max delay argument (µs), -1 for none.
 local function delay_bound(x)
@@ -38,21 +26,6 @@ local function delay_bound(x)
     return huge
   end
   return x
-end
-
--- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.
-local function fdiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function cdiv(a, b)
-  return fdiv(a + b - 1, b)
 end
 
 -- A state is stored packed: its kind in one byte, then each field as a

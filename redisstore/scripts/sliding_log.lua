@@ -1,11 +1,10 @@
 -- sliding-log: the mirror of algo/sliding_log.go. Fields: the rate and
 -- period, then the admitted requests of the trailing period as time, cost
 -- pairs, oldest first; requests in the same µs share a pair.
-steps[6] = function(key, rate, period, burst, cost)
+steps[6] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
   local t = now
   local log = {}
   local w = period
-  local k, a, b, c, r, p, raw = load(key)
   if k == 6 then
     log = pairs_of(raw)
     w = min(w, p) -- entries that had left the writer's period stay gone

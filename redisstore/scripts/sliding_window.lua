@@ -1,11 +1,10 @@
 -- sliding-window: the mirror of algo/sliding_window.go. Fields: the current
 -- window's index, the previous and current counts; then the rate and the
 -- window length.
-steps[5] = function(key, rate, period, burst, cost)
+steps[5] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
   local t, w = now, period
   local kk = fdiv(t, w)
   local prev, cur = 0, 0
-  local k, a, b, c, r, p, raw = load(key)
   if k == 5 and p == w then
     if kk < a then -- the clock went back across a window: read at its start
       kk, t = a, a * w

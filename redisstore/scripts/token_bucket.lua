@@ -3,9 +3,8 @@
 -- then the rate and period. Like every step it returns the decision, the
 -- fields to store (nil: store nothing) and the time the state is equivalent
 -- to fresh.
-steps[1] = function(key, rate, period, burst, cost)
+steps[1] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
   local full = burst * period
-  local k, a, b, c, r, p, raw = load(key)
   local ls, t
   if k == 1 and r == rate and p == period then
     -- drain: refill over t − l without the product, which may pass 2^53.

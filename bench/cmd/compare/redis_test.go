@@ -34,7 +34,7 @@ func TestRedisTables(t *testing.T) {
 		t.Errorf("RedisVerdict = %v, %v, %v, %s; want 1e5, 4e4, 2.5, PASS", ref, peer, ratio, verdict)
 	}
 
-	var red Output = *out
+	red := *out
 	red.Results = nil
 	for _, r := range out.Results {
 		if isRedisGroup(r.Group) {

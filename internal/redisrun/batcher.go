@@ -1,4 +1,4 @@
-package redisstore
+package redisrun
 
 import (
 	"context"
@@ -11,20 +11,23 @@ import (
 // maxBatch is the most calls one pipeline carries.
 const maxBatch = 256
 
-// batcher gathers calls made concurrently into pipelines: each of its loops
+// A Batcher gathers calls made concurrently into pipelines: each of its loops
 // takes the first waiting call, everything else waiting behind it (up to
 // maxBatch), and sends them in one round trip. Under no load a call goes alone
 // at once; under load the round trips are shared.
-type batcher struct {
+type Batcher struct {
 	client  Client
 	timeout time.Duration
+	scripts *Scripts
+	// closed is the error of a call made or still waiting after Close.
+	closed error
 	// group is the client's Router.Group: only decisions whose keys share
 	// a group are merged.
 	group func(key string) (uint64, bool)
 	ch    chan *pending
-	quit  chan struct{} // closed by close: the loops stop
+	quit  chan struct{} // closed by Close: the loops stop
 	// stopped is closed once the loops have stopped and the calls left
-	// waiting have been answered ErrClosed.
+	// waiting have been answered the closed error.
 	stopped chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -33,11 +36,11 @@ type batcher struct {
 	active atomic.Int32
 }
 
-// claim reports whether the batcher is idle (no pipeline on its way, no call
+// Claim reports whether the batcher is idle (no pipeline on its way, no call
 // waiting, none inline) and, if so, takes its inline slot: the caller then
-// sends its call itself and gives the slot back with release. Under load the
+// sends its call itself and gives the slot back with Release. Under load the
 // batcher is busy and calls queue to share pipelines.
-func (b *batcher) claim() bool {
+func (b *Batcher) Claim() bool {
 	if len(b.ch) > 0 || b.active.Load() != 0 {
 		return false
 	}
@@ -48,8 +51,8 @@ func (b *batcher) claim() bool {
 	return false
 }
 
-// release gives back the inline slot claim took.
-func (b *batcher) release() { b.active.Add(-1) }
+// Release gives back the inline slot Claim took.
+func (b *Batcher) Release() { b.active.Add(-1) }
 
 // The states of a pending call: waiting for its answer, answered (by the loop
 // that sent it), abandoned (by its caller, who gave up).
@@ -68,7 +71,7 @@ type pending struct {
 	deadline time.Time // the caller gives up then
 	state    atomic.Uint32
 	done     chan struct{} // one signal, once answered
-	one      single        // when call is nil
+	one      Single        // when call is nil
 	call     *Call
 	reply    [5]int64 // one's decision
 	err      error    // one's error
@@ -90,8 +93,13 @@ func (p *pending) answer() {
 	}
 }
 
-func newBatcher(c Client, loops int, timeout time.Duration, group func(string) (uint64, bool)) *batcher {
-	b := &batcher{client: c, timeout: timeout, group: group, ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{})}
+// NewBatcher starts loops goroutines that send the calls of c's callers in
+// pipelines, each call waiting at most timeout. scripts are the store's
+// scripts, whose single decisions (Decide) and composites it merges per
+// group (see Router); nil for a caller that sends other calls only. closed
+// is the error of a call made or still waiting after Close.
+func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, closed error) *Batcher {
+	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{})}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -99,9 +107,9 @@ func newBatcher(c Client, loops int, timeout time.Duration, group func(string) (
 	return b
 }
 
-// decide sends one decision with the next pipeline and returns the script's
-// reply.
-func (b *batcher) decide(ctx context.Context, one *single) ([5]int64, error) {
+// Decide sends one decision with the next pipeline and returns the script's
+// reply. It needs the Batcher's scripts.
+func (b *Batcher) Decide(ctx context.Context, one *Single) ([5]int64, error) {
 	p := pendings.Get().(*pending)
 	p.one, p.call, p.err = *one, nil, nil
 	if err := b.wait(ctx, p); err != nil {
@@ -112,8 +120,10 @@ func (b *batcher) decide(ctx context.Context, one *single) ([5]int64, error) {
 	return r, err
 }
 
-// run sends c with the next pipeline; c.Reply or c.Err holds the outcome.
-func (b *batcher) run(ctx context.Context, c *Call) error {
+// Run sends c with the next pipeline; c.Reply (or c.Values) or c.Err holds
+// the outcome. It returns the error of a call that was not answered: the
+// caller gave up (ctx, or the timeout), or the Batcher was closed.
+func (b *Batcher) Run(ctx context.Context, c *Call) error {
 	p := pendings.Get().(*pending)
 	p.call = c
 	if err := b.wait(ctx, p); err != nil {
@@ -128,10 +138,10 @@ func (b *batcher) run(ctx context.Context, c *Call) error {
 // whichever comes first. A caller that gives up abandons p: a loop that has
 // not sent it yet drops it, so a caller told the store is unavailable is not
 // charged later for a call that was still waiting to be sent; a pipeline
-// already on its way may still reach the server. After close it returns
-// ErrClosed at once, and a call still waiting when the loops stopped is
-// answered ErrClosed, never sent.
-func (b *batcher) wait(ctx context.Context, p *pending) error {
+// already on its way may still reach the server. After Close it returns
+// the closed error at once, and a call still waiting when the loops stopped is
+// answered the closed error, never sent.
+func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
@@ -146,13 +156,13 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	var err error
 	select {
 	case <-b.quit:
-		return ErrClosed
+		return b.closed
 	default:
 	}
 	select {
 	case b.ch <- p:
 	case <-b.quit:
-		return ErrClosed
+		return b.closed
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
@@ -163,7 +173,7 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 		return nil
 	case <-b.stopped:
 		// No loop will send p now (those that ran have answered theirs).
-		err = ErrClosed
+		err = b.closed
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -176,7 +186,7 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	return nil
 }
 
-func (b *batcher) loop() {
+func (b *Batcher) loop() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, maxBatch)
 	for {
@@ -231,7 +241,7 @@ func (b *batcher) loop() {
 // the composites into one composite script. The server's cost per script
 // (calling it, reading TIME, defining the helpers, reading each limit) is
 // then paid once.
-func (b *batcher) send(ctx context.Context, batch []*pending) {
+func (b *Batcher) send(ctx context.Context, batch []*pending) {
 	type group struct {
 		group   uint64 // the keys' group (Router.Group)
 		kind    int64  // the singles' algorithm; composites: -1
@@ -242,9 +252,9 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 	var groups []*group
 	calls := make([]*Call, 0, len(batch))
 	for _, p := range batch {
-		kind, key := p.one.lim.kind, p.one.key
+		kind, key := p.one.Lim.Kind, p.one.Key
 		if p.call != nil {
-			if p.call.Script != composite {
+			if !b.composite(p.call) {
 				calls = append(calls, p.call)
 				continue
 			}
@@ -271,23 +281,23 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 		case g.kind < 0 && len(g.members) == 1:
 			g.call = g.members[0].call
 		case g.kind < 0:
-			g.call = mergeComposites(g.members)
+			g.call = b.scripts.MergeComposites(callsOf(g.members))
 		case len(g.members) == 1:
-			g.call = singleCall(&g.members[0].one)
+			g.call = b.scripts.SingleCall(&g.members[0].one)
 		default:
-			g.call = merge(g.members)
+			g.call = b.scripts.Merge(singlesOf(g.members))
 		}
 		calls = append(calls, g.call)
 	}
 	b.client.Run(ctx, calls)
 	for _, p := range batch {
-		if p.call != nil && p.call.Script != composite {
+		if p.call != nil && !b.composite(p.call) {
 			p.answer()
 		}
 	}
 	for _, g := range groups {
 		if g.kind < 0 {
-			splitComposites(g.call, g.members)
+			SplitComposites(g.call, callsOf(g.members))
 			for _, p := range g.members {
 				p.answer()
 			}
@@ -295,7 +305,7 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 		}
 		r, err := g.call.Reply, g.call.Err
 		if err == nil && len(r) != 5*len(g.members) {
-			err = fmt.Errorf("%w: %d values for %d decisions", errBadReply, len(r), len(g.members))
+			err = fmt.Errorf("%w: %d values for %d decisions", ErrBadReply, len(r), len(g.members))
 		}
 		for i, p := range g.members {
 			if err != nil {
@@ -308,10 +318,34 @@ func (b *batcher) send(ctx context.Context, batch []*pending) {
 	}
 }
 
-// close stops the loops and answers ErrClosed to the calls waiting to be
+// callsOf returns the calls of ps.
+func callsOf(ps []*pending) []*Call {
+	cs := make([]*Call, len(ps))
+	for i, p := range ps {
+		cs[i] = p.call
+	}
+	return cs
+}
+
+// singlesOf returns the single decisions of ps.
+func singlesOf(ps []*pending) []*Single {
+	ones := make([]*Single, len(ps))
+	for i, p := range ps {
+		ones[i] = &p.one
+	}
+	return ones
+}
+
+// composite reports whether c is a composite decision, which send merges
+// with the others of its group.
+func (b *Batcher) composite(c *Call) bool {
+	return b.scripts != nil && c.Script == b.scripts.Composite
+}
+
+// Close stops the loops and answers the closed error to the calls waiting to be
 // sent, at once; a loop sending a pipeline ends it first (its callers get
 // its answer, or their timeout).
-func (b *batcher) close() {
+func (b *Batcher) Close() {
 	b.once.Do(func() {
 		close(b.quit)
 		b.drain()
@@ -321,8 +355,8 @@ func (b *batcher) close() {
 	})
 }
 
-// drain answers ErrClosed to the calls waiting in the queue.
-func (b *batcher) drain() {
+// drain answers the closed error to the calls waiting in the queue.
+func (b *Batcher) drain() {
 	for {
 		select {
 		case p := <-b.ch:
@@ -330,9 +364,9 @@ func (b *batcher) drain() {
 				continue // its caller gave up
 			}
 			if p.call != nil {
-				p.call.Err = ErrClosed
+				p.call.Err = b.closed
 			} else {
-				p.err = ErrClosed
+				p.err = b.closed
 			}
 			p.done <- struct{}{}
 		default:

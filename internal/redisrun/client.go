@@ -1,10 +1,7 @@
-package redisstore
+package redisrun
 
 import (
 	"context"
-	"crypto/fips140"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -12,45 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// Script is a Lua script, run by EVALSHA with EVAL as the fallback when the
-// server does not have it (NOSCRIPT: after SCRIPT FLUSH, a restart or a
-// failover) or refuses EVALSHA (an ACL without it).
-type Script struct {
-	// Src is the script's source.
-	Src  string
-	once sync.Once
-	sha  string
-}
-
-// NewScript returns src as a Script. Its SHA-1 digest is computed on first
-// use (SHA), not here: a program run with GODEBUG=fips140=only may import
-// this package.
-func NewScript(src string) *Script { return &Script{Src: src} }
-
-// SHA returns the script's SHA-1 digest in hex, the name EVALSHA runs it by,
-// computed on first use. It returns "" where SHA-1 may not be used
-// (GODEBUG=fips140=only): run the script by EVAL then, or by the digest the
-// server returns for SCRIPT LOAD (the adapter GoRedis does the latter).
-func (s *Script) SHA() string {
-	s.once.Do(func() {
-		if fips140.Enforced() {
-			return
-		}
-		h := sha1.Sum([]byte(s.Src))
-		s.sha = hex.EncodeToString(h[:])
-	})
-	return s.sha
-}
-
-// Call is one script run: its keys and arguments in, its reply or error out.
-type Call struct {
-	Script *Script
-	Keys   []string
-	Args   []any
-	Reply  []int64
-	Err    error
-}
 
 // Client runs scripts on Redis or Valkey. Run sends the calls, as one pipeline
 // where it can, each as EVALSHA with EVAL on NOSCRIPT (EVAL when
@@ -91,6 +49,15 @@ func OneNode(c Client) Client {
 	return routed{c, func(string) (uint64, bool) { return 0, true }}
 }
 
+// GroupOf returns c's Router.Group, or, for a Client that is not a Router,
+// a Group that keeps every key apart.
+func GroupOf(c Client) func(key string) (uint64, bool) {
+	if r, ok := c.(Router); ok {
+		return r.Group
+	}
+	return func(string) (uint64, bool) { return 0, false }
+}
+
 // BySlot returns c as a Router for a Redis Cluster client: keys share a
 // script when they share a hash slot (Slot).
 func BySlot(c Client) Client {
@@ -105,16 +72,10 @@ type routed struct {
 // Group returns key's group, as the wrapper says.
 func (r routed) Group(key string) (uint64, bool) { return r.group(key) }
 
-func (r routed) boundByContext() bool {
-	cb, ok := r.Client.(contextBound)
-	return ok && cb.boundByContext()
-}
+func (r routed) boundByContext() bool { return BoundByContext(r.Client) }
 
 func (r routed) maxmemoryPolicies(ctx context.Context) ([]string, error) {
-	if cr, ok := r.Client.(configReader); ok {
-		return cr.maxmemoryPolicies(ctx)
-	}
-	return nil, errNoConfigReader
+	return MaxmemoryPolicies(ctx, r.Client)
 }
 
 // GoRedis adapts a go-redis client: *redis.Client (a single node, or the
@@ -178,13 +139,13 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 	evalOnly := g.evalOnly.Load()
 	if len(calls) == 1 {
 		c := calls[0]
-		c.Reply, c.Err = g.eval(ctx, c, g.digest(ctx, c.Script, evalOnly))
+		g.eval(ctx, c, g.digest(ctx, c.Script, evalOnly))
 		if g.retry(c.Err) {
-			c.Reply, c.Err = g.eval(ctx, c, "")
+			g.eval(ctx, c, "")
 		}
 		return
 	}
-	cmds := make([]*redis.IntSliceCmd, len(calls))
+	cmds := make([]redis.Cmder, len(calls))
 	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
 			cmds[i] = scriptCmd(ctx, c, g.digest(ctx, c.Script, evalOnly))
@@ -194,7 +155,7 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 	})
 	var missing []int
 	for i, cmd := range cmds {
-		calls[i].Reply, calls[i].Err = cmd.Result()
+		read(calls[i], cmd)
 		if g.retry(calls[i].Err) {
 			missing = append(missing, i)
 		}
@@ -210,7 +171,7 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 		return nil
 	})
 	for _, i := range missing {
-		calls[i].Reply, calls[i].Err = cmds[i].Result()
+		read(calls[i], cmds[i])
 	}
 }
 
@@ -253,15 +214,16 @@ func (g *goRedis) retry(err error) bool {
 	return false
 }
 
-func (g *goRedis) eval(ctx context.Context, c *Call, sha string) ([]int64, error) {
+func (g *goRedis) eval(ctx context.Context, c *Call, sha string) {
 	cmd := scriptCmd(ctx, c, sha)
 	_ = g.c.Process(ctx, cmd)
-	return cmd.Result()
+	read(c, cmd)
 }
 
-// scriptCmd is c as EVALSHA sha (EVAL when sha is "") whose reply, an array
-// of integers, is read straight into []int64.
-func scriptCmd(ctx context.Context, c *Call, sha string) *redis.IntSliceCmd {
+// scriptCmd is c as EVALSHA sha (EVAL when sha is ""), whose reply, an array
+// of integers, is read straight into []int64 (an array of any values for a
+// Mixed call).
+func scriptCmd(ctx context.Context, c *Call, sha string) redis.Cmder {
 	args := make([]any, 0, 3+len(c.Keys)+len(c.Args))
 	if sha == "" {
 		args = append(args, "eval", c.Script.Src)
@@ -272,7 +234,21 @@ func scriptCmd(ctx context.Context, c *Call, sha string) *redis.IntSliceCmd {
 	for _, k := range c.Keys {
 		args = append(args, k)
 	}
-	return redis.NewIntSliceCmd(ctx, append(args, c.Args...)...)
+	args = append(args, c.Args...)
+	if c.Mixed {
+		return redis.NewSliceCmd(ctx, args...)
+	}
+	return redis.NewIntSliceCmd(ctx, args...)
+}
+
+// read sets c's reply, or its error, from cmd (made by scriptCmd).
+func read(c *Call, cmd redis.Cmder) {
+	switch cmd := cmd.(type) {
+	case *redis.IntSliceCmd:
+		c.Reply, c.Err = cmd.Result()
+	case *redis.SliceCmd:
+		c.Values, c.Err = cmd.Result()
+	}
 }
 
 // boundByContext reports whether the go-redis client ends every call by its
@@ -292,12 +268,33 @@ func (g *goRedis) boundByContext() bool {
 // A contextBound Client ends every Run by its context's deadline.
 type contextBound interface{ boundByContext() bool }
 
+// BoundByContext reports whether c ends every Run by its context's deadline
+// (a go-redis client with ContextTimeoutEnabled, through GoRedis): then a
+// call may run on its caller's goroutine.
+func BoundByContext(c Client) bool {
+	cb, ok := c.(contextBound)
+	return ok && cb.boundByContext()
+}
+
 // A configReader Client reads the maxmemory-policy of each of its servers.
 type configReader interface {
 	maxmemoryPolicies(ctx context.Context) ([]string, error)
 }
 
-var errNoConfigReader = errors.New("the client cannot read the server's configuration")
+// ErrNoConfigReader is the error of a Client that cannot read its servers'
+// configuration (it does not come from GoRedis).
+var ErrNoConfigReader = errors.New("the client cannot read the server's configuration")
+
+// MaxmemoryPolicies returns the maxmemory-policy of every server c sends to
+// (every master of a cluster, every shard of a Ring), or an error wrapping
+// ErrNoConfigReader when c cannot read them.
+func MaxmemoryPolicies(ctx context.Context, c Client) ([]string, error) {
+	cr, ok := c.(configReader)
+	if !ok {
+		return nil, ErrNoConfigReader
+	}
+	return cr.maxmemoryPolicies(ctx)
+}
 
 // maxmemoryPolicies returns the maxmemory-policy of every server the client
 // sends to (every master of a cluster, every shard of a Ring).

@@ -1,0 +1,328 @@
+// Command rls compares rate-limit services that speak Envoy's RLS v3 gRPC
+// protocol under the same load: envoyproxy/ratelimit (pinned in bench's
+// go.mod as a tool dependency) over Redis, and `sluice serve` from the
+// working tree over the same Redis and over its in-memory store.
+//
+// Usage, from the bench directory:
+//
+//	go run ./cmd/rls [-duration 20s | -calls N] [-warmup 2s] [-rounds 1] [-callers 64] [-conns 4]
+//	                 [-servers envoy,sluice-redis,sluice-memory] [-envoy-env K=V]... [-sluice-env K=V]...
+//
+// It builds both servers with `go build` into a temporary directory, starts
+// a redis-server on a free loopback port (or uses the one SLUICE_BENCH_REDIS
+// names), writes one configuration file both load (rls.Config), starts the
+// servers on free loopback ports, checks each applies it (rls.Verify), and
+// then, round by round, runs the load against each server in turn
+// (FLUSHALL before each), reading the CPU time of the server, the
+// redis-server and this process from /proc before and after. It prints a
+// Markdown table to stdout: calls/s, the over-limit share, p50/p99/p999
+// latency, CPU µs per call of each process, and the ratios to envoy, then
+// issue 12's targets. Progress goes to stderr.
+//
+// A server that cannot be built (envoyproxy/ratelimit offline without the
+// module cache, a working tree whose sluice has no serve command) is left
+// out with a message; with neither, it exits with status 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice/bench"
+	"github.com/sluice-go/sluice/bench/rls"
+)
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type config struct {
+	duration, warmup time.Duration
+	calls            int64
+	rounds           int
+	callers, conns   int
+	servers          []string
+	envoyEnv         []string
+	sluiceEnv        []string
+	keep             bool
+}
+
+var allServers = []string{"envoy", "sluice-redis", "sluice-memory"}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
+	fs.DurationVar(&c.duration, "duration", 20*time.Second, "measured time per server and round")
+	fs.Int64Var(&c.calls, "calls", 0, "measured calls per server and round, instead of -duration")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before each measured run")
+	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every server once, in turn")
+	fs.IntVar(&c.callers, "callers", rls.Callers, "concurrent callers")
+	fs.IntVar(&c.conns, "conns", 4, "gRPC connections the callers share")
+	servers := fs.String("servers", strings.Join(allServers, ","), "the servers to run, from "+strings.Join(allServers, ","))
+	fs.Var((*listFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
+	fs.Var((*listFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.duration <= 0 && c.calls <= 0 {
+		return nil, errors.New("-duration or -calls must be positive")
+	}
+	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 {
+		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative")
+	}
+	for s := range strings.SplitSeq(*servers, ",") {
+		if !slices.Contains(allServers, s) {
+			return nil, fmt.Errorf("-servers: unknown server %q (want some of %s)", s, strings.Join(allServers, ","))
+		}
+		c.servers = append(c.servers, s)
+	}
+	for _, kv := range append(slices.Clone(c.envoyEnv), c.sluiceEnv...) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("environment setting %q is not KEY=VALUE", kv)
+		}
+	}
+	return c, nil
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "rls:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, c)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rls:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "rls: "+format+"\n", args...) }
+
+func run(ctx context.Context, c *config) (err error) {
+	modDir, err := rls.ModuleDir(ctx)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sluice-rls-")
+	if err != nil {
+		return err
+	}
+	if c.keep {
+		logf("keeping %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+
+	want := func(s string) bool { return slices.Contains(c.servers, s) }
+	var envoyBin, sluiceBin string
+	if want("envoy") {
+		logf("building %s", rls.EnvoyPackage)
+		if envoyBin, err = rls.BuildEnvoy(ctx, modDir, dir); err != nil {
+			logf("SKIPPING envoyproxy/ratelimit: it does not build here (offline without the module cache?): %v", err)
+			envoyBin = ""
+		}
+	}
+	if want("sluice-redis") || want("sluice-memory") {
+		logf("building %s", rls.SluicePackage)
+		if sluiceBin, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
+			logf("SKIPPING sluice serve: %v", err)
+			sluiceBin = ""
+		}
+	}
+	if envoyBin == "" && sluiceBin == "" {
+		return errors.New("no server to measure")
+	}
+
+	rs, err := bench.StartRedis()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if e := rs.Stop(); err == nil {
+			err = e
+		}
+	}()
+	logf("redis-server on %s (pid %d)", rs.Addr, rs.Pid())
+	files, err := rls.WriteConfig(dir)
+	if err != nil {
+		return err
+	}
+
+	var servers []*rls.Server
+	defer func() {
+		for _, s := range servers {
+			if e := s.Stop(); err == nil {
+				err = e
+			}
+		}
+	}()
+	add := func(s *rls.Server, err error) error {
+		if err != nil {
+			return err
+		}
+		servers = append(servers, s)
+		cl, err := rls.Dial(s.Addr, 1)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := rls.Verify(ctx, cl); err != nil {
+			return fmt.Errorf("%s (%s) does not apply the configuration: %w", s.Name, s.Store, err)
+		}
+		logf("%s (%s) on %s (pid %d) applies the configuration", s.Name, s.Store, s.Addr, s.Pid())
+		return nil
+	}
+	if envoyBin != "" {
+		if err := add(rls.StartEnvoy(ctx, envoyBin, dir, rs.Addr, files, c.envoyEnv)); err != nil {
+			return err
+		}
+	}
+	if sluiceBin != "" && want("sluice-redis") {
+		if err := add(rls.StartSluice(ctx, sluiceBin, dir, files, "redis://"+rs.Addr, c.sluiceEnv)); err != nil {
+			return err
+		}
+	}
+	if sluiceBin != "" && want("sluice-memory") {
+		if err := add(rls.StartSluice(ctx, sluiceBin, dir, files, "memory", c.sluiceEnv)); err != nil {
+			return err
+		}
+	}
+
+	load1 := loadAvg()
+	total := make([]*rls.Measurement, len(servers))
+	var rounds [][]*rls.Measurement
+	o := rls.Options{Callers: c.callers, Conns: c.conns, Duration: c.duration, Calls: c.calls}
+	for round := 1; round <= c.rounds; round++ {
+		rounds = append(rounds, nil)
+		for i, s := range servers {
+			if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
+				return err
+			}
+			pid := rs.Pid()
+			m, err := rls.Measure(ctx, s, pid, o, c.warmup)
+			if err != nil {
+				return fmt.Errorf("%s (%s): %w", s.Name, s.Store, err)
+			}
+			logf("round %d %s (%s): %.0f calls/s, p99 %v, %d errors", round, s.Name, s.Store, m.Rate(), m.Hist.Quantile(0.99), m.Errors)
+			if m.FirstErr != nil {
+				logf("  first error: %v", m.FirstErr)
+			}
+			rounds[round-1] = append(rounds[round-1], m)
+			total[i] = merge(total[i], m)
+		}
+	}
+	load2 := loadAvg()
+
+	fmt.Printf("# RLS v3 services side by side\n\n")
+	fmt.Printf("`go run ./cmd/rls %s`: %d callers over %d gRPC connections, %d descriptor values (one call in %d to the hot value, %d per second), %s per server and round, %d round(s), %v warm-up; %s/%s, %d CPUs, GOMAXPROCS %d; load average %s before, %s after.\n\n",
+		strings.Join(os.Args[1:], " "), c.callers, c.conns, rls.Keys, rls.HotEvery+1, rls.HotLimit, runLength(c), c.rounds, c.warmup,
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), load1, load2)
+	rls.Table(os.Stdout, total)
+	fmt.Println()
+	if c.rounds > 1 {
+		fmt.Printf("Each round alone (the table above adds them up):\n\n")
+		fmt.Println("| round | server | store | calls/s | errors | p50 | p99 | server CPU µs/call |")
+		fmt.Println("| --: | --- | --- | --: | --: | --: | --: | --: |")
+		for i, row := range rounds {
+			for _, m := range row {
+				fmt.Printf("| %d | %s | %s | %.0f | %d | %.3f ms | %.3f ms | %s |\n", i+1, m.Name, m.Store, m.Rate(), m.Errors,
+					ms(m.Hist.Quantile(0.5)), ms(m.Hist.Quantile(0.99)), perCall(m, m.ServerCPU))
+			}
+		}
+		fmt.Println()
+	}
+	fmt.Printf("envoyproxy/ratelimit: %s, environment %s (defaults otherwise).\n", moduleVersion(ctx, modDir, "github.com/envoyproxy/ratelimit"),
+		strings.Join(append(rls.EnvoyEnv(rs.Addr, files), c.envoyEnv...), " "))
+	fmt.Printf("sluice: `sluice %s`%s.\n", strings.Join(rls.SluiceArgs(files.File, "redis://"+rs.Addr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), envSuffix(c.sluiceEnv))
+	return nil
+}
+
+func envSuffix(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	return ", environment " + strings.Join(env, " ")
+}
+
+func runLength(c *config) string {
+	if c.calls > 0 {
+		return fmt.Sprintf("%d calls", c.calls)
+	}
+	return c.duration.String()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func perCall(m *rls.Measurement, d time.Duration) string {
+	if m.CPUErr != nil || m.Calls == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(m.PerCall(d))/float64(time.Microsecond))
+}
+
+// merge adds m's run to t (nil: m alone). The first round's measurement
+// becomes the total, so it is copied first.
+func merge(t, m *rls.Measurement) *rls.Measurement {
+	if t == nil {
+		c := *m
+		return &c
+	}
+	t.Calls += m.Calls
+	t.Over += m.Over
+	t.Errors += m.Errors
+	t.Elapsed += m.Elapsed
+	t.Hist.Merge(&m.Hist)
+	t.ServerCPU += m.ServerCPU
+	t.RedisCPU += m.RedisCPU
+	t.ClientCPU += m.ClientCPU
+	if t.FirstErr == nil {
+		t.FirstErr = m.FirstErr
+	}
+	if t.CPUErr == nil {
+		t.CPUErr = m.CPUErr
+	}
+	return t
+}
+
+func moduleVersion(ctx context.Context, dir, path string) string {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", path)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return path + " (version unknown)"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
+}

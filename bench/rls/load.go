@@ -1,0 +1,357 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The workload: every call carries one descriptor with one entry,
+// {DescriptorKey: value}. The values are Keys distinct user values, each with
+// its own counter under the config's key-only rule, and after every
+// HotEvery of them the value HotValue, which the config holds to a tight
+// limit, so a steady share of the calls is over the limit.
+const (
+	Domain        = "bench"
+	DescriptorKey = "user"
+	HotValue      = "hot"
+	Keys          = 10_000
+	HotEvery      = 100
+	// UserLimit is each user value's limit per second: far above what one
+	// value sees (the calls spread over Keys values), so those calls pass.
+	UserLimit = 1_000_000
+	// HotLimit is the hot value's limit per second; it gets one call in
+	// HotEvery+1, so above (HotEvery+1)*HotLimit calls/s most of its calls
+	// are over the limit.
+	HotLimit = 10
+	// Callers is the number of concurrent callers of a run.
+	Callers = 64
+)
+
+// Config is the rate-limit configuration both servers load: envoyproxy/ratelimit's
+// YAML format, one domain, a key-only rule (each value its own counter) and
+// a tight rule on one value.
+var Config = fmt.Sprintf(`domain: %s
+descriptors:
+  - key: %s
+    rate_limit:
+      unit: second
+      requests_per_unit: %d
+  - key: %s
+    value: %s
+    rate_limit:
+      unit: second
+      requests_per_unit: %d
+`, Domain, DescriptorKey, UserLimit, DescriptorKey, HotValue, HotLimit)
+
+// Request returns the request for one descriptor value, hits_addend 1.
+func Request(value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{
+		Domain: Domain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: DescriptorKey, Value: value}},
+		}},
+		HitsAddend: 1,
+	}
+}
+
+// Values returns the descriptor values of the workload in the order the
+// callers walk them: "u0" … "u9999", with HotValue after every HotEvery.
+func Values() []string {
+	vs := make([]string, 0, Keys+Keys/HotEvery)
+	for i := range Keys {
+		vs = append(vs, "u"+strconv.Itoa(i))
+		if (i+1)%HotEvery == 0 {
+			vs = append(vs, HotValue)
+		}
+	}
+	return vs
+}
+
+// wireRequest is a request marshalled once; rawCodec sends its bytes as they are.
+type wireRequest struct{ data mem.BufferSlice }
+
+// wireResponse receives the overall code of a response; rawCodec decodes
+// nothing else.
+type wireResponse struct {
+	code    rlsv3.RateLimitResponse_Code
+	scratch [512]byte
+}
+
+// rawCodec lets the load generator's calls skip protobuf's reflection: the
+// requests are marshalled before the run, and of each response only
+// overall_code (field 1) is read. It names itself "proto": the server
+// decodes and encodes as usual.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	r, ok := v.(*wireRequest)
+	if !ok {
+		return nil, fmt.Errorf("rls: rawCodec cannot marshal %T", v)
+	}
+	return r.data, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*wireResponse)
+	if !ok {
+		return fmt.Errorf("rls: rawCodec cannot unmarshal into %T", v)
+	}
+	var b []byte
+	if n := data.Len(); n <= len(r.scratch) {
+		data.CopyTo(r.scratch[:n])
+		b = r.scratch[:n]
+	} else {
+		b = data.Materialize()
+	}
+	code, err := overallCode(b)
+	r.code = code
+	return err
+}
+
+var _ encoding.CodecV2 = rawCodec{}
+
+// overallCode reads field 1 (overall_code) of a marshalled
+// RateLimitResponse; absent, it is UNKNOWN (0), as proto3 omits it.
+func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
+	code := rlsv3.RateLimitResponse_UNKNOWN
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, fmt.Errorf("rls: bad response: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, fmt.Errorf("rls: bad response: %w", protowire.ParseError(n))
+			}
+			code = rlsv3.RateLimitResponse_Code(v)
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, fmt.Errorf("rls: bad response: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return code, nil
+}
+
+// Options sets up a run of the load generator.
+type Options struct {
+	Callers  int           // concurrent callers; 0 means Callers
+	Conns    int           // gRPC connections shared by the callers (caller i uses i mod Conns); 0 means 4
+	Duration time.Duration // how long to call; ignored when Calls > 0
+	Calls    int64         // the number of calls to make in all, if > 0
+	Timeout  time.Duration // the run ends if no call completes for this long; 0 means 10 s
+}
+
+// Result is what a run measured. Only the load generator's side: the
+// caller adds the processes' CPU.
+type Result struct {
+	Calls    int64         // calls answered (OK or OVER_LIMIT)
+	Over     int64         // of them OVER_LIMIT
+	Errors   int64         // calls that failed or got another code
+	FirstErr error         // the first failure, if any
+	Elapsed  time.Duration // wall time of the run
+	Hist     Hist          // latency of every call, failed ones too
+}
+
+// Rate returns the answered calls per second.
+func (r *Result) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Calls) / r.Elapsed.Seconds()
+}
+
+// Client is the load generator's side of one server: Conns gRPC
+// connections to it and the workload's requests marshalled once.
+type Client struct {
+	conns []*grpc.ClientConn
+	reqs  []wireRequest
+	codec grpc.CallOption
+}
+
+// Dial connects conns gRPC connections (0 means 4) to addr, a loopback
+// host:port, and marshals the workload's requests.
+func Dial(addr string, conns int) (*Client, error) {
+	if conns <= 0 {
+		conns = 4
+	}
+	c := &Client{codec: grpc.ForceCodecV2(rawCodec{})}
+	for range conns {
+		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.conns = append(c.conns, cc)
+	}
+	for _, v := range Values() {
+		b, err := proto.Marshal(Request(v))
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.reqs = append(c.reqs, wireRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}})
+	}
+	return c, nil
+}
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	var errs []error
+	for _, cc := range c.conns {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Check makes one call through the generated client (full protobuf
+// decoding) with the descriptor value v and returns the response.
+func (c *Client) Check(ctx context.Context, v string) (*rlsv3.RateLimitResponse, error) {
+	return rlsv3.NewRateLimitServiceClient(c.conns[0]).ShouldRateLimit(ctx, Request(v))
+}
+
+// caller is one goroutine's state; its histogram is large, so each lives on
+// the heap apart from the others.
+type caller struct {
+	hist              Hist
+	calls, over, errs int64
+	firstErr          error
+	resp              wireResponse
+}
+
+// Run calls the server from o.Callers goroutines, each walking the workload's
+// requests from its own offset, until o.Duration has passed or o.Calls calls
+// were made, and returns what it measured.
+func (c *Client) Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Callers <= 0 {
+		o.Callers = Callers
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Calls <= 0 && o.Duration <= 0 {
+		return nil, errors.New("rls: Run needs a Duration or a number of Calls")
+	}
+	// A call that hangs ends when no call at all has completed for
+	// o.Timeout: the watchdog below cancels runCtx, which every call shares
+	// (a context per call would allocate).
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var done atomic.Int64
+	watchdogStop := make(chan struct{})
+	defer close(watchdogStop)
+	go func() {
+		t := time.NewTicker(o.Timeout)
+		defer t.Stop()
+		last := int64(-1)
+		for {
+			select {
+			case <-watchdogStop:
+				return
+			case <-t.C:
+				if n := done.Load(); n != last {
+					last = n
+					continue
+				}
+				cancel()
+				return
+			}
+		}
+	}()
+	callers := make([]*caller, o.Callers)
+	for i := range callers {
+		callers[i] = new(caller)
+	}
+	var (
+		stop   atomic.Bool
+		budget atomic.Int64
+		wg     sync.WaitGroup
+	)
+	budget.Store(o.Calls)
+	start := time.Now()
+	for i, w := range callers {
+		cc := c.conns[i%len(c.conns)]
+		next := i * len(c.reqs) / len(callers)
+		wg.Go(func() {
+			for !stop.Load() {
+				if o.Calls > 0 && budget.Add(-1) < 0 {
+					return
+				}
+				req := &c.reqs[next]
+				if next++; next == len(c.reqs) {
+					next = 0
+				}
+				t0 := time.Now()
+				err := cc.Invoke(runCtx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, &w.resp, c.codec)
+				w.hist.Record(time.Since(t0))
+				done.Add(1)
+				switch {
+				case err != nil:
+					w.errs++
+					if w.firstErr == nil {
+						w.firstErr = fmt.Errorf("ShouldRateLimit: %v", status.Convert(err))
+					}
+					if runCtx.Err() != nil {
+						return
+					}
+				case w.resp.code == rlsv3.RateLimitResponse_OK:
+					w.calls++
+				case w.resp.code == rlsv3.RateLimitResponse_OVER_LIMIT:
+					w.calls++
+					w.over++
+				default:
+					w.errs++
+					if w.firstErr == nil {
+						w.firstErr = fmt.Errorf("ShouldRateLimit: overall_code %v", w.resp.code)
+					}
+				}
+			}
+		})
+	}
+	if o.Calls <= 0 {
+		t := time.NewTimer(o.Duration)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		stop.Store(true)
+	}
+	wg.Wait()
+	r := &Result{Elapsed: time.Since(start)}
+	if ctx.Err() == nil && runCtx.Err() != nil {
+		return nil, fmt.Errorf("rls: no call completed for %v", o.Timeout)
+	}
+	for _, w := range callers {
+		r.Calls += w.calls
+		r.Over += w.over
+		r.Errors += w.errs
+		if r.FirstErr == nil {
+			r.FirstErr = w.firstErr
+		}
+		r.Hist.Merge(&w.hist)
+	}
+	return r, ctx.Err()
+}

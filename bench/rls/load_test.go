@@ -1,0 +1,98 @@
+package rls
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// fakeRLS answers OVER_LIMIT for the hot value and OK otherwise, or, with
+// hang set, never answers until the call's context ends.
+type fakeRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	hang bool
+}
+
+func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if f.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	code := rlsv3.RateLimitResponse_OK
+	if req.GetDescriptors()[0].GetEntries()[0].GetValue() == HotValue {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: code}}}, nil
+}
+
+// serveFake serves f on a free loopback port until t ends.
+func serveFake(t *testing.T, f *fakeRLS) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(s, f)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func TestRunCalls(t *testing.T) {
+	c, err := Dial(serveFake(t, &fakeRLS{}), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = Keys + Keys/HotEvery
+	r, err := c.Run(context.Background(), Options{Callers: 8, Calls: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 callers walk the list from 8 offsets, each at its own pace: about
+	// one call in HotEvery+1 is the hot value's.
+	want := int64(Keys / HotEvery)
+	if r.Calls != n || r.Errors != 0 || r.Over < want/2 || r.Over > 2*want || r.Hist.Count() != n {
+		t.Errorf("calls %d, over %d, errors %d (%v), latencies %d; want %d calls, about %d over",
+			r.Calls, r.Over, r.Errors, r.FirstErr, r.Hist.Count(), n, want)
+	}
+	if r.Rate() <= 0 || r.Hist.Quantile(0.99) <= 0 {
+		t.Errorf("rate %v, p99 %v", r.Rate(), r.Hist.Quantile(0.99))
+	}
+}
+
+func TestRunDuration(t *testing.T) {
+	c, err := Dial(serveFake(t, &fakeRLS{}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Run(context.Background(), Options{Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Calls == 0 || r.Errors != 0 || r.Elapsed < 200*time.Millisecond {
+		t.Errorf("calls %d, errors %d (%v), elapsed %v", r.Calls, r.Errors, r.FirstErr, r.Elapsed)
+	}
+	if _, err := c.Run(context.Background(), Options{}); err == nil {
+		t.Error("Run with neither Duration nor Calls: no error")
+	}
+}
+
+func TestRunHangingServer(t *testing.T) {
+	c, err := Dial(serveFake(t, &fakeRLS{hang: true}), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Run(context.Background(), Options{Callers: 2, Calls: 10, Timeout: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "no call completed") {
+		t.Errorf("Run against a server that never answers: %v, want the watchdog's error", err)
+	}
+}

@@ -1,0 +1,114 @@
+package grpclimit
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/sluice-go/sluice"
+)
+
+func peerCtx(addr string, xff ...string) context.Context {
+	ap := netip.MustParseAddrPort(addr)
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: net.TCPAddrFromAddrPort(ap)})
+	md := metadata.MD{}
+	for _, v := range xff {
+		md.Append("x-forwarded-for", v)
+	}
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// FuzzForwardedFor: whatever x-forwarded-for says, an untrusted peer keys
+// on itself, and a trusted peer's key is an address or an IPv6 /64 that the
+// header or the peer holds; never a panic, never an empty key.
+func FuzzForwardedFor(f *testing.F) {
+	for _, s := range []string{
+		"203.0.113.9", "198.51.100.1, 203.0.113.9, 10.1.1.1", "unknown", "", ",,,", "[2001:db8::1]:80",
+		"::ffff:192.0.2.1", "fe80::1%eth0", "10.0.0.1:99999", "1.2.3.4, garbage, 10.0.0.2", strings.Repeat("10.0.0.1,", 50),
+	} {
+		f.Add(s, s)
+	}
+	trusted := ipRules{field: "x-forwarded-for", v6bits: 64, proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}}
+	untrusted := ipRules{field: "x-forwarded-for", v6bits: 64}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		for _, peerAddr := range []string{"127.0.0.1:5000", "[::ffff:10.9.9.9]:1", "[2001:db8:5::1]:443"} {
+			ctx := peerCtx(peerAddr, a, b)
+			p := netip.MustParseAddrPort(peerAddr).Addr().Unmap()
+			got, ok := untrusted.resolve(ctx)
+			if !ok || got != p {
+				t.Fatalf("untrusted peer %s with x-forwarded-for %q, %q resolved %v", peerAddr, a, b, got)
+			}
+			got, ok = trusted.resolve(ctx)
+			if !ok || !got.IsValid() || got.Zone() != "" || got.Is4In6() {
+				t.Fatalf("trusted peer %s with %q, %q resolved %v %v", peerAddr, a, b, got, ok)
+			}
+			if !trusted.trusts(p) && got != p {
+				t.Fatalf("untrusted peer %s keyed on %v", peerAddr, got)
+			}
+			if got != p && !containsAddr(a+","+b, got) {
+				t.Fatalf("resolved %v appears nowhere in %q, %q", got, a, b)
+			}
+			key := string(trusted.appendKey(nil, got))
+			if key == "" {
+				t.Fatal("empty key")
+			}
+			if got.Is6() && !strings.HasSuffix(key, "/64") {
+				t.Fatalf("IPv6 key %q not a /64", key)
+			}
+		}
+	})
+}
+
+// containsAddr reports whether some comma-separated entry of s reads as a.
+func containsAddr(s string, a netip.Addr) bool {
+	for _, e := range strings.Split(s, ",") {
+		if x, ok := hostAddr(e); ok && x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPeerWithoutIP(t *testing.T) {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.UnixAddr{Name: "/tmp/s", Net: "unix"}})
+	if k, ok := PeerIP()(ctx, "/a/b"); ok || k != "" {
+		t.Errorf("a Unix peer keyed %q", k)
+	}
+	if _, ok := PeerIP()(context.Background(), "/a/b"); ok {
+		t.Error("no peer: found a key")
+	}
+	if _, ok := ClientAddr(context.Background()); ok {
+		t.Error("no peer: found an address")
+	}
+}
+
+func TestQuota(t *testing.T) {
+	for _, tc := range []struct {
+		lim  string
+		q, w int64
+	}{
+		{"100/1m", 100, 60},
+		{"10/1s token-bucket burst 50", 50, 5},
+		{"3/1s gcra burst 1", 1, 1},
+		{"4/1s leaky-bucket burst 3", 4, 1},
+		{"1/1h leaky-bucket burst 2", 3, 10800},
+		{"30/90s fixed-window", 30, 90},
+		{"5/15m sliding-log", 5, 900},
+		{"7/1500ms sliding-window", 7, 2},
+	} {
+		l, err := parseLimit(tc.lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, w := quota(l); q != tc.q || w != tc.w {
+			t.Errorf("%s: q=%d w=%d, want q=%d w=%d", tc.lim, q, w, tc.q, tc.w)
+		}
+	}
+}
+
+var parseLimit = sluice.ParseLimit

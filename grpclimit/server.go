@@ -1,0 +1,243 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// Server holds the policies of a gRPC server and makes its interceptors. It
+// is safe for concurrent use.
+type Server struct {
+	cfg               config
+	lim               *sluice.Limiter
+	enforced, shadows []*policy
+	// The policies decided at a stream's start and for each message it
+	// receives.
+	startEnf, startShadow []*policy
+	msgEnf, msgShadow     []*policy
+}
+
+// New returns a Server that decides policies on lim. The error says which
+// policy or option is wrong.
+func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Server, error) {
+	if lim == nil {
+		return nil, errors.New("grpclimit: New: nil Limiter")
+	}
+	if len(policies) == 0 {
+		return nil, errors.New("grpclimit: New: no policy")
+	}
+	cfg, err := newConfig("grpclimit:", opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.clock == nil {
+		cfg.clock = lim.Clock()
+	}
+	s := &Server{cfg: cfg, lim: lim}
+	pols, err := checkPolicies(policies, &s.cfg, PeerIP())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pols {
+		switch {
+		case p.Shadow && p.perMsg:
+			s.shadows, s.msgShadow = append(s.shadows, p), append(s.msgShadow, p)
+		case p.Shadow:
+			s.shadows, s.startShadow = append(s.shadows, p), append(s.startShadow, p)
+		case p.perMsg:
+			s.enforced, s.msgEnf = append(s.enforced, p), append(s.msgEnf, p)
+		default:
+			s.enforced, s.startEnf = append(s.enforced, p), append(s.startEnf, p)
+		}
+	}
+	return s, nil
+}
+
+// Stats returns each policy's counts, enforced policies first.
+func (s *Server) Stats() []Stats { return statsOf(s.enforced, s.shadows) }
+
+// UnaryServerInterceptor limits unary calls: every policy spends once per
+// call, before the handler runs.
+func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if s.cfg.skip != nil && s.cfg.skip(ctx, info.FullMethod) {
+			return handler(ctx, req)
+		}
+		cl := &call{Context: ctx, cfg: &s.cfg, lim: s.lim}
+		setHeader := func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) }
+		if err := s.decide(cl, info.FullMethod, s.enforced, s.shadows, req, setHeader); err != nil {
+			return nil, err
+		}
+		return handler(cl, req)
+	}
+}
+
+// StreamServerInterceptor limits streams: PerCall policies spend when the
+// stream starts, before the handler runs; PerMessage policies spend for each
+// message the handler receives, once it has arrived. A refused message is
+// not handed over: RecvMsg returns the refusal's status, which the handler
+// returns to end the stream with it.
+func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if s.cfg.skip != nil && s.cfg.skip(ss.Context(), info.FullMethod) {
+			return handler(srv, ss)
+		}
+		w := &serverStream{ServerStream: ss, s: s, method: info.FullMethod}
+		w.cl = &call{Context: ss.Context(), cfg: &s.cfg, lim: s.lim}
+		if len(s.startEnf)+len(s.startShadow) > 0 {
+			if err := s.decide(w.cl, info.FullMethod, s.startEnf, s.startShadow, nil, w.setHeader); err != nil {
+				return err
+			}
+		}
+		return handler(srv, w)
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	s      *Server
+	cl     *call
+	method string
+}
+
+// Context is the stream's context, through which Refund finds the call.
+func (w *serverStream) Context() context.Context { return w.cl }
+
+func (w *serverStream) setHeader(md metadata.MD) { _ = w.ServerStream.SetHeader(md) }
+
+// RecvMsg receives a message and decides the PerMessage policies for it.
+func (w *serverStream) RecvMsg(m any) error {
+	if err := w.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if len(w.s.msgEnf)+len(w.s.msgShadow) == 0 {
+		return nil
+	}
+	return w.s.decide(w.cl, w.method, w.s.msgEnf, w.s.msgShadow, m, w.setHeader)
+}
+
+// decide decides the enforced policies enf as one composite and then the
+// shadow policies sh as another, sets the rate-limit metadata, and returns
+// the status the call fails with, or nil for a call that goes on (after a
+// leaky bucket's delay).
+func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, setHeader func(metadata.MD)) error {
+	all, err := gather(cl, method, enf, msg, make([]spend, 0, len(enf)+len(sh)))
+	if err != nil {
+		return err
+	}
+	n := len(all)
+	if all, err = gather(cl, method, sh, msg, all); err != nil {
+		return err // shadow policies return none; kept for safety
+	}
+	es, ss := all[:n], all[n:]
+	send := s.cfg.headers
+	o := s.cfg.observer
+	var figs []figures
+	var res sluice.Result
+	var refusers []*policy
+	var lat time.Duration
+	if len(es) > 0 {
+		start := time.Now()
+		res, err = s.lim.TakeAll(cl, toParts(es))
+		lat = time.Since(start)
+		switch {
+		case err != nil:
+			recordAll(o, "grpc", es, observe.Error, lat)
+			cl.logError(method, err)
+			return storeError(cl, err, s.cfg.unavailable)
+		case res.Degraded:
+			recordAll(o, "grpc", es, observe.Degraded, lat)
+			send = false // numbers the store did not make
+		case res.Allowed:
+			cl.charge(es)
+		}
+		if !res.Degraded && (send || (!res.Allowed && len(es) > 1)) {
+			figs = look(cl, s.lim, es, res)
+		}
+		if !res.Allowed && !res.Degraded {
+			refusers = blame(es, figs)
+			for i, p := range refusers {
+				record(o, "grpc", p, observe.Denied, lat, i)
+			}
+		}
+	}
+	if len(ss) > 0 {
+		figs = s.shadow(cl, method, ss, send, figs)
+	}
+	if send && len(figs) > 0 {
+		md := metadata.MD{}
+		appendDraft11(md, figs)
+		setHeader(md)
+	}
+	if len(es) == 0 || res.Degraded {
+		return nil
+	}
+	if !res.Allowed {
+		return refusal(refusers, res.RetryAfter, "call")
+	}
+	// Admitted: a leaky bucket's turn may still be ahead.
+	late := false
+	var err2 error
+	if res.Delay > 0 {
+		if dl, ok := cl.Deadline(); ok && dl.Sub(s.cfg.clock.Now()) < res.Delay {
+			late = true
+			err2 = status.Errorf(codes.DeadlineExceeded, "the call's turn comes in %v, after its deadline", res.Delay)
+		} else if err := s.cfg.clock.Sleep(cl, res.Delay); err != nil {
+			late = true
+			err2 = status.FromContextError(err).Err()
+		}
+	}
+	for i, e := range es {
+		oc := observe.Allowed
+		if late && e.pol.Limit.Algorithm == sluice.LeakyBucket {
+			oc = observe.Denied
+		}
+		record(o, "grpc", e.pol, oc, lat, i)
+	}
+	return err2
+}
+
+// shadow decides the shadow policies ss as a composite: counted, never
+// refusing. It returns figs with the shadows' figures after the enforced
+// ones' when they are sent.
+func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []figures) []figures {
+	o := s.cfg.observer
+	start := time.Now()
+	res, err := s.lim.TakeAll(cl, toParts(ss))
+	lat := time.Since(start)
+	switch {
+	case err != nil:
+		recordAll(o, "grpc", ss, observe.Error, lat)
+		cl.logError(method, err)
+		return figs
+	case res.Degraded:
+		recordAll(o, "grpc", ss, observe.Degraded, lat)
+		return figs
+	}
+	withHeaders := send && s.cfg.shadowHeaders
+	var sf []figures
+	if withHeaders || (!res.Allowed && len(ss) > 1) {
+		sf = look(cl, s.lim, ss, res)
+	}
+	if res.Allowed {
+		cl.charge(ss)
+		recordAll(o, "grpc", ss, observe.Allowed, lat)
+	} else {
+		for i, p := range blame(ss, sf) {
+			record(o, "grpc", p, observe.ShadowDenied, lat, i)
+		}
+	}
+	if withHeaders {
+		figs = append(figs, sf...)
+	}
+	return figs
+}

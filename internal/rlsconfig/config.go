@@ -1,0 +1,408 @@
+package rlsconfig
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Entry is one entry of a request's descriptor: a key and the value sent
+// with it (possibly empty).
+type Entry struct{ Key, Value string }
+
+// Rule is one configured rate_limit (or one request's limit override): what
+// sluice enforces for the descriptors that resolve to it. A Rule is shared by
+// every request that matches it and must not be modified.
+type Rule struct {
+	// Domain is the domain of the file that configured the rule.
+	Domain string
+	// Path is the descriptor path as configured, entries joined by "/",
+	// a key alone or key=value: "source_cluster=proxy/destination_cluster".
+	// For display and for metric labels.
+	Path string
+	// Name is the rate_limit's name, "" when not set.
+	Name string
+	// Limit is what sluice enforces; zero when Unlimited. Its Rate is 0 (and
+	// the Limit not valid for a store) when requests_per_unit is 0, which
+	// envoy reads as "every hit is over the limit": the caller refuses such
+	// a descriptor without asking the store.
+	Limit sluice.Limit
+	// Unit is the envoy unit as configured, lower case ("second" … "year");
+	// "" when the sluice extension period: was used, or when Unlimited.
+	Unit string
+	// RequestsPerUnit is requests_per_unit as configured.
+	RequestsPerUnit int64
+	// Unlimited: the descriptor is allowed without counting (envoy answers
+	// OK with no current limit).
+	Unlimited bool
+	// Shadow: shadow_mode; an over-limit decision is reported (metrics,
+	// logs) but the answer is OK.
+	Shadow bool
+	// DetailedMetric: detailed_metric; metrics may name the values sent.
+	DetailedMetric bool
+	// ShareThreshold: share_threshold is set on this rule's descriptor or on
+	// one above it, so values matching that wildcard share one counter (see
+	// Key).
+	ShareThreshold bool
+	// QuotaMode and ValueToMetric are envoy's quota_mode and
+	// value_to_metric, kept for the caller's metrics and answers.
+	QuotaMode, ValueToMetric bool
+	// Replaces lists the names of the rules this one replaces (envoy's
+	// replaces: a rule named here does not apply to a request this rule
+	// matches).
+	Replaces []string
+
+	// levels describes the configured descriptors on the rule's path, from
+	// the top (nil for an override).
+	levels []level
+}
+
+// level is one configured descriptor on a rule's path.
+type level struct {
+	composite     string   // envoy's composite key, "key" or "key_value"
+	hasValue      bool     // configured with a value
+	wildcard      bool     // the composite holds a '*'
+	parts         [][]byte // the composite split on '*', when wildcard
+	share         bool     // share_threshold: matching values share a counter
+	valueToMetric bool
+}
+
+// Config is a loaded configuration: every domain's descriptor tree. It is
+// immutable and safe for concurrent use; a reload builds a new Config.
+type Config struct {
+	domains map[string]*node
+	rules   []*Rule
+	sources []string
+}
+
+// node is one configured descriptor, or a domain's root.
+type node struct {
+	// children maps envoy's composite key of each child ("key" or
+	// "key_value") to it.
+	children map[string]*node
+	// wild lists the children whose composite key holds a '*', in file
+	// order: envoy tries them in that order and takes the first that
+	// matches.
+	wild []wildcard
+	rule *Rule
+}
+
+type wildcard struct {
+	key   string   // composite key, "path_/api/*"
+	parts [][]byte // key split on '*'
+}
+
+// Error is a configuration that cannot be loaded: the file, the line (0 when
+// not known), the descriptor (envoy's composite path, "domain.key1_value1.key2",
+// "" for the file as a whole) and envoy's message for it where envoy has one.
+type Error struct {
+	File string
+	Line int
+	Path string
+	Msg  string
+}
+
+// Error returns "file:line: descriptor path: message".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		fmt.Fprintf(&b, "descriptor %s: ", e.Path)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads a file, or every *.yaml and *.yml file of a directory (not its
+// subdirectories, nor files whose name starts with a dot), and returns the
+// configuration, or an *Error for the first file that cannot be loaded. A
+// directory without such files is an empty configuration.
+func Load(path string) (*Config, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		files[path] = data
+		return Parse(files)
+	}
+	des, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, de := range des {
+		name := de.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		full := filepath.Join(path, name)
+		fi, err := os.Stat(full) // follows symbolic links, as a Kubernetes ConfigMap mounts files
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(full)
+		if err != nil {
+			return nil, err
+		}
+		files[full] = data
+	}
+	return Parse(files)
+}
+
+// Check reports whether the configuration at path (as Load reads it) loads.
+func Check(path string) error {
+	_, err := Load(path)
+	return err
+}
+
+// Parse builds the configuration from files, each file's name mapped to its
+// contents, in the order of their names (so a duplicate domain is reported on
+// the later name).
+func Parse(files map[string][]byte) (*Config, error) {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	b := &builder{c: &Config{domains: map[string]*node{}, sources: names}, first: map[string]string{}}
+	for _, name := range names {
+		f, err := readYAML(name, files[name])
+		if err != nil {
+			return nil, err
+		}
+		if err := b.file(name, f); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(b.c.rules, func(x, y *Rule) int {
+		if c := strings.Compare(x.Domain, y.Domain); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Path, y.Path)
+	})
+	return b.c, nil
+}
+
+// Domains returns the configured domains, sorted.
+func (c *Config) Domains() []string {
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HasDomain reports whether domain is configured. envoyproxy/ratelimit
+// applies a request's limit override only to a configured domain.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
+// Rules returns every configured rule, sorted by domain, then path.
+func (c *Config) Rules() []*Rule { return slices.Clone(c.rules) }
+
+// Sources returns the files loaded, sorted.
+func (c *Config) Sources() []string { return slices.Clone(c.sources) }
+
+// unitSeconds is envoy's divider for each unit (RateLimitResponse.RateLimit.Unit
+// names): a month is 30 days, a year 365.
+var unitSeconds = map[string]int64{
+	"SECOND": 1,
+	"MINUTE": 60,
+	"HOUR":   60 * 60,
+	"DAY":    24 * 60 * 60,
+	"WEEK":   7 * 24 * 60 * 60,
+	"MONTH":  30 * 24 * 60 * 60,
+	"YEAR":   365 * 24 * 60 * 60,
+}
+
+type builder struct {
+	c     *Config
+	first map[string]string // domain -> the file that configured it
+}
+
+func (b *builder) file(name string, f *yamlFile) error {
+	if f.domain == "" {
+		line := f.domainLine
+		if line == 0 {
+			line = f.line
+		}
+		return &Error{File: name, Line: line, Msg: "config file cannot have empty domain"}
+	}
+	if prev, ok := b.first[f.domain]; ok {
+		return &Error{File: name, Line: f.domainLine, Msg: fmt.Sprintf("duplicate domain '%s' in config file (first in %s)", f.domain, prev)}
+	}
+	b.first[f.domain] = name
+	root := &node{children: map[string]*node{}}
+	if err := b.descs(name, f.domain, root, f.domain+".", "", nil, f.descs); err != nil {
+		return err
+	}
+	b.c.domains[f.domain] = root
+	return nil
+}
+
+// descs loads the descriptors under parent, in the order envoy checks them.
+// prefix is the parent's composite path with a trailing dot, path its Rule.Path,
+// levels the configured descriptors above.
+func (b *builder) descs(file, domain string, parent *node, prefix, path string, levels []level, ds []*yamlDesc) error {
+	for _, d := range ds {
+		if d.key == "" {
+			return &Error{File: file, Line: d.line, Path: strings.TrimSuffix(prefix, "."), Msg: "descriptor has empty key"}
+		}
+		composite := d.key
+		step := d.key
+		if d.value != "" {
+			composite += "_" + d.value
+			step += "=" + d.value
+		}
+		full := prefix + composite
+		if _, dup := parent.children[composite]; dup {
+			return &Error{File: file, Line: d.line, Path: full, Msg: fmt.Sprintf("duplicate descriptor composite key '%s'", full)}
+		}
+		rulePath := step
+		if path != "" {
+			rulePath = path + "/" + step
+		}
+		wild := strings.Contains(composite, "*")
+		var parts [][]byte
+		if wild {
+			for _, p := range strings.Split(composite, "*") {
+				parts = append(parts, []byte(p))
+			}
+			parent.wild = append(parent.wild, wildcard{key: composite, parts: parts})
+		}
+		here := append(slices.Clip(levels), level{
+			composite:     composite,
+			hasValue:      d.value != "",
+			wildcard:      wild,
+			parts:         parts,
+			share:         d.shareThreshold && wild,
+			valueToMetric: d.valueToMetric,
+		})
+		n := &node{children: map[string]*node{}}
+		if d.rateLimit != nil {
+			r, err := b.rule(file, domain, full, rulePath, d, here)
+			if err != nil {
+				return err
+			}
+			n.rule = r
+			b.c.rules = append(b.c.rules, r)
+		}
+		if d.shareThreshold && !wild {
+			return &Error{File: file, Line: d.line, Path: full, Msg: fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
+		}
+		if err := b.descs(file, domain, n, full+".", rulePath, here, d.descs); err != nil {
+			return err
+		}
+		parent.children[composite] = n
+	}
+	return nil
+}
+
+// rule builds the Rule of descriptor d's rate_limit.
+func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []level) (*Rule, error) {
+	rl := d.rateLimit
+	fail := func(line int, format string, args ...any) error {
+		return &Error{File: file, Line: line, Path: full, Msg: fmt.Sprintf(format, args...)}
+	}
+	seconds, validUnit := unitSeconds[strings.ToUpper(rl.unit)]
+	switch {
+	case rl.unlimited && validUnit:
+		return nil, fail(rl.line, "should not specify rate limit unit when unlimited")
+	case rl.unlimited && (rl.hasAlgorithm || rl.hasBurst || rl.period != ""):
+		return nil, fail(rl.line, "an unlimited rate_limit takes no algorithm, burst or period")
+	case !rl.unlimited && rl.period != "" && rl.unit != "":
+		return nil, fail(rl.periodLine, "rate_limit has both unit and period: give one (period is sluice's extension)")
+	case !rl.unlimited && rl.period == "" && !validUnit:
+		return nil, fail(rl.line, "invalid rate limit unit '%s'", rl.unit)
+	}
+	r := &Rule{
+		Domain:          domain,
+		Path:            path,
+		Name:            rl.name,
+		RequestsPerUnit: int64(rl.requestsPerUnit),
+		Unlimited:       rl.unlimited,
+		Shadow:          d.shadowMode,
+		DetailedMetric:  d.detailedMetric,
+		QuotaMode:       d.quotaMode,
+		ValueToMetric:   d.valueToMetric,
+		Replaces:        make([]string, 0, len(rl.replaces)),
+		levels:          levels,
+	}
+	for _, rp := range rl.replaces {
+		r.Replaces = append(r.Replaces, rp.name)
+	}
+	for _, rp := range rl.replaces {
+		if rp.name == "" {
+			return nil, fail(rp.line, "should not have an empty replaces entry")
+		}
+		if rp.name == rl.name {
+			return nil, fail(rp.line, "replaces should not contain name of same descriptor")
+		}
+	}
+	for _, l := range levels {
+		r.ShareThreshold = r.ShareThreshold || l.share
+	}
+	if r.Unlimited {
+		return r, nil
+	}
+	period := time.Duration(seconds) * time.Second
+	if rl.period != "" {
+		p, err := time.ParseDuration(rl.period)
+		if err != nil || p <= 0 {
+			return nil, fail(rl.periodLine, "period '%s' is not a positive Go duration (like 1s, 90s, 1h30m)", rl.period)
+		}
+		period = p
+	} else {
+		r.Unit = strings.ToLower(rl.unit)
+	}
+	alg := sluice.AlignedWindow
+	if rl.hasAlgorithm {
+		a, err := sluice.ParseAlgorithm(rl.algorithm)
+		if err != nil {
+			return nil, fail(rl.line, "algorithm '%s': %v", rl.algorithm, err)
+		}
+		alg = a
+	}
+	rate := int64(rl.requestsPerUnit)
+	r.Limit = sluice.Limit{Algorithm: alg, Rate: rate, Period: period, Burst: rate}
+	if rl.hasBurst {
+		if alg != sluice.TokenBucket && alg != sluice.GCRA && alg != sluice.LeakyBucket {
+			return nil, fail(rl.line, "burst applies to token-bucket, gcra and leaky-bucket, not %s", alg)
+		}
+		if rate == 0 {
+			return nil, fail(rl.line, "burst needs a requests_per_unit above 0")
+		}
+		r.Limit.Burst = rl.burst
+	}
+	if rate > 0 {
+		if err := r.Limit.Validate(); err != nil {
+			return nil, fail(rl.line, "sluice cannot count %d per %s exactly with %s: %v", rate, unitOrPeriod(r), alg, err)
+		}
+	}
+	return r, nil
+}
+
+func unitOrPeriod(r *Rule) string {
+	if r.Unit != "" {
+		return r.Unit
+	}
+	return r.Limit.Period.String()
+}

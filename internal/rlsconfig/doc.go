@@ -1,0 +1,116 @@
+// Package rlsconfig loads envoyproxy/ratelimit's YAML configuration, unchanged,
+// and matches request descriptors against it exactly as envoyproxy/ratelimit
+// does, for `sluice serve`.
+//
+// # The format
+//
+// One domain per file:
+//
+//	domain: edge
+//	descriptors:
+//	  - key: remote_address          # a key alone: any value, each its own counter
+//	    rate_limit:
+//	      unit: second
+//	      requests_per_unit: 10
+//	  - key: path
+//	    value: "/api/*"              # '*' anywhere in the value, any number of them
+//	    share_threshold: true        # every matching value shares one counter
+//	    rate_limit: {unit: minute, requests_per_unit: 600, name: api}
+//	  - key: source_cluster
+//	    value: proxy                 # key and value: that value only
+//	    descriptors:                 # nested: the request's next entry
+//	      - key: destination_cluster
+//	        rate_limit: {unit: hour, requests_per_unit: 1000}
+//	        shadow_mode: true        # over the limit is reported, not enforced
+//	  - key: plan
+//	    value: internal
+//	    rate_limit: {unlimited: true}
+//
+// A descriptor holds key (required), value, rate_limit, descriptors,
+// shadow_mode, detailed_metric, share_threshold (only on a value or key with
+// a '*'), and envoy's quota_mode, value_to_metric and metadata, which are
+// accepted and passed on (metadata is ignored). A rate_limit holds unit
+// (second, minute, hour, day, week, month, year: 1, 60, 3600, 86400,
+// 604800, 2592000 and 31536000 seconds, any case), requests_per_unit,
+// unlimited, name and replaces (a list of {name: …}).
+//
+// sluice adds three fields to a rate_limit:
+//
+//	algorithm: token-bucket   # any name sluice.ParseAlgorithm accepts; default aligned-window
+//	burst: 50                 # token-bucket, gcra, leaky-bucket; default requests_per_unit
+//	period: 90s               # a Go duration, instead of unit
+//
+// Without them a limit counts as envoy counts: sluice.AlignedWindow, the
+// window aligned to the Unix epoch (a minute's window starts on the minute,
+// a month's every 30 days from 1970), requests_per_unit per unit. A
+// requests_per_unit of 0 makes every hit over the limit, as in envoy.
+//
+// sluice counts exactly, in integers that stay below 2^50 (see
+// sluice.Limit.Validate), which bounds requests_per_unit by unit for the
+// windows: 1,125,899,905 per second, 18,764,997 per minute, 312,748 per
+// hour, 13,030 per day, 1,860 per week, 433 per month, 34 per year. A larger
+// limit is a load error that says so; period: with a shorter period, or
+// another algorithm, is the way to express it.
+//
+// # Matching
+//
+// A request names a domain and a list of descriptors, each a list of entries
+// (key, value). Each descriptor is matched on its own, level by level from
+// the domain: at each level the configured descriptor with this key and this
+// value, else the first configured wildcard (in file order) that the key and
+// value match, else the configured descriptor with this key alone. The rule
+// is the rate_limit of the descriptor reached by the request's last entry; a
+// descriptor that stops matching, or that is longer than the configured path,
+// has no limit and is answered OK, as is every descriptor of an unknown
+// domain. Then envoy's replaces: a matched rule whose name another matched
+// rule of the same request lists in its replaces does not apply (Resolve).
+//
+// Rule.Key names the counter of a matched descriptor: the domain and every
+// entry as sent, except that a level matched through a wildcard with
+// share_threshold names the pattern, so all its values share one counter.
+// Rule.StatKey is envoy's stat name for it. Override builds the rule of a
+// request's per-descriptor limit override, which envoy applies (to a
+// configured domain) instead of the configuration.
+//
+// Like envoy, a level is looked up by the composite key "key_value" (and a
+// wildcard matches that composite), so the quirks of that joining are kept:
+// key "a" with value "b_c" and key "a_b" with value "c" are one descriptor
+// (a duplicate), and a '*' in a key makes a wildcard too.
+//
+// # Load errors
+//
+// A configuration that cannot be loaded is an *Error naming the file, the
+// line and the descriptor (envoy's composite path, "domain.key_value.key"),
+// with envoy's message where envoy has one: "config file cannot have empty
+// domain", "duplicate domain 'x' in config file", "descriptor has empty key",
+// "duplicate descriptor composite key 'x'", "invalid rate limit unit 'x'",
+// "should not specify rate limit unit when unlimited", "should not have an
+// empty replaces entry", "replaces should not contain name of same
+// descriptor", "share_threshold can only be used with wildcard values
+// (containing '*'), but found key 'x'", "config error, unknown key 'x'",
+// "config error, key is not of type string: x", "config error, yaml file
+// contains list of type other than map: x", "error loading config file: …".
+//
+// # Deliberate differences from envoyproxy/ratelimit
+//
+// Loading is stricter where envoy silently ignores something: a key envoy
+// knows but that has no meaning where it is written (unit on a descriptor), a
+// key written twice in one map, and a second YAML document in a file are
+// errors. A limit sluice cannot count exactly is an error rather than a
+// limit that would drift: envoy's own limits (aligned windows) are always
+// exact, since a window only counts; a bucket or a sliding window whose
+// capacity times its period is beyond sluice's exact range (see
+// sluice.Limit.Validate) is refused. Scalars of any type are read as strings
+// where a string is expected (envoy refuses a float such as value: 1.5).
+// Load reads *.yaml and *.yml files of one directory, not its
+// subdirectories. Two files with one domain are an error, always (envoy's
+// MERGE_DOMAIN_CONFIG is not offered).
+//
+// Keys (Rule.Key) escape their separators, so two descriptors share a
+// counter only when envoy's matching says they should (share_threshold),
+// never because their joined text happens to be equal.
+//
+// What the service then does differently (the descriptors of one call decided
+// together, all or nothing; rejected hits consume nothing) is the service's
+// business, not this package's.
+package rlsconfig

@@ -1,0 +1,79 @@
+package rlsconfig_test
+
+import (
+	"fmt"
+
+	"github.com/sluice-go/sluice/internal/rlsconfig"
+)
+
+func ExampleConfig_Resolve() {
+	c, err := rlsconfig.Parse(map[string][]byte{"edge.yaml": []byte(`
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 600, algorithm: token-bucket, burst: 50}
+`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	request := [][]rlsconfig.Entry{
+		{{Key: "remote_address", Value: "10.0.0.1"}},
+		{{Key: "path", Value: "/api/users"}},
+		{{Key: "country", Value: "fr"}},
+	}
+	for i, r := range c.Resolve("edge", request) {
+		if r == nil {
+			fmt.Println("no limit")
+			continue
+		}
+		fmt.Println(r.Path, r.Limit, r.Key(request[i]))
+	}
+	// Output:
+	// remote_address 10/1s aligned-window burst 10 edge/remote_address=10.0.0.1
+	// path=/api/* 600/1m0s token-bucket burst 50 edge/path=%2Fapi%2Fusers
+	// no limit
+}
+
+func ExampleParse_error() {
+	_, err := rlsconfig.Parse(map[string][]byte{"bad.yaml": []byte(`
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: fortnight, requests_per_unit: 10}
+`)})
+	fmt.Println(err)
+	// Output:
+	// bad.yaml:5: descriptor edge.remote_address: invalid rate limit unit 'fortnight'
+}
+
+func ExampleLoad() {
+	c, err := rlsconfig.Load("testdata/dir")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(c.Domains())
+	for _, r := range c.Rules() {
+		fmt.Println(r.Domain, r.Path, r.RequestsPerUnit, "per", r.Unit)
+	}
+	// Output:
+	// [alpha beta]
+	// alpha k 7 per month
+	// beta k=v 3 per year
+}
+
+func ExampleOverride() {
+	entries := []rlsconfig.Entry{{Key: "remote_address", Value: "10.0.0.1"}}
+	r, err := rlsconfig.Override("edge", entries, 100, "MINUTE")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(r.Limit, r.Key(entries), r.StatKey(entries))
+	// Output:
+	// 100/1m0s aligned-window burst 100 edge/remote_address=10.0.0.1 edge.remote_address_10.0.0.1
+}

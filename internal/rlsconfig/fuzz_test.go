@@ -1,0 +1,91 @@
+package rlsconfig
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: no input panics; a failed load is an *Error naming the file; a
+// loaded configuration resolves any descriptor and keys it without panic, and
+// every rule it holds is one sluice can enforce.
+func FuzzParse(f *testing.F) {
+	paths, err := filepath.Glob("testdata/*.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	more, err := filepath.Glob("testdata/dir/*.y*ml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range append(paths, more...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		"",
+		"domain: d\n",
+		"domain: d\ndescriptors:\n  - key: k\n    value: v*w*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, name: a, replaces: [{name: a}]}\n",
+		"domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {<<: {unit: minute}, requests_per_unit: 3, algorithm: gcra, burst: 2}\n",
+		"domain: d\n0.25: x\n",
+		"domain: d\n---\ndomain: e\n",
+		"domain: [\n",
+		"{domain: d, descriptors: [{key: a, descriptors: [{key: b, value: '*', rate_limit: {period: 90s, requests_per_unit: 9}}]}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(map[string][]byte{"f.yaml": data})
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.File != "f.yaml" || !strings.HasPrefix(err.Error(), "f.yaml") {
+				t.Fatalf("error %v (%T) is not an *Error naming f.yaml", err, err)
+			}
+			return
+		}
+		domains := c.Domains()
+		for _, r := range c.Rules() {
+			if !c.HasDomain(r.Domain) {
+				t.Fatalf("rule %s of unlisted domain %q (domains %v)", r.Path, r.Domain, domains)
+			}
+			if !r.Unlimited && r.Limit.Rate > 0 {
+				if err := r.Limit.Validate(); err != nil {
+					t.Fatalf("rule %s: %v", r.Path, err)
+				}
+			}
+		}
+		// Descriptors made of the input's words, against every domain.
+		words := strings.Fields(string(data))
+		if len(words) > 64 {
+			words = words[:64]
+		}
+		var descs [][]Entry
+		for i := 0; i+1 < len(words); i += 2 {
+			descs = append(descs, []Entry{{Key: strings.Trim(words[i], ":-"), Value: words[i+1]}})
+		}
+		for _, d := range append(domains, "missing") {
+			got := c.Resolve(d, descs)
+			if len(got) != len(descs) {
+				t.Fatalf("Resolve returned %d rules for %d descriptors", len(got), len(descs))
+			}
+			for i, r := range got {
+				// Every separator in a value is escaped: a key has one '/'
+				// per entry.
+				if r == nil {
+					continue
+				}
+				if k := r.Key(descs[i]); strings.Count(k, "/") != len(descs[i]) {
+					t.Fatalf("key %q of %v", k, descs[i])
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package rlsconfig
+
+const raceEnabled = true

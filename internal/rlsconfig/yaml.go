@@ -1,0 +1,496 @@
+package rlsconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The YAML of one file, read into plain values with each field's line, before
+// any of envoy's rules about domains, keys and units are applied (build.go).
+
+type yamlFile struct {
+	domain     string
+	domainLine int
+	line       int
+	descs      []*yamlDesc
+}
+
+type yamlDesc struct {
+	line           int
+	key, value     string
+	rateLimit      *yamlRateLimit
+	descs          []*yamlDesc
+	shadowMode     bool
+	quotaMode      bool
+	detailedMetric bool
+	valueToMetric  bool
+	shareThreshold bool
+}
+
+type yamlRateLimit struct {
+	line            int
+	requestsPerUnit uint32
+	unit            string
+	unlimited       bool
+	name            string
+	replaces        []yamlReplace
+	// sluice's extensions
+	algorithm    string
+	hasAlgorithm bool
+	burst        int64
+	hasBurst     bool
+	period       string
+	periodLine   int
+}
+
+type yamlReplace struct {
+	line int
+	name string
+}
+
+// The names envoyproxy/ratelimit knows, each valid where it belongs; envoy
+// accepts any of them anywhere and ignores the misplaced ones, sluice refuses
+// those.
+var (
+	envoyKeys = map[string]bool{
+		"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true,
+		"unit": true, "requests_per_unit": true, "unlimited": true, "shadow_mode": true,
+		"quota_mode": true, "name": true, "replaces": true, "detailed_metric": true,
+		"value_to_metric": true, "share_threshold": true, "metadata": true,
+	}
+	rootKeys = map[string]bool{"domain": true, "descriptors": true}
+	descKeys = map[string]bool{
+		"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true,
+		"quota_mode": true, "detailed_metric": true, "value_to_metric": true,
+		"share_threshold": true, "metadata": true,
+	}
+	rateLimitKeys = map[string]bool{
+		"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true,
+		"algorithm": true, "burst": true, "period": true,
+	}
+	replaceKeys = map[string]bool{"name": true}
+)
+
+const (
+	// maxNodes bounds the YAML nodes one file may expand to, aliases
+	// counted at each use, so an alias bomb is an error, not an exhausted
+	// machine.
+	maxNodes = 1 << 20
+	// maxDepth bounds the nesting of descriptors.
+	maxDepth = 64
+)
+
+// reader walks one file's YAML tree.
+type reader struct {
+	file  string
+	nodes int
+}
+
+// readYAML reads one file. A YAML syntax error, an unknown or misplaced key,
+// a key that is not a string or a value of the wrong kind is an *Error.
+func readYAML(file string, data []byte) (out *yamlFile, err error) {
+	r := &reader{file: file}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := safeDecode(dec, &doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &yamlFile{line: 1}, nil // an empty file: no domain
+		}
+		return nil, r.errf(0, "error loading config file: %s", err)
+	}
+	var extra yaml.Node
+	if err := safeDecode(dec, &extra); err == nil {
+		return nil, r.errf(extra.Line, "error loading config file: more than one YAML document (envoyproxy/ratelimit would read only the first)")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return &yamlFile{line: 1}, nil
+		}
+		root = root.Content[0]
+	}
+	return r.root(root)
+}
+
+// safeDecode turns a panic of the YAML library into an error: no input may
+// crash the service.
+func safeDecode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("yaml: %v", p)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+func (r *reader) errf(line int, format string, args ...any) *Error {
+	return &Error{File: r.file, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// deref follows aliases and counts the node against the file's budget.
+func (r *reader) deref(n *yaml.Node) (*yaml.Node, error) {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
+		if i > 100 {
+			return nil, r.errf(n.Line, "error loading config file: alias chain too long")
+		}
+		n = n.Alias
+	}
+	if n == nil {
+		return nil, r.errf(0, "error loading config file: alias to nothing")
+	}
+	r.nodes++
+	if r.nodes > maxNodes {
+		return nil, r.errf(n.Line, "error loading config file: the file expands to more than %d YAML nodes (aliases count at each use)", maxNodes)
+	}
+	return n, nil
+}
+
+type pair struct {
+	key   string
+	line  int
+	value *yaml.Node
+}
+
+// fields returns a mapping's pairs, merge keys (<<) expanded, checking every
+// key against allowed (the keys valid here).
+func (r *reader) fields(n *yaml.Node, where string, allowed map[string]bool) ([]pair, error) {
+	var out []pair
+	seen := map[string]bool{}
+	if err := r.collect(n, where, allowed, &out, seen, false, 0); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (r *reader) collect(n *yaml.Node, where string, allowed map[string]bool, out *[]pair, seen map[string]bool, merged bool, depth int) error {
+	if depth > 16 {
+		return r.errf(n.Line, "error loading config file: merge keys nested too deep")
+	}
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, err := r.deref(n.Content[i])
+		if err != nil {
+			return err
+		}
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			merges = append(merges, n.Content[i+1])
+			continue
+		}
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+			return r.errf(k.Line, "config error, key is not of type string: %s", describe(k))
+		}
+		name := k.Value
+		if !allowed[name] {
+			if envoyKeys[name] {
+				return r.errf(k.Line, "config error, key '%s' does not belong in %s (envoyproxy/ratelimit ignores it there; sluice refuses it)", name, where)
+			}
+			return r.errf(k.Line, "config error, unknown key '%s'", name)
+		}
+		if seen[name] {
+			if merged {
+				continue // an explicit key wins over a merged one
+			}
+			return r.errf(k.Line, "error loading config file: key '%s' appears twice in %s", name, where)
+		}
+		seen[name] = true
+		*out = append(*out, pair{key: name, line: k.Line, value: n.Content[i+1]})
+	}
+	for _, m := range merges {
+		m, err := r.deref(m)
+		if err != nil {
+			return err
+		}
+		switch m.Kind {
+		case yaml.MappingNode:
+			if err := r.collect(m, where, allowed, out, seen, true, depth+1); err != nil {
+				return err
+			}
+		case yaml.SequenceNode:
+			for _, e := range m.Content {
+				e, err := r.deref(e)
+				if err != nil {
+					return err
+				}
+				if e.Kind != yaml.MappingNode {
+					return r.errf(e.Line, "error loading config file: a merge key (<<) takes a map or a list of maps")
+				}
+				if err := r.collect(e, where, allowed, out, seen, true, depth+1); err != nil {
+					return err
+				}
+			}
+		default:
+			return r.errf(m.Line, "error loading config file: a merge key (<<) takes a map or a list of maps")
+		}
+	}
+	return nil
+}
+
+// describe shows a node in an error message.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Value
+	case yaml.MappingNode:
+		return "a map"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return "an empty node"
+}
+
+func (r *reader) root(n *yaml.Node) (*yamlFile, error) {
+	n, err := r.deref(n)
+	if err != nil {
+		return nil, err
+	}
+	f := &yamlFile{line: n.Line}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return f, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, r.errf(n.Line, "error loading config file: the file must be a map with domain and descriptors, not %s", kindName(n))
+	}
+	fs, err := r.fields(n, "the file's top level", rootKeys)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range fs {
+		switch p.key {
+		case "domain":
+			f.domainLine = p.line
+			if f.domain, err = r.str(p); err != nil {
+				return nil, err
+			}
+		case "descriptors":
+			if f.descs, err = r.descs(p, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, nil
+}
+
+// list returns the maps of a list field; null is the empty list.
+func (r *reader) list(p pair) ([]*yaml.Node, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return nil, err
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, r.errf(n.Line, "error loading config file: %s must be a list of maps, not %s", p.key, kindName(n))
+	}
+	out := make([]*yaml.Node, 0, len(n.Content))
+	for _, e := range n.Content {
+		e, err := r.deref(e)
+		if err != nil {
+			return nil, err
+		}
+		if e.Kind != yaml.MappingNode {
+			return nil, r.errf(e.Line, "config error, yaml file contains list of type other than map: %s", describe(e))
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (r *reader) descs(p pair, depth int) ([]*yamlDesc, error) {
+	if depth >= maxDepth {
+		return nil, r.errf(p.line, "error loading config file: descriptors nested more than %d deep", maxDepth)
+	}
+	ns, err := r.list(p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*yamlDesc, 0, len(ns))
+	for _, n := range ns {
+		d, err := r.desc(n, depth)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
+	fs, err := r.fields(n, "a descriptor", descKeys)
+	if err != nil {
+		return nil, err
+	}
+	d := &yamlDesc{line: n.Line}
+	flags := map[string]*bool{
+		"shadow_mode":     &d.shadowMode,
+		"quota_mode":      &d.quotaMode,
+		"detailed_metric": &d.detailedMetric,
+		"value_to_metric": &d.valueToMetric,
+		"share_threshold": &d.shareThreshold,
+	}
+	for _, p := range fs {
+		switch p.key {
+		case "key":
+			d.key, err = r.str(p)
+		case "value":
+			d.value, err = r.str(p)
+		case "rate_limit":
+			d.rateLimit, err = r.rateLimit(p)
+		case "descriptors":
+			d.descs, err = r.descs(p, depth+1)
+		case "metadata":
+			err = r.metadata(p)
+		default:
+			*flags[p.key], err = r.boolean(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (r *reader) rateLimit(p pair) (*yamlRateLimit, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return nil, err // "rate_limit:" alone: no limit, as envoy reads it
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, r.errf(n.Line, "error loading config file: rate_limit must be a map, not %s", kindName(n))
+	}
+	fs, err := r.fields(n, "a rate_limit", rateLimitKeys)
+	if err != nil {
+		return nil, err
+	}
+	rl := &yamlRateLimit{line: n.Line}
+	texts := map[string]*string{"unit": &rl.unit, "name": &rl.name, "algorithm": &rl.algorithm, "period": &rl.period}
+	for _, p := range fs {
+		switch p.key {
+		case "requests_per_unit":
+			var v int64
+			v, err = r.integer(p, 0, 1<<32-1)
+			rl.requestsPerUnit = uint32(v)
+		case "unlimited":
+			rl.unlimited, err = r.boolean(p)
+		case "replaces":
+			rl.replaces, err = r.replaces(p)
+		case "burst":
+			rl.hasBurst = true
+			rl.burst, err = r.integer(p, 0, 1<<62)
+		default:
+			rl.hasAlgorithm = rl.hasAlgorithm || p.key == "algorithm"
+			if p.key == "period" {
+				rl.periodLine = p.line
+			}
+			*texts[p.key], err = r.str(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rl, nil
+}
+
+func (r *reader) replaces(p pair) ([]yamlReplace, error) {
+	ns, err := r.list(p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]yamlReplace, 0, len(ns))
+	for _, n := range ns {
+		fs, err := r.fields(n, "a replaces entry", replaceKeys)
+		if err != nil {
+			return nil, err
+		}
+		rp := yamlReplace{line: n.Line}
+		for _, p := range fs {
+			if rp.name, err = r.str(p); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, rp)
+	}
+	return out, nil
+}
+
+// metadata accepts any YAML (envoy hands it back to Envoy untouched; sluice
+// ignores it) but walks it so aliases count against the budget.
+func (r *reader) metadata(p pair) error {
+	var walk func(n *yaml.Node) error
+	walk = func(n *yaml.Node) error {
+		n, err := r.deref(n)
+		if err != nil {
+			return err
+		}
+		for _, c := range n.Content {
+			if err := walk(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(p.value)
+}
+
+// value returns a field's node, aliases followed, and whether it is null.
+func (r *reader) value(p pair) (*yaml.Node, bool, error) {
+	n, err := r.deref(p.value)
+	if err != nil {
+		return nil, false, err
+	}
+	return n, n.Kind == yaml.ScalarNode && n.Tag == "!!null", nil
+}
+
+// str reads a scalar as text, as yaml.v2 reads one into a Go string: 8080
+// is "8080", null is "".
+func (r *reader) str(p pair) (string, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return "", err
+	}
+	if n.Kind != yaml.ScalarNode {
+		return "", r.errf(n.Line, "error loading config file: %s must be a string, not %s", p.key, kindName(n))
+	}
+	return n.Value, nil
+}
+
+// boolean reads true or false (and YAML 1.1's yes, no, on, off, as envoy's
+// yaml.v2 does); null is false.
+func (r *reader) boolean(p pair) (bool, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return false, err
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, r.errf(n.Line, "error loading config file: %s must be true or false, not %s", p.key, describe(n))
+	}
+	return b, nil
+}
+
+// integer reads a whole number from lo to hi; null is 0.
+func (r *reader) integer(p pair, lo, hi int64) (int64, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return 0, err
+	}
+	var v int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < lo || v > hi {
+		return 0, r.errf(n.Line, "error loading config file: %s must be a whole number from %d to %s, not %s", p.key, lo, strconv.FormatInt(hi, 10), describe(n))
+	}
+	return v, nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a map"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "empty"
+}

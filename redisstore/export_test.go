@@ -1,0 +1,13 @@
+package redisstore
+
+import (
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
+)
+
+// NewOver is New over a redisrun.Client, for the tests that plug in clients
+// of their own (counting, failing, unrouted).
+func NewOver(c redisrun.Client, opts ...Option) (*Store, error) { return newStore(c, opts...) }
+
+// ScriptFor returns the single-decision script of algorithm k.
+func ScriptFor(k algo.Kind) *redisrun.Script { return scripts.Single[k] }

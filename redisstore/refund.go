@@ -1,0 +1,63 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storeapi"
+)
+
+// Refund gives req.Cost units back to req.Key (see algo.Refund). It applies
+// no failure policy: a refund that cannot reach Redis is an error.
+func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	r, err := storeapi.RefundRequest(&req)
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	return s.refundNow(ctx, r)
+}
+
+// refundNow is Refund on a request in core's form.
+func (s *Store) refundNow(ctx context.Context, req core.Request) (sluice.Result, error) {
+	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
+		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
+	}
+	if err := req.Params.Validate(); err != nil {
+		return sluice.Result{}, err // wraps sluice.ErrInvalidLimit
+	}
+	switch {
+	case req.Key == "":
+		return sluice.Result{}, sluice.ErrEmptyKey
+	case req.Cost < 0:
+		return sluice.Result{}, fmt.Errorf("%w: refund of %d", sluice.ErrInvalidCost, req.Cost)
+	}
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	d, err := s.refund(ctx, req, now)
+	return storeapi.Result(&d), err
+}
+
+func (s *Store) refund(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
+	c := scripts.RefundCall(s.prefix+req.Key, redisrun.LimitOf(&req.Params, algo.Never), req.Cost, now, s.margin)
+	if err := s.call(ctx, c); err != nil {
+		return algo.Decision{}, err
+	}
+	if len(c.Reply) != 5 {
+		return algo.Decision{}, fmt.Errorf("%w: refund script replied %v", redisrun.ErrBadReply, c.Reply)
+	}
+	return decisionOf(c.Reply, c.Keys[0])
+}
+
+// Reset forgets key.
+func (s *Store) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return sluice.ErrEmptyKey
+	}
+	return s.call(ctx, scripts.ResetCall(s.prefix+key))
+}
