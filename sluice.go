@@ -111,11 +111,18 @@ type engine interface {
 // (memstore's). TakeLocal is Take with MaxDelay algo.Never, its arguments and
 // results in registers (a Result is too wide for them, and copying one costs
 // more than the decision's arithmetic); allowed is retryAfter == 0.
-// TakeAllLocal takes the composite by value, so that it stays on the stack.
+// TakeAllLocal takes the parts as the caller gave them, checked, with their
+// limits' params by value (ps[i] is parts[i]'s): the engine builds their
+// requests on its own stack, which a slice passed through an interface could
+// not be.
 type localEngine interface {
 	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
-	TakeAllLocal(parts core.Parts) (Result, error)
+	TakeAllLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, error)
 }
+
+// maxLocalParts is the most parts a composite may have to take the local
+// engine's path.
+const maxLocalParts = 4
 
 // outside is the engine of a Store from outside this module: it hands the
 // requests over in the Store's terms.
@@ -176,16 +183,38 @@ type validLimit struct {
 // errNoStore is the error of a Limiter made without New.
 var errNoStore = fmt.Errorf("%w: the Limiter has no store (make it with New)", ErrStoreUnavailable)
 
+// slot is where params remembers lim.
+func (l *Limiter) slot(lim Limit) *atomic.Pointer[validLimit] {
+	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40) * 0xBF58476D1CE4E5B9
+	return &l.valid[h>>61]
+}
+
 // params is lim.params, remembered.
 func (l *Limiter) params(lim Limit) (algo.Params, error) {
-	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40) * 0xBF58476D1CE4E5B9
-	slot := &l.valid[h>>61]
+	slot := l.slot(lim)
 	if v := slot.Load(); v != nil && v.lim == lim {
 		return v.p, nil
 	}
 	p, err := lim.params()
 	if err == nil {
 		slot.Store(&validLimit{lim, p})
+	}
+	return p, err
+}
+
+// partParams is params for the parts of a composite, which name several
+// limits at once: a limit that finds its slot taken by another is checked
+// afresh instead of taking the slot, so that two limits of one composite
+// never evict each other (and allocate) on every call.
+func (l *Limiter) partParams(lim Limit) (algo.Params, error) {
+	slot := l.slot(lim)
+	v := slot.Load()
+	if v != nil && v.lim == lim {
+		return v.p, nil
+	}
+	p, err := lim.params()
+	if err == nil && v == nil {
+		slot.CompareAndSwap(nil, &validLimit{lim, p})
 	}
 	return p, err
 }
@@ -364,18 +393,36 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 	n := len(dst)
 	for i := range parts {
 		pt := &parts[i]
-		p, err := l.check(pt.Key, pt.Limit, pt.Cost)
+		p, err := l.checkPart(i, pt)
 		if err != nil {
-			return dst[:n], core.PartError(i, pt.Key, err)
+			return dst[:n], err
 		}
 		dst = append(dst, core.Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
 		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, pt.Cost, algo.Never
 	}
-	if err := core.CheckComposite(dst[n:]); err != nil {
+	if err := distinct(parts); err != nil {
 		return dst[:n], err
 	}
 	return dst, nil
+}
+
+// checkPart checks part i of a composite and returns its limit's params;
+// the error says which part is wrong.
+func (l *Limiter) checkPart(i int, pt *Part) (algo.Params, error) {
+	p, err := l.partParams(pt.Limit)
+	if err == nil {
+		err = core.Check(pt.Key, p, pt.Cost)
+	}
+	if err != nil {
+		return p, core.PartError(i, pt.Key, err)
+	}
+	return p, nil
+}
+
+// distinct is core.CheckComposite for parts.
+func distinct(parts []Part) error {
+	return core.CheckComposite(parts, func(p *Part) string { return p.Key })
 }
 
 // TakeAll asks whether every part may spend its cost (a global budget and a
@@ -388,14 +435,19 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 // a look at each), Delay is 0, and RetryAfter is the largest of the refusing
 // parts'.
 func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
-	if l.local != nil && len(parts) <= len(core.Parts{}.R) {
-		var ps core.Parts
-		reqs, err := l.appendRequests(ps.R[:0], parts)
-		if err != nil {
+	if l.local != nil && len(parts) <= maxLocalParts {
+		var ps [maxLocalParts]algo.Params
+		for i := range parts {
+			p, err := l.checkPart(i, &parts[i])
+			if err != nil {
+				return Result{}, err
+			}
+			ps[i] = p
+		}
+		if err := distinct(parts); err != nil {
 			return Result{}, err
 		}
-		ps.N = len(reqs)
-		return l.local.TakeAllLocal(ps)
+		return l.local.TakeAllLocal(parts, ps)
 	}
 	if l.eng == nil {
 		return Result{}, errNoStore

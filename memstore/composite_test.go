@@ -139,4 +139,13 @@ func TestZeroAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision, want 0", name, n)
 		}
 	}
+	// Whichever slots of the Limiter's memory of valid limits the parts'
+	// limits fall in (some of these pairs share one), nothing is allocated.
+	for n := int64(2); n < 40; n++ {
+		lim := sluice.New(memstore.New())
+		parts := []sluice.Part{{Key: "a", Limit: sluice.PerSecond(1_000_000), Cost: 1}, {Key: "b", Limit: sluice.PerSecond(1_000_000 + n), Cost: 1}}
+		if a := testing.AllocsPerRun(100, func() { lim.TakeAll(ctx, parts) }); a != 0 {
+			t.Errorf("TakeAll of limits %v and %v: %v allocations per decision, want 0", parts[0].Limit, parts[1].Limit, a)
+		}
+	}
 }

@@ -31,13 +31,6 @@ type Request struct {
 	MaxDelay int64
 }
 
-// Parts is a composite of up to len(R) checked requests, R[:N], passed by
-// value so that it stays on the caller's stack through an interface call.
-type Parts struct {
-	N int
-	R [4]Request
-}
-
 // The errors of the root package, defined here so that the checks below and
 // every store wrap the same ones.
 var (
@@ -98,15 +91,15 @@ func CheckRefund(key string, p *algo.Params, units int64) error {
 }
 
 // CheckComposite checks what a composite adds to its parts' own checks: at
-// least one part, no key twice.
-func CheckComposite(reqs []Request) error {
-	if len(reqs) == 0 {
+// least one part, no key twice. key returns a part's key.
+func CheckComposite[P any](parts []P, key func(*P) string) error {
+	if len(parts) == 0 {
 		return fmt.Errorf("%w: a composite needs at least one part", ErrInvalidLimit)
 	}
-	for i := range reqs {
+	for i := range parts {
 		for j := range i {
-			if reqs[j].Key == reqs[i].Key {
-				return fmt.Errorf("%w: %q", ErrDuplicateKey, reqs[i].Key)
+			if key(&parts[j]) == key(&parts[i]) {
+				return fmt.Errorf("%w: %q", ErrDuplicateKey, key(&parts[i]))
 			}
 		}
 	}

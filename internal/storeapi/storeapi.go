@@ -55,7 +55,7 @@ func Requests(rs []sluice.Request) ([]core.Request, error) {
 		}
 		out[i] = r
 	}
-	if err := core.CheckComposite(out); err != nil {
+	if err := core.CheckComposite(out, func(r *core.Request) string { return r.Key }); err != nil {
 		return nil, err
 	}
 	return out, nil
