@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/grpclimit"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
@@ -119,7 +120,7 @@ func serve(t *testing.T, s *grpclimit.Server, es *echoServer, dialOpts ...grpc.D
 // every count is exact.
 func frozen() *sluice.Limiter {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	return sluice.New(memstore.New(memstore.WithClock(frozenClock(at))), sluice.WithClock(realClock{}))
+	return sluice.New(memstore.New(memstore.WithClock(frozenClock(at))), sluice.WithClock(core.SystemClock{}))
 }
 
 func mustNew(t *testing.T, lim *sluice.Limiter, ps []grpclimit.Policy, opts ...grpclimit.Option) *grpclimit.Server {
