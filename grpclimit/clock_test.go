@@ -11,4 +11,3 @@ type frozenClock time.Time
 func (c frozenClock) Now() time.Time { return time.Time(c) }
 
 func (frozenClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
-
