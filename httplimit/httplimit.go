@@ -127,6 +127,10 @@
 //
 // A handler that learns the request's real cost afterwards gives the excess
 // back with Refund(r.Context(), units) (TokenBucket and GCRA policies only).
+// The decision reaches the next handler in a copy of its request whose
+// context carries it; a Middleware whose handlers never call Refund,
+// RefundPolicy, DecisionFrom or ClientAddr can leave the request uncopied
+// with WithoutDecisionContext.
 package httplimit
 
 import (
