@@ -85,6 +85,8 @@ var HTTPLibs = []Lib{
 	{Baseline, "", "the handler alone, no middleware"},
 	{Ref, "github.com/sluice-go/sluice",
 		fmt.Sprintf("httplimit.New(sluice.New(memstore.New()), []Policy{{Name: \"ip\", Limit: PerSecond(%d).WithBurst(%d)}}).Handler (key: ClientIP, the default)", Rate, Burst)},
+	{Ref + "-bare", "github.com/sluice-go/sluice",
+		"sluice as above, with httplimit.WithoutDecisionContext() (the next handler gets the request uncopied: no Refund or DecisionFrom there); a variant, not a peer"},
 	{"httprate", "github.com/go-chi/httprate",
 		fmt.Sprintf("LimitBy(%d, %v, RemoteAddr's host through CanonicalizeIP (KeyByIP's body)) (sliding window, local counter)", Burst, Window)},
 	{"sethvargo", "github.com/sethvargo/go-limiter",

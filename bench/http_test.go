@@ -45,6 +45,18 @@ var httpLibs = []httpLib{
 		}
 		return m.Handler(next)
 	}},
+	{Ref + "-bare", func(tb testing.TB, next http.Handler) http.Handler {
+		// sluice with WithoutDecisionContext: the next handler gets the
+		// request unchanged, as the peers pass it (no Refund or
+		// DecisionFrom there). A variant of sluice, not a peer.
+		m, err := sluicehttp.New(sluice.New(memstore.New()), []sluicehttp.Policy{
+			{Name: "ip", Limit: sluice.PerSecond(Rate).WithBurst(Burst)},
+		}, sluicehttp.WithoutDecisionContext())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return m.Handler(next)
+	}},
 	{"httprate", func(_ testing.TB, next http.Handler) http.Handler {
 		// httprate's own KeyByIP, which it deprecates only to make the
 		// trust model explicit: RemoteAddr's host, IPv6 by /64.

@@ -31,15 +31,14 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 		switch s {
 		case HeadersDraft11:
 			b := buf[:0]
-			for i, pr := range results {
-				if i > 0 {
-					b = append(b, ", "...)
+			static := m.enforcedOnly(results)
+			if !static {
+				for i, pr := range results {
+					if i > 0 {
+						b = append(b, ", "...)
+					}
+					b = appendPolicyItem(b, pr.Name, pr.Quota, pr.Window)
 				}
-				b = appendSFString(b, pr.Name)
-				b = append(b, ";q="...)
-				b = strconv.AppendInt(b, pr.Quota, 10)
-				b = append(b, ";w="...)
-				b = strconv.AppendInt(b, pr.Window, 10)
 			}
 			n := len(b)
 			for i, pr := range results {
@@ -54,6 +53,9 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 			}
 			v := string(b)
 			vals[0], vals[1] = v[:n], v[n:]
+			if static {
+				vals[0] = m.policyHeader
+			}
 			h[hdrRateLimitPolicy] = vals[0:1:1] // full slices: an Add reallocates
 			h[hdrRateLimit] = vals[1:2:2]
 		case HeadersXRateLimit:
@@ -75,6 +77,29 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 			h[hdrXReset] = xs[2:3:3]
 		}
 	}
+}
+
+// enforcedOnly reports whether results are the enforced policies', all and
+// in order, whose RateLimit-Policy value New made once.
+func (m *Middleware) enforcedOnly(results []PolicyResult) bool {
+	if len(results) != len(m.enforced) {
+		return false
+	}
+	for i, pr := range results {
+		if p := m.enforced[i]; pr.Name != p.Name || pr.Shadow || pr.Quota != p.q || pr.Window != p.w {
+			return false
+		}
+	}
+	return true
+}
+
+// appendPolicyItem appends one RateLimit-Policy item.
+func appendPolicyItem(b []byte, name string, q, w int64) []byte {
+	b = appendSFString(b, name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, q, 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, w, 10)
 }
 
 // appendSFString appends s as an RFC 9651 String (names are printable

@@ -127,6 +127,10 @@
 //
 // A handler that learns the request's real cost afterwards gives the excess
 // back with Refund(r.Context(), units) (TokenBucket and GCRA policies only).
+// The decision reaches the next handler in a copy of its request whose
+// context carries it; a Middleware whose handlers never call Refund,
+// RefundPolicy, DecisionFrom or ClientAddr can leave the request uncopied
+// with WithoutDecisionContext.
 package httplimit
 
 import (
@@ -389,6 +393,19 @@ const (
 	ObserveSourceOutbound = "http-out"
 )
 
+// WithoutDecisionContext hands the next handler the request as it came, with
+// no decision in its context, which saves copying the request (the copy
+// that carries the decision is most of what an admitted request costs the
+// middleware beyond the store's decision). The next handler then cannot
+// call Refund or RefundPolicy (they return ErrNoDecision) or DecisionFrom
+// (false), and its ClientAddr reads the peer address without the trusted
+// proxies. The deny handler, the missing-key handler, WithErrorLog's function,
+// the skip predicate and the policies' key and cost functions still get the
+// request with its decision.
+func WithoutDecisionContext() Option {
+	return func(m *Middleware) error { m.bare = true; return nil }
+}
+
 // WithKeyPrefix sets the prefix of the store keys (default "httplimit:"): a
 // policy's keys are prefix + name + ":" + key.
 func WithKeyPrefix(prefix string) Option {
@@ -411,6 +428,12 @@ type Middleware struct {
 	obs               observe.Observer
 	prefix            string
 	clock             sluice.Clock
+	// bare: WithoutDecisionContext; userFuncs: a skip predicate, a key or
+	// a cost function may read the request's context.
+	bare, userFuncs bool
+	// policyHeader is RateLimit-Policy's value when the headers name the
+	// enforced policies alone, in order (writeHeaders).
+	policyHeader string
 }
 
 type policy struct {
@@ -477,7 +500,17 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		} else {
 			m.enforced = append(m.enforced, pol)
 		}
+		m.userFuncs = m.userFuncs || !clientIP || p.CostFunc != nil
 	}
+	m.userFuncs = m.userFuncs || m.skip != nil
+	var hb []byte
+	for i, p := range m.enforced {
+		if i > 0 {
+			hb = append(hb, ", "...)
+		}
+		hb = appendPolicyItem(hb, p.Name, p.q, p.w)
+	}
+	m.policyHeader = string(hb)
 	return m, nil
 }
 
@@ -755,8 +788,14 @@ func (p part) key() string { return p.skey[len(p.pol.keyPrefix):] }
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	st := &state{Context: r.Context(), m: m}
 	st.charged = st.chargeBuf[:0]
-	r = r.WithContext(st)
+	in := r // the request as it came, for the next handler without the context
+	if !m.bare || m.userFuncs {
+		r = r.WithContext(st)
+	}
 	if m.skip != nil && m.skip(r) {
+		if m.bare {
+			r = in
+		}
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -787,7 +826,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		res, lat, err = m.takeAll(ctx, enforced)
 		if err != nil {
 			m.report(enforced, nil, observe.Error, lat, 0)
-			m.failed(w, r, enforced, err)
+			m.failed(w, st.request(r), enforced, err)
 			return
 		}
 		st.dec.Result = res
@@ -839,7 +878,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				p.pol.stats.errors.Add(1)
 			}
 			m.report(shadows, nil, observe.Error, lat, 0)
-			m.logError(r, err)
+			m.logError(st, r, err)
 		case sres.Degraded:
 			for _, p := range shadows {
 				p.pol.stats.degraded.Add(1)
@@ -887,7 +926,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
 		if m.deny != nil {
 			sw := &statusWriter{ResponseWriter: w, status: m.status}
-			m.deny.ServeHTTP(sw, r)
+			m.deny.ServeHTTP(sw, st.request(r))
 			if !sw.wrote {
 				sw.WriteHeader(m.status)
 			}
@@ -908,6 +947,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
 			return
 		}
+	}
+	if m.bare {
+		r = in
 	}
 	next.ServeHTTP(w, r)
 }
@@ -944,7 +986,7 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			}
 			st.dec.Missing = p.Name
 			if m.missing != nil {
-				m.missing.ServeHTTP(w, r)
+				m.missing.ServeHTTP(w, st.request(r))
 			} else {
 				writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request",
 					fmt.Sprintf("the request carries no key for rate-limit policy %q", p.Name), nil)
@@ -962,7 +1004,7 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 				if m.obs != nil { // the store was not called
 					m.obs.Observe(observe.Event{Source: ObserveSource, Policy: p.Name, Outcome: observe.Error})
 				}
-				m.logError(r, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err))
+				m.logError(st, r, fmt.Errorf("httplimit: policy %q: cost: %w", p.Name, err))
 				if p.Shadow {
 					continue
 				}
@@ -985,6 +1027,18 @@ var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
 // takeAll decides ps as one composite. With an observer, it returns how
 // long the store took.
 func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, time.Duration, error) {
+	if len(ps) == 1 { // a composite of one is a Take, without the parts
+		var start time.Time
+		if m.obs != nil {
+			start = time.Now()
+		}
+		res, err := m.lim.Take(ctx, ps[0].skey, ps[0].pol.Limit, ps[0].cost)
+		var lat time.Duration
+		if m.obs != nil {
+			lat = time.Since(start)
+		}
+		return res, lat, err
+	}
 	buf := sluiceParts.Get().(*[2]sluice.Part)
 	sp := buf[:0]
 	for _, p := range ps {
@@ -1087,7 +1141,9 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, ps []part, e
 	for _, p := range ps {
 		p.pol.stats.errors.Add(1)
 	}
-	m.logError(r, err)
+	if m.onError != nil {
+		m.onError(r, err)
+	}
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		writeProblem(w, http.StatusRequestEntityTooLarge, "about:blank", "Content Too Large",
 			"the request's cost exceeds what a rate-limit policy can ever admit", nil)
@@ -1098,10 +1154,19 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, ps []part, e
 		"the rate limiter is unavailable", nil)
 }
 
-func (m *Middleware) logError(r *http.Request, err error) {
+// logError gives err to WithErrorLog's function with r carrying st.
+func (m *Middleware) logError(st *state, r *http.Request, err error) {
 	if m.onError != nil {
-		m.onError(r, err)
+		m.onError(st.request(r), err)
 	}
+}
+
+// request returns r with st as its context: r itself when it already is.
+func (st *state) request(r *http.Request) *http.Request {
+	if c, ok := r.Context().(*state); ok && c == st {
+		return r
+	}
+	return r.WithContext(st)
 }
 
 func quoteList(names []string) string {

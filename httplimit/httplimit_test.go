@@ -1089,3 +1089,46 @@ func FuzzForwardingHeaders(f *testing.F) {
 		}
 	})
 }
+
+// TestWithoutDecisionContext: the next handler gets the request as it came
+// (no decision, no refund), while the key functions and the deny handler
+// still see the decision and the trusted proxies.
+func TestWithoutDecisionContext(t *testing.T) {
+	lim := frozenLimiter(newClock())
+	var nextSaw, denySaw atomic.Value
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ok := httplimit.DecisionFrom(r.Context())
+		err := httplimit.Refund(r.Context(), 1)
+		a, _ := httplimit.ClientAddr(r)
+		nextSaw.Store(fmt.Sprint(ok, errors.Is(err, httplimit.ErrNoDecision), a))
+	})
+	deny := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := httplimit.DecisionFrom(r.Context())
+		denySaw.Store(fmt.Sprint(ok, d != nil && !d.Allowed && len(d.Refused) == 1))
+	})
+	ps := []httplimit.Policy{{Name: "ip", Limit: sluice.PerHour(2), Key: httplimit.Join(httplimit.ClientIP(), httplimit.Static("k"))}}
+	m := mustNew(t, lim, ps, httplimit.WithoutDecisionContext(), httplimit.WithDenyHandler(deny),
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("127.0.0.0/8")))
+	srv := httptest.NewServer(m.Handler(next))
+	defer srv.Close()
+	for range 2 {
+		if resp, _ := get(t, srv.Client(), srv.URL, "X-Forwarded-For", "203.0.113.9"); resp.StatusCode != 200 {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+	}
+	if got := nextSaw.Load(); got != "false true 127.0.0.1" {
+		t.Errorf("next handler saw %v: want no decision, ErrNoDecision and the peer address", got)
+	}
+	// The key function resolved the forwarded client: its budget is spent,
+	// the peer's is not.
+	r, err := lim.Take(context.Background(), "httplimit:ip:203.0.113.9|k", sluice.PerHour(2), 0)
+	if err != nil || r.Remaining != 0 {
+		t.Errorf("forwarded client's budget: %+v %v, want 0 left", r, err)
+	}
+	if resp, _ := get(t, srv.Client(), srv.URL, "X-Forwarded-For", "203.0.113.9"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third request: status %d, want 429", resp.StatusCode)
+	}
+	if got := denySaw.Load(); got != "true true" {
+		t.Errorf("deny handler saw %v: want the decision", got)
+	}
+}

@@ -139,8 +139,8 @@ func Summarize(rows []Row, ref string, targets map[string]float64) []Summary {
 		}
 		if r.Lib == ref {
 			s.RefNs = ns
-		} else if r.Lib == bench.Baseline {
-			continue // not a peer
+		} else if r.Lib == bench.Baseline || strings.HasPrefix(r.Lib, ref+"-") {
+			continue // not a peer: the baseline, or a variant of the reference
 		} else if s.Fastest == "" || ns < s.PeerNs {
 			s.Fastest, s.PeerNs = r.Lib, ns
 		}
