@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -51,22 +52,6 @@ func (c *clock) Add(d time.Duration) {
 // Sleep returns at once: a leaky-bucket admission's delay is not waited out
 // on a frozen clock.
 func (c *clock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
-
-// realClock is the system's clock.
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 func frozenLimiter(c *clock) *sluice.Limiter {
 	return sluice.New(memstore.New(memstore.WithClock(c)))
@@ -781,7 +766,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 	// A request whose context ends while it waits is not served.
 	c2 := newClock()
 	// Its store's time stands still; its wait runs in real time.
-	m2 := mustNew(t, frozenLimiter(c2), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 4}}}, httplimit.WithClock(realClock{}))
+	m2 := mustNew(t, frozenLimiter(c2), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 4}}}, httplimit.WithClock(core.SystemClock{}))
 	var served2 atomic.Int64
 	h := m2.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served2.Add(1) }))
 	rec := httptest.NewRecorder()
