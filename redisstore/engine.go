@@ -28,6 +28,6 @@ func (e *engine) Refund(ctx context.Context, req core.Request) (sluice.Result, e
 
 func (e *engine) Reset(ctx context.Context, key string) error { return (*Store)(e).Reset(ctx, key) }
 
-// Clock is nil: the store decides at the server's time, or at a caller's
-// time that has no Sleep.
-func (e *engine) Clock() sluice.Clock { return nil }
+// Clock is the clock WithClock gave, or nil: the store decides at the
+// server's time, which a Limiter cannot sleep by.
+func (e *engine) Clock() sluice.Clock { return e.clk }

@@ -185,7 +185,7 @@ func TestBadOptions(t *testing.T) {
 		"WithTTLMargin(-1s)":     {redisstore.WithTTLMargin(-time.Second)},
 		"WithBatching(-1)":       {redisstore.WithBatching(-1)},
 		"WithBatching(1<<20)":    {redisstore.WithBatching(1 << 20)},
-		"WithCallerTime(nil)":    {redisstore.WithCallerTime(nil)},
+		"WithClock(nil)":         {redisstore.WithClock(nil)},
 		"WithFailurePolicy(9)":   {redisstore.WithFailurePolicy(9)},
 		"nil option":             {nil},
 		"two bad, both reported": {redisstore.WithTimeout(0), redisstore.WithTTLMargin(-time.Second)},
@@ -249,7 +249,7 @@ func TestACLWithoutEvalsha(t *testing.T) {
 }
 
 // A user who may not run TIME gets an error that says to use
-// WithCallerTime, never a FailOpen admission; with WithCallerTime the store
+// WithClock, never a FailOpen admission; with WithClock the store
 // decides.
 func TestACLWithoutTime(t *testing.T) {
 	srv := redistest.Standalone(t)
@@ -263,8 +263,8 @@ func TestACLWithoutTime(t *testing.T) {
 		st := newGoRedis(t, c, opts...)
 		for i := range 5 {
 			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
-			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithCallerTime") || r.Allowed {
-				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithCallerTime, not allowed", batched, i, r, err)
+			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithClock") || r.Allowed {
+				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithClock, not allowed", batched, i, r, err)
 			}
 			if i == 0 {
 				t.Logf("batched=%v: %v", batched, err)
@@ -279,12 +279,12 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st.Close()
 	}
-	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithCallerTime(time.Now))
+	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithClock(core.SystemClock{}))
 	defer st.Close()
 	for i := range 4 {
 		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if err != nil || r.Allowed != (i < 3) {
-			t.Fatalf("WithCallerTime call %d: %+v, %v", i, r, err)
+			t.Fatalf("WithClock call %d: %+v, %v", i, r, err)
 		}
 	}
 }

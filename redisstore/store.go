@@ -25,7 +25,8 @@ type Store struct {
 	margin  int64 // µs
 	policy  FailurePolicy
 	local   *memstore.Store
-	now     func() int64 // nil: the server's TIME
+	clk     sluice.Clock // WithClock's, or nil
+	now     func() int64 // clk's time in µs; nil: the server's TIME
 	run     *redisrun.Runner
 	batchN  int
 	// group is the client's redisrun.Router.Group: the keys that one script
@@ -67,12 +68,8 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 	}
 	if s.policy == FailLocal {
 		// The fallback decides at the same time as the store: the caller's
-		// when WithCallerTime gave it, else this process's clock.
-		var lopts []memstore.Option
-		if s.now != nil {
-			lopts = append(lopts, memstore.WithClock(storeapi.Clock(s.now)))
-		}
-		s.local = memstore.New(lopts...)
+		// when WithClock gave it, else this process's clock.
+		s.local = memstore.New(memstore.WithClock(s.clk))
 	}
 	s.group = redisrun.GroupOf(client)
 	s.run = redisrun.NewRunner(client, s.batchN, s.timeout, scripts, ErrClosed)

@@ -424,13 +424,13 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	}
 	t.Logf("%d traces, %d decisions at a time behind the stored one, all equal to the decision at the stored time", traces, back)
 
-	// The same through Take with WithCallerTime and a clock stepped by hand:
+	// The same through Take with WithClock and a clock stepped by hand:
 	// burst 5, one unit per second.
 	var mu sync.Mutex
 	clock := base
 	set := func(us int64) { mu.Lock(); clock = us; mu.Unlock() }
 	cs := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
-		redisstore.WithCallerTime(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.UnixMicro(clock) }))
+		redisstore.WithClock(storeapi.Clock(func() int64 { mu.Lock(); defer mu.Unlock(); return clock })))
 	defer cs.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
 	take := func(cost int64) sluice.Result {
@@ -461,7 +461,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	for i, s := range steps {
 		set(base + s.at)
 		if got := take(s.cost); got != s.want {
-			t.Errorf("WithCallerTime step %d (cost %d at %+dms): %+v, want %+v", i, s.cost, s.at/1000, got, s.want)
+			t.Errorf("WithClock step %d (cost %d at %+dms): %+v, want %+v", i, s.cost, s.at/1000, got, s.want)
 		}
 	}
 }
