@@ -462,13 +462,12 @@ func TestClosedStore(t *testing.T) {
 	}
 }
 
-// Requests that were not checked (a zero limit, a negative cost, a cost over
+// Invalid requests from outside (a zero limit, a negative cost, a cost over
 // capacity, an empty key, duplicate parts) are errors, never panics.
 func TestUncheckedRequests(t *testing.T) {
 	st := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("unchecked:%d:", time.Now().UnixNano())))
 	defer st.Close()
 	ctx := context.Background()
-	now := time.Now().UnixMicro()
 	good := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
 	for name, req := range map[string]core.Request{
 		"zero params":       {Key: "k", Cost: 1},
@@ -479,21 +478,18 @@ func TestUncheckedRequests(t *testing.T) {
 		"negative burst":    {Key: "k", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1, Burst: -1}, Cost: 0},
 		"negative maxdelay": {Key: "k", Params: good, Cost: 1, MaxDelay: -5},
 	} {
-		if _, err := st.TakeAt(ctx, req, now); err == nil {
-			t.Errorf("TakeAt %s: no error", name)
-		}
 		if _, err := st.Take(ctx, storeapi.Public(&req)); err == nil {
 			t.Errorf("Take %s: no error", name)
 		}
-		if _, err := st.TakeAllAt(ctx, []core.Request{req}, now); err == nil {
-			t.Errorf("TakeAllAt %s: no error", name)
+		if _, err := st.TakeAll(ctx, []sluice.Request{storeapi.Public(&req)}); err == nil {
+			t.Errorf("TakeAll %s: no error", name)
 		}
 	}
-	if _, err := st.TakeAllAt(ctx, nil, now); err == nil {
-		t.Error("TakeAllAt of no parts: no error")
+	if _, err := st.TakeAll(ctx, nil); err == nil {
+		t.Error("TakeAll of no parts: no error")
 	}
-	dup := core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never}
-	if _, err := st.TakeAllAt(ctx, []core.Request{dup, dup}, now); !errors.Is(err, sluice.ErrDuplicateKey) {
+	dup := storeapi.Public(&core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never})
+	if _, err := st.TakeAll(ctx, []sluice.Request{dup, dup}); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate parts: %v", err)
 	}
 	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Cost: 1})); err == nil {

@@ -103,11 +103,9 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 	return s.take(ctx, r)
 }
 
-// take is Take on a request in core's form.
+// take is Take on a request in core's form, checked (by Take, or by the
+// Limiter before it calls the engine).
 func (s *Store) take(ctx context.Context, req core.Request) (sluice.Result, error) {
-	if err := checkRequest(&req); err != nil {
-		return sluice.Result{}, err
-	}
 	now, err := s.clock()
 	if err != nil {
 		return sluice.Result{}, err
@@ -129,18 +127,6 @@ func (s *Store) clock() (int64, error) {
 		return 0, fmt.Errorf("caller time: %w", err) // wraps sluice.ErrInvalidTime
 	}
 	return now, nil
-}
-
-// TakeAt makes one decision for req at time now (µs since the epoch) and
-// applies no failure policy: replays use it.
-func (s *Store) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
-	}
-	if err := checkRequest(&req); err != nil {
-		return algo.Decision{}, err
-	}
-	return s.decide(ctx, req, now)
 }
 
 // ready returns why no call may be sent now: the store is closed, or the

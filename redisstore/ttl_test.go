@@ -401,12 +401,12 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 				back++
 			}
 			req := core.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
-			got, err := st.TakeAt(ctx, req, now)
+			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = y
-			want, err := st.TakeAt(ctx, req, at)
+			want, err := storeapi.RedisAt(st).TakeAt(ctx, req, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -493,7 +493,7 @@ func TestClockBackwardsConformance(t *testing.T) {
 			}
 			key := fmt.Sprintf("l%d:k%d", li, r.IntN(2))
 			req := core.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
-			got, err := st.TakeAt(ctx, req, now)
+			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
