@@ -34,7 +34,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 			t.Fatal(err)
 		}
 		clk := newFakeClock()
-		q, err := NewMemory(l, WithClock(clk.Now))
+		q, err := NewMemory(l, WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestRandomInvariants(t *testing.T) {
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond
 		clk := newFakeClock()
-		q, err := NewMemory(l, WithClock(clk.Now), WithVisibilityTimeout(vis))
+		q, err := NewMemory(l, WithClock(clk), WithVisibilityTimeout(vis))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +364,7 @@ func TestInvalid(t *testing.T) {
 	}
 	clk := newFakeClock()
 	clk.t = time.UnixMicro(-1)
-	q, _ := NewMemory(leaky(1, time.Second, 1), WithClock(clk.Now))
+	q, _ := NewMemory(leaky(1, time.Second, 1), WithClock(clk))
 	if _, err := q.Push(context.Background(), nil); !errors.Is(err, sluice.ErrInvalidTime) {
 		t.Errorf("push before the epoch: %v", err)
 	}
