@@ -214,9 +214,10 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
-// WithClock sets the clock the queue schedules by and Pop waits by (its
-// polls and its claim-ahead lead are c.Sleep calls, cut short by a Push or
-// by Pop's context). By default a Memory queue reads the monotonic clock,
+// WithClock sets the clock the queue schedules by and Pop waits by: Pop's
+// waits between polls are c.Sleep calls, cut short by a Push or by Pop's
+// context, and so is its wait for a job claimed ahead (WithClaimAhead),
+// which nothing cuts short. By default a Memory queue reads the monotonic clock,
 // anchored to the wall clock at start, and a Redis queue the server's TIME,
 // so that the processes of a fleet agree; with this option a Redis queue
 // decides at the caller's time (tests, replays, managed services that refuse
