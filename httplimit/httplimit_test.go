@@ -359,7 +359,7 @@ func TestCompositeUnderConcurrency(t *testing.T) {
 	t.Run("redisstore", func(t *testing.T) {
 		c := newClock()
 		srv := redistest.Standalone(t)
-		store, err := redisstore.New(srv.Client(), redisstore.WithCallerTime(c.Now), redisstore.WithTimeout(30*time.Second))
+		store, err := redisstore.New(srv.Client(), redisstore.WithClock(c), redisstore.WithTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

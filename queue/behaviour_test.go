@@ -28,6 +28,14 @@ func (c *fakeClock) Now() time.Time {
 	return c.t
 }
 
+// Sleep moves the clock forward by d and returns at once.
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
 // at sets the clock to t0 + d.
 func (c *fakeClock) at(d time.Duration) {
 	c.mu.Lock()
@@ -48,6 +56,7 @@ func runBehaviours(t *testing.T, mk maker) {
 	t.Run("Redelivery", func(t *testing.T) { testRedelivery(t, mk) })
 	t.Run("AckRequeued", func(t *testing.T) { testAckRequeued(t, mk) })
 	t.Run("Payload", func(t *testing.T) { testPayload(t, mk) })
+	t.Run("PopByClock", func(t *testing.T) { testPopByClock(t, mk) })
 }
 
 func TestMemoryBehaviours(t *testing.T) {
@@ -75,7 +84,7 @@ type pushStep struct {
 // exactly when that wait is over.
 func testFull(t *testing.T, mk maker) {
 	clk := newFakeClock()
-	q := mk(t, leaky(3, time.Second, 2), WithClock(clk.Now))
+	q := mk(t, leaky(3, time.Second, 2), WithClock(clk))
 	ctx := context.Background()
 	for i, s := range []pushStep{
 		{at: 0, ok: true, slot: 0},
@@ -163,7 +172,7 @@ func pushAll(t *testing.T, q Queue, payloads ...string) {
 // late to a backlog: it drains at the rate, not in a burst.
 func testSpacing(t *testing.T, mk maker) {
 	clk := newFakeClock()
-	q := mk(t, leaky(10, time.Second, 9), WithClock(clk.Now), WithVisibilityTimeout(time.Minute))
+	q := mk(t, leaky(10, time.Second, 9), WithClock(clk), WithVisibilityTimeout(time.Minute))
 	pushAll(t, q, "a", "b", "c", "d", "e")
 	ms := time.Millisecond
 	runPops(t, q, clk, []popStep{
@@ -190,7 +199,7 @@ func testSpacing(t *testing.T, mk maker) {
 // acknowledged it never comes back.
 func testRedelivery(t *testing.T, mk maker) {
 	clk := newFakeClock()
-	q := mk(t, leaky(10, time.Second, 9), WithClock(clk.Now), WithVisibilityTimeout(time.Second))
+	q := mk(t, leaky(10, time.Second, 9), WithClock(clk), WithVisibilityTimeout(time.Second))
 	ctx := context.Background()
 	pushAll(t, q, "a", "b")
 	ms := time.Millisecond
@@ -219,7 +228,7 @@ func testRedelivery(t *testing.T, mk maker) {
 	}
 	// A redelivery is never refused, even beyond Burst: it takes the next
 	// slot, and pushes wait behind it.
-	q2 := mk(t, leaky(10, time.Second, 0), WithClock(clk.Now), WithVisibilityTimeout(50*ms))
+	q2 := mk(t, leaky(10, time.Second, 0), WithClock(clk), WithVisibilityTimeout(50*ms))
 	sec := 20 * time.Second
 	clk.at(sec)
 	pushAll(t, q2, "x")
@@ -239,7 +248,7 @@ func testRedelivery(t *testing.T, mk maker) {
 // passed, but before it was delivered again, is not delivered again.
 func testAckRequeued(t *testing.T, mk maker) {
 	clk := newFakeClock()
-	q := mk(t, leaky(10, time.Second, 9), WithClock(clk.Now), WithVisibilityTimeout(50*time.Millisecond))
+	q := mk(t, leaky(10, time.Second, 9), WithClock(clk), WithVisibilityTimeout(50*time.Millisecond))
 	pushAll(t, q, "a", "b")
 	ms := time.Millisecond
 	got := runPops(t, q, clk, []popStep{
@@ -259,7 +268,7 @@ func testAckRequeued(t *testing.T, mk maker) {
 // testPayload: payloads are binary-safe and the caller's to change.
 func testPayload(t *testing.T, mk maker) {
 	clk := newFakeClock()
-	q := mk(t, leaky(1, time.Millisecond, 10), WithClock(clk.Now))
+	q := mk(t, leaky(1, time.Millisecond, 10), WithClock(clk))
 	ctx := context.Background()
 	p := []byte{0, 1, 2, '{', 0xff, 0}
 	if _, err := q.Push(ctx, p); err != nil {
@@ -277,5 +286,29 @@ func testPayload(t *testing.T, mk maker) {
 	j2, _, err := q.TryPop(ctx)
 	if err != nil || j2 == nil || len(j2.Payload) != 0 || j2.ID == j1.ID {
 		t.Fatalf("second job %+v, %v", j2, err)
+	}
+}
+
+// testPopByClock: Pop waits by the queue's clock, so a fake clock whose Sleep
+// moves it drives Pop through a schedule with no real waiting (the poll
+// interval is an hour), and each job comes at its release instant.
+func testPopByClock(t *testing.T, mk maker) {
+	clk := newFakeClock()
+	q := mk(t, leaky(2, time.Second, 5), WithClock(clk), WithPollInterval(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pushAll(t, q, "a", "b", "c")
+	for i, want := range []string{"a", "b", "c"} {
+		job, err := q.Pop(ctx)
+		if err != nil || string(job.Payload) != want {
+			t.Fatalf("Pop %d: %+v, %v; want %s", i, job, err, want)
+		}
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		if !job.DeliveredAt.Equal(at) || !clk.Now().Equal(at) {
+			t.Fatalf("Pop %d: delivered at %v, clock at %v; want both %v", i, job.DeliveredAt, clk.Now(), at)
+		}
+		if err := q.Ack(ctx, job); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

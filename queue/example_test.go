@@ -15,10 +15,10 @@ import (
 // pushes takes three, and they leave half a second apart, however late the
 // worker comes.
 func ExampleMemory() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	start := now
+	clock := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	start := clock.now
 	q, err := queue.NewMemory(sluice.PerSecond(2).WithBurst(2).Using(sluice.LeakyBucket),
-		queue.WithClock(func() time.Time { return now }))
+		queue.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
@@ -31,16 +31,9 @@ func ExampleMemory() {
 			fmt.Printf("push %s: full, retry after %v\n", job, r.RetryAfter)
 		}
 	}
-	now = now.Add(700 * time.Millisecond) // the worker comes late
-	for {
-		job, wait, _ := q.TryPop(ctx)
-		if job == nil {
-			if wait < 0 {
-				break
-			}
-			now = now.Add(wait)
-			continue
-		}
+	clock.now = clock.now.Add(700 * time.Millisecond) // the worker comes late
+	for n, _ := q.Len(ctx); n > 0; n, _ = q.Len(ctx) {
+		job, _ := q.Pop(ctx) // waits by clock.Sleep
 		fmt.Printf("+%v: %s (slot +%v)\n", job.DeliveredAt.Sub(start), job.Payload, job.ReleaseAt.Sub(start))
 		q.Ack(ctx, job)
 	}
@@ -81,4 +74,15 @@ func ExampleRedis() {
 		// call the provider with job.Payload, then:
 		_ = q.Ack(ctx, job)
 	}
+}
+
+// stepClock is a sluice.Clock whose time moves only when Sleep moves it, so
+// that the example runs at once and prints the same times on every run.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time { return c.now }
+
+func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return ctx.Err()
 }

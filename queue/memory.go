@@ -47,8 +47,8 @@ func NewMemory(limit sluice.Limit, opts ...Option) (*Memory, error) {
 		sched: freshSchedule(),
 		jobs:  make(map[string]*entry),
 	}
-	if c.now != nil {
-		m.now = func() int64 { return c.now().UnixMicro() }
+	if c.clock != nil {
+		m.now = func() int64 { return c.clock.Now().UnixMicro() }
 	}
 	return m, nil
 }

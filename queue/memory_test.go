@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
@@ -34,7 +35,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 			t.Fatal(err)
 		}
 		clk := newFakeClock()
-		q, err := NewMemory(l, WithClock(clk.Now))
+		q, err := NewMemory(l, WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestRandomInvariants(t *testing.T) {
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond
 		clk := newFakeClock()
-		q, err := NewMemory(l, WithClock(clk.Now), WithVisibilityTimeout(vis))
+		q, err := NewMemory(l, WithClock(clk), WithVisibilityTimeout(vis))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,36 +263,41 @@ func testWorkers(t *testing.T, qs []Queue, workers, n, rate int) {
 
 func TestPopContext(t *testing.T) {
 	t.Parallel()
-	q, err := NewMemory(leaky(1, time.Second, 1), WithPollInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if j, err := q.Pop(ctx); j != nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Pop on an empty queue: %v, %v", j, err)
-	}
-	if d := time.Since(start); d > time.Second && testenv.Timing(t, "Pop returns within 1s of its deadline") {
-		t.Errorf("Pop returned %v after its deadline", d)
-	}
-	// A Push wakes a waiting Pop at once, whatever the poll interval.
-	got := make(chan *Job)
-	go func() {
-		j, _ := q.Pop(context.Background())
-		got <- j
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if _, err := q.Push(context.Background(), []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case j := <-got:
-		if string(j.Payload) != "x" {
-			t.Errorf("Pop got %q", j.Payload)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Pop not woken by Push")
+	// The default clock waits by timers; a given one by its Sleep.
+	for name, opts := range map[string][]Option{"default": nil, "clock": {WithClock(core.SystemClock{})}} {
+		t.Run(name, func(t *testing.T) {
+			q, err := NewMemory(leaky(1, time.Second, 1), append(opts, WithPollInterval(time.Hour))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if j, err := q.Pop(ctx); j != nil || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Pop on an empty queue: %v, %v", j, err)
+			}
+			if d := time.Since(start); d > time.Second && testenv.Timing(t, "Pop returns within 1s of its deadline") {
+				t.Errorf("Pop returned %v after its deadline", d)
+			}
+			// A Push wakes a waiting Pop at once, whatever the poll interval.
+			got := make(chan *Job)
+			go func() {
+				j, _ := q.Pop(context.Background())
+				got <- j
+			}()
+			time.Sleep(20 * time.Millisecond)
+			if _, err := q.Push(context.Background(), []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case j := <-got:
+				if string(j.Payload) != "x" {
+					t.Errorf("Pop got %q", j.Payload)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Pop not woken by Push")
+			}
+		})
 	}
 }
 
@@ -364,7 +370,7 @@ func TestInvalid(t *testing.T) {
 	}
 	clk := newFakeClock()
 	clk.t = time.UnixMicro(-1)
-	q, _ := NewMemory(leaky(1, time.Second, 1), WithClock(clk.Now))
+	q, _ := NewMemory(leaky(1, time.Second, 1), WithClock(clk))
 	if _, err := q.Push(context.Background(), nil); !errors.Is(err, sluice.ErrInvalidTime) {
 		t.Errorf("push before the epoch: %v", err)
 	}

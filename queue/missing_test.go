@@ -19,7 +19,7 @@ func TestRedisJobDataMissing(t *testing.T) {
 	t.Parallel()
 	c := redistest.Shared(t).Client()
 	clk := newFakeClock()
-	q, err := NewRedis(c, queueName(t), leaky(10, time.Second, 9), WithClock(clk.Now), WithVisibilityTimeout(time.Second), WithPollInterval(time.Millisecond))
+	q, err := NewRedis(c, queueName(t), leaky(10, time.Second, 9), WithClock(clk), WithVisibilityTimeout(time.Second), WithPollInterval(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

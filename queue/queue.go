@@ -169,7 +169,7 @@ type config struct {
 	visibility time.Duration
 	poll       time.Duration
 	ahead      time.Duration
-	now        func() time.Time
+	clock      sluice.Clock  // nil: the default clock
 	prefix     string        // Redis
 	timeout    time.Duration // Redis
 }
@@ -214,13 +214,19 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
-// WithClock sets the queue's clock. A Memory queue reads the monotonic clock,
-// anchored to the wall clock at start, by default; a Redis queue uses the
-// server's TIME by default, so that the processes of a fleet agree, and the
-// caller's time with this option (tests, managed services that refuse TIME
-// in scripts).
-func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.now = now }
+// WithClock sets the clock the queue schedules by and Pop waits by: Pop's
+// waits between polls are c.Sleep calls, cut short by a Push or by Pop's
+// context, and so is its wait for a job claimed ahead (WithClaimAhead),
+// which nothing cuts short. By default a Memory queue reads the monotonic clock,
+// anchored to the wall clock at start, and a Redis queue the server's TIME,
+// so that the processes of a fleet agree; with this option a Redis queue
+// decides at the caller's time (tests, replays, managed services that refuse
+// TIME in scripts), and processes whose clocks disagree then disagree on the
+// schedule. A fake clock whose Sleep moves its time forward by the duration
+// drives Pop without real waiting (and a Pop on an empty queue then polls
+// without pause until its context ends). A nil c keeps the default.
+func WithClock(c sluice.Clock) Option {
+	return func(cfg *config) { cfg.clock = c }
 }
 
 // newConfig applies opts and validates the limit; it returns the limit in its
@@ -269,6 +275,7 @@ type claim func(ctx context.Context, lead time.Duration) (*Job, time.Duration, e
 // sends one poll per release instead of one per worker, and the queue is not
 // stormed by every worker waking at the same instant.
 type waiter struct {
+	clock  sluice.Clock // nil: the system's, by timers
 	poll   time.Duration
 	ahead  time.Duration
 	turn   chan struct{} // held by the polling Pop
@@ -277,7 +284,7 @@ type waiter struct {
 }
 
 func newWaiter(c config) *waiter {
-	return &waiter{poll: c.poll, ahead: c.ahead, turn: make(chan struct{}, 1), pushed: make(chan struct{})}
+	return &waiter{clock: c.clock, poll: c.poll, ahead: c.ahead, turn: make(chan struct{}, 1), pushed: make(chan struct{})}
 }
 
 // ring wakes the polling Pop: a job was pushed.
@@ -309,7 +316,11 @@ func (w *waiter) pop(ctx context.Context, try claim) (*Job, error) {
 	job, lead, err := w.poll1(ctx, try)
 	<-w.turn
 	if job != nil && lead > 0 {
-		time.Sleep(lead)
+		if w.clock == nil {
+			time.Sleep(lead)
+		} else {
+			_ = w.clock.Sleep(context.Background(), lead) // only a context's end stops it
+		}
 	}
 	return job, err
 }
@@ -330,6 +341,12 @@ func (w *waiter) poll1(ctx context.Context, try claim) (*Job, time.Duration, err
 		if wait < 0 || wait > w.poll {
 			wait = w.poll
 		}
+		if w.clock != nil {
+			if err := w.sleep(ctx, pushed, wait); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
@@ -342,4 +359,22 @@ func (w *waiter) poll1(ctx context.Context, try claim) (*Job, time.Duration, err
 			return nil, 0, ctx.Err()
 		}
 	}
+}
+
+// sleep waits d by the queue's clock, until pushed is closed or ctx ends;
+// it returns ctx's error.
+func (w *waiter) sleep(ctx context.Context, pushed <-chan struct{}, d time.Duration) error {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-pushed:
+			cancel()
+		case <-done:
+		}
+	}()
+	_ = w.clock.Sleep(sctx, d) // its error is sctx's: a push or ctx's end
+	close(done)
+	cancel()
+	return ctx.Err()
 }

@@ -73,8 +73,8 @@ var ErrClosed = errors.New("queue: closed")
 type Redis struct {
 	runner *redisrun.Runner
 	p      algo.Params
-	vis    int64 // µs
-	now    func() time.Time
+	vis    int64        // µs
+	clock  sluice.Clock // nil: the server's TIME
 	keys   []string
 	w      *waiter
 }
@@ -102,7 +102,7 @@ func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...
 		runner: redisrun.NewRunner(redisrun.GoRedis(c), pipelines, cfg.timeout, nil, ErrClosed),
 		p:      p,
 		vis:    cfg.visibility.Microseconds(),
-		now:    cfg.now,
+		clock:  cfg.clock,
 		keys:   []string{prefix + "due", prefix + "inflight", prefix + "data", prefix + "meta", prefix + "state"},
 		w:      newWaiter(cfg),
 	}, nil
@@ -123,9 +123,9 @@ func (q *Redis) Keys() []string { return append([]string(nil), q.keys...) }
 // state's TTL margin.
 func (q *Redis) args(extra ...any) ([]any, error) {
 	now := int64(-1)
-	if q.now != nil {
+	if q.clock != nil {
 		var err error
-		if now, err = checkTime(q.now().UnixMicro()); err != nil {
+		if now, err = checkTime(q.clock.Now().UnixMicro()); err != nil {
 			return nil, err
 		}
 	}

@@ -55,7 +55,7 @@ func TestCluster(t *testing.T) {
 			l := randomLimit(rng)
 			p, _ := storeapi.Params(l)
 			clk := newFakeClock()
-			q := mk(t, l, WithClock(clk.Now), WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*ceilDiv(p.Period, p.Rate)))*time.Microsecond))
+			q := mk(t, l, WithClock(clk), WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*ceilDiv(p.Period, p.Rate)))*time.Microsecond))
 			checkInvariants(t, q, clk, p, rng, 200)
 		}
 	})
@@ -86,11 +86,11 @@ func TestRedisMatchesMemory(t *testing.T) {
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond)
 		clk := newFakeClock()
-		mem, err := NewMemory(l, WithClock(clk.Now), vis)
+		mem, err := NewMemory(l, WithClock(clk), vis)
 		if err != nil {
 			t.Fatal(err)
 		}
-		red, err := NewRedis(c, queueName(t), l, WithClock(clk.Now), vis)
+		red, err := NewRedis(c, queueName(t), l, WithClock(clk), vis)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,22 @@ import "github.com/sluice-go/sluice/algo"
 // D = u + r/scale µs (0 ≤ r < scale), the next free slot, and last, the
 // instant of the latest release (-1 for none). scripts/prelude.lua mirrors
 // every function here line by line.
+//
+// It shares algo's representation of D and its one-unit advance (take's
+// D += T is algo's addTime) but not algo's step, because a slot here is an
+// instant promised to a job rather than a level: algo's leaky bucket clamps
+// D to now + (Burst+1)·T (backlog) and converts a level counted under
+// another limit in units (bucketLevel), so a smaller Burst or a new Period
+// pulls D back and would give a slot a second time, where settle keeps D as
+// an absolute instant and only rounds it up to the µs on a new rate; algo
+// reads a clock that went back at the latest time it saw (State.C), where
+// the queue needs no such time because D never moves back anyway; algo
+// grants only within Burst·T and its products stay in range for that
+// reason, where a forced redelivery (take's force) is never refused and may
+// push D any distance ahead, so take splits its retry sum to stay exact
+// there; and the queue adds last, the spacing between releases, which a
+// limiter has no use for. Factoring the shared part out would export algo's
+// two-line addTime and ceilDiv and leave both steps as they are.
 type schedule struct {
 	u, r, scale int64
 	last        int64

@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// TestInvalidCallerTime: a caller's clock (WithCallerTime) outside the range
+// TestInvalidCallerTime: a caller's clock (WithClock) outside the range
 // a step accepts is an error wrapping sluice.ErrInvalidTime on every path,
 // whatever the failure policy: never a decision at the server's time (a
 // negative time is the scripts' "use TIME"), never Allowed, never Degraded.
@@ -29,7 +29,7 @@ func TestInvalidCallerTime(t *testing.T) {
 			st := newGoRedis(t, client,
 				redisstore.WithPrefix(fmt.Sprintf("callertime:%d:", time.Now().UnixNano())),
 				redisstore.WithFailurePolicy(policy),
-				redisstore.WithCallerTime(func() time.Time { return time.UnixMicro(now) }))
+				redisstore.WithClock(storeapi.Clock(func() int64 { return now })))
 			req := core.Request{Key: "k", Params: tb, Cost: 1, MaxDelay: algo.Never}
 			check := func(op string, r sluice.Result, err error) {
 				t.Helper()

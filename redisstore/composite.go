@@ -40,29 +40,15 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Resu
 	return s.takeAllNow(ctx, rs)
 }
 
-// takeAllNow is TakeAll on requests in core's form.
+// takeAllNow is TakeAll on requests in core's form, checked (by TakeAll, or
+// by the Limiter before it calls the engine).
 func (s *Store) takeAllNow(ctx context.Context, reqs []core.Request) (sluice.Result, error) {
-	if err := checkRequests(reqs); err != nil {
-		return sluice.Result{}, err
-	}
 	now, err := s.clock()
 	if err != nil {
 		return sluice.Result{}, err
 	}
 	d, err := s.takeAll(ctx, reqs, now)
 	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, storeapi.Publics(reqs)) })
-}
-
-// TakeAllAt is TakeAll at time now (µs since the epoch), with no failure
-// policy.
-func (s *Store) TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
-	}
-	if err := checkRequests(reqs); err != nil {
-		return algo.Decision{}, err
-	}
-	return s.takeAll(ctx, reqs, now)
 }
 
 func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {

@@ -13,11 +13,13 @@ import (
 	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// takeAllAt returns a store's TakeAllAt under a fresh key prefix.
+// takeAllAt returns a store's TakeAllAt (storeapi.RedisAt) under a fresh
+// key prefix.
 func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 	take, _ := takeAllAtPrefix(t, c)
 	return take
@@ -28,7 +30,7 @@ func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
 	return func(reqs []core.Request, now int64) (algo.Decision, error) {
-		return s.TakeAllAt(context.Background(), reqs, now)
+		return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
 	}, prefix
 }
 

@@ -88,7 +88,7 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 				req := core.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
 				want, _ := storeapi.MemAt(ms).TakeAt(req, q.now)
 				want.FreshAt = 0
-				got, err := rs.TakeAt(ctx, req, q.now)
+				got, err := storeapi.RedisAt(rs).TakeAt(ctx, req, q.now)
 				if err != nil {
 					t.Fatalf("%+v request %d: %v", p, i, err)
 				}
@@ -141,7 +141,7 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 			req := core.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
 			want, _ := storeapi.MemAt(ms).TakeAt(req, q.Now)
 			want.FreshAt = 0
-			got, err := rs.TakeAt(ctx, req, q.Now)
+			got, err := storeapi.RedisAt(rs).TakeAt(ctx, req, q.Now)
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}

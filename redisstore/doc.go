@@ -11,8 +11,9 @@
 // finds without.
 //
 // Time is the server's TIME by default, so application servers with skewed
-// clocks agree; WithCallerTime supplies it from the caller instead (managed
-// services that refuse TIME in scripts, replays).
+// clocks agree; WithClock decides at the caller's clock instead (managed
+// services that refuse TIME in scripts, replays, tests), and a
+// sluice.Limiter over the store then waits by that clock too.
 //
 // Concurrent decisions are batched into pipelines (one round trip for many
 // decisions), and the single decisions of a batch that may share a script
@@ -45,7 +46,7 @@
 // context.DeadlineExceeded; a context ended before the call sends nothing),
 // a key holding foreign data
 // (ErrForeignKey), Redis out of memory (ErrOutOfMemory), an ACL refusal
-// (ErrNoPermission; for TIME, use WithCallerTime), a closed store
+// (ErrNoPermission; for TIME, use WithClock), a closed store
 // (ErrClosed), an invalid request. A decision's error is its own: merged
 // with others in one script, it fails alone and writes nothing.
 //

@@ -27,7 +27,7 @@ var (
 	// memory, or the limiter a Redis of its own.
 	ErrOutOfMemory = errors.New("redisstore: Redis is out of memory (OOM)")
 	// ErrNoPermission: the ACL user may not run a command the store needs
-	// (NOPERM): TIME in scripts (use WithCallerTime, or grant +time), EVAL,
+	// (NOPERM): TIME in scripts (use WithClock, or grant +time), EVAL,
 	// or GET/SET on the store's keys (grant ~prefix*).
 	ErrNoPermission = errors.New("redisstore: the Redis user may not run a command the store needs (NOPERM)")
 	// ErrInvalidOption: New was given an option that cannot work.
@@ -90,7 +90,7 @@ func permanent(err error, serverTime bool) error {
 		return fmt.Errorf("redisstore: the go-redis client is closed: %w", err)
 	case redisrun.NoPermission:
 		if serverTime {
-			return fmt.Errorf("%w: %v (if TIME is refused, give the store the caller's time: WithCallerTime)", ErrNoPermission, err)
+			return fmt.Errorf("%w: %v (if TIME is refused, give the store the caller's time: WithClock)", ErrNoPermission, err)
 		}
 		return fmt.Errorf("%w: %v", ErrNoPermission, err)
 	case redisrun.ForeignKey:

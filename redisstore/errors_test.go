@@ -185,7 +185,7 @@ func TestBadOptions(t *testing.T) {
 		"WithTTLMargin(-1s)":     {redisstore.WithTTLMargin(-time.Second)},
 		"WithBatching(-1)":       {redisstore.WithBatching(-1)},
 		"WithBatching(1<<20)":    {redisstore.WithBatching(1 << 20)},
-		"WithCallerTime(nil)":    {redisstore.WithCallerTime(nil)},
+		"WithClock(nil)":         {redisstore.WithClock(nil)},
 		"WithFailurePolicy(9)":   {redisstore.WithFailurePolicy(9)},
 		"nil option":             {nil},
 		"two bad, both reported": {redisstore.WithTimeout(0), redisstore.WithTTLMargin(-time.Second)},
@@ -249,7 +249,7 @@ func TestACLWithoutEvalsha(t *testing.T) {
 }
 
 // A user who may not run TIME gets an error that says to use
-// WithCallerTime, never a FailOpen admission; with WithCallerTime the store
+// WithClock, never a FailOpen admission; with WithClock the store
 // decides.
 func TestACLWithoutTime(t *testing.T) {
 	srv := redistest.Standalone(t)
@@ -263,8 +263,8 @@ func TestACLWithoutTime(t *testing.T) {
 		st := newGoRedis(t, c, opts...)
 		for i := range 5 {
 			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
-			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithCallerTime") || r.Allowed {
-				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithCallerTime, not allowed", batched, i, r, err)
+			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithClock") || r.Allowed {
+				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithClock, not allowed", batched, i, r, err)
 			}
 			if i == 0 {
 				t.Logf("batched=%v: %v", batched, err)
@@ -279,12 +279,12 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st.Close()
 	}
-	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithCallerTime(time.Now))
+	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithClock(core.SystemClock{}))
 	defer st.Close()
 	for i := range 4 {
 		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if err != nil || r.Allowed != (i < 3) {
-			t.Fatalf("WithCallerTime call %d: %+v, %v", i, r, err)
+			t.Fatalf("WithClock call %d: %+v, %v", i, r, err)
 		}
 	}
 }
@@ -462,13 +462,12 @@ func TestClosedStore(t *testing.T) {
 	}
 }
 
-// Requests that were not checked (a zero limit, a negative cost, a cost over
+// Invalid requests from outside (a zero limit, a negative cost, a cost over
 // capacity, an empty key, duplicate parts) are errors, never panics.
 func TestUncheckedRequests(t *testing.T) {
 	st := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("unchecked:%d:", time.Now().UnixNano())))
 	defer st.Close()
 	ctx := context.Background()
-	now := time.Now().UnixMicro()
 	good := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
 	for name, req := range map[string]core.Request{
 		"zero params":       {Key: "k", Cost: 1},
@@ -479,21 +478,18 @@ func TestUncheckedRequests(t *testing.T) {
 		"negative burst":    {Key: "k", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1, Burst: -1}, Cost: 0},
 		"negative maxdelay": {Key: "k", Params: good, Cost: 1, MaxDelay: -5},
 	} {
-		if _, err := st.TakeAt(ctx, req, now); err == nil {
-			t.Errorf("TakeAt %s: no error", name)
-		}
 		if _, err := st.Take(ctx, storeapi.Public(&req)); err == nil {
 			t.Errorf("Take %s: no error", name)
 		}
-		if _, err := st.TakeAllAt(ctx, []core.Request{req}, now); err == nil {
-			t.Errorf("TakeAllAt %s: no error", name)
+		if _, err := st.TakeAll(ctx, []sluice.Request{storeapi.Public(&req)}); err == nil {
+			t.Errorf("TakeAll %s: no error", name)
 		}
 	}
-	if _, err := st.TakeAllAt(ctx, nil, now); err == nil {
-		t.Error("TakeAllAt of no parts: no error")
+	if _, err := st.TakeAll(ctx, nil); err == nil {
+		t.Error("TakeAll of no parts: no error")
 	}
-	dup := core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never}
-	if _, err := st.TakeAllAt(ctx, []core.Request{dup, dup}, now); !errors.Is(err, sluice.ErrDuplicateKey) {
+	dup := storeapi.Public(&core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never})
+	if _, err := st.TakeAll(ctx, []sluice.Request{dup, dup}); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate parts: %v", err)
 	}
 	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Cost: 1})); err == nil {

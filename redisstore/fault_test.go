@@ -662,7 +662,7 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 }
 
 // TestFailLocalUsesCallerTime: a store that decides at the caller's time
-// (WithCallerTime) keeps deciding at the caller's time when FailLocal takes
+// (WithClock) keeps deciding at the caller's time when FailLocal takes
 // over, so the fallback's decisions are those of a memstore at that time.
 func TestFailLocalUsesCallerTime(t *testing.T) {
 	t.Parallel()
@@ -673,7 +673,7 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	now.Store(base)
 	st := newGoRedis(t, client, redisstore.WithTimeout(50*time.Millisecond),
 		redisstore.WithFailurePolicy(redisstore.FailLocal),
-		redisstore.WithCallerTime(func() time.Time { return time.UnixMicro(now.Load()) }))
+		redisstore.WithClock(storeapi.Clock(now.Load)))
 	defer st.Close()
 	defer h.close()
 

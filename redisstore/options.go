@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluice-go/sluice"
 )
 
 // FailurePolicy says what a decision does when Redis cannot be reached or
@@ -61,16 +63,31 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	}
 }
 
-// WithCallerTime makes decisions at the caller's time instead of the server's
-// TIME; the FailLocal fallback then decides at the caller's time too. Use it
-// where the Redis user may not run TIME in scripts.
-func WithCallerTime(now func() time.Time) Option {
+// WithClock makes the store decide at c's time (the caller's) instead of the
+// server's TIME, and makes c the clock a sluice.Limiter over the store waits
+// by (unless the Limiter was given its own); the FailLocal fallback decides
+// at c's time too.
+//
+// The server's TIME is the default because every process of a fleet then
+// decides on one clock, whatever the skew between their own. Use caller time
+// where that is not possible or not wanted: a Redis user that may not run
+// TIME in scripts (some managed services), replays and simulations that
+// decide at recorded instants, and tests that step a fake clock. With it,
+// processes whose clocks disagree disagree on the limit: a process ahead
+// sees more refill, one behind sees less, by the skew between them.
+// c must not be nil.
+func WithClock(c sluice.Clock) Option {
 	return func(s *Store) {
-		if now == nil {
-			s.optErr = append(s.optErr, errors.New("WithCallerTime(nil): no clock"))
+		if c == nil {
+			s.optErr = append(s.optErr, errors.New("WithClock(nil): no clock"))
 			return
 		}
-		s.now = func() int64 { return now().UnixMicro() }
+		s.clk = c
+		if m, ok := c.(interface{ Micros() int64 }); ok {
+			s.now = m.Micros
+			return
+		}
+		s.now = func() int64 { return c.Now().UnixMicro() }
 	}
 }
 

@@ -21,20 +21,9 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) (sluice.Result, 
 	return s.refundNow(ctx, r)
 }
 
-// refundNow is Refund on a request in core's form.
+// refundNow is Refund on a request in core's form, checked (by Refund, or
+// by the Limiter before it calls the engine).
 func (s *Store) refundNow(ctx context.Context, req core.Request) (sluice.Result, error) {
-	if k := req.Params.Kind; k != algo.TokenBucket && k != algo.GCRA {
-		return sluice.Result{}, fmt.Errorf("sluice: refund on %s: %w", k, algo.ErrNoRefund)
-	}
-	if err := req.Params.Validate(); err != nil {
-		return sluice.Result{}, err // wraps sluice.ErrInvalidLimit
-	}
-	switch {
-	case req.Key == "":
-		return sluice.Result{}, sluice.ErrEmptyKey
-	case req.Cost < 0:
-		return sluice.Result{}, fmt.Errorf("%w: refund of %d", sluice.ErrInvalidCost, req.Cost)
-	}
 	now, err := s.clock()
 	if err != nil {
 		return sluice.Result{}, err

@@ -106,7 +106,7 @@ func failure(code int64, key string) error {
 	case codeNoPermission:
 		return fmt.Errorf("%w: on %q (grant the user read and write on the store's keys, ~prefix*)", ErrNoPermission, key)
 	case codeNoTime:
-		return fmt.Errorf("%w: TIME, in the script for %q: give the store the caller's time (WithCallerTime), or grant +time", ErrNoPermission, key)
+		return fmt.Errorf("%w: TIME, in the script for %q: give the store the caller's time (WithClock), or grant +time", ErrNoPermission, key)
 	case codeNotWritable:
 		return fmt.Errorf("%w: Redis refused the write of %q (a replica, loading, or failing to persist)", sluice.ErrStoreUnavailable, key)
 	}

@@ -25,7 +25,8 @@ type Store struct {
 	margin  int64 // µs
 	policy  FailurePolicy
 	local   *memstore.Store
-	now     func() int64 // nil: the server's TIME
+	clk     sluice.Clock // WithClock's, or nil
+	now     func() int64 // clk's time in µs; nil: the server's TIME
 	run     *redisrun.Runner
 	batchN  int
 	// group is the client's redisrun.Router.Group: the keys that one script
@@ -67,12 +68,8 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 	}
 	if s.policy == FailLocal {
 		// The fallback decides at the same time as the store: the caller's
-		// when WithCallerTime gave it, else this process's clock.
-		var lopts []memstore.Option
-		if s.now != nil {
-			lopts = append(lopts, memstore.WithClock(storeapi.Clock(s.now)))
-		}
-		s.local = memstore.New(lopts...)
+		// when WithClock gave it, else this process's clock.
+		s.local = memstore.New(memstore.WithClock(s.clk))
 	}
 	s.group = redisrun.GroupOf(client)
 	s.run = redisrun.NewRunner(client, s.batchN, s.timeout, scripts, ErrClosed)
@@ -106,11 +103,9 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 	return s.take(ctx, r)
 }
 
-// take is Take on a request in core's form.
+// take is Take on a request in core's form, checked (by Take, or by the
+// Limiter before it calls the engine).
 func (s *Store) take(ctx context.Context, req core.Request) (sluice.Result, error) {
-	if err := checkRequest(&req); err != nil {
-		return sluice.Result{}, err
-	}
 	now, err := s.clock()
 	if err != nil {
 		return sluice.Result{}, err
@@ -132,18 +127,6 @@ func (s *Store) clock() (int64, error) {
 		return 0, fmt.Errorf("caller time: %w", err) // wraps sluice.ErrInvalidTime
 	}
 	return now, nil
-}
-
-// TakeAt makes one decision for req at time now (µs since the epoch) and
-// applies no failure policy: replays use it.
-func (s *Store) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
-	}
-	if err := checkRequest(&req); err != nil {
-		return algo.Decision{}, err
-	}
-	return s.decide(ctx, req, now)
 }
 
 // ready returns why no call may be sent now: the store is closed, or the

@@ -21,7 +21,7 @@ func TestSuite(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock sluice.Clock) sluice.Store {
 				opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("suite:%d:", time.Now().UnixNano()))}
 				if clock != nil {
-					opts = append(opts, redisstore.WithCallerTime(clock.Now))
+					opts = append(opts, redisstore.WithClock(clock))
 				}
 				s := newGoRedis(t, c, opts...)
 				t.Cleanup(func() { s.Close() })

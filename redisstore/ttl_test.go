@@ -401,12 +401,12 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 				back++
 			}
 			req := core.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
-			got, err := st.TakeAt(ctx, req, now)
+			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = y
-			want, err := st.TakeAt(ctx, req, at)
+			want, err := storeapi.RedisAt(st).TakeAt(ctx, req, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -424,13 +424,13 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	}
 	t.Logf("%d traces, %d decisions at a time behind the stored one, all equal to the decision at the stored time", traces, back)
 
-	// The same through Take with WithCallerTime and a clock stepped by hand:
+	// The same through Take with WithClock and a clock stepped by hand:
 	// burst 5, one unit per second.
 	var mu sync.Mutex
 	clock := base
 	set := func(us int64) { mu.Lock(); clock = us; mu.Unlock() }
 	cs := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
-		redisstore.WithCallerTime(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.UnixMicro(clock) }))
+		redisstore.WithClock(storeapi.Clock(func() int64 { mu.Lock(); defer mu.Unlock(); return clock })))
 	defer cs.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
 	take := func(cost int64) sluice.Result {
@@ -461,7 +461,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	for i, s := range steps {
 		set(base + s.at)
 		if got := take(s.cost); got != s.want {
-			t.Errorf("WithCallerTime step %d (cost %d at %+dms): %+v, want %+v", i, s.cost, s.at/1000, got, s.want)
+			t.Errorf("WithClock step %d (cost %d at %+dms): %+v, want %+v", i, s.cost, s.at/1000, got, s.want)
 		}
 	}
 }
@@ -493,7 +493,7 @@ func TestClockBackwardsConformance(t *testing.T) {
 			}
 			key := fmt.Sprintf("l%d:k%d", li, r.IntN(2))
 			req := core.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
-			got, err := st.TakeAt(ctx, req, now)
+			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,8 +36,7 @@ func init() {
 // decider makes one decision, single or composite, at a time the caller
 // gives: the trace's.
 type decider interface {
-	TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error)
-	TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error)
+	storeapi.ContextAt
 	Close() error
 }
 
@@ -73,7 +72,7 @@ func openStore(spec, prefix string) (decider, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return redisDecider{rs, c}, nil
+	return redisDecider{storeapi.RedisAt(rs), rs, c}, nil
 }
 
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
@@ -101,16 +100,9 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 }
 
 type redisDecider struct {
+	storeapi.ContextAt
 	s *redisstore.Store
 	c redis.UniversalClient
-}
-
-func (r redisDecider) TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
-	return r.s.TakeAt(ctx, req, now)
-}
-
-func (r redisDecider) TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
-	return r.s.TakeAllAt(ctx, reqs, now)
 }
 
 func (r redisDecider) Close() error {

@@ -104,6 +104,21 @@ func MemAt(store any) At {
 	return a
 }
 
+// ContextAt is the part of redisstore's sealed engine that decides at a
+// given time, for replays and tests: its requests must be checked (the time
+// is checked, as a negative one would mean the server's).
+type ContextAt interface {
+	TakeAt(ctx context.Context, req core.Request, now int64) (algo.Decision, error)
+	TakeAllAt(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error)
+}
+
+// RedisAt returns the ContextAt of a *redisstore.Store (nil for another
+// value).
+func RedisAt(store any) ContextAt {
+	a, _ := core.Unseal(store).(ContextAt)
+	return a
+}
+
 // Clock is a sluice.Clock that reads microseconds since the epoch from now
 // and sleeps by returning at once (ctx's error, if any): for replays and
 // tests whose time moves by hand.
