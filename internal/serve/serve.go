@@ -238,6 +238,11 @@ func New(o Options) (*Server, error) {
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.SharedWriteBuffer(true),
+		// Fixed flow-control windows turn off the bandwidth estimator's
+		// pings, a frame each way every round trip; rate-limit calls are
+		// small, so the windows never limit them.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 	}
 	if o.GRPCTLS != nil {
