@@ -237,7 +237,6 @@ func New(o Options) (*Server, error) {
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.NumStreamWorkers(streamWorkers()),
-		grpc.SharedWriteBuffer(true),
 		// Fixed flow-control windows turn off the bandwidth estimator's
 		// pings, a frame each way every round trip; rate-limit calls are
 		// small, so the windows never limit them.
