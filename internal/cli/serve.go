@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ func init() {
 // serveFlags are sluice serve's flags.
 type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
+	cpuProfile                                                                       string
 	storeTimeout, shutdownTimeout                                                    time.Duration
 	shadow, noWatch, noConsole                                                       bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -66,6 +68,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.IntVar(&f.maxEntryBytes, "max-entry-bytes", 1024, "longest domain, key or value, in bytes")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
 	fs.IntVar(&f.gogc, "gogc", 400, "the garbage collector's GOGC for the process, unless the GOGC environment variable is set: the service's garbage is short-lived, so a larger value trades a little memory for CPU")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", os.Getenv("SLUICE_CPUPROFILE"), "write a CPU profile of the whole run to this file (for go tool pprof; default $SLUICE_CPUPROFILE, none when unset)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (on stderr)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	usage := func(w io.Writer) {
@@ -94,6 +97,17 @@ console is at / of the HTTP listener (--no-console turns it off).
 	defer closeStore()
 	if os.Getenv("GOGC") == "" && f.gogc != 0 {
 		debug.SetGCPercent(f.gogc)
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -160,13 +160,17 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	default:
 	}
 	select {
-	case b.ch <- p:
-	case <-b.quit:
-		return b.closed
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return context.DeadlineExceeded
+	case b.ch <- p: // the queue has room: no other channel is locked
+	default:
+		select {
+		case b.ch <- p:
+		case <-b.quit:
+			return b.closed
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return context.DeadlineExceeded
+		}
 	}
 	select {
 	case <-p.done:

@@ -37,14 +37,23 @@ func decodeRequest(b []byte, req *pb.RateLimitRequest) error {
 		return err
 	}
 	d := &decoder{all: string(b), capB: cap(b)}
-	descs := make([]rlv3.RateLimitDescriptor, nd)
-	ents := make([]rlv3.RateLimitDescriptor_Entry, ne)
-	eptrs := make([]*rlv3.RateLimitDescriptor_Entry, ne)
+	var descs []rlv3.RateLimitDescriptor
+	var ents []rlv3.RateLimitDescriptor_Entry
+	var eptrs []*rlv3.RateLimitDescriptor_Entry
+	if nd == 1 && ne <= smallEntries {
+		sm := new(smallRequest)
+		descs, ents, eptrs = sm.desc[:], sm.ents[:ne], sm.eptrs[:ne]
+		req.Descriptors = sm.dptr[:0]
+	} else {
+		descs = make([]rlv3.RateLimitDescriptor, nd)
+		ents = make([]rlv3.RateLimitDescriptor_Entry, ne)
+		eptrs = make([]*rlv3.RateLimitDescriptor_Entry, ne)
+		if nd > 0 {
+			req.Descriptors = make([]*rlv3.RateLimitDescriptor, 0, nd)
+		}
+	}
 	for i := range ents {
 		eptrs[i] = &ents[i]
-	}
-	if nd > 0 {
-		req.Descriptors = make([]*rlv3.RateLimitDescriptor, 0, nd)
 	}
 	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch {
@@ -60,6 +69,19 @@ func decodeRequest(b []byte, req *pb.RateLimitRequest) error {
 		}
 		return nil
 	})
+}
+
+// smallEntries is the most entries a request of one descriptor has for its
+// parts to be allocated together (smallRequest).
+const smallEntries = 2
+
+// smallRequest holds the parts of a request of one descriptor and at most
+// smallEntries entries, the common call, so that they are one allocation.
+type smallRequest struct {
+	desc  [1]rlv3.RateLimitDescriptor
+	dptr  [1]*rlv3.RateLimitDescriptor
+	ents  [smallEntries]rlv3.RateLimitDescriptor_Entry
+	eptrs [smallEntries]*rlv3.RateLimitDescriptor_Entry
 }
 
 // eachField calls fn (when not nil) for each field of the message b, with

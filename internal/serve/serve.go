@@ -238,7 +238,12 @@ func New(o Options) (*Server, error) {
 	}
 	gopts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec()),
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(streamWorkers()),
+		// Fixed flow-control windows turn off the bandwidth estimator's
+		// pings, a frame each way every round trip; rate-limit calls are
+		// small, so the windows never limit them.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 	}
 	if o.GRPCTLS != nil {
@@ -256,6 +261,15 @@ func New(o Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// streamWorkers is the number of goroutines kept to run gRPC calls. A call
+// waits on the store most of its time, so the calls in flight far outnumber
+// the CPUs; a call that finds no idle worker runs on a new goroutine, whose
+// stack grows again from its smallest size, so enough workers are kept for a
+// busy service's calls in flight.
+func streamWorkers() uint32 {
+	return uint32(max(256, 32*runtime.GOMAXPROCS(0)))
 }
 
 // GRPCAddr is the gRPC listener's address.

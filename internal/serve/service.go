@@ -79,6 +79,7 @@ type scratch struct {
 	enforced []sluice.Part
 	shadow   []sluice.Part
 	results  []sluice.Result // per enforced part, then per shadow part
+	over     []bool          // per enforced part, then per shadow part
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -89,6 +90,13 @@ type statusBox struct {
 	st  pb.RateLimitResponse_DescriptorStatus
 	lim pb.RateLimitResponse_RateLimit
 	dur durationpb.Duration
+}
+
+// oneStatus is a response's statuses when the call has one descriptor: the
+// slice and its status in one allocation.
+type oneStatus struct {
+	ptr [1]*pb.RateLimitResponse_DescriptorStatus
+	box [1]statusBox
 }
 
 // requestError is a request the service will not decide: InvalidArgument.
@@ -288,23 +296,27 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	sc.results = sc.results[:total]
 	enf, sha := sc.results[:len(sc.enforced)], sc.results[len(sc.enforced):]
+	if cap(sc.over) < total {
+		sc.over = make([]bool, total)
+	}
+	sc.over = sc.over[:total]
+	clear(sc.over)
+	enfOver, shaOver := sc.over[:len(sc.enforced)], sc.over[len(sc.enforced):]
 	blocked := false // an enforced requests_per_unit 0 refuses the call
 	for i := range sc.desc {
 		blocked = blocked || (sc.desc[i].zero && sc.desc[i].kind == kindEnforced)
 	}
 	var comp sluice.Result
-	var enfOver []bool
 	var err error
 	if blocked {
 		// Refused whatever the others say, so they spend nothing: a look.
-		enfOver = make([]bool, len(sc.enforced))
 		if err = s.look(ctx, sc.enforced, enf); err == nil {
 			for i := range enf {
 				enfOver[i] = enf[i].Remaining < sc.enforced[i].Cost
 			}
 		}
 	} else {
-		comp, enfOver, err = s.decideParts(ctx, sc.enforced, enf)
+		comp, err = s.decideParts(ctx, sc.enforced, enf, enfOver)
 	}
 	if err != nil {
 		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
@@ -313,9 +325,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	// Shadow parts spend as if enforced when the call is admitted, each on
 	// its own so that none blocks the others; when the call is refused they
 	// only look, since a refused call spends nothing.
-	var shaOver []bool
 	if len(sc.shadow) > 0 {
-		shaOver = make([]bool, len(sc.shadow))
 		for i := range sc.shadow {
 			p := &sc.shadow[i]
 			c := p.Cost
@@ -344,8 +354,14 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	if !comp.Allowed && len(sc.enforced) > 0 {
 		code = pb.RateLimitResponse_OVER_LIMIT
 	}
-	boxes := make([]statusBox, n)
-	resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
+	var boxes []statusBox
+	if n == 1 {
+		one := new(oneStatus)
+		boxes, resp.Statuses = one.box[:], one.ptr[:]
+	} else {
+		boxes = make([]statusBox, n)
+		resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
+	}
 	now := start
 	if s.opts.Now != nil {
 		now = s.opts.Now().UnixMicro()
@@ -444,13 +460,12 @@ func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 }
 
 // decideParts decides the enforced parts, all or nothing, in one Take or
-// TakeAll. res receives each part's own numbers, over which parts refused.
-// The composite's result is returned.
-func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result) (sluice.Result, []bool, error) {
+// TakeAll. res receives each part's own numbers, over (zeroed, one per part)
+// which parts refused. The composite's result is returned.
+func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
 	if len(parts) == 0 {
-		return sluice.Result{Allowed: true}, nil, nil
+		return sluice.Result{Allowed: true}, nil
 	}
-	over := make([]bool, len(parts))
 	if len(parts) == 1 {
 		p := &parts[0]
 		r, err := s.lim.Take(ctx, p.Key, p.Limit, p.Cost)
@@ -460,19 +475,19 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 			r.Allowed = false
 		}
 		if err != nil {
-			return r, nil, err
+			return r, err
 		}
 		if p.Cost == 0 {
 			r.Allowed = true // a look is never refused
 		}
 		res[0] = r
 		over[0] = !r.Allowed
-		return r, over, nil
+		return r, nil
 	}
 	comp, err := s.lim.TakeAll(ctx, parts)
 	capacity := errors.Is(err, sluice.ErrCostExceedsCapacity)
 	if err != nil && !capacity {
-		return comp, nil, err
+		return comp, err
 	}
 	if capacity {
 		comp = sluice.Result{}
@@ -481,7 +496,7 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 	// remote store the looks go together (the batcher sends them in one
 	// round trip), in memory one after the other.
 	if err := s.look(ctx, parts, res); err != nil {
-		return comp, nil, err
+		return comp, err
 	}
 	found := false
 	for i := range parts {
@@ -495,7 +510,7 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 			over[i] = parts[i].Cost > 0
 		}
 	}
-	return comp, over, nil
+	return comp, nil
 }
 
 // headers builds the response headers mode asks for.
