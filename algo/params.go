@@ -115,6 +115,17 @@ func (p Params) Capacity() int64 {
 	}
 }
 
+// Refill is the time, in µs, in which a budget spent to nothing comes back
+// to Capacity with no traffic: ⌈Capacity·Period/Rate⌉ for the buckets (a unit
+// per Period/Rate), Period for the windows. It is the "w" a client is told
+// (the RateLimit-Policy field, gRPC metadata). p must be valid.
+func (p Params) Refill() int64 {
+	if p.Kind == TokenBucket || p.Kind == GCRA || p.Kind == LeakyBucket {
+		return ceilDiv(p.Capacity()*p.Period, p.Rate)
+	}
+	return p.Period
+}
+
 // Validate reports why p cannot be used, or nil. The bounds are those that keep
 // every step exact in int64 and in a Lua double.
 func (p Params) Validate() error {

@@ -362,3 +362,22 @@ func TestTimestampChangedRate(t *testing.T) {
 		}
 	}
 }
+
+// Refill: a bucket's capacity at one unit per Period/Rate, rounded up; a
+// window's period.
+func TestRefill(t *testing.T) {
+	for _, c := range []struct {
+		p    algo.Params
+		want int64
+	}{
+		{algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: sec, Burst: 50}, 5 * sec},
+		{algo.Params{Kind: algo.GCRA, Rate: 3, Period: sec, Burst: 1}, 333_334},
+		{algo.Params{Kind: algo.LeakyBucket, Rate: 20, Period: sec, Burst: 19}, sec},
+		{algo.Params{Kind: algo.FixedWindow, Rate: 100_000, Period: 86_400 * sec}, 86_400 * sec},
+		{algo.Params{Kind: algo.SlidingLog, Rate: 5, Period: 60 * sec}, 60 * sec},
+	} {
+		if got := c.p.Refill(); got != c.want {
+			t.Errorf("%+v: Refill() = %d, want %d", c.p, got, c.want)
+		}
+	}
+}

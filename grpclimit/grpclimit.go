@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -151,20 +151,11 @@ func validName(n string) error {
 // once) and w (the seconds, rounded up, in which a budget spent to nothing
 // comes back to q with no traffic).
 func quota(l sluice.Limit) (q, w int64) {
-	switch l.Algorithm {
-	case sluice.TokenBucket, sluice.GCRA:
-		q = l.Burst
-	case sluice.LeakyBucket:
-		q = l.Burst + 1
-	default:
-		return l.Rate, ceilSeconds(l.Period)
+	p, err := storeapi.Params(l)
+	if err != nil {
+		return 0, 0
 	}
-	// q units come back at rate per period: q·period/rate, in whole
-	// seconds rounded up (exactly: the product can pass int64).
-	num := new(big.Int).Mul(big.NewInt(q), big.NewInt(int64(l.Period)))
-	den := new(big.Int).Mul(big.NewInt(l.Rate), big.NewInt(int64(time.Second)))
-	num.Add(num, den).Sub(num, big.NewInt(1))
-	return q, num.Quo(num, den).Int64()
+	return p.Capacity(), (p.Refill() + 999_999) / 1_000_000
 }
 
 // ceilSeconds rounds d up to whole seconds.

@@ -487,14 +487,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 			return nil, err
 		}
 		pol := &policy{Policy: p, q: params.Capacity(), keyPrefix: m.prefix + p.Name + ":", clientIP: clientIP}
-		// w: the time a budget spent to nothing takes to come back to q.
-		// Buckets: q units at one per period/rate; windows: the period.
-		switch params.Kind {
-		case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
-			pol.w = ceilDiv(ceilDiv(pol.q*params.Period, params.Rate), 1e6)
-		default:
-			pol.w = ceilDiv(params.Period, 1e6)
-		}
+		pol.w = ceilDiv(params.Refill(), 1e6) // seconds, rounded up
 		if p.Shadow {
 			m.shadows = append(m.shadows, pol)
 		} else {
