@@ -732,7 +732,9 @@ func TestRefund(t *testing.T) {
 func TestLeakyBucketDelays(t *testing.T) {
 	c := newClock() // frozen: the delays are the queue's alone
 	const T = 20 * time.Millisecond
-	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: T, Burst: 4}}})
+	// The store's time stands still; the requests wait their turns in real
+	// time.
+	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: T, Burst: 4}}}, httplimit.WithClock(core.SystemClock{}))
 	var served atomic.Int64
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })))
 	defer srv.Close()

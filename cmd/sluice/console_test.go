@@ -57,6 +57,13 @@ func buildSluice(t *testing.T) string {
 // ends, and returns its gRPC and HTTP addresses.
 func startServe(t *testing.T, bin string, args ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
+	grpcAddr, httpAddr, _ = startServeProc(t, bin, args...)
+	return grpcAddr, httpAddr
+}
+
+// startServeProc is startServe that also returns the process's id.
+func startServeProc(t *testing.T, bin string, args ...string) (grpcAddr, httpAddr string, pid int) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -92,11 +99,11 @@ func startServe(t *testing.T, bin string, args ...string) (grpcAddr, httpAddr st
 	}()
 	select {
 	case a := <-addrs:
-		return a[0], a[1]
+		return a[0], a[1], cmd.Process.Pid
 	case <-time.After(30 * time.Second):
 		t.Fatal("sluice serve did not log its addresses")
 	}
-	return "", ""
+	return "", "", 0
 }
 
 // TestConsoleInTheBinary starts `sluice serve` and drives its console in a
