@@ -29,13 +29,8 @@ var (
 	lenScript  = redisrun.NewScript(mustRead("len.lua"))
 )
 
-func mustRead(name string) string {
-	b, err := scriptFiles.ReadFile("scripts/" + name)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+// mustRead returns one of the package's embedded scripts.
+func mustRead(name string) string { return redisrun.MustRead(scriptFiles, name) }
 
 const (
 	// stateMargin is how long the schedule's key outlives the moment it is

@@ -61,13 +61,8 @@ func assemble() *redisrun.Scripts {
 	return s
 }
 
-func mustRead(name string) string {
-	b, err := scriptFiles.ReadFile("scripts/" + name)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+// mustRead returns one of the package's embedded scripts.
+func mustRead(name string) string { return redisrun.MustRead(scriptFiles, name) }
 
 // The codes of a decision the script could not make (guard.lua).
 const (

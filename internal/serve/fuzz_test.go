@@ -41,7 +41,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	s := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024}, metrics: newMetrics(),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	clock := &fakeClock{t: t0}
-	s.opts.Now = clock.Now
+	s.now = clock.Now
 	s.lim = sluice.New(memstore.New(memstore.WithClock(clock)))
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -72,7 +72,6 @@ func start(t testing.TB, o Options, clock *fakeClock) *testServer {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if clock != nil {
-		o.Now = clock.Now
 		if o.Store == nil {
 			o.Store = memstore.New(memstore.WithClock(clock))
 		}

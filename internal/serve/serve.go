@@ -38,6 +38,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
@@ -104,9 +105,6 @@ type Options struct {
 	// (the Observer's Event.Policy) and its entries, "key=value" joined by
 	// ", " (the web console's most refused keys).
 	Refused func(policy, key string)
-	// Now is the clock an epoch-aligned window's reset is read on (default
-	// time.Now); give the store the same clock.
-	Now func() time.Time
 }
 
 // ConfigView is the configuration a Server is using and the outcome of its
@@ -139,6 +137,7 @@ type state struct {
 type Server struct {
 	opts    Options
 	lim     *sluice.Limiter
+	now     func() time.Time // the store's clock, when it was given one; nil: fastclock
 	state   atomic.Pointer[state]
 	metrics *metrics
 	log     *slog.Logger
@@ -200,6 +199,11 @@ func New(o Options) (*Server, error) {
 		o.Store = memstore.New()
 	}
 	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger}
+	// An epoch-aligned window's reset is read on the store's clock when it
+	// was given one (a test's), else on the fast system clock.
+	if c := s.lim.Clock(); c != (core.SystemClock{}) {
+		s.now = c.Now
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -363,8 +363,8 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
 	}
 	now := start
-	if s.opts.Now != nil {
-		now = s.opts.Now().UnixMicro()
+	if s.now != nil {
+		now = s.now().UnixMicro()
 	}
 	ev := 0 // the call's Events so far
 	for i := range sc.desc {
