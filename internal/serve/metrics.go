@@ -136,7 +136,7 @@ func (s *Server) observeError(st *state, domain string, sc *scratch, err error, 
 	}
 	n := 0
 	for i := range sc.desc {
-		if ds := &sc.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow {
+		if ds := &sc.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow || ds.kind == kindQuota {
 			s.observe(st, domain, ds.rule, sc.entries[i], observe.Error, latency, n)
 			n++
 		}

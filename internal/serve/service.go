@@ -59,6 +59,8 @@ const (
 	kindUnlimited        // an unlimited rule: OK
 	kindEnforced
 	kindShadow
+	kindQuota  // quota_mode: over only refuses when every quota descriptor is (quota.go)
+	kindRefund // is_negative_hits: gives its units back (quota.go)
 )
 
 // descState is one descriptor's decision in progress.
@@ -80,6 +82,7 @@ type scratch struct {
 	shadow   []sluice.Part
 	results  []sluice.Result // per enforced part, then per shadow part
 	over     []bool          // per enforced part, then per shadow part
+	quota    quotaScratch
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -155,9 +158,6 @@ func (s *Server) validate(req *pb.RateLimitRequest) error {
 			if e.Key == "" {
 				return badRequest("descriptor %d entry %d has an empty key", i, j)
 			}
-		}
-		if d.IsNegativeHits {
-			return badRequest("descriptor %d: is_negative_hits is not supported", i)
 		}
 	}
 	return nil
@@ -247,6 +247,8 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	defer clear(sc.desc) // drop the rules: a pooled scratch must not keep an old configuration alive
 	sc.enforced, sc.shadow = sc.enforced[:0], sc.shadow[:0]
 	defer func() { clear(sc.enforced[:cap(sc.enforced)]); clear(sc.shadow[:cap(sc.shadow)]) }()
+	sc.quota.reset()
+	defer sc.quota.clear()
 	for i, d := range req.Descriptors {
 		ds := &sc.desc[i]
 		*ds = descState{}
@@ -271,18 +273,29 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			continue
 		}
 		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if d.IsNegativeHits && p.Cost > 0 {
+			if err := sc.quota.addRefund(i, ds, p); err != nil {
+				return sluice.Result{}, err
+			}
+			continue
+		}
 		if rule.Limit.Rate == 0 {
 			// requests_per_unit 0: every hit is over the limit, as envoy
 			// has it; the store is not asked.
 			ds.kind, ds.zero = kindEnforced, true
 			if rule.Shadow {
 				ds.kind = kindShadow
+			} else if rule.QuotaMode {
+				ds.kind = kindQuota
 			}
 			continue
 		}
 		if rule.Shadow {
 			ds.kind = kindShadow
 			ds.part = addPart(&sc.shadow, p)
+		} else if rule.QuotaMode {
+			ds.kind = kindQuota
+			ds.part = addPart(&sc.quota.parts, p)
 		} else {
 			ds.kind = kindEnforced
 			ds.part = addPart(&sc.enforced, p)
@@ -307,16 +320,22 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		blocked = blocked || (sc.desc[i].zero && sc.desc[i].kind == kindEnforced)
 	}
 	var comp sluice.Result
-	var err error
-	if blocked {
+	quotaOver, err := s.decideQuota(ctx, sc, blocked)
+	blocked = blocked || quotaOver
+	switch {
+	case err != nil: // a give-back or a quota part failed: the call is not decided
+	case blocked:
 		// Refused whatever the others say, so they spend nothing: a look.
 		if err = s.look(ctx, sc.enforced, enf); err == nil {
 			for i := range enf {
 				enfOver[i] = enf[i].Remaining < sc.enforced[i].Cost
 			}
 		}
-	} else {
+	default:
 		comp, err = s.decideParts(ctx, sc.enforced, enf, enfOver)
+		if err == nil && !comp.Allowed && len(sc.enforced) > 0 {
+			s.undoQuota(ctx, sc)
+		}
 	}
 	if err != nil {
 		s.observeError(st, req.Domain, sc, err, sinceMicros(start))
@@ -351,7 +370,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 
 	// The response.
 	code := pb.RateLimitResponse_OK
-	if !comp.Allowed && len(sc.enforced) > 0 {
+	if (!comp.Allowed && len(sc.enforced) > 0) || quotaOver {
 		code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	var boxes []statusBox
@@ -384,11 +403,20 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		var r sluice.Result
 		var over bool
 		switch {
+		case ds.kind == kindRefund:
+			r = sc.quota.refunded[ds.part]
 		case ds.zero:
 			over = true
 			if ds.kind == kindEnforced {
-				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
 				code = pb.RateLimitResponse_OVER_LIMIT
+			}
+			if ds.kind != kindShadow {
+				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
+			}
+		case ds.kind == kindQuota:
+			r, over = sc.quota.res[ds.part], sc.quota.over[ds.part]
+			if over {
+				b.st.Code = pb.RateLimitResponse_OVER_LIMIT
 			}
 		case ds.kind == kindEnforced:
 			r, over = enf[ds.part], enfOver[ds.part]
@@ -409,6 +437,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		reset := resetAfter(rule.Limit, r, now)
 		b.dur.Seconds, b.dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
 		b.st.DurationUntilReset = &b.dur
+		if ds.kind == kindRefund {
+			continue // a give-back is not a decision
+		}
 		out := observe.Allowed
 		switch {
 		case ds.kind == kindShadow && over:
@@ -519,11 +550,11 @@ func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_Descrip
 	case HeadersEnvoy:
 		best := -1
 		for i := range desc {
-			if desc[i].kind != kindEnforced {
+			if !limits(desc[i].kind) {
 				continue
 			}
-			if best < 0 || (desc[i].over && !desc[best].over) ||
-				(desc[i].over == desc[best].over && sts[i].LimitRemaining < sts[best].LimitRemaining) {
+			if best < 0 || (refuses(&desc[i]) && !refuses(&desc[best])) ||
+				(refuses(&desc[i]) == refuses(&desc[best]) && sts[i].LimitRemaining < sts[best].LimitRemaining) {
 				best = i
 			}
 		}
@@ -540,7 +571,7 @@ func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_Descrip
 	case HeadersDraft11:
 		var pol, cur []byte
 		for i := range desc {
-			if desc[i].kind != kindEnforced {
+			if !limits(desc[i].kind) {
 				continue
 			}
 			st := sts[i]
@@ -586,6 +617,9 @@ func ceilSeconds(d time.Duration) int64 {
 
 // look fills res with a look (cost 0) at each part.
 func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Result) error {
+	if len(parts) == 0 {
+		return nil
+	}
 	one := func(i int) error {
 		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
 		res[i] = r

@@ -1,0 +1,137 @@
+package serve
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sluice-go/sluice"
+)
+
+// quotaScratch holds a call's quota_mode parts and its is_negative_hits
+// give-backs; it lives in the pooled scratch.
+type quotaScratch struct {
+	parts    []sluice.Part   // quota_mode parts, equal keys merged
+	res      []sluice.Result // per quota part
+	over     []bool          // per quota part: it could not spend its cost
+	spent    []bool          // per quota part: it took its cost
+	refunds  []sluice.Part   // is_negative_hits descriptors, one part each
+	refunded []sluice.Result // per give-back: what a look sees afterwards
+}
+
+func (q *quotaScratch) reset() { q.parts, q.refunds = q.parts[:0], q.refunds[:0] }
+
+// clear drops the request's keys: a pooled scratch must not keep them.
+func (q *quotaScratch) clear() {
+	clear(q.parts[:cap(q.parts)])
+	clear(q.refunds[:cap(q.refunds)])
+}
+
+// canGiveBack reports whether a limit's algorithm can give units back
+// (sluice.Limiter.Refund).
+func canGiveBack(l sluice.Limit) bool {
+	return l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.GCRA
+}
+
+// addRefund makes descriptor i (its state ds, its part p of cost > 0) a
+// give-back, or says why its rule cannot give units back.
+func (q *quotaScratch) addRefund(i int, ds *descState, p sluice.Part) error {
+	if !canGiveBack(p.Limit) {
+		return badRequest("descriptor %d: is_negative_hits: rule %q counts with %s, which cannot give units back (only token-bucket and gcra can: set the rule's algorithm)",
+			i, policyName(ds.rule), p.Limit.Algorithm)
+	}
+	ds.kind, ds.zero = kindRefund, p.Limit.Rate == 0
+	ds.part = len(q.refunds)
+	q.refunds = append(q.refunds, p)
+	return nil
+}
+
+// grow returns s with length n, zeroed, reusing its array when it can.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// decideQuota runs before the enforced descriptors are decided. It gives
+// back the call's is_negative_hits units, each on its own and whatever the
+// call's answer, so the call's spending can use them. Then it decides the
+// quota_mode parts, each on its own as envoy counts every descriptor: a part
+// with a cost spends it when it passes alone; a look (cost 0) is over when
+// nothing is left; when blocked (the call is refused already) every part
+// only looks. It reports whether the call has quota_mode descriptors and
+// every one of them is over, which refuses the call.
+func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bool, error) {
+	q := &sc.quota
+	q.refunded = grow(q.refunded, len(q.refunds))
+	for i := range q.refunds {
+		p := &q.refunds[i]
+		if p.Limit.Rate == 0 {
+			continue // requests_per_unit 0 holds nothing to give back
+		}
+		r, err := s.lim.Refund(ctx, p.Key, p.Limit, p.Cost)
+		if err != nil {
+			return false, err
+		}
+		q.refunded[i] = r
+	}
+	n := len(q.parts)
+	q.res, q.over, q.spent = grow(q.res, n), grow(q.over, n), grow(q.spent, n)
+	for i := range q.parts {
+		p := &q.parts[i]
+		c := p.Cost
+		if blocked {
+			c = 0
+		}
+		r, err := s.lim.Take(ctx, p.Key, p.Limit, c)
+		over := !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
+		if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
+			over = true
+		}
+		if err != nil {
+			return false, err
+		}
+		q.res[i], q.over[i], q.spent[i] = r, over, c > 0 && !over
+	}
+	found, all := false, true
+	for i := range sc.desc {
+		ds := &sc.desc[i]
+		if ds.kind == kindQuota {
+			found = true
+			all = all && (ds.zero || q.over[ds.part])
+		}
+	}
+	return found && all, nil
+}
+
+// undoQuota gives back what the quota_mode parts spent in a call that an
+// enforced descriptor refused, where the algorithm can (token-bucket, gcra),
+// so that a refused call spends nothing there; under the other algorithms
+// the units stay spent, as envoy spends every descriptor whatever the
+// answer. A part's status then shows what is left after the give-back.
+func (s *Server) undoQuota(ctx context.Context, sc *scratch) {
+	q := &sc.quota
+	for i := range q.parts {
+		p := &q.parts[i]
+		if !q.spent[i] || !canGiveBack(p.Limit) {
+			continue
+		}
+		r, err := s.lim.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
+		if err != nil {
+			s.metrics.storeErrors.Inc()
+			continue
+		}
+		q.res[i] = r
+	}
+}
+
+// limits reports whether a descriptor of kind k is a limit the headers
+// describe: an enforced or a quota_mode one.
+func limits(k uint8) bool { return k == kindEnforced || k == kindQuota }
+
+// refuses reports whether ds refused the call on its own (an enforced
+// descriptor over its limit): envoy's headers describe such a one first.
+func refuses(ds *descState) bool { return ds.over && ds.kind == kindEnforced }

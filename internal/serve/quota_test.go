@@ -1,0 +1,199 @@
+package serve
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// quotaConfig has envoy's quota_mode rules (two backends, as in
+// envoyproxy/ratelimit's example), one of them a token bucket, one with
+// requests_per_unit 0, and limits to give units back to.
+const quotaConfig = `domain: quota
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: service
+    value: bucket
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token-bucket}
+  - key: service
+    value: empty
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token-bucket, name: tokens}
+  - key: cells
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
+  - key: window
+    rate_limit: {unit: minute, requests_per_unit: 10, name: per_window}
+`
+
+// onEachStore runs f against a server on the memory store and on a Redis
+// store, both on one fake clock at t0.
+func onEachStore(t *testing.T, o Options, f func(t *testing.T, ts *testServer, clock *fakeClock)) {
+	o.Config = writeConfig(t, map[string]string{"quota.yaml": quotaConfig})
+	t.Run("memory", func(t *testing.T) {
+		clock := &fakeClock{t: t0}
+		o := o
+		o.Store = memstore.New(memstore.WithClock(clock))
+		f(t, start(t, o, clock), clock)
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Standalone(t)
+		clock := &fakeClock{t: t0}
+		st, err := redisstore.New(rs.Client(), redisstore.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := o
+		o.Store = st
+		f(t, start(t, o, clock), clock)
+	})
+}
+
+// negative sets a descriptor's own hits_addend to n and is_negative_hits.
+func negative(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+	d = withHits(d, n)
+	d.IsNegativeHits = true
+	return d
+}
+
+// quota_mode as envoyproxy/ratelimit answers it: each quota descriptor has
+// its own code, and the call is over the limit only when every quota
+// descriptor is (or an enforced one refuses). A look (hits_addend 0) at a
+// quota descriptor is over once nothing is left.
+func TestQuotaMode(t *testing.T) {
+	onEachStore(t, Options{}, func(t *testing.T, ts *testServer, clock *fakeClock) {
+		check := func(what, wantCodes string, r *pb.RateLimitResponse, remaining ...uint32) {
+			t.Helper()
+			if codesOf(r) != wantCodes {
+				t.Errorf("%s: %s, want %s", what, codesOf(r), wantCodes)
+			}
+			for i, rem := range remaining {
+				if got := r.Statuses[i].LimitRemaining; got != rem {
+					t.Errorf("%s: status %d remaining %d, want %d", what, i, got, rem)
+				}
+			}
+		}
+		look := func() *pb.RateLimitResponse {
+			return ts.call(t, "quota", withHits(desc("service=service_1"), 0), withHits(desc("service=service_2"), 0))
+		}
+		debit := func(svc string) *pb.RateLimitResponse { return ts.call(t, "quota", desc("service="+svc)) }
+		// envoy's token-quota flow: look at both backends on the request
+		// path, debit the one that served on the response path.
+		check("first look", "OK: OK OK", look(), 1, 2)
+		check("debit service_1", "OK: OK", debit("service_1"), 0)
+		check("service_1 spent", "OK: OVER_LIMIT OK", look(), 0, 2)
+		check("debit service_2", "OK: OK", debit("service_2"), 1)
+		check("debit service_2 again", "OK: OK", debit("service_2"), 0)
+		check("both spent", "OVER_LIMIT: OVER_LIMIT OVER_LIMIT", look(), 0, 0)
+		check("a debit past the quota", "OVER_LIMIT: OVER_LIMIT", debit("service_2"), 0)
+
+		// Spending on several quota descriptors: each spends on its own.
+		clock.Set(t0.Add(30 * time.Second)) // the next minute
+		both := func() *pb.RateLimitResponse {
+			return ts.call(t, "quota", desc("service=service_1"), desc("service=service_2"))
+		}
+		check("spend both", "OK: OK OK", both(), 0, 1)
+		check("service_1 over, service_2 spends", "OK: OVER_LIMIT OK", both(), 0, 0)
+		check("both over", "OVER_LIMIT: OVER_LIMIT OVER_LIMIT", both(), 0, 0)
+
+		// Every quota descriptor over refuses the call: the enforced
+		// descriptor spends nothing.
+		check("user with spent quotas", "OVER_LIMIT: OK OVER_LIMIT", ts.call(t, "quota", desc("user=a"), desc("service=service_1")), 1, 0)
+		check("user alone", "OK: OK", ts.call(t, "quota", desc("user=a")), 0)
+		// An enforced refusal: the quota spending is given back under a
+		// token bucket, and stays spent under a window (as envoy spends it).
+		check("user over, bucket passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("service=bucket")), 0, 2)
+		check("bucket given back", "OK: OK", debit("bucket"), 1)
+		clock.Set(t0.Add(90 * time.Second))
+		check("user and window pass", "OK: OK OK", ts.call(t, "quota", desc("user=a"), desc("service=service_2")), 0, 1)
+		check("user over, window passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("service=service_2")), 0, 0)
+		check("window stays spent", "OVER_LIMIT: OVER_LIMIT", debit("service_2"), 0)
+
+		// requests_per_unit 0 under quota_mode is one quota over its limit.
+		check("empty alone", "OVER_LIMIT: OVER_LIMIT", debit("empty"))
+		check("empty and bucket", "OK: OVER_LIMIT OK", ts.call(t, "quota", desc("service=empty"), desc("service=bucket")), 0, 1) // refilled in the minute since
+	})
+}
+
+// quota_mode in the headers and under global shadow.
+func TestQuotaModeHeaders(t *testing.T) {
+	onEachStore(t, Options{Headers: HeadersEnvoy, GlobalShadow: true}, func(t *testing.T, ts *testServer, _ *fakeClock) {
+		ts.call(t, "quota", desc("service=service_1"))
+		r := ts.call(t, "quota", desc("service=service_1"), desc("service=service_2"))
+		got := map[string]string{}
+		for _, h := range r.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+		}
+		if codesOf(r) != "OK: OVER_LIMIT OK" || got["RateLimit-Limit"] != "1" || got["RateLimit-Remaining"] != "0" {
+			t.Errorf("%s, headers %v: want OK: OVER_LIMIT OK and service_1's limit 1, remaining 0", codesOf(r), got)
+		}
+		if r := ts.call(t, "quota", desc("service=service_1")); codesOf(r) != "OK: OVER_LIMIT" {
+			t.Errorf("every quota over, global shadow: %s, want OK: OVER_LIMIT", codesOf(r))
+		}
+	})
+}
+
+// is_negative_hits gives units back to a token bucket or a GCRA, never past
+// the limit; a rule that cannot give back is InvalidArgument naming its
+// algorithm; hits_addend 0 with is_negative_hits looks.
+func TestNegativeHits(t *testing.T) {
+	onEachStore(t, Options{}, func(t *testing.T, ts *testServer, _ *fakeClock) {
+		for _, key := range []string{"tokens", "cells"} {
+			want(t, key+" spends 4", ts.call(t, "quota", withHits(desc(key+"=x"), 4)).Statuses[0], ok, 6, 10, minute)
+			want(t, key+" gets 3 back", ts.call(t, "quota", negative(desc(key+"=x"), 3)).Statuses[0], ok, 9, 10, minute)
+			want(t, key+" gets 5 back", ts.call(t, "quota", negative(desc(key+"=x"), 5)).Statuses[0], ok, 10, 10, minute)
+			want(t, key+" looks", ts.call(t, "quota", withHits(desc(key+"=x"), 0)).Statuses[0], ok, 10, 10, minute)
+		}
+		// A window cannot give back.
+		_, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "quota", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=b"), negative(desc("window=x"), 1)}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `descriptor 1: is_negative_hits: rule "per_window" counts with aligned-window, which cannot give units back`) {
+			t.Errorf("is_negative_hits on a window: %v", err)
+		}
+		want(t, "the refused request spent nothing", ts.call(t, "quota", withHits(desc("user=b"), 0)).Statuses[0], ok, 1, 1, minute)
+		want(t, "hits_addend 0 on a window looks", ts.call(t, "quota", negative(desc("window=x"), 0)).Statuses[0], ok, 10, 10, minute)
+		want(t, "no rule", ts.call(t, "quota", negative(desc("nope=x"), 3)).Statuses[0], ok, 0, 0, 0)
+		// The request's hits_addend applies when the descriptor has none.
+		d := desc("tokens=y")
+		d.IsNegativeHits = true
+		want(t, "tokens=y spends 10", ts.call(t, "quota", withHits(desc("tokens=y"), 10)).Statuses[0], ok, 0, 10, minute)
+		r, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "quota", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, "the request's hits_addend back", r.Statuses[0], ok, 2, 10, minute)
+
+		// In a call that also spends: the give-back comes first (the spending
+		// can use it) and stays whatever the call's answer.
+		r = ts.call(t, "quota", negative(desc("tokens=y"), 3), withHits(desc("tokens=y"), 5))
+		if codesOf(r) != "OK: OK OK" || r.Statuses[0].LimitRemaining != 5 || r.Statuses[1].LimitRemaining != 0 {
+			t.Errorf("give back 3 and spend 5 of 2 left: %s, remaining %d %d; want OK: OK OK, 5 0", codesOf(r), r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining)
+		}
+		ts.call(t, "quota", desc("user=b"))
+		r = ts.call(t, "quota", negative(desc("tokens=y"), 4), desc("user=b"))
+		if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" || r.Statuses[0].LimitRemaining != 4 {
+			t.Errorf("give back 4 in a refused call: %s, remaining %d; want OVER_LIMIT: OK OVER_LIMIT, 4", codesOf(r), r.Statuses[0].LimitRemaining)
+		}
+		want(t, "the give-back stayed", ts.call(t, "quota", withHits(desc("tokens=y"), 0)).Statuses[0], ok, 4, 10, minute)
+	})
+}
