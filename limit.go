@@ -207,7 +207,7 @@ var (
 	// the epoch.
 	ErrInvalidTime = core.ErrInvalidTime
 	// ErrNoRefund: Refund under an algorithm that cannot give units back
-	// (only TokenBucket and GCRA can).
+	// (only TokenBucket, GCRA, FixedWindow and AlignedWindow can).
 	ErrNoRefund = core.ErrNoRefund
 	// ErrDuplicateKey: a composite request names the same key twice.
 	ErrDuplicateKey = core.ErrDuplicateKey

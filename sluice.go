@@ -56,8 +56,8 @@ type Result struct {
 // Request is one decision as a Limiter hands it to a Store, already
 // checked: Limit is valid and its Algorithm is never the zero value (the
 // token bucket is spelled TokenBucket), Key is not empty, and Cost is from 0
-// to the limit's capacity (for Refund: at least 0, under TokenBucket or
-// GCRA). A composite names distinct keys.
+// to the limit's capacity (for Refund: at least 0, under TokenBucket, GCRA,
+// FixedWindow or AlignedWindow). A composite names distinct keys.
 type Request struct {
 	Key   string
 	Limit Limit
@@ -480,8 +480,10 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
 
 // Refund gives units back to key under lim, for work whose real cost turned
 // out lower than what was taken (an LLM call's tokens). It never creates
-// capacity beyond the burst. Only TokenBucket and GCRA can give units back;
-// the others return an error wrapping ErrNoRefund.
+// capacity beyond the burst. TokenBucket and GCRA lower the bucket's level;
+// FixedWindow and AlignedWindow lower the count of the window the key is in,
+// never below 0 (a window that has ended has nothing to give back); the
+// others return an error wrapping ErrNoRefund.
 func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {

@@ -113,7 +113,7 @@
 // # Refunds
 //
 // A handler that learns the call's real cost afterwards gives the excess
-// back with Refund(ctx, units) (TokenBucket and GCRA policies only), ctx
+// back with Refund(ctx, units) (not under the sliding algorithms or the leaky bucket), ctx
 // being the handler's context or a stream's Context().
 //
 // # Client

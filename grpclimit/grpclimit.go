@@ -208,8 +208,9 @@ var ErrNoDecision = errors.New("grpclimit: no admitted call in this context")
 // Refund gives up to units back to every policy the call spent on (enforced
 // and shadow, each message included), never more than it spent there: for a
 // handler that learns the real cost afterwards (taken 100, used 30: Refund
-// 70). Only TokenBucket and GCRA policies can give units back; the others
-// are left as they are and named in the error (wrapping algo.ErrNoRefund).
+// 70). Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
+// give units back (Limiter.Refund); the others are left as they are and
+// named in the error (wrapping algo.ErrNoRefund).
 // ctx is the handler's context (a stream's: its Context()).
 func Refund(ctx context.Context, units int64) error {
 	if units < 0 {

@@ -126,7 +126,7 @@
 // # Refunds
 //
 // A handler that learns the request's real cost afterwards gives the excess
-// back with Refund(r.Context(), units) (TokenBucket and GCRA policies only).
+// back with Refund(r.Context(), units) (not under the sliding algorithms or the leaky bucket).
 // The decision reaches the next handler in a copy of its request whose
 // context carries it; a Middleware whose handlers never call Refund,
 // RefundPolicy, DecisionFrom or ClientAddr can leave the request uncopied
@@ -662,8 +662,9 @@ var ErrNoDecision = errors.New("httplimit: no admitted request in this context")
 // Refund gives up to units back to every policy the request spent on
 // (enforced and shadow), never more than it spent there: for a handler that
 // learns the real cost afterwards (taken 100, used 30: Refund 70). Only
-// TokenBucket and GCRA policies can give units back; the others are left
-// as they are and named in the error (wrapping algo.ErrNoRefund).
+// TokenBucket, GCRA, FixedWindow and AlignedWindow policies can give units
+// back (Limiter.Refund); the others are left as they are and named in the
+// error (wrapping algo.ErrNoRefund).
 func Refund(ctx context.Context, units int64) error {
 	return refund(ctx, "", units)
 }

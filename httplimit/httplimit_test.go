@@ -700,7 +700,7 @@ func TestRefund(t *testing.T) {
 		t.Errorf("%d admitted with refunds, want 7 (2 without)", admitted)
 	}
 
-	// A refund never gives back more than was spent, and a window cannot
+	// A refund never gives back more than was spent, and a sliding window cannot
 	// give back.
 	var errs []error
 	var emu sync.Mutex
@@ -712,7 +712,7 @@ func TestRefund(t *testing.T) {
 	})
 	m2 := mustNew(t, lim, []httplimit.Policy{
 		{Name: "bucket", Limit: sluice.PerHour(1).WithBurst(10), Cost: 4},
-		{Name: "window", Limit: sluice.Per(10, time.Hour).Using(sluice.FixedWindow), Cost: 4},
+		{Name: "window", Limit: sluice.Per(10, time.Hour).Using(sluice.SlidingWindow), Cost: 4},
 	})
 	srv2 := httptest.NewServer(m2.Handler(h2))
 	defer srv2.Close()

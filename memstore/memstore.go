@@ -181,11 +181,21 @@ func (s *Store) refund(req *core.Request) (algo.Decision, error) {
 		return algo.Refund(&req.Params, &fresh, now, req.Cost)
 	}
 	defer e.mu.Unlock()
+	before := e.st
 	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
-	if err == nil {
+	if err == nil && !sameFields(&before, &e.st) {
+		// A refund that left the state as it was (a window's refund on a
+		// state holding nothing) keeps its FreshAt, as a query does.
 		e.freshAt = d.FreshAt
 	}
 	return d, err
+}
+
+// sameFields reports whether a and b hold the same fields, a sliding log's
+// entries compared by their array and length.
+func sameFields(a, b *algo.State) bool {
+	return a.Kind == b.Kind && a.A == b.A && a.B == b.B && a.C == b.C && a.Rate == b.Rate && a.Period == b.Period &&
+		len(a.Log) == len(b.Log) && (len(a.Log) == 0 || &a.Log[0] == &b.Log[0])
 }
 
 // Reset returns key to its fresh state.

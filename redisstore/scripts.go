@@ -56,7 +56,7 @@ func assemble() *redisrun.Scripts {
 		all += mustRead(stepFiles[k])
 	}
 	s.Composite = redisrun.NewScript(all + mustRead("composite.lua"))
-	s.Refund = redisrun.NewScript(prelude + mustRead("refund.lua"))
+	s.Refund = redisrun.NewScript(prelude + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) + mustRead("refund.lua"))
 	s.Reset = redisrun.NewScript(mustRead("reset.lua"))
 	return s
 }

@@ -84,7 +84,7 @@ func CheckRefund(key string, p *algo.Params, units int64) error {
 		return ErrEmptyKey
 	case units < 0:
 		return fmt.Errorf("%w: refund of %d", ErrInvalidCost, units)
-	case p.Kind != algo.TokenBucket && p.Kind != algo.GCRA:
+	case p.Kind != algo.TokenBucket && p.Kind != algo.GCRA && p.Kind != algo.FixedWindow && p.Kind != algo.AlignedWindow:
 		return fmt.Errorf("%w (refund on %s)", ErrNoRefund, p.Kind)
 	}
 	return nil

@@ -629,3 +629,57 @@ func floor(r *big.Rat) int64 {
 func ceil(r *big.Rat) int64 {
 	return -floor(new(big.Rat).Neg(r))
 }
+
+// Refund gives units back to key at now under lim (see Model.Refund).
+func (ks *Keys) Refund(key string, lim Limit, now, units int64) algo.Decision {
+	return ks.Model(lim).Refund(key, now, units)
+}
+
+// Refund gives units back to key at time now (µs), as SEMANTICS.md's
+// "Refunds" says, and returns what a query sees afterwards. The state is
+// read as the limit reads it (carry); a bucket's level falls by the units,
+// a fixed or aligned window's count in the window the key is in falls by
+// them, never below 0. A fresh key, a window that has ended, or another
+// limit's state holding nothing is left as it is. It panics under the other
+// algorithms, for units < 0, or when now is before the key's previous time.
+func (m *Model) Refund(key string, now, units int64) algo.Decision {
+	if units < 0 {
+		panic(fmt.Sprintf("model: refund of %d", units))
+	}
+	switch m.lim.Kind {
+	case algo.TokenBucket, algo.GCRA, algo.FixedWindow, algo.AlignedWindow:
+	default:
+		panic(fmt.Sprintf("model: %v cannot give units back", m.lim.Kind))
+	}
+	old, ok := m.keys[key]
+	if ok && now < old.last {
+		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, old.last))
+	}
+	if ok {
+		st := m.carry(old, now)
+		switch m.lim.Kind {
+		case algo.TokenBucket, algo.GCRA:
+			lv := rat(0) // carried from a state that holds nothing
+			if st.x != nil || st.tat != nil {
+				lv = st.level(now)
+			}
+			m.setLevel(st, now, maxRat(rat(0), sub(lv, rat(units))))
+		case algo.FixedWindow:
+			if !st.open || now >= st.e {
+				st = nil
+			}
+		case algo.AlignedWindow:
+			if k, _ := m.window(now); st.k != k || st.c == 0 {
+				st = nil
+			}
+		}
+		if st != nil {
+			if !m.lim.bucket() {
+				st.c = max(0, st.c-units)
+			}
+			st.last = now
+			m.keys[key] = st
+		}
+	}
+	return m.Take(key, now, 0)
+}

@@ -27,16 +27,20 @@ func (q *quotaScratch) clear() {
 }
 
 // canGiveBack reports whether a limit's algorithm can give units back
-// (sluice.Limiter.Refund).
+// (sluice.Limiter.Refund): all but the sliding ones and the leaky bucket.
 func canGiveBack(l sluice.Limit) bool {
-	return l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.GCRA
+	switch l.Algorithm {
+	case sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow, sluice.AlignedWindow:
+		return true
+	}
+	return false
 }
 
 // addRefund makes descriptor i (its state ds, its part p of cost > 0) a
 // give-back, or says why its rule cannot give units back.
 func (q *quotaScratch) addRefund(i int, ds *descState, p sluice.Part) error {
 	if !canGiveBack(p.Limit) {
-		return badRequest("descriptor %d: is_negative_hits: rule %q counts with %s, which cannot give units back (only token-bucket and gcra can: set the rule's algorithm)",
+		return badRequest("descriptor %d: is_negative_hits: rule %q counts with %s, which cannot give units back (token-bucket, gcra, fixed-window and aligned-window can)",
 			i, policyName(ds.rule), p.Limit.Algorithm)
 	}
 	ds.kind, ds.zero = kindRefund, p.Limit.Rate == 0
@@ -108,10 +112,11 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 }
 
 // undoQuota gives back what the quota_mode parts spent in a call that an
-// enforced descriptor refused, where the algorithm can (token-bucket, gcra),
-// so that a refused call spends nothing there; under the other algorithms
-// the units stay spent, as envoy spends every descriptor whatever the
-// answer. A part's status then shows what is left after the give-back.
+// enforced descriptor refused, where the algorithm can (all but the sliding
+// ones and the leaky bucket), so that a refused call spends nothing there;
+// under the others the units stay spent, as envoy spends every descriptor
+// whatever the answer. A part's status then shows what is left after the
+// give-back.
 func (s *Server) undoQuota(ctx context.Context, sc *scratch) {
 	q := &sc.quota
 	for i := range q.parts {

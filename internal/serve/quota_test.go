@@ -45,6 +45,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
   - key: window
     rate_limit: {unit: minute, requests_per_unit: 10, name: per_window}
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed-window}
+  - key: sliding
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding-window, name: per_sliding}
 `
 
 // onEachStore runs f against a server on the memory store and on a Redis
@@ -121,14 +126,16 @@ func TestQuotaMode(t *testing.T) {
 		// descriptor spends nothing.
 		check("user with spent quotas", "OVER_LIMIT: OK OVER_LIMIT", ts.call(t, "quota", desc("user=a"), desc("service=service_1")), 1, 0)
 		check("user alone", "OK: OK", ts.call(t, "quota", desc("user=a")), 0)
-		// An enforced refusal: the quota spending is given back under a
-		// token bucket, and stays spent under a window (as envoy spends it).
+		// An enforced refusal: the quota spending is given back (envoy
+		// spends it), but under the algorithms that cannot give back.
 		check("user over, bucket passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("service=bucket")), 0, 2)
 		check("bucket given back", "OK: OK", debit("bucket"), 1)
 		clock.Set(t0.Add(90 * time.Second))
 		check("user and window pass", "OK: OK OK", ts.call(t, "quota", desc("user=a"), desc("service=service_2")), 0, 1)
-		check("user over, window passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("service=service_2")), 0, 0)
-		check("window stays spent", "OVER_LIMIT: OVER_LIMIT", debit("service_2"), 0)
+		check("user over, window passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("service=service_2")), 0, 1)
+		check("window given back", "OK: OK", debit("service_2"), 0)
+		check("user over, sliding window passes", "OVER_LIMIT: OVER_LIMIT OK", ts.call(t, "quota", desc("user=a"), desc("sliding=x")), 0, 1)
+		check("sliding window stays spent", "OK: OK", ts.call(t, "quota", desc("sliding=x")), 0)
 
 		// requests_per_unit 0 under quota_mode is one quota over its limit.
 		check("empty alone", "OVER_LIMIT: OVER_LIMIT", debit("empty"))
@@ -154,24 +161,25 @@ func TestQuotaModeHeaders(t *testing.T) {
 	})
 }
 
-// is_negative_hits gives units back to a token bucket or a GCRA, never past
-// the limit; a rule that cannot give back is InvalidArgument naming its
-// algorithm; hits_addend 0 with is_negative_hits looks.
+// is_negative_hits gives units back to a token bucket, a GCRA, and envoy's
+// windows (the count of the window the key is in), never past the limit; a
+// rule that cannot give back is InvalidArgument naming its algorithm;
+// hits_addend 0 with is_negative_hits looks.
 func TestNegativeHits(t *testing.T) {
-	onEachStore(t, Options{}, func(t *testing.T, ts *testServer, _ *fakeClock) {
-		for _, key := range []string{"tokens", "cells"} {
+	onEachStore(t, Options{}, func(t *testing.T, ts *testServer, clock *fakeClock) {
+		for _, key := range []string{"tokens", "cells", "window", "fixed"} {
 			want(t, key+" spends 4", ts.call(t, "quota", withHits(desc(key+"=x"), 4)).Statuses[0], ok, 6, 10, minute)
 			want(t, key+" gets 3 back", ts.call(t, "quota", negative(desc(key+"=x"), 3)).Statuses[0], ok, 9, 10, minute)
 			want(t, key+" gets 5 back", ts.call(t, "quota", negative(desc(key+"=x"), 5)).Statuses[0], ok, 10, 10, minute)
 			want(t, key+" looks", ts.call(t, "quota", withHits(desc(key+"=x"), 0)).Statuses[0], ok, 10, 10, minute)
 		}
-		// A window cannot give back.
-		_, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "quota", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=b"), negative(desc("window=x"), 1)}})
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `descriptor 1: is_negative_hits: rule "per_window" counts with aligned-window, which cannot give units back`) {
-			t.Errorf("is_negative_hits on a window: %v", err)
+		// A sliding window cannot give back.
+		_, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "quota", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=b"), negative(desc("sliding=y"), 1)}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `descriptor 1: is_negative_hits: rule "per_sliding" counts with sliding-window, which cannot give units back`) {
+			t.Errorf("is_negative_hits on a sliding window: %v", err)
 		}
 		want(t, "the refused request spent nothing", ts.call(t, "quota", withHits(desc("user=b"), 0)).Statuses[0], ok, 1, 1, minute)
-		want(t, "hits_addend 0 on a window looks", ts.call(t, "quota", negative(desc("window=x"), 0)).Statuses[0], ok, 10, 10, minute)
+		want(t, "hits_addend 0 on a sliding window looks", ts.call(t, "quota", negative(desc("sliding=y"), 0)).Statuses[0], ok, 2, 2, minute)
 		want(t, "no rule", ts.call(t, "quota", negative(desc("nope=x"), 3)).Statuses[0], ok, 0, 0, 0)
 		// The request's hits_addend applies when the descriptor has none.
 		d := desc("tokens=y")
@@ -195,5 +203,12 @@ func TestNegativeHits(t *testing.T) {
 			t.Errorf("give back 4 in a refused call: %s, remaining %d; want OVER_LIMIT: OK OVER_LIMIT, 4", codesOf(r), r.Statuses[0].LimitRemaining)
 		}
 		want(t, "the give-back stayed", ts.call(t, "quota", withHits(desc("tokens=y"), 0)).Statuses[0], ok, 4, 10, minute)
+
+		// Units spent in a window that has ended are not given to the next.
+		want(t, "window=z spends 5", ts.call(t, "quota", withHits(desc("window=z"), 5)).Statuses[0], ok, 5, 10, minute)
+		clock.Set(t0.Add(30 * time.Second)) // the next minute
+		want(t, "a give-back in the next minute", ts.call(t, "quota", negative(desc("window=z"), 3)).Statuses[0], ok, 10, 10, minute)
+		want(t, "the next minute's 10", ts.call(t, "quota", withHits(desc("window=z"), 10)).Statuses[0], ok, 0, 10, minute)
+		want(t, "and no more", ts.call(t, "quota", withHits(desc("window=z"), 1)).Statuses[0], over, 0, 10, minute)
 	})
 }

@@ -145,12 +145,22 @@ func describe(reqs []core.Request) string {
 }
 
 // Refund checks that a token bucket or GCRA gives units back, never past its
-// burst, and that the other algorithms refuse to.
+// burst, that a fixed or aligned window takes them off its count, never
+// below 0, that a fresh key stays fresh, and that the other algorithms
+// refuse to.
 func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 	ctx := context.Background()
-	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
-		l := sluice.PerMinute(60).WithBurst(100).Using(a)
+	for _, l := range []sluice.Limit{
+		sluice.PerMinute(60).WithBurst(100),
+		sluice.PerMinute(60).WithBurst(100).Using(sluice.GCRA),
+		sluice.Per(100, time.Hour).Using(sluice.FixedWindow),
+		sluice.Per(100, time.Hour).Using(sluice.AlignedWindow),
+	} {
+		a := l.Algorithm
 		key := prefix + "llm:" + a.String()
+		if r, err := lim.Refund(ctx, key, l, 30); err != nil || r.Remaining != 100 {
+			t.Fatalf("%s: refund on a fresh key: %+v %v", a, r, err)
+		}
 		// Take an estimate of 80 tokens, use 30: give 50 back.
 		if r, _ := lim.Take(ctx, key, l, 80); !r.Allowed || r.Remaining != 20 {
 			t.Fatalf("%s: take: %+v", a, r)
@@ -159,20 +169,20 @@ func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 		if err != nil || r.Remaining != 70 {
 			t.Fatalf("%s: refund: %+v %v", a, r, err)
 		}
-		// A refund never creates capacity beyond the burst.
+		// A refund never creates capacity beyond the burst (the rate).
 		if r, _ := lim.Refund(ctx, key, l, 1000); r.Remaining != 100 {
 			t.Fatalf("%s: refund past the burst: %+v", a, r)
 		}
 		if r, _ := lim.Take(ctx, key, l, 100); !r.Allowed {
-			t.Fatalf("%s: full bucket refused", a)
+			t.Fatalf("%s: full budget refused", a)
 		}
 		if r, _ := lim.Take(ctx, key, l, 1); r.Allowed {
 			t.Fatalf("%s: refund created capacity", a)
 		}
 	}
-	_, err := lim.Refund(ctx, prefix+"w", sluice.PerMinute(5).Using(sluice.FixedWindow), 1)
+	_, err := lim.Refund(ctx, prefix+"w", sluice.PerMinute(5).Using(sluice.SlidingWindow), 1)
 	if !errors.Is(err, algo.ErrNoRefund) {
-		t.Fatalf("refund on a window: %v", err)
+		t.Fatalf("refund on a sliding window: %v", err)
 	}
 }
 
@@ -307,7 +317,7 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 // Errors checks that every error a Limiter over a store, or the store's own
 // sluice.Store methods, return for a bad request wraps its sentinel, so that
 // errors.Is works whichever store made it: an unknown algorithm, a bad cost
-// or key, a refund under a window, a composite that names a key twice, and a
+// or key, a refund under a sliding window, a composite that names a key twice, and a
 // clock outside the range a step accepts. newStore returns a store that
 // decides by clock.
 func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix string) {
@@ -315,7 +325,7 @@ func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix
 	ctx := context.Background()
 	good := sluice.PerMinute(5)
 	unknown := sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}
-	window := good.Using(sluice.FixedWindow)
+	window := good.Using(sluice.SlidingWindow)
 	store := newStore(nil)
 	lim := sluice.New(store)
 	is := func(what string, err, want error) {
@@ -396,27 +406,43 @@ func Run(t *testing.T, newStore NewStore) {
 
 // Trace checks a random trace of n requests whose limits change (see
 // ChangedTrace) through a Limiter over a store that decides by a clock the
-// trace sets: every decision equals the exact model's.
+// trace sets: every decision equals the exact model's. About one request in
+// four under an algorithm that can give units back is a refund of its cost
+// (Limiter.Refund against Model.Refund).
 func Trace(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
+	refunds := rand.New(rand.NewPCG(seed, 8))
 	clock := new(setClock)
 	lim := sluice.New(newStore(t, clock))
 	ks := model.NewKeys()
 	ctx := context.Background()
+	gave := 0
 	for i, q := range ChangedTrace(r, n) {
 		clock.us.Store(q.Now)
 		l := sluice.Limit{Algorithm: sluice.Algorithm(q.Params.Kind), Rate: q.Params.Rate, Period: time.Duration(q.Params.Period) * time.Microsecond, Burst: q.Params.Burst}
-		got, err := lim.Take(ctx, q.Key, l, q.Cost)
-		if err != nil {
-			t.Fatalf("seed %d request %d: %v", seed, i, err)
+		refund := canRefund(q.Params.Kind) && refunds.IntN(4) == 0
+		take, exact, op := lim.Take, ks.Take, "take"
+		if refund {
+			take, exact, op = lim.Refund, ks.Refund, "refund"
+			gave++
 		}
-		d := ks.Take(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
+		got, err := take(ctx, q.Key, l, q.Cost)
+		if err != nil {
+			t.Fatalf("seed %d request %d (%s): %v", seed, i, op, err)
+		}
+		d := exact(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
 		want := sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
 		if got != want {
-			t.Fatalf("seed %d request %d (%s %v cost %d at +%dµs): %+v, model %+v", seed, i, q.Key, l, q.Cost, q.Now-Base, got, want)
+			t.Fatalf("seed %d request %d (%s %s %v cost %d at +%dµs): %+v, model %+v", seed, i, op, q.Key, l, q.Cost, q.Now-Base, got, want)
 		}
 	}
+	t.Logf("%d requests, %d of them refunds, equal to the model (seed %d)", n, gave, seed)
+}
+
+// canRefund reports whether k's algorithm can give units back.
+func canRefund(k algo.Kind) bool {
+	return k == algo.TokenBucket || k == algo.GCRA || k == algo.FixedWindow || k == algo.AlignedWindow
 }
 
 func us(v int64) time.Duration {

@@ -1,7 +1,10 @@
--- refund.lua: gives units back to one key (token-bucket and gcra), the
--- mirror of algo/refund.go: the state, whichever limit wrote it, is read as
--- the bucket reads it (bucket_level), the units come off its level, and the
--- script replies what a query sees afterwards. A fresh key stays fresh.
+-- refund.lua: gives units back to one key (token-bucket, gcra, fixed-window,
+-- aligned-window), the mirror of algo/refund.go. Under a bucket the state,
+-- whichever limit wrote it, is read as the bucket reads it (bucket_level)
+-- and the units come off its level; under a window they come off the count
+-- of the window the key is in, never below 0 (refundWindow). The script
+-- replies what a query sees afterwards. A fresh key stays fresh. The script
+-- holds the two window steps (fixed_window.lua, aligned_window.lua).
 -- KEYS[1]  the key
 -- ARGV     kind, rate, period (µs), burst, units, now (µs, -1 for the
 --          server's TIME), TTL margin (µs)
@@ -9,6 +12,44 @@
 now = clock(tonumber(ARGV[6]))
 margin = tonumber(ARGV[7])
 local kind, rate, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+if kind == 4 or kind == 7 then
+  local k, a, b, c, r, p, raw = load(KEYS[1])
+  local t, fields = now, nil
+  if k then
+    -- The window as a request of one unit reads it (the step, which stores
+    -- nothing here), less the units (refundWindow).
+    local units = max(tonumber(ARGV[5]), 0)
+    local d, f = steps[kind](rate, period, burst, 1, 0, k, a, b, c, r, p, raw)
+    local one = d[1]
+    if kind == 4 then -- f: kind, count, end
+      t = f[3] - d[4]
+      if f[2] - one > 0 then
+        fields = {4, max(0, f[2] - one - units), f[3], 0, rate, period}
+      end
+    else -- f: kind, window index, count
+      local e = (f[2] + 1) * period
+      t = e - (one == 1 and d[4] or d[3])
+      if f[3] - one > 0 then
+        fields = {7, f[2], max(0, f[3] - one - units), 0, rate, period}
+      end
+    end
+  end
+  if fields then
+    k, a, b, c, r, p, raw = fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], nil
+  end
+  -- The query afterwards, at the time the state was read (algo.Refund's
+  -- Step); the key's TTL still counts from the call's time.
+  local real = now
+  now = t
+  local d, _, fresh_at = steps[kind](rate, period, burst, 0, 0, k, a, b, c, r, p, raw)
+  now = real
+  if fields then
+    store(KEYS[1], fields, fresh_at)
+  end
+  return d
+end
+
 local units = min(max(tonumber(ARGV[5]), 0), burst)
 local k, a, b, c, r, p, raw = load(KEYS[1])
 local ls, t = bucket_level(k, a, b, c, r, p, raw, now, period, burst)
