@@ -419,6 +419,7 @@ type configRule struct {
 	RequestsPerUnit int64    `json:"requests_per_unit,omitempty"`
 	Unlimited       bool     `json:"unlimited,omitempty"`
 	Shadow          bool     `json:"shadow_mode,omitempty"`
+	QuotaMode       bool     `json:"quota_mode,omitempty"`
 	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
 	ShareThreshold  bool     `json:"share_threshold,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
@@ -431,7 +432,7 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	rules := make([]configRule, 0, len(v.Rules))
 	for _, ru := range v.Rules {
 		c := configRule{Domain: ru.Domain, Path: ru.Path, Name: ru.Name, Unit: ru.Unit, RequestsPerUnit: ru.RequestsPerUnit,
-			Unlimited: ru.Unlimited, Shadow: ru.Shadow, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
+			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
 		if !ru.Unlimited {
 			c.Limit = ru.Limit.String()
 		}
@@ -473,6 +474,9 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		if c.Shadow {
 			fmt.Fprint(w, " shadow_mode")
+		}
+		if c.QuotaMode {
+			fmt.Fprint(w, " quota_mode")
 		}
 		if c.DetailedMetric {
 			fmt.Fprint(w, " detailed_metric")

@@ -158,6 +158,9 @@ func TestQuotaModeHeaders(t *testing.T) {
 		if r := ts.call(t, "quota", desc("service=service_1")); codesOf(r) != "OK: OVER_LIMIT" {
 			t.Errorf("every quota over, global shadow: %s, want OK: OVER_LIMIT", codesOf(r))
 		}
+		if _, body := httpGet(t, ts.base+"/debug/config"); !strings.Contains(grep(body, "quota: service=service_1 "), " quota_mode") {
+			t.Errorf("/debug/config does not show service_1's quota_mode:\n%s", body)
+		}
 	})
 }
 
