@@ -271,6 +271,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			continue
 		}
 		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if s.opts.DomainSlot {
+			p.Key = domainSlot(p.Key)
+		}
 		if rule.Limit.Rate == 0 {
 			// requests_per_unit 0: every hit is over the limit, as envoy
 			// has it; the store is not asked.
@@ -611,4 +614,14 @@ func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Res
 	errs[0] = one(0)
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// domainSlot makes a store key's domain (the escaped text before its first
+// '/', never empty and with no brace) its Redis Cluster hash tag.
+func domainSlot(key string) string {
+	i := strings.IndexByte(key, '/')
+	if i < 0 {
+		i = len(key)
+	}
+	return "{" + key[:i] + "}" + key[i:]
 }
