@@ -19,11 +19,12 @@ import (
 func TestCompositeOneUserBurst(t *testing.T) {
 	s := memstore.New()
 	storetest.OneUserBurst(t, storeapi.MemAt(s).TakeAllAt, "")
+	storetest.OneUserBurstEach(t, storeapi.MemEachAt(s).TakeEachAt, "each:")
 }
 
 func TestCompositeRandom(t *testing.T) {
 	s := memstore.New()
-	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, "", 60, 200)
+	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, storeapi.MemEachAt(s).TakeEachAt, "", 60, 200)
 }
 
 // TestSuite runs the checks every store must pass.

@@ -26,18 +26,36 @@ func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 }
 
 func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, string) {
+	take, _, prefix := takeAtPrefix(t, c)
+	return take, prefix
+}
+
+// takeEachAt returns a store's TakeEachAt (storeapi.RedisEachAt) under a
+// fresh key prefix.
+func takeEachAt(t *testing.T, c redis.UniversalClient) storetest.TakeEachAt {
+	_, each, _ := takeAtPrefix(t, c)
+	return each
+}
+
+// takeAtPrefix returns a store's TakeAllAt and TakeEachAt under a fresh key
+// prefix, and the prefix.
+func takeAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, storetest.TakeEachAt, string) {
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
 	return func(reqs []core.Request, now int64) (algo.Decision, error) {
-		return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
-	}, prefix
+			return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
+		}, func(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+			return storeapi.RedisEachAt(s).TakeEachAt(context.Background(), reqs, now, each)
+		}, prefix
 }
 
 func TestCompositeStandalone(t *testing.T) {
 	c := redistest.Shared(t).Client()
 	storetest.OneUserBurst(t, takeAllAt(t, c), "")
-	storetest.RandomComposites(t, takeAllAt(t, c), "", 20, 100)
+	storetest.OneUserBurstEach(t, takeEachAt(t, c), "")
+	take, each, _ := takeAtPrefix(t, c)
+	storetest.RandomComposites(t, take, each, "", 20, 100)
 }
 
 // On a cluster, parts whose keys share a {hash tag} are one atomic script and
@@ -45,14 +63,25 @@ func TestCompositeStandalone(t *testing.T) {
 // then give back protocol, which still admits exactly one of the burst.
 func TestCompositeCluster(t *testing.T) {
 	c := redistest.Cluster(t).Client()
-	storetest.RandomComposites(t, takeAllAt(t, c), "{tenant:1}", 6, 80)
+	take, each, _ := takeAtPrefix(t, c)
+	storetest.RandomComposites(t, take, each, "{tenant:1}", 6, 80)
 	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
-	take, storePrefix := takeAllAtPrefix(t, c)
-	prefix := ""
+	storetest.OneUserBurstEach(t, takeEachAt(t, c), "{tenant:1}")
+	// Keys in different slots are taken in turn and given back; the parts
+	// report the same figures.
+	take, each, storePrefix := takeAtPrefix(t, c)
+	storetest.OneUserBurst(t, take, apart(storePrefix, ""))
+	storetest.OneUserBurstEach(t, each, apart(storePrefix, "each:"))
+}
+
+// apart returns a prefix, from base on, that puts a store's (prefixed by
+// storePrefix) keys "user:1" and "global" in different slots.
+func apart(storePrefix, base string) string {
+	prefix := base
 	for i := 0; redisrun.Slot(storePrefix+prefix+"user:1") == redisrun.Slot(storePrefix+prefix+"global"); i++ {
-		prefix = fmt.Sprintf("p%d:", i) // keep the two keys in different slots
+		prefix = fmt.Sprintf("%sp%d:", base, i)
 	}
-	storetest.OneUserBurst(t, take, prefix)
+	return prefix
 }
 
 func TestRefund(t *testing.T) {
