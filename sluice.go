@@ -535,18 +535,21 @@ func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Re
 	if len(each) != len(parts) {
 		return Result{}, fmt.Errorf("%w: TakeEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
 	}
-	clear(each)
 	if l.local != nil && len(parts) <= maxLocalParts {
 		var ps [maxLocalParts]algo.Params
-		if err := l.checkLocal(parts, &ps); err != nil {
-			return Result{}, err
-		}
-		r, all, err := l.local.TakeEachLocal(parts, ps)
+		err := l.checkLocal(parts, &ps)
 		if err == nil {
-			copy(each, all[:len(parts)])
+			var r Result
+			var all [maxLocalParts]Result
+			if r, all, err = l.local.TakeEachLocal(parts, ps); err == nil {
+				copy(each, all[:len(parts)])
+				return r, nil
+			}
 		}
-		return r, err
+		clear(each)
+		return Result{}, err
 	}
+	clear(each)
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
