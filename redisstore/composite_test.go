@@ -2,7 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,5 +100,66 @@ func TestChangedLimits(t *testing.T) {
 			defer s.Close()
 			storetest.ChangedLimits(t, sluice.New(s), "")
 		})
+	}
+}
+
+// TestTakeEachFailurePolicy: with Redis gone, TakeEach reports the failure
+// policy's parts: FailOpen admits every part, FailLocal reports its
+// fallback's (which part refused, as memstore would), all Degraded;
+// FailClosed returns the error with each zeroed.
+func TestTakeEachFailurePolicy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every call is an outage
+	ctx := context.Background()
+	parts := []sluice.Part{{Key: "user:1", Limit: sluice.PerMinute(1), Cost: 1}, {Key: "global", Limit: sluice.PerMinute(10), Cost: 1}}
+	for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal} {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		st := newGoRedis(t, c, redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(200*time.Millisecond))
+		lim := sluice.New(st)
+		for i := range 2 {
+			each := []sluice.Result{{Remaining: -1}, {Remaining: -1}}
+			r, err := lim.TakeEach(ctx, parts, each)
+			var want []sluice.Result
+			switch policy {
+			case redisstore.FailClosed:
+				if !errors.Is(err, sluice.ErrStoreUnavailable) {
+					t.Errorf("FailClosed: %+v, %v; want ErrStoreUnavailable", r, err)
+				}
+				want = make([]sluice.Result, 2)
+			case redisstore.FailOpen:
+				want = []sluice.Result{{Allowed: true, Degraded: true}, {Allowed: true, Degraded: true}}
+			case redisstore.FailLocal:
+				want = []sluice.Result{
+					{Allowed: true, ResetAfter: time.Minute, Degraded: true},
+					{Allowed: true, Remaining: 9, ResetAfter: 6 * time.Second, Degraded: true},
+				}
+				if i == 1 {
+					want[0] = sluice.Result{RetryAfter: time.Minute, ResetAfter: time.Minute, Degraded: true}
+				}
+			}
+			if policy != redisstore.FailClosed && (err != nil || !r.Degraded || r.Allowed != (policy == redisstore.FailOpen || i == 0)) {
+				t.Errorf("policy %d request %d: %+v, %v", policy, i, r, err)
+			}
+			if policy == redisstore.FailLocal {
+				// The local store's clock runs: compare what it does not move.
+				for j := range each {
+					if each[j].Remaining == want[j].Remaining && each[j].ResetAfter <= want[j].ResetAfter && each[j].ResetAfter > want[j].ResetAfter-time.Second {
+						each[j].ResetAfter = want[j].ResetAfter
+					}
+					if each[j].RetryAfter <= want[j].RetryAfter && each[j].RetryAfter > want[j].RetryAfter-time.Second {
+						each[j].RetryAfter = want[j].RetryAfter
+					}
+				}
+			}
+			if !slices.Equal(each, want) {
+				t.Errorf("policy %d request %d: parts %+v, want %+v", policy, i, each, want)
+			}
+		}
+		st.Close()
+		c.Close()
 	}
 }
