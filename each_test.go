@@ -5,8 +5,11 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 // TestTakeEachErrors: a TakeEach that cannot decide returns an error
@@ -61,5 +64,28 @@ func TestTakeEachErrors(t *testing.T) {
 	_, err := sluice.New(nil).TakeEach(ctx, five[:1], make([]sluice.Result, 1))
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("over no store: %v", err)
+	}
+}
+
+// TestSealedPaths: the stores of this module meet the Limiter's sealed
+// interfaces in full (a method missing would silently send their calls
+// down the outside path, TakeEach's looks included).
+func TestSealedPaths(t *testing.T) {
+	rs, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	for name, c := range map[string]struct {
+		s             sluice.Store
+		sealed, local bool
+	}{
+		"memstore":   {memstore.New(), true, true},
+		"redisstore": {rs, true, false},
+		"outside":    {newMapStore(newFakeClock()), false, false},
+	} {
+		if sealed, local := sluice.Paths(sluice.New(c.s)); sealed != c.sealed || local != c.local {
+			t.Errorf("%s: sealed %v, local %v; want %v, %v", name, sealed, local, c.sealed, c.local)
+		}
 	}
 }
