@@ -88,7 +88,8 @@ type Store interface {
 	Take(ctx context.Context, req Request) (Result, error)
 	// TakeAll makes one decision for a composite request, atomically: it
 	// passes only if every part grants, and a refusal changes no part (see
-	// Limiter.TakeAll for the Result).
+	// Limiter.TakeAll for the Result). Limiter.TakeEach calls it, then Take
+	// with cost 0 on each part for the parts' figures.
 	TakeAll(ctx context.Context, reqs []Request) (Result, error)
 	// Refund gives req.Cost units back to req.Key (see algo.Refund).
 	Refund(ctx context.Context, req Request) (Result, error)
