@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/storetest"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -161,5 +162,51 @@ func TestTakeEachFailurePolicy(t *testing.T) {
 		}
 		st.Close()
 		c.Close()
+	}
+}
+
+// TestEachCrossSlot: on a cluster, a composite whose keys are in different
+// slots is taken in turn, the parts that can be given back first (here the
+// second part given, so the order taken is not the order given), and each
+// part's figures land at its own place: where the protocol reaches the same
+// states as one atomic step (a refused token bucket given back, a part not
+// reached that would have granted), they equal memstore's.
+func TestEachCrossSlot(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	_, each, storePrefix := takeAtPrefix(t, c)
+	prefix := apart(storePrefix, "")
+	mem := storeapi.MemEachAt(memstore.New())
+	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
+	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
+	parts := []core.Request{
+		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
+		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never},
+	}
+	for i, step := range []struct {
+		at      int64 // µs after storetest.Base
+		allowed bool
+	}{
+		{0, true},
+		{0, false},           // the window refuses; the bucket, taken first, is given back
+		{61_000_000, true},   // a new window
+		{122_000_000, false}, // the bucket refuses first; the window is not reached
+	} {
+		now := storetest.Base + step.at
+		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
+		d, err := each(parts, now, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := mem.TakeEachAt(parts, now, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range got {
+			got[j].FreshAt, want[j].FreshAt = 0, 0
+		}
+		d.FreshAt, md.FreshAt = 0, 0
+		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
+			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
+		}
 	}
 }
