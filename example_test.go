@@ -122,6 +122,41 @@ func ExampleLimiter_TakeAll() {
 	//   9000 tokens: allowed=true remaining=57 retry_after=0s
 }
 
+// The same LLM API through TakeEach: the same decisions, and each part's own
+// figures at the decision's instant, from the same store call: what a
+// RateLimit header per policy needs, and which policy refused.
+func ExampleLimiter_TakeEach() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	parts := []sluice.Part{
+		{Key: "req:acme", Limit: sluice.PerMinute(60)},
+		{Key: "tok:acme", Limit: sluice.PerMinute(100_000)},
+	}
+	var each [2]sluice.Result
+	for _, n := range []int64{40_000, 50_000, 20_000} {
+		parts[0].Cost, parts[1].Cost = 1, n
+		r, err := lim.TakeEach(ctx, parts, each[:])
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%6d tokens: allowed=%v\n", n, r.Allowed)
+		for i, e := range each {
+			fmt.Printf("  %s: allowed=%v remaining=%d retry_after=%v\n", parts[i].Key, e.Allowed, e.Remaining, e.RetryAfter)
+		}
+	}
+	// Output:
+	//  40000 tokens: allowed=true
+	//   req:acme: allowed=true remaining=59 retry_after=0s
+	//   tok:acme: allowed=true remaining=60000 retry_after=0s
+	//  50000 tokens: allowed=true
+	//   req:acme: allowed=true remaining=58 retry_after=0s
+	//   tok:acme: allowed=true remaining=10000 retry_after=0s
+	//  20000 tokens: allowed=false
+	//   req:acme: allowed=true remaining=58 retry_after=0s
+	//   tok:acme: allowed=false remaining=10000 retry_after=6s
+}
+
 // A rolling deploy moves a key from the token bucket to GCRA: the units
 // spent under one are spent under the other.
 func ExampleLimit_changed() {

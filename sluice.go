@@ -88,7 +88,8 @@ type Store interface {
 	Take(ctx context.Context, req Request) (Result, error)
 	// TakeAll makes one decision for a composite request, atomically: it
 	// passes only if every part grants, and a refusal changes no part (see
-	// Limiter.TakeAll for the Result).
+	// Limiter.TakeAll for the Result). Limiter.TakeEach calls it, then Take
+	// with cost 0 on each part for the parts' figures.
 	TakeAll(ctx context.Context, reqs []Request) (Result, error)
 	// Refund gives req.Cost units back to req.Key (see algo.Refund).
 	Refund(ctx context.Context, req Request) (Result, error)
@@ -101,6 +102,9 @@ type Store interface {
 type engine interface {
 	Take(ctx context.Context, req core.Request) (Result, error)
 	TakeAll(ctx context.Context, reqs []core.Request) (Result, error)
+	// TakeEach is TakeAll that also writes part i's result into each[i]
+	// (len(each) == len(reqs)); see Limiter.TakeEach.
+	TakeEach(ctx context.Context, reqs []core.Request, each []Result) (Result, error)
 	Refund(ctx context.Context, req core.Request) (Result, error)
 	Reset(ctx context.Context, key string) error
 	// Clock is the clock the store decides by, or nil for the system's.
@@ -114,10 +118,13 @@ type engine interface {
 // TakeAllLocal takes the parts as the caller gave them, checked, with their
 // limits' params by value (ps[i] is parts[i]'s): the engine builds their
 // requests on its own stack, which a slice passed through an interface could
-// not be.
+// not be. TakeEachLocal is TakeAllLocal that also returns each part's
+// result (parts[i]'s at [i]), by value: a slice of the caller's passed
+// through the interface would escape to the heap.
 type localEngine interface {
 	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
 	TakeAllLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, error)
+	TakeEachLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, [maxLocalParts]Result, error)
 }
 
 // maxLocalParts is the most parts a composite may have to take the local
@@ -142,6 +149,42 @@ func (o outside) TakeAll(ctx context.Context, reqs []core.Request) (Result, erro
 		pub[i] = publicRequest(&reqs[i])
 	}
 	return o.s.TakeAll(ctx, pub)
+}
+
+// TakeEach decides through the Store's TakeAll, which reports only the
+// summary, and then looks (cost 0, one Take each) at every part for its
+// figures: another instant than the decision's, a call each (see
+// Limiter.TakeEach).
+func (o outside) TakeEach(ctx context.Context, reqs []core.Request, each []Result) (Result, error) {
+	r, err := o.TakeAll(ctx, reqs)
+	if err != nil {
+		return Result{}, err
+	}
+	refusing := false
+	for i := range reqs {
+		look := publicRequest(&reqs[i])
+		look.Cost = 0
+		e, err := o.s.Take(ctx, look)
+		if err != nil {
+			e = r // the summary stands in for a part that could not be looked at
+		}
+		e.Allowed = r.Allowed || e.Remaining >= reqs[i].Cost
+		e.RetryAfter, e.Delay, e.Degraded = 0, 0, r.Degraded
+		if !e.Allowed {
+			e.RetryAfter, refusing = r.RetryAfter, true
+		}
+		each[i] = e
+	}
+	if !r.Allowed && !refusing {
+		// The looks came after traffic or time that let every part grant:
+		// the parts that spend are reported as the refusal's.
+		for i := range reqs {
+			if reqs[i].Cost > 0 {
+				each[i].Allowed, each[i].RetryAfter = false, r.RetryAfter
+			}
+		}
+	}
+	return r, nil
 }
 
 func (o outside) Refund(ctx context.Context, req core.Request) (Result, error) {
@@ -437,14 +480,7 @@ func distinct(parts []Part) error {
 func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
 	if l.local != nil && len(parts) <= maxLocalParts {
 		var ps [maxLocalParts]algo.Params
-		for i := range parts {
-			p, err := l.checkPart(i, &parts[i])
-			if err != nil {
-				return Result{}, err
-			}
-			ps[i] = p
-		}
-		if err := distinct(parts); err != nil {
+		if err := l.checkLocal(parts, &ps); err != nil {
 			return Result{}, err
 		}
 		return l.local.TakeAllLocal(parts, ps)
@@ -457,6 +493,80 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
 		return Result{}, err
 	}
 	return l.eng.TakeAll(ctx, reqs)
+}
+
+// checkLocal checks the parts of a composite for the local engine's path
+// (at most maxLocalParts) and writes their limits' params into ps.
+func (l *Limiter) checkLocal(parts []Part, ps *[maxLocalParts]algo.Params) error {
+	for i := range parts {
+		p, err := l.checkPart(i, &parts[i])
+		if err != nil {
+			return err
+		}
+		ps[i] = p
+	}
+	return distinct(parts)
+}
+
+// TakeEach is TakeAll that also reports each part's own result, taken at
+// the decision's instant in the same store call, in each[i] (part i's):
+// len(each) must be len(parts). It makes the same decision as TakeAll and
+// returns the same summary, which is the fold of each: Allowed when all
+// are, the smallest Remaining, the largest RetryAfter, ResetAfter and
+// Delay.
+//
+// Admitted, each[i] is part i's result after spending its cost: Allowed,
+// its own Remaining, ResetAfter and Delay. Refused, nothing was spent, so
+// each[i] describes part i as it is (its Remaining and ResetAfter, Delay 0),
+// and each[i].Allowed reports whether part i alone would have granted its
+// cost at that instant: the parts that would not (at least one) carry
+// their own RetryAfter, the others 0. So the parts whose Allowed is false
+// are the ones that refused.
+//
+// On the error's side, each is zeroed. A Limiter over memstore makes
+// composites of up to 4 parts without allocating. Two cases have no single
+// instant, documented in SEMANTICS.md: a Redis Cluster composite whose keys
+// are in different slots (taken in turn and given back; the parts after a
+// refusing one are looked at afterwards and report Allowed), and a Store
+// from outside this module, whose TakeAll reports only the summary: each
+// part is then looked at (cost 0) after the decision, one Take a part, and
+// a refused part is one whose look's Remaining is below its cost (when the
+// looks show none, every part that spends), with the summary's RetryAfter.
+func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Result, error) {
+	if len(each) != len(parts) {
+		return Result{}, fmt.Errorf("%w: TakeEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
+	}
+	if l.local != nil && len(parts) <= maxLocalParts {
+		var ps [maxLocalParts]algo.Params
+		err := l.checkLocal(parts, &ps)
+		if err == nil {
+			var r Result
+			var all [maxLocalParts]Result
+			if r, all, err = l.local.TakeEachLocal(parts, ps); err == nil {
+				copy(each, all[:len(parts)])
+				return r, nil
+			}
+		}
+		clear(each)
+		return Result{}, err
+	}
+	clear(each)
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
+	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
+	if err != nil {
+		return Result{}, err
+	}
+	// The engine writes into a slice of its own, so that each, which
+	// passing through the interface would move to the heap, stays where
+	// the caller made it.
+	out := make([]Result, len(parts))
+	r, err := l.eng.TakeEach(ctx, reqs, out)
+	if err == nil {
+		copy(each, out)
+	}
+	return r, err
 }
 
 // WaitAll is Wait for a composite request: it blocks until every part grants

@@ -118,8 +118,26 @@ func (m *mapStore) Reset(_ context.Context, key string) error {
 	return nil
 }
 
+// outsideEach checks the parts a Limiter over an outside store reports for
+// a composite (out) against memstore's (in), made on the same state at the
+// same instant: the looks find the same figures, the parts that refused are
+// the ones whose look has less than their cost, with the summary's
+// RetryAfter, and no part reports a Delay.
+func outsideEach(sum sluice.Result, parts []sluice.Part, out, in []sluice.Result) error {
+	for j := range out {
+		o, w := out[j], in[j]
+		if o.Allowed != w.Allowed || o.Remaining != w.Remaining || o.ResetAfter != w.ResetAfter || o.Delay != 0 {
+			return fmt.Errorf("%v: part %d: outside %+v, memstore %+v", parts, j, o, w)
+		}
+		if !o.Allowed && o.RetryAfter != sum.RetryAfter || o.Allowed && o.RetryAfter != 0 {
+			return fmt.Errorf("%v: part %d: outside %+v, summary %+v", parts, j, o, sum)
+		}
+	}
+	return nil
+}
+
 // TestOutsideStore: a Limiter over a Store from outside the module decides
-// as it does over memstore, hands the store only checked requests (the zero
+// as it does over memstore (TakeEach's parts by looks, see outsideEach), hands the store only checked requests (the zero
 // Algorithm spelled TokenBucket), and keeps bad requests from it.
 func TestOutsideStore(t *testing.T) {
 	clock := newFakeClock()
@@ -135,6 +153,7 @@ func TestOutsideStore(t *testing.T) {
 		sluice.PerSecond(5).Using(sluice.AlignedWindow),
 	}
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 3))
+	var outEach, inEach [5]sluice.Result
 	for i := range 3000 {
 		clock.mu.Lock()
 		clock.us += rng.Int64N(300_000)
@@ -143,7 +162,7 @@ func TestOutsideStore(t *testing.T) {
 		key, l := string(rune('a'+k)), limits[k]
 		var got, want sluice.Result
 		var gotErr, wantErr error
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0, 1:
 			cost := rng.Int64N(4)
 			got, gotErr = outside.Take(ctx, key, l, cost)
@@ -153,6 +172,16 @@ func TestOutsideStore(t *testing.T) {
 			parts := []sluice.Part{{Key: key, Limit: l, Cost: rng.Int64N(3)}, {Key: string(rune('a' + j)), Limit: limits[j], Cost: rng.Int64N(3)}}
 			got, gotErr = outside.TakeAll(ctx, parts)
 			want, wantErr = inside.TakeAll(ctx, parts)
+		case 4:
+			parts := make([]sluice.Part, 1+rng.IntN(len(limits)))
+			for j, pk := range rng.Perm(len(limits))[:len(parts)] {
+				parts[j] = sluice.Part{Key: string(rune('a' + pk)), Limit: limits[pk], Cost: rng.Int64N(3)}
+			}
+			got, gotErr = outside.TakeEach(ctx, parts, outEach[:len(parts)])
+			want, wantErr = inside.TakeEach(ctx, parts, inEach[:len(parts)])
+			if err := outsideEach(got, parts, outEach[:len(parts)], inEach[:len(parts)]); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
 		case 3:
 			units := rng.Int64N(3)
 			got, gotErr = outside.Refund(ctx, key, l, units)

@@ -34,3 +34,18 @@ func Refused(acc *Decision, looks []Decision) {
 		acc.FreshAt = max(acc.FreshAt, l.FreshAt)
 	}
 }
+
+// RefusedPart turns *d, one part's decision in a composite that was refused,
+// into what SEMANTICS.md says that part reports: nothing was spent, so its
+// Remaining, ResetAfter and FreshAt are look's (the part's look, cost 0, at
+// the same instant; look may be d itself when d's figures are a look's
+// already, as a refusal's are) and Delay is 0; Allowed stays whether the part
+// alone would have granted, and RetryAfter is the part's own when it would
+// not, else 0.
+func RefusedPart(d, look *Decision) {
+	retry := d.RetryAfter
+	if d.Allowed {
+		retry = 0
+	}
+	*d = Decision{Allowed: d.Allowed, Remaining: look.Remaining, RetryAfter: retry, ResetAfter: look.ResetAfter, FreshAt: look.FreshAt}
+}

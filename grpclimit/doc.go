@@ -20,7 +20,7 @@
 //	)
 //
 // A Server's enforced policies are decided as one composite
-// (sluice.Limiter.TakeAll): a call goes on only if every policy grants, and
+// (sluice.Limiter.TakeEach): a call goes on only if every policy grants, and
 // a refusal spends nothing on any of them. Shadow policies (Policy.Shadow)
 // are decided as a composite of their own after the enforced one, whatever
 // its outcome: they spend as if enforced, their refusals are only counted
@@ -68,11 +68,12 @@
 //   - errdetails.QuotaFailure, with one violation per refusing policy: the
 //     policy's name as Subject, its limit in Description.
 //
-// With two or more enforced policies the composite's Result does not say
-// which refused, so a refusal looks at each policy (a cost-0 Take each: one
-// more store call per policy) and names those with fewer units than the
-// call's cost. A cost that no policy could ever admit fails with
-// InvalidArgument.
+// The composite reports each policy's own result at the decision's instant
+// (in the same store call), so a refusal names exactly the policies that
+// could not grant. A Client's pacing (Limiter.WaitAll) has no per-policy
+// result: its refusal looks at each policy (a cost-0 Take each) and names
+// those with fewer units than the call's cost. A cost that no policy could
+// ever admit fails with InvalidArgument.
 //
 // An admitted leaky-bucket call waits out its Result.Delay before the
 // handler runs, so that calls leave evenly spaced; when its turn comes after
@@ -96,8 +97,7 @@
 // that could still pass now, and t the seconds (rounded up) until the
 // budget is back to q with no other traffic. httplimit's package doc says
 // what they mean for each algorithm. A client reads them with
-// grpc.Header(&md). With several policies r and t come from the looks
-// described above, separate instants from the decision.
+// grpc.Header(&md). Each policy's r and t are its own at the decision.
 //
 // # Store failures
 //
@@ -137,7 +137,7 @@
 //
 // WithObserver reports one observe.Event per policy for each decision
 // (each call, or each message under PerMessage): Source "grpc" on a Server,
-// with Latency the store call's duration (the composite TakeAll); Source
+// with Latency the store call's duration (the composite TakeEach); Source
 // "grpc-client" on a Client, with Latency the whole WaitAll, waiting
 // included. The outcomes are those of Stats: a refused composite reports
 // Denied for the policies that refused it and nothing for those that would

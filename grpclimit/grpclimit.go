@@ -317,9 +317,31 @@ type figures struct {
 	remaining, reset int64 // r, and t in whole seconds
 }
 
-// look returns each policy's figures: the decision's own for one policy, a
-// cost-0 look at each for several (a look the store cannot make leaves the
-// policy out).
+// figuresOf returns each policy's figures from its part's own result at the
+// decision (sluice.Limiter.TakeEach).
+func figuresOf(ss []spend, each []sluice.Result) []figures {
+	out := make([]figures, len(ss))
+	for i, s := range ss {
+		out[i] = figures{pol: s.pol, cost: s.cost, remaining: each[i].Remaining, reset: ceilSeconds(each[i].ResetAfter)}
+	}
+	return out
+}
+
+// refusedOf returns the policies whose part could not grant its cost in a
+// refused composite (sluice.Limiter.TakeEach).
+func refusedOf(ss []spend, each []sluice.Result) []*policy {
+	var out []*policy
+	for i, s := range ss {
+		if !each[i].Allowed {
+			out = append(out, s.pol)
+		}
+	}
+	return out
+}
+
+// look returns each policy's figures after a wait (Limiter.WaitAll has no
+// per-part form): the decision's own for one policy, a cost-0 look at each
+// for several (a look the store cannot make leaves the policy out).
 func look(ctx context.Context, lim *sluice.Limiter, ss []spend, res sluice.Result) []figures {
 	out := make([]figures, 0, len(ss))
 	for _, s := range ss {
@@ -337,7 +359,7 @@ func look(ctx context.Context, lim *sluice.Limiter, ss []spend, res sluice.Resul
 	return out
 }
 
-// blame returns the policies that refused a composite: the only one; else
+// blame returns the policies that refused a wait: the only one; else
 // those whose look finds fewer units than the call's cost; else (traffic in
 // between changed the looks) the one nearest to refusing; else, with no
 // look, all of them.

@@ -146,8 +146,9 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 	var refusers []*policy
 	var lat time.Duration
 	if len(es) > 0 {
+		each := make([]sluice.Result, len(es))
 		start := time.Now()
-		res, err = s.lim.TakeAll(cl, toParts(es))
+		res, err = s.lim.TakeEach(cl, toParts(es), each)
 		lat = time.Since(start)
 		switch {
 		case err != nil:
@@ -160,11 +161,11 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 		case res.Allowed:
 			cl.charge(es)
 		}
-		if !res.Degraded && (send || (!res.Allowed && len(es) > 1)) {
-			figs = look(cl, s.lim, es, res)
+		if !res.Degraded && send {
+			figs = figuresOf(es, each)
 		}
 		if !res.Allowed && !res.Degraded {
-			refusers = blame(es, figs)
+			refusers = refusedOf(es, each)
 			for i, p := range refusers {
 				record(o, "grpc", p, observe.Denied, lat, i)
 			}
@@ -211,8 +212,9 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 // ones' when they are sent.
 func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []figures) []figures {
 	o := s.cfg.observer
+	each := make([]sluice.Result, len(ss))
 	start := time.Now()
-	res, err := s.lim.TakeAll(cl, toParts(ss))
+	res, err := s.lim.TakeEach(cl, toParts(ss), each)
 	lat := time.Since(start)
 	switch {
 	case err != nil:
@@ -224,20 +226,16 @@ func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []f
 		return figs
 	}
 	withHeaders := send && s.cfg.shadowHeaders
-	var sf []figures
-	if withHeaders || (!res.Allowed && len(ss) > 1) {
-		sf = look(cl, s.lim, ss, res)
-	}
 	if res.Allowed {
 		cl.charge(ss)
 		recordAll(o, "grpc", ss, observe.Allowed, lat)
 	} else {
-		for i, p := range blame(ss, sf) {
+		for i, p := range refusedOf(ss, each) {
 			record(o, "grpc", p, observe.ShadowDenied, lat, i)
 		}
 	}
 	if withHeaders {
-		figs = append(figs, sf...)
+		figs = append(figs, figuresOf(ss, each)...)
 	}
 	return figs
 }

@@ -66,3 +66,38 @@ func BenchmarkCompositeOneKey(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompositeEach is BenchmarkCompositeOneKey through TakeEach,
+// whose parts' results land in an array on the caller's stack: admitted,
+// and refused (the global part spent, so each refusal looks at both).
+func BenchmarkCompositeEach(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		global sluice.Limit
+		n      int
+	}{
+		{"admitted/2", sluice.PerSecond(30_000_000).WithBurst(1000), 2},
+		{"admitted/4", sluice.PerSecond(30_000_000).WithBurst(1000), 4},
+		{"refused/2", sluice.PerHour(1), 2},
+		{"refused/4", sluice.PerHour(1), 4},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := sluice.New(memstore.New())
+			l := sluice.PerSecond(1_000_000).WithBurst(1000)
+			parts := []sluice.Part{
+				{Key: "chat:1", Limit: l, Cost: 1},
+				{Key: "global", Limit: c.global, Cost: 1},
+				{Key: "user:1", Limit: l, Cost: 1},
+				{Key: "org:1", Limit: l, Cost: 1},
+			}[:c.n]
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				var each [4]sluice.Result
+				if _, err := lim.TakeEach(ctx, parts, each[:len(parts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -19,7 +19,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result
 		return sluice.Result{}, err
 	}
 	var d algo.Decision
-	err = s.takeAll(rs, s.now(), &d)
+	err = s.takeAll(rs, s.now(), &d, nil)
 	return storeapi.Result(&d), err
 }
 
@@ -44,12 +44,13 @@ func (a *part) before(b *part) bool {
 }
 
 // takeAll makes one decision for a composite of checked requests at time
-// now (µs since the epoch), writing it into *acc, which must be zero. The
-// entries of all parts are locked together, in one order (by hash, then
+// now (µs since the epoch), writing it into *acc, which must be zero, and,
+// unless each is nil, each part's decision into each[i] (each as long as
+// reqs; see model.TakeEach for what a part reports). The entries of all parts are locked together, in one order (by hash, then
 // key), so the decision is atomic; a part that spends nothing on a key
 // without an entry steps a fresh state and stores nothing. Composites of up
 // to 4 parts allocate nothing.
-func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision) error {
+func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision, each []algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err // wraps sluice.ErrInvalidTime
 	}
@@ -89,6 +90,9 @@ func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision) erro
 		var d algo.Decision
 		algo.StepTo(&r.Params, &pt.st, now, r.Cost, r.MaxDelay, &d)
 		pt.freshAt = d.FreshAt
+		if each != nil {
+			each[i] = d
+		}
 		if i == 0 {
 			*acc = d
 		} else {
@@ -114,6 +118,9 @@ func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision) erro
 			var d algo.Decision
 			algo.StepTo(&reqs[i].Params, &st, now, 0, reqs[i].MaxDelay, &d)
 			looks = append(looks, d)
+			if each != nil {
+				algo.RefusedPart(&each[i], &d)
+			}
 		}
 		algo.Refused(acc, looks)
 	}

@@ -19,11 +19,12 @@ import (
 func TestCompositeOneUserBurst(t *testing.T) {
 	s := memstore.New()
 	storetest.OneUserBurst(t, storeapi.MemAt(s).TakeAllAt, "")
+	storetest.OneUserBurstEach(t, storeapi.MemEachAt(s).TakeEachAt, "each:")
 }
 
 func TestCompositeRandom(t *testing.T) {
 	s := memstore.New()
-	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, "", 60, 200)
+	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, storeapi.MemEachAt(s).TakeEachAt, "", 60, 200)
 }
 
 // TestSuite runs the checks every store must pass.
@@ -129,10 +130,23 @@ func TestZeroAllocs(t *testing.T) {
 	ctx := context.Background()
 	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	parts := []sluice.Part{{Key: "chat:1", Limit: l, Cost: 1}, {Key: "global", Limit: l.WithBurst(30), Cost: 1}, {Key: "c", Limit: l, Cost: 1}, {Key: "d", Limit: l, Cost: 1}}
+	refused := []sluice.Part{{Key: "e", Limit: l, Cost: 1}, {Key: "f", Limit: sluice.PerHour(1), Cost: 1}}
 	for name, f := range map[string]func(){
 		"Take":         func() { lim.Take(ctx, "user:1", l, 1) },
 		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2]) },
 		"TakeAll of 4": func() { lim.TakeAll(ctx, parts) },
+		"TakeEach of 2": func() {
+			var each [4]sluice.Result // on the stack: TakeEach keeps it there
+			lim.TakeEach(ctx, parts[:2], each[:2])
+		},
+		"TakeEach of 4": func() {
+			var each [4]sluice.Result
+			lim.TakeEach(ctx, parts, each[:])
+		},
+		"TakeEach refused": func() {
+			var each [2]sluice.Result
+			lim.TakeEach(ctx, refused, each[:])
+		},
 	} {
 		f()
 		if n := testing.AllocsPerRun(1000, f); n != 0 {

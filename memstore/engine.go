@@ -43,7 +43,7 @@ func (e *engine) TakeLocal(key string, p algo.Params, cost int64) (remaining, re
 func (e *engine) TakeAll(_ context.Context, reqs []core.Request) (sluice.Result, error) {
 	var d algo.Decision
 	s := e.store()
-	err := s.takeAll(reqs, s.now(), &d)
+	err := s.takeAll(reqs, s.now(), &d, nil)
 	return storeapi.Result(&d), err
 }
 
@@ -52,15 +52,59 @@ func (e *engine) TakeAll(_ context.Context, reqs []core.Request) (sluice.Result,
 // that composites of up to 4 parts allocate nothing.
 func (e *engine) TakeAllLocal(parts []sluice.Part, ps [4]algo.Params) (sluice.Result, error) {
 	var buf [4]core.Request
+	reqs := localRequests(&buf, parts, &ps)
+	var d algo.Decision
+	s := e.store()
+	err := s.takeAll(reqs, s.now(), &d, nil)
+	return storeapi.Result(&d), err
+}
+
+// localRequests builds in buf the requests of parts, checked, under ps.
+func localRequests(buf *[4]core.Request, parts []sluice.Part, ps *[4]algo.Params) []core.Request {
 	reqs := buf[:len(parts)]
 	for i := range reqs {
 		r := &reqs[i] // set the fields: copying a Request costs more
 		r.Key, r.Params, r.Cost, r.MaxDelay = parts[i].Key, ps[i], parts[i].Cost, algo.Never
 	}
+	return reqs
+}
+
+// TakeEach is TakeAll that also writes each part's result into each[i]
+// (each as long as reqs).
+func (e *engine) TakeEach(_ context.Context, reqs []core.Request, each []sluice.Result) (sluice.Result, error) {
+	var buf [4]algo.Decision
+	ds := buf[:0]
+	if len(reqs) > len(buf) {
+		ds = make([]algo.Decision, len(reqs))
+	}
+	ds = ds[:len(reqs)]
 	var d algo.Decision
 	s := e.store()
-	err := s.takeAll(reqs, s.now(), &d)
-	return storeapi.Result(&d), err
+	if err := s.takeAll(reqs, s.now(), &d, ds); err != nil {
+		return sluice.Result{}, err
+	}
+	for i := range ds {
+		each[i] = storeapi.Result(&ds[i])
+	}
+	return storeapi.Result(&d), nil
+}
+
+// TakeEachLocal is TakeAllLocal that also returns each part's result
+// (parts[i]'s in each[i]): by value, since a slice the Limiter passed in
+// through the interface would escape to the heap.
+func (e *engine) TakeEachLocal(parts []sluice.Part, ps [4]algo.Params) (r sluice.Result, each [4]sluice.Result, err error) {
+	var buf [4]core.Request
+	reqs := localRequests(&buf, parts, &ps)
+	var d algo.Decision
+	var ds [4]algo.Decision
+	s := e.store()
+	if err = s.takeAll(reqs, s.now(), &d, ds[:len(reqs)]); err != nil {
+		return sluice.Result{}, each, err
+	}
+	for i := range reqs {
+		each[i] = storeapi.Result(&ds[i])
+	}
+	return storeapi.Result(&d), each, nil
 }
 
 // Refund gives req.Cost units back to req.Key at the store's clock time.
@@ -85,6 +129,14 @@ func (e *engine) TakeAt(req core.Request, now int64) (algo.Decision, error) {
 // TakeAllAt makes one decision for a composite at time now.
 func (e *engine) TakeAllAt(reqs []core.Request, now int64) (algo.Decision, error) {
 	var d algo.Decision
-	err := e.store().takeAll(reqs, now, &d)
+	err := e.store().takeAll(reqs, now, &d, nil)
+	return d, err
+}
+
+// TakeEachAt is TakeAllAt that also writes each part's decision into
+// each[i] (each as long as reqs).
+func (e *engine) TakeEachAt(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+	var d algo.Decision
+	err := e.store().takeAll(reqs, now, &d, each)
 	return d, err
 }

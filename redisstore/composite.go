@@ -47,13 +47,48 @@ func (s *Store) takeAllNow(ctx context.Context, reqs []core.Request) (sluice.Res
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	d, err := s.takeAll(ctx, reqs, now)
+	d, err := s.takeAll(ctx, reqs, now, nil)
 	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, storeapi.Publics(reqs)) })
 }
 
-func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
+// takeEachNow is takeAllNow that also writes each part's result into
+// each[i] (see sluice.Limiter.TakeEach), from the same call. Under the
+// failure policy, FailOpen admits every part and FailLocal reports the
+// fallback's parts, all Degraded.
+func (s *Store) takeEachNow(ctx context.Context, reqs []core.Request, each []sluice.Result) (sluice.Result, error) {
+	now, err := s.clock()
+	if err != nil {
+		return sluice.Result{}, err
+	}
+	ds := make([]algo.Decision, len(reqs))
+	d, err := s.takeAll(ctx, reqs, now, ds)
+	r, serr := s.settle(&d, err, func() (sluice.Result, error) {
+		return storeapi.EachOf(s.local).TakeEach(ctx, reqs, each)
+	})
+	switch {
+	case serr != nil:
+		clear(each)
+	case err == nil:
+		for i := range ds {
+			each[i] = storeapi.Result(&ds[i])
+		}
+	default: // decided by the failure policy
+		for i := range each {
+			if s.policy == FailOpen {
+				each[i] = sluice.Result{Allowed: true}
+			}
+			each[i].Degraded = true
+		}
+	}
+	return r, serr
+}
+
+// takeAll makes one composite decision at now (-1: the server's TIME) and,
+// unless each is nil, writes each part's decision into each[i] (each as
+// long as reqs; see model.TakeEach).
+func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
 	if !s.together(reqs) {
-		return s.takeInTurn(ctx, reqs, now)
+		return s.takeInTurn(ctx, reqs, now, each)
 	}
 	c := scripts.CompositeCall(len(reqs), now, s.margin)
 	for i := range reqs {
@@ -72,6 +107,9 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (al
 		if err != nil {
 			return algo.Decision{}, err
 		}
+		if each != nil {
+			each[i] = d
+		}
 		if i == 0 {
 			acc = d
 		} else {
@@ -83,20 +121,31 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64) (al
 		// (a refusing part's decision is one already), so Combine has folded
 		// looks: what is left of algo.Refused is that nothing waits.
 		acc.Delay = 0
+		for i := range each {
+			algo.RefusedPart(&each[i], &each[i])
+		}
 	}
 	return acc, nil
 }
 
 // takeInTurn takes the parts one at a time and gives back the ones taken when
-// a later one refuses.
-func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
-	reqs = slices.Clone(reqs)
-	slices.SortStableFunc(reqs, func(a, b core.Request) int {
-		return cmp.Compare(refundRank(a.Params.Kind), refundRank(b.Params.Kind))
+// a later one refuses. Unless each is nil, it writes each part's decision
+// into each[i]: on a refusal, a part given back reports the look its refund
+// replied, a part that could not be given back what it spent, and a part
+// after the refusing one, not reached, a look made afterwards (all
+// allowed: none of them refused).
+func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+	order := make([]int, len(reqs)) // order[i]: the part taken i-th
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(refundRank(reqs[a].Params.Kind), refundRank(reqs[b].Params.Kind))
 	})
 	var acc algo.Decision
 	taken := make([]algo.Decision, 0, len(reqs))
-	for i, r := range reqs {
+	for i, oi := range order {
+		r := reqs[oi]
 		d, err := s.decide(ctx, r, now)
 		if err != nil || !d.Allowed {
 			// Give back what can be; the refusal then reports the parts
@@ -104,8 +153,8 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64) 
 			// ones not given back as spent, and the refusing part's own
 			// look. The parts after it were not reached.
 			looks := taken
-			for j, t := range reqs[:i] {
-				if t.Cost > 0 && (t.Params.Kind == algo.TokenBucket || t.Params.Kind == algo.GCRA) {
+			for j, oj := range order[:i] {
+				if t := reqs[oj]; t.Cost > 0 && (t.Params.Kind == algo.TokenBucket || t.Params.Kind == algo.GCRA) {
 					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now); rerr == nil {
 						looks[j] = l
 					}
@@ -117,9 +166,15 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64) 
 			looks = append(looks, d)
 			acc = d
 			algo.Refused(&acc, looks)
+			if each != nil {
+				s.eachInTurn(ctx, reqs, now, order, looks, each)
+			}
 			return acc, nil
 		}
 		taken = append(taken, d)
+		if each != nil {
+			each[oi] = d
+		}
 		if i == 0 {
 			acc = d
 		} else {
@@ -127,6 +182,33 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64) 
 		}
 	}
 	return acc, nil
+}
+
+// eachInTurn writes the parts' decisions of a refusal on takeInTurn's path:
+// reached[k] is the decision of the part taken k-th (order[k]), as the
+// refusal reports it, the last one the refusing part's; the parts after it
+// are looked at (cost 0), a failed look leaving a part allowed with no
+// figures.
+func (s *Store) eachInTurn(ctx context.Context, reqs []core.Request, now int64, order []int, reached []algo.Decision, each []algo.Decision) {
+	for k, oi := range order {
+		var d algo.Decision
+		if k < len(reached) {
+			d = reached[k]
+			if k < len(reached)-1 {
+				d.Allowed = true // given back (a refund replies a look), or spent
+			}
+		} else {
+			look := reqs[oi]
+			look.Cost = 0
+			var err error
+			if d, err = s.decide(context.WithoutCancel(ctx), look, now); err != nil {
+				d = algo.Decision{}
+			}
+			d.Allowed = true
+		}
+		algo.RefusedPart(&d, &d)
+		each[oi] = d
+	}
 }
 
 // refundRank orders the parts of a cross-slot composite: those that can be

@@ -2,7 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/storetest"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -26,18 +30,36 @@ func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 }
 
 func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, string) {
+	take, _, prefix := takeAtPrefix(t, c)
+	return take, prefix
+}
+
+// takeEachAt returns a store's TakeEachAt (storeapi.RedisEachAt) under a
+// fresh key prefix.
+func takeEachAt(t *testing.T, c redis.UniversalClient) storetest.TakeEachAt {
+	_, each, _ := takeAtPrefix(t, c)
+	return each
+}
+
+// takeAtPrefix returns a store's TakeAllAt and TakeEachAt under a fresh key
+// prefix, and the prefix.
+func takeAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, storetest.TakeEachAt, string) {
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
 	return func(reqs []core.Request, now int64) (algo.Decision, error) {
-		return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
-	}, prefix
+			return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
+		}, func(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+			return storeapi.RedisEachAt(s).TakeEachAt(context.Background(), reqs, now, each)
+		}, prefix
 }
 
 func TestCompositeStandalone(t *testing.T) {
 	c := redistest.Shared(t).Client()
 	storetest.OneUserBurst(t, takeAllAt(t, c), "")
-	storetest.RandomComposites(t, takeAllAt(t, c), "", 20, 100)
+	storetest.OneUserBurstEach(t, takeEachAt(t, c), "")
+	take, each, _ := takeAtPrefix(t, c)
+	storetest.RandomComposites(t, take, each, "", 20, 100)
 }
 
 // On a cluster, parts whose keys share a {hash tag} are one atomic script and
@@ -45,14 +67,25 @@ func TestCompositeStandalone(t *testing.T) {
 // then give back protocol, which still admits exactly one of the burst.
 func TestCompositeCluster(t *testing.T) {
 	c := redistest.Cluster(t).Client()
-	storetest.RandomComposites(t, takeAllAt(t, c), "{tenant:1}", 6, 80)
+	take, each, _ := takeAtPrefix(t, c)
+	storetest.RandomComposites(t, take, each, "{tenant:1}", 6, 80)
 	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
-	take, storePrefix := takeAllAtPrefix(t, c)
-	prefix := ""
+	storetest.OneUserBurstEach(t, takeEachAt(t, c), "{tenant:1}")
+	// Keys in different slots are taken in turn and given back; the parts
+	// report the same figures.
+	take, each, storePrefix := takeAtPrefix(t, c)
+	storetest.OneUserBurst(t, take, apart(storePrefix, ""))
+	storetest.OneUserBurstEach(t, each, apart(storePrefix, "each:"))
+}
+
+// apart returns a prefix, from base on, that puts a store's (prefixed by
+// storePrefix) keys "user:1" and "global" in different slots.
+func apart(storePrefix, base string) string {
+	prefix := base
 	for i := 0; redisrun.Slot(storePrefix+prefix+"user:1") == redisrun.Slot(storePrefix+prefix+"global"); i++ {
-		prefix = fmt.Sprintf("p%d:", i) // keep the two keys in different slots
+		prefix = fmt.Sprintf("%sp%d:", base, i)
 	}
-	storetest.OneUserBurst(t, take, prefix)
+	return prefix
 }
 
 func TestRefund(t *testing.T) {
@@ -68,5 +101,112 @@ func TestChangedLimits(t *testing.T) {
 			defer s.Close()
 			storetest.ChangedLimits(t, sluice.New(s), "")
 		})
+	}
+}
+
+// TestTakeEachFailurePolicy: with Redis gone, TakeEach reports the failure
+// policy's parts: FailOpen admits every part, FailLocal reports its
+// fallback's (which part refused, as memstore would), all Degraded;
+// FailClosed returns the error with each zeroed.
+func TestTakeEachFailurePolicy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every call is an outage
+	ctx := context.Background()
+	parts := []sluice.Part{{Key: "user:1", Limit: sluice.PerMinute(1), Cost: 1}, {Key: "global", Limit: sluice.PerMinute(10), Cost: 1}}
+	for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal} {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		st := newGoRedis(t, c, redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(200*time.Millisecond))
+		lim := sluice.New(st)
+		for i := range 2 {
+			each := []sluice.Result{{Remaining: -1}, {Remaining: -1}}
+			r, err := lim.TakeEach(ctx, parts, each)
+			var want []sluice.Result
+			switch policy {
+			case redisstore.FailClosed:
+				if !errors.Is(err, sluice.ErrStoreUnavailable) {
+					t.Errorf("FailClosed: %+v, %v; want ErrStoreUnavailable", r, err)
+				}
+				want = make([]sluice.Result, 2)
+			case redisstore.FailOpen:
+				want = []sluice.Result{{Allowed: true, Degraded: true}, {Allowed: true, Degraded: true}}
+			case redisstore.FailLocal:
+				want = []sluice.Result{
+					{Allowed: true, ResetAfter: time.Minute, Degraded: true},
+					{Allowed: true, Remaining: 9, ResetAfter: 6 * time.Second, Degraded: true},
+				}
+				if i == 1 {
+					want[0] = sluice.Result{RetryAfter: time.Minute, ResetAfter: time.Minute, Degraded: true}
+				}
+			}
+			if policy != redisstore.FailClosed && (err != nil || !r.Degraded || r.Allowed != (policy == redisstore.FailOpen || i == 0)) {
+				t.Errorf("policy %d request %d: %+v, %v", policy, i, r, err)
+			}
+			if policy == redisstore.FailLocal {
+				// The local store's clock runs: compare what it does not move.
+				for j := range each {
+					if each[j].Remaining == want[j].Remaining && each[j].ResetAfter <= want[j].ResetAfter && each[j].ResetAfter > want[j].ResetAfter-time.Second {
+						each[j].ResetAfter = want[j].ResetAfter
+					}
+					if each[j].RetryAfter <= want[j].RetryAfter && each[j].RetryAfter > want[j].RetryAfter-time.Second {
+						each[j].RetryAfter = want[j].RetryAfter
+					}
+				}
+			}
+			if !slices.Equal(each, want) {
+				t.Errorf("policy %d request %d: parts %+v, want %+v", policy, i, each, want)
+			}
+		}
+		st.Close()
+		c.Close()
+	}
+}
+
+// TestEachCrossSlot: on a cluster, a composite whose keys are in different
+// slots is taken in turn, the parts that can be given back first (here the
+// second part given, so the order taken is not the order given), and each
+// part's figures land at its own place: where the protocol reaches the same
+// states as one atomic step (a refused token bucket given back, a part not
+// reached that would have granted), they equal memstore's.
+func TestEachCrossSlot(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	_, each, storePrefix := takeAtPrefix(t, c)
+	prefix := apart(storePrefix, "")
+	mem := storeapi.MemEachAt(memstore.New())
+	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
+	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
+	parts := []core.Request{
+		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
+		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never},
+	}
+	for i, step := range []struct {
+		at      int64 // µs after storetest.Base
+		allowed bool
+	}{
+		{0, true},
+		{0, false},           // the window refuses; the bucket, taken first, is given back
+		{61_000_000, true},   // a new window
+		{122_000_000, false}, // the bucket refuses first; the window is not reached
+	} {
+		now := storetest.Base + step.at
+		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
+		d, err := each(parts, now, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := mem.TakeEachAt(parts, now, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range got {
+			got[j].FreshAt, want[j].FreshAt = 0, 0
+		}
+		d.FreshAt, md.FreshAt = 0, 0
+		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
+			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
+		}
 	}
 }

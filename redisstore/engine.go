@@ -24,6 +24,10 @@ func (e *engine) TakeAll(ctx context.Context, reqs []core.Request) (sluice.Resul
 	return (*Store)(e).takeAllNow(ctx, reqs)
 }
 
+func (e *engine) TakeEach(ctx context.Context, reqs []core.Request, each []sluice.Result) (sluice.Result, error) {
+	return (*Store)(e).takeEachNow(ctx, reqs, each)
+}
+
 func (e *engine) Refund(ctx context.Context, req core.Request) (sluice.Result, error) {
 	return (*Store)(e).refundNow(ctx, req)
 }
@@ -48,5 +52,14 @@ func (e *engine) TakeAllAt(ctx context.Context, reqs []core.Request, now int64) 
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
 	}
-	return (*Store)(e).takeAll(ctx, reqs, now)
+	return (*Store)(e).takeAll(ctx, reqs, now, nil)
+}
+
+// TakeEachAt is TakeAllAt that also writes each part's decision into
+// each[i] (each as long as reqs).
+func (e *engine) TakeEachAt(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+	if err := algo.CheckTime(now); err != nil {
+		return algo.Decision{}, err // wraps sluice.ErrInvalidTime
+	}
+	return (*Store)(e).takeAll(ctx, reqs, now, each)
 }

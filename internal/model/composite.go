@@ -73,3 +73,67 @@ func TakeAll(models []*Model, keys []string, costs []int64, now int64) algo.Deci
 	}
 	return acc
 }
+
+// TakeEach is TakeAll that also reports each part's own decision at the
+// composite's instant in each[i] (each is as long as models). It is stated
+// apart from TakeAll, so that the tests check the one against the other:
+//
+//   - Admitted: part i's decision after spending its cost (Allowed, its
+//     Remaining, ResetAfter and Delay; RetryAfter 0).
+//   - Refused: nothing was spent, so each[i] is a look (cost 0) at part i —
+//     its Remaining and ResetAfter, Delay 0 — whose Allowed says whether
+//     part i alone would have granted its cost at that instant; a part that
+//     would not reports its own RetryAfter, the others 0.
+//
+// So the summary is each's fold: Allowed all of theirs, Remaining the
+// smallest, ResetAfter and Delay the largest, RetryAfter the largest.
+func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
+	saved := make([]*keyState, len(models))
+	had := make([]bool, len(models))
+	for i, m := range models {
+		if st, ok := m.keys[keys[i]]; ok {
+			saved[i], had[i] = st.clone(), true
+		}
+	}
+	alone := make([]algo.Decision, len(models))
+	allowed := true
+	for i, m := range models {
+		alone[i] = m.Take(keys[i], now, costs[i])
+		allowed = allowed && alone[i].Allowed
+	}
+	if allowed {
+		copy(each, alone)
+		return fold(alone)
+	}
+	for i, m := range models {
+		if had[i] {
+			m.keys[keys[i]] = saved[i]
+		} else {
+			delete(m.keys, keys[i])
+		}
+	}
+	looks := make([]algo.Decision, len(models))
+	for i, m := range models {
+		d := m.Take(keys[i], now, 0)
+		looks[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
+		if !alone[i].Allowed {
+			looks[i].RetryAfter = alone[i].RetryAfter
+		}
+	}
+	copy(each, looks)
+	return fold(looks)
+}
+
+// fold is the composite's summary of its parts' decisions: allowed when all
+// are, the smallest Remaining, the largest RetryAfter, ResetAfter and Delay.
+func fold(ds []algo.Decision) algo.Decision {
+	acc := ds[0]
+	for _, d := range ds[1:] {
+		acc.Allowed = acc.Allowed && d.Allowed
+		acc.Remaining = min(acc.Remaining, d.Remaining)
+		acc.RetryAfter = max(acc.RetryAfter, d.RetryAfter)
+		acc.ResetAfter = max(acc.ResetAfter, d.ResetAfter)
+		acc.Delay = max(acc.Delay, d.Delay)
+	}
+	return acc
+}

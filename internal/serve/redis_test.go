@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,45 @@ func awayFromHourBoundary(t *testing.T, need time.Duration) {
 	}
 }
 
+// sharedCallers, sharedCallsEach and sharedUsers make runShared's load: 768
+// calls over 10 users, so that with sharedConfig's limits (10 × 20 > 150)
+// the tenant binds.
+const sharedCallers, sharedCallsEach, sharedUsers = 64, 12, 10
+
+// runShared makes sharedCallers concurrent callers, spread over procs, each
+// make sharedCallsEach calls in domain "shared" with the descriptors descs
+// gives for a user, and returns the calls answered OK, in all and per user.
+func runShared(t *testing.T, procs []*proc, descs func(user string) []*rlv3.RateLimitDescriptor) (admitted int64, perUser map[string]int64) {
+	t.Helper()
+	perUser = map[string]int64{}
+	var mu sync.Mutex
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for c := range sharedCallers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := procs[c%len(procs)]
+			for i := range sharedCallsEach {
+				user := fmt.Sprintf("u%d", (c*sharedCallsEach+i)%sharedUsers)
+				r, err := p.call(context.Background(), "shared", descs(user)...)
+				if err != nil {
+					t.Errorf("call: %v", err)
+					return
+				}
+				if r.OverallCode == pb.RateLimitResponse_OK {
+					n.Add(1)
+					mu.Lock()
+					perUser[user]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), perUser
+}
+
 // Four `sluice serve` processes on one redis-server, 64 concurrent callers
 // spread over them: every budget is shared exactly, so they admit what one
 // process with the memory store admits for the same calls.
@@ -43,35 +83,10 @@ func TestFourProcessesOneRedis(t *testing.T) {
 	rs := redistest.Standalone(t)
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
 	awayFromHourBoundary(t, 2*time.Minute)
-	const callers, callsEach, users = 64, 12, 10 // 768 calls: 10 users × 20 > 150, so the tenant binds
-	run := func(procs []*proc) (admitted int64, perUser map[string]int64) {
-		perUser = map[string]int64{}
-		var mu sync.Mutex
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		for c := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p := procs[c%len(procs)]
-				for i := range callsEach {
-					user := fmt.Sprintf("u%d", (c*callsEach+i)%users)
-					r, err := p.call(context.Background(), "shared", desc("tenant=acme"), desc("user="+user))
-					if err != nil {
-						t.Errorf("call: %v", err)
-						return
-					}
-					if r.OverallCode == pb.RateLimitResponse_OK {
-						n.Add(1)
-						mu.Lock()
-						perUser[user]++
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return n.Load(), perUser
+	run := func(procs []*proc) (int64, map[string]int64) {
+		return runShared(t, procs, func(user string) []*rlv3.RateLimitDescriptor {
+			return []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=" + user)}
+		})
 	}
 	var procs []*proc
 	for range 4 {

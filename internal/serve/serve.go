@@ -86,6 +86,14 @@ type Options struct {
 	Headers Headers
 	// GlobalShadow answers OK to every call, deciding and counting as usual.
 	GlobalShadow bool
+	// DomainSlot puts every key of a domain in one Redis Cluster hash slot
+	// ("{domain}/…"), so that the descriptors of a call are decided in one
+	// script, atomically, on a cluster too; all of a domain's traffic then
+	// goes to one master. Without it each descriptor's key hashes on its
+	// own, and a call whose keys land in different slots is decided part by
+	// part (see redisstore's Routing). On one Redis server it changes
+	// nothing but the keys' names.
+	DomainSlot bool
 
 	// MaxRequestBytes bounds a request's encoded size (default 64 KiB);
 	// MaxDescriptors the descriptors of a call (default 64); MaxEntries the

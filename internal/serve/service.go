@@ -273,6 +273,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			continue
 		}
 		p := sluice.Part{Key: rule.Key(sc.entries[i]), Limit: rule.Limit, Cost: cost(req, d)}
+		if s.opts.DomainSlot {
+			p.Key = domainSlot(p.Key)
+		}
 		if d.IsNegativeHits && p.Cost > 0 {
 			if err := sc.quota.addRefund(i, ds, p); err != nil {
 				return sluice.Result{}, err
@@ -645,4 +648,14 @@ func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Res
 	errs[0] = one(0)
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// domainSlot makes a store key's domain (the escaped text before its first
+// '/', never empty and with no brace) its Redis Cluster hash tag.
+func domainSlot(key string) string {
+	i := strings.IndexByte(key, '/')
+	if i < 0 {
+		i = len(key)
+	}
+	return "{" + key[:i] + "}" + key[i:]
 }

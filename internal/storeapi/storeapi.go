@@ -119,6 +119,42 @@ func RedisAt(store any) ContextAt {
 	return a
 }
 
+// Each is the part of a sealed engine that reports each part of a composite
+// (sluice.Limiter.TakeEach): each is as long as reqs.
+type Each interface {
+	TakeEach(ctx context.Context, reqs []core.Request, each []sluice.Result) (sluice.Result, error)
+}
+
+// EachOf returns the Each of a store of this module (nil for another value).
+func EachOf(store any) Each {
+	e, _ := core.Unseal(store).(Each)
+	return e
+}
+
+// EachAt is At's composite that also reports each part's decision (see
+// model.TakeEach): each is as long as reqs.
+type EachAt interface {
+	TakeEachAt(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error)
+}
+
+// MemEachAt returns the EachAt of a *memstore.Store (nil for another value).
+func MemEachAt(store any) EachAt {
+	a, _ := core.Unseal(store).(EachAt)
+	return a
+}
+
+// ContextEachAt is EachAt for redisstore.
+type ContextEachAt interface {
+	TakeEachAt(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error)
+}
+
+// RedisEachAt returns the ContextEachAt of a *redisstore.Store (nil for
+// another value).
+func RedisEachAt(store any) ContextEachAt {
+	a, _ := core.Unseal(store).(ContextEachAt)
+	return a
+}
+
 // Clock is a sluice.Clock that reads microseconds since the epoch from now
 // and sleeps by returning at once (ctx's error, if any): for replays and
 // tests whose time moves by hand.

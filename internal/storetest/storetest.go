@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,10 @@ const Base = int64(1_764_000_000_000_000)
 
 // TakeAllAt makes one composite decision at time now.
 type TakeAllAt func(reqs []core.Request, now int64) (algo.Decision, error)
+
+// TakeEachAt makes one composite decision at time now and writes each
+// part's into each[i] (each as long as reqs; see model.TakeEach).
+type TakeEachAt func(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error)
 
 func req(key string, l sluice.Limit, cost int64) core.Request {
 	p, err := storeapi.Params(l)
@@ -71,11 +76,45 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	}
 }
 
+// OneUserBurstEach is OneUserBurst through TakeEachAt: the refusals name
+// the user's part as the one that refused, with its own RetryAfter, and
+// report the global part as it is, nothing spent.
+func OneUserBurstEach(t *testing.T, take TakeEachAt, prefix string) {
+	user := sluice.PerMinute(1)
+	global := sluice.PerMinute(10)
+	parts := []core.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
+	each := make([]algo.Decision, 2)
+	for i := range 20 {
+		d, err := take(parts, Base, each)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range each {
+			each[j].FreshAt = 0
+		}
+		want := []algo.Decision{
+			{Allowed: true, Remaining: 0, ResetAfter: 60_000_000},
+			{Allowed: true, Remaining: 9, ResetAfter: 6_000_000},
+		}
+		if i > 0 {
+			want[0] = algo.Decision{Allowed: false, Remaining: 0, RetryAfter: 60_000_000, ResetAfter: 60_000_000}
+		}
+		if d.Allowed != (i == 0) || each[0] != want[0] || each[1] != want[1] {
+			t.Fatalf("request %d: %+v, parts %+v, want parts %+v", i, d, each, want)
+		}
+	}
+}
+
 // RandomComposites replays random composite traces (one to three parts of
 // random algorithms, each with its own cost, over a small pool of keys so
 // that a key is read under other limits too) and requires every decision
 // equal to the model's, which applies SEMANTICS.md limit by limit.
-func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int) {
+//
+// With each not nil, it replays every trace through each too, on keys of
+// their own ("e:" and the key: a key's {hash tag} is kept), and requires,
+// decision by decision, the summary equal to take's (TakeAll's) and each
+// part's decision equal to the model's (model.TakeEach).
+func RandomComposites(t *testing.T, take TakeAllAt, each TakeEachAt, prefix string, traces, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 11))
 	limits := []sluice.Limit{
@@ -91,7 +130,7 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 	}
 	decisions, refused := 0, 0
 	for ti := 0; ti < traces; ti++ {
-		ks := model.NewKeys()
+		ks, eks := model.NewKeys(), model.NewKeys()
 		pool := 2 + r.IntN(3)
 		now := Base
 		for i := 0; i < n; i++ {
@@ -99,7 +138,7 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 			np := 1 + r.IntN(min(3, pool))
 			perm := r.Perm(pool)
 			var parts []core.Request
-			var models []*model.Model
+			var models, emodels []*model.Model
 			var keys []string
 			var costs []int64
 			for j := 0; j < np; j++ {
@@ -111,7 +150,8 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 					cost = min(1, cost)
 				}
 				parts = append(parts, req(key, l, cost))
-				models = append(models, ks.Model(model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}))
+				models = append(models, ks.Model(ModelLimit(p)))
+				emodels = append(emodels, eks.Model(ModelLimit(p)))
 				keys = append(keys, key)
 				costs = append(costs, cost)
 			}
@@ -124,6 +164,9 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 			if got != want {
 				t.Fatalf("seed %d trace %d request %d at +%dµs: %s\n got  %+v\n want %+v", seed, ti, i, now-Base, describe(parts), got, want)
 			}
+			if each != nil {
+				checkEach(t, each, parts, emodels, keys, costs, now, got)
+			}
 			if !got.Allowed {
 				refused++
 			}
@@ -134,6 +177,34 @@ func RandomComposites(t *testing.T, take TakeAllAt, prefix string, traces, n int
 		t.Errorf("%d of %d composites refused: a trace that tests little", refused, decisions)
 	}
 	t.Logf("%d composite decisions (%d refused) equal to the model (seed %d)", decisions, refused, seed)
+}
+
+// checkEach makes through each the composite decision parts, on keys of
+// its own, and requires the summary equal to summary (TakeAll's) and each
+// part's decision equal to model.TakeEach's.
+func checkEach(t *testing.T, each TakeEachAt, parts []core.Request, models []*model.Model, keys []string, costs []int64, now int64, summary algo.Decision) {
+	t.Helper()
+	eparts := make([]core.Request, len(parts))
+	for j, r := range parts {
+		r.Key = "e:" + r.Key
+		eparts[j] = r
+	}
+	got := make([]algo.Decision, len(parts))
+	d, err := each(eparts, now, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.FreshAt = 0
+	want := make([]algo.Decision, len(parts))
+	wantD := model.TakeEach(models, keys, costs, now, want)
+	if d != summary || d != wantD {
+		t.Fatalf("at +%dµs: %s: TakeEach's summary %+v, TakeAll's %+v, the model's %+v", now-Base, describe(eparts), d, summary, wantD)
+	}
+	for j := range got {
+		if got[j].FreshAt = 0; got[j] != want[j] {
+			t.Fatalf("at +%dµs: %s: part %d: %+v, model %+v (all: %+v, model %+v)", now-Base, describe(eparts), j, got[j], want[j], got, want)
+		}
+	}
 }
 
 func describe(reqs []core.Request) string {
@@ -397,6 +468,7 @@ type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
 // and the errors' sentinels.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Trace", func(t *testing.T) { Trace(t, newStore, 3000) })
+	t.Run("Each", func(t *testing.T) { Each(t, newStore, 1500) })
 	t.Run("Refund", func(t *testing.T) { Refund(t, sluice.New(newStore(t, nil)), "") })
 	t.Run("ChangedLimits", func(t *testing.T) { ChangedLimits(t, sluice.New(newStore(t, nil)), "") })
 	t.Run("Errors", func(t *testing.T) {
@@ -443,6 +515,82 @@ func Trace(t *testing.T, newStore NewStore, n int) {
 // canRefund reports whether k's algorithm can give units back.
 func canRefund(k algo.Kind) bool {
 	return k == algo.TokenBucket || k == algo.GCRA || k == algo.FixedWindow || k == algo.AlignedWindow
+}
+
+// Each checks a random trace of n composites of one to five parts through
+// a Limiter's TakeEach over a store that decides by a clock the trace sets:
+// every summary equals the model's TakeAll, and each part's result its
+// model.TakeEach. The keys share a {hash tag}, so that a cluster decides
+// each composite in one script.
+func Each(t *testing.T, newStore NewStore, n int) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 13))
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	limits := []sluice.Limit{
+		sluice.PerSecond(3).WithBurst(4),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
+		sluice.PerSecond(6).Using(sluice.FixedWindow),
+		sluice.PerSecond(4).Using(sluice.AlignedWindow),
+		sluice.PerSecond(5).Using(sluice.SlidingWindow),
+		sluice.PerSecond(4).Using(sluice.SlidingLog),
+	}
+	ks, ams := model.NewKeys(), model.NewKeys() // TakeEach's model, TakeAll's
+	ctx := context.Background()
+	now := Base
+	seen := map[string]int{}
+	for i := range n {
+		now += r.Int64N(300_000) * int64(r.IntN(2))
+		clock.us.Store(now)
+		np := 1 + r.IntN(5)
+		perm := r.Perm(6)
+		parts := make([]sluice.Part, np)
+		models, amodels := make([]*model.Model, np), make([]*model.Model, np)
+		keys, costs := make([]string, np), make([]int64, np)
+		for j := range parts {
+			l := limits[r.IntN(len(limits))]
+			p, _ := storeapi.Params(l)
+			cost := r.Int64N(p.Capacity() + 1)
+			if r.IntN(3) == 0 {
+				cost = min(1, cost)
+			}
+			keys[j], costs[j] = fmt.Sprintf("{each}k%d", perm[j]), cost
+			parts[j] = sluice.Part{Key: keys[j], Limit: l, Cost: cost}
+			models[j], amodels[j] = ks.Model(ModelLimit(p)), ams.Model(ModelLimit(p))
+		}
+		got := make([]sluice.Result, np)
+		sum, err := lim.TakeEach(ctx, parts, got)
+		if err != nil {
+			t.Fatalf("seed %d request %d: %v", seed, i, err)
+		}
+		want := make([]algo.Decision, np)
+		wantSum := model.TakeEach(models, keys, costs, now, want)
+		if all := model.TakeAll(amodels, keys, costs, now); all != wantSum || sum != resultOf(all) {
+			t.Fatalf("seed %d request %d at +%dµs %v: summary %+v, TakeAll's model %+v, TakeEach's %+v", seed, i, now-Base, parts, sum, all, wantSum)
+		}
+		for j := range got {
+			if got[j] != resultOf(want[j]) {
+				t.Fatalf("seed %d request %d at +%dµs %v: part %d: %+v, model %+v", seed, i, now-Base, parts, j, got[j], resultOf(want[j]))
+			}
+		}
+		switch {
+		case sum.Allowed:
+			seen["allowed"]++
+		case np > 1 && slices.ContainsFunc(got, func(r sluice.Result) bool { return r.Allowed }):
+			seen["refused, a part granting"]++
+		default:
+			seen["refused"]++
+		}
+	}
+	if len(seen) < 3 {
+		t.Errorf("a trace that tests little: %v", seen)
+	}
+	t.Logf("%v (seed %d)", seen, seed)
+}
+
+func resultOf(d algo.Decision) sluice.Result {
+	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
 }
 
 func us(v int64) time.Duration {

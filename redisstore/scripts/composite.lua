@@ -11,7 +11,10 @@
 --          cost, max delay (µs, -1 for none)
 -- reply    per request, one decision per limit (see decision in the
 --          prelude), flattened; in a refused request, a part that granted
---          reports a look (cost 0) at its key, since nothing was spent
+--          reports a look (cost 0) at its key, since nothing was spent, and
+--          a refusing part its refusal (whose figures are a look's): each
+--          part's own figures at the decision's instant, which
+--          sluice.Limiter.TakeEach reports part by part
 
 -- The steps of one request's n parts, from key k + 1 and argument a + 1:
 -- their decisions, the fields to write and the times they are fresh, and
