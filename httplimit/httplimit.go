@@ -602,28 +602,43 @@ type stateKey struct{}
 
 // state is one request's passage through a Middleware. It is also the
 // request's context: the parent's, with the state under stateKey{}. That
-// saves context.WithValue's allocation; the buffers below save the slices'
-// for one policy (its result and charge, kept with the decision) and the
-// draft-11 headers' slices, so that an admitted request's bookkeeping is one
-// allocation (with two policies, three). It is kept small (the parts live on
-// serve's stack, the composite's sluice.Parts in a pool, room for a second
-// policy's result and charge is not reserved): its bytes are most of what
-// the middleware allocates, and the garbage collector runs in proportion to
-// them, so that the one-policy case is faster that way and the two-policy
-// one no slower.
+// saves context.WithValue's allocation. Its bytes are most of what the
+// middleware allocates, and the garbage collector runs in proportion to
+// them, so that it holds what an admitted request under one policy needs
+// and no more: that request's Decision is made only if DecisionFrom asks
+// for it (from one and the figures below), and the copy of the request the
+// next handler gets lives in the same allocation (stateReq).
 type state struct {
 	context.Context
-	m   *Middleware
-	dec Decision
+	m *Middleware
+	// req is the copy of the request that carries the state (stateReq's),
+	// nil when serve needs none (WithoutDecisionContext).
+	req *http.Request
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// dec is the decision, nil until one of serve's slower paths or
+	// DecisionFrom makes it.
+	dec *Decision
+	// single: the request was admitted by its one enforced policy, one
+	// (with its cost, even 0), and no shadow policy applied: dec is made
+	// from one and the result's figures below.
+	single bool
+	// copied: *req is made.
+	copied                       bool
+	remaining, resetAfter, delay int64
+	one                          [1]charge
+	// charged holds the other requests' charges (one's is not in it).
 	charged []charge
-
-	resultBuf [1]PolicyResult
-	chargeBuf [1]charge
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
+}
+
+// stateReq is a state and the request the next handler gets, which carries
+// it: one allocation for both.
+type stateReq struct {
+	state
+	r http.Request
 }
 
 // Value is the state for stateKey{}, else the parent context's value.
@@ -645,6 +660,33 @@ func stateOf(ctx context.Context) *state {
 	return st
 }
 
+// decision returns st's Decision, making it first if need be (st.mu held).
+func (st *state) decision() *Decision {
+	if st.dec != nil {
+		return st.dec
+	}
+	st.dec = new(Decision)
+	if st.single {
+		d := st.dec
+		d.Allowed = true
+		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter), Delay: time.Duration(st.delay)}
+		if len(st.m.headers) > 0 {
+			c := &st.one[0]
+			p := part{pol: c.pol, skey: c.key, cost: c.cost}
+			d.Policies = []PolicyResult{p.result(st.remaining, st.resetAfter)}
+		}
+	}
+	return st.dec
+}
+
+// charges returns what the request spent (st.mu held).
+func (st *state) charges() []charge {
+	if st.single {
+		return st.one[:]
+	}
+	return st.charged
+}
+
 // DecisionFrom returns the decision of the Middleware the request passed
 // through, from its context.
 func DecisionFrom(ctx context.Context) (*Decision, bool) {
@@ -652,7 +694,9 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 	if st == nil {
 		return nil, false
 	}
-	return &st.dec, true
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.decision(), true
 }
 
 // ErrNoDecision is returned by Refund for a context that did not pass through
@@ -688,9 +732,10 @@ func refund(ctx context.Context, name string, units int64) error {
 	defer st.mu.Unlock()
 	var errs []error
 	found := false
-	for i := range st.charged {
-		c := &st.charged[i]
-		if name != "" && c.pol.Name != name {
+	charged := st.charges()
+	for i := range charged {
+		c := &charged[i]
+		if c.cost == 0 || name != "" && c.pol.Name != name {
 			continue
 		}
 		found = true
@@ -778,18 +823,29 @@ type part struct {
 // key is the request's key, without the store prefix.
 func (p part) key() string { return p.skey[len(p.pol.keyPrefix):] }
 
+// result is p's numbers from a result's Remaining and ResetAfter.
+func (p part) result(remaining, resetAfter int64) PolicyResult {
+	return PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w,
+		Remaining: remaining, Reset: seconds(time.Duration(resetAfter))}
+}
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	st := &state{Context: r.Context(), m: m}
-	st.charged = st.chargeBuf[:0]
+	var st *state
 	in := r // the request as it came, for the next handler without the context
-	if !m.bare || m.userFuncs {
-		r = r.WithContext(st)
+	if m.bare && !m.userFuncs {
+		st = &state{Context: r.Context(), m: m}
+	} else {
+		// The copy of the request is made here when a user's function
+		// may read its context, else once the request is admitted.
+		sr := &stateReq{}
+		sr.Context, sr.m, sr.req = r.Context(), m, &sr.r
+		st = &sr.state
+		if m.userFuncs {
+			r = st.request(r)
+		}
 	}
 	if m.skip != nil && m.skip(r) {
-		if m.bare {
-			r = in
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, m.nextRequest(st, in, r))
 		return
 	}
 	var partBuf [2]part
@@ -806,9 +862,47 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
+	if len(enforced) == 1 && len(shadows) == 0 {
+		p := enforced[0]
+		res, lat, err := m.takeAll(r.Context(), enforced)
+		if err == nil && res.Allowed && !res.Degraded {
+			// The common case: its Decision is made only if asked for,
+			// its headers are written from the one result.
+			p.pol.stats.allowed.Add(1)
+			if m.obs != nil {
+				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
+			}
+			st.single = true
+			st.remaining, st.resetAfter, st.delay = res.Remaining, int64(res.ResetAfter), int64(res.Delay)
+			st.one[0] = charge{pol: p.pol, key: p.skey, cost: p.cost}
+			if len(m.headers) > 0 {
+				one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
+				m.writeHeaders(w.Header(), one[:], &st.headerVals)
+			}
+			m.pass(w, r, in, st, res.Delay, next)
+			return
+		}
+		m.decide(w, r, in, st, enforced, nil, &decided{res, lat, err}, next)
+		return
+	}
+	m.decide(w, r, in, st, enforced, shadows, nil, next)
+}
+
+// decided is the enforced composite's outcome, when serve has it.
+type decided struct {
+	res sluice.Result
+	lat time.Duration
+	err error
+}
+
+// decide is serve past the common case (a refusal, a degraded decision,
+// several policies or shadow policies): the enforced composite is decided
+// here unless serve has (pre).
+func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *state, enforced, shadows []part, pre *decided, next http.Handler) {
 	ctx := r.Context()
-	var results []PolicyResult
 	send := len(m.headers) > 0
+	dec := st.decision() // no other goroutine has st yet: no lock
+	var results []PolicyResult
 
 	// The enforced composite.
 	var res sluice.Result
@@ -816,13 +910,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if len(enforced) > 0 {
 		var err error
 		var lat time.Duration
-		res, lat, err = m.takeAll(ctx, enforced)
+		if pre != nil {
+			res, lat, err = pre.res, pre.lat, pre.err
+		} else {
+			res, lat, err = m.takeAll(ctx, enforced)
+		}
 		if err != nil {
 			m.report(enforced, nil, observe.Error, lat, 0)
 			m.failed(w, st.request(r), enforced, err)
 			return
 		}
-		st.dec.Result = res
+		dec.Result = res
 		allowed = res.Allowed
 		switch {
 		case res.Degraded:
@@ -837,12 +935,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			st.charge(enforced)
 		}
 		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
-			results = m.numbers(ctx, st.resultBuf[:0], enforced, res)
+			results = m.numbers(ctx, nil, enforced, res)
 		}
 		if !allowed {
-			st.dec.Refused = refusers(enforced, results, res)
+			dec.Refused = refusers(enforced, results, res)
 			for _, p := range enforced {
-				for _, n := range st.dec.Refused {
+				for _, n := range dec.Refused {
 					if n == p.pol.Name {
 						p.pol.stats.refused.Add(1)
 					}
@@ -856,11 +954,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			case allowed:
 				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
 			default:
-				m.report(enforced, st.dec.Refused, observe.Denied, lat, 0)
+				m.report(enforced, dec.Refused, observe.Denied, lat, 0)
 			}
 		}
 	}
-	st.dec.Allowed = allowed
+	dec.Allowed = allowed
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
@@ -897,19 +995,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				st.charge(shadows)
 				m.report(shadows, nil, observe.Allowed, lat, 0)
 			} else {
-				st.dec.ShadowRefused = refusers(shadows, sr, sres)
+				dec.ShadowRefused = refusers(shadows, sr, sres)
 				for _, p := range shadows {
-					for _, n := range st.dec.ShadowRefused {
+					for _, n := range dec.ShadowRefused {
 						if n == p.pol.Name {
 							p.pol.stats.refused.Add(1)
 						}
 					}
 				}
-				m.report(shadows, st.dec.ShadowRefused, observe.ShadowDenied, lat, 0)
+				m.report(shadows, dec.ShadowRefused, observe.ShadowDenied, lat, 0)
 			}
 		}
 	}
-	st.dec.Policies = results
+	dec.Policies = results
 	if send {
 		m.writeHeaders(w.Header(), results, &st.headerVals)
 	}
@@ -925,26 +1023,39 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			return
 		}
-		detail := fmt.Sprintf("refused by %s; retry in %ds", quoteList(st.dec.Refused), retry)
-		writeProblem(w, m.status, ProblemType, "Request cannot be satisfied as assigned quota has been exceeded", detail, st.dec.Refused)
+		detail := fmt.Sprintf("refused by %s; retry in %ds", quoteList(dec.Refused), retry)
+		writeProblem(w, m.status, ProblemType, "Request cannot be satisfied as assigned quota has been exceeded", detail, dec.Refused)
 		return
 	}
-	if res.Delay > 0 { // a leaky bucket's turn
-		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < res.Delay {
+	m.pass(w, r, in, st, res.Delay, next)
+}
+
+// pass hands an admitted request to next, once a leaky bucket's delay has
+// passed.
+func (m *Middleware) pass(w http.ResponseWriter, r, in *http.Request, st *state, delay time.Duration, next http.Handler) {
+	if delay > 0 { // a leaky bucket's turn
+		ctx := r.Context()
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < delay {
 			// Its turn comes after the request's deadline: say so now
 			// rather than wait for it to pass.
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request's turn comes after its deadline", nil)
 			return
 		}
-		if err := m.clock.Sleep(ctx, res.Delay); err != nil {
+		if err := m.clock.Sleep(ctx, delay); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
 			return
 		}
 	}
+	next.ServeHTTP(w, m.nextRequest(st, in, r))
+}
+
+// nextRequest is the request the next handler gets: the one that came (in)
+// with WithoutDecisionContext, else r carrying st.
+func (m *Middleware) nextRequest(st *state, in, r *http.Request) *http.Request {
 	if m.bare {
-		r = in
+		return in
 	}
-	next.ServeHTTP(w, r)
+	return st.request(r)
 }
 
 // parts appends each policy's key and cost to out; false when the request
@@ -977,7 +1088,7 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			if p.Optional || p.Shadow { // a shadow policy never answers
 				continue
 			}
-			st.dec.Missing = p.Name
+			st.decision().Missing = p.Name // no other goroutine has st yet
 			if m.missing != nil {
 				m.missing.ServeHTTP(w, st.request(r))
 			} else {
@@ -1085,17 +1196,14 @@ func (m *Middleware) numbers(ctx context.Context, out []PolicyResult, ps []part,
 		out = make([]PolicyResult, 0, len(ps))
 	}
 	for _, p := range ps {
-		pr := PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w}
-		if len(ps) == 1 {
-			pr.Remaining, pr.Reset = res.Remaining, seconds(res.ResetAfter)
-		} else {
+		if len(ps) > 1 {
 			look, err := m.lim.Take(ctx, p.skey, p.pol.Limit, 0)
 			if err != nil || look.Degraded {
 				continue
 			}
-			pr.Remaining, pr.Reset = look.Remaining, seconds(look.ResetAfter)
+			res = look
 		}
-		out = append(out, pr)
+		out = append(out, p.result(res.Remaining, int64(res.ResetAfter)))
 	}
 	return out
 }
@@ -1154,12 +1262,20 @@ func (m *Middleware) logError(st *state, r *http.Request, err error) {
 	}
 }
 
-// request returns r with st as its context: r itself when it already is.
+// request returns r with st as its context: r itself when it already is,
+// else st's copy of r (made once), or with no room for one a new copy.
 func (st *state) request(r *http.Request) *http.Request {
 	if c, ok := r.Context().(*state); ok && c == st {
 		return r
 	}
-	return r.WithContext(st)
+	if st.req == nil {
+		return r.WithContext(st)
+	}
+	if !st.copied {
+		*st.req = *r.WithContext(st)
+		st.copied = true
+	}
+	return st.req
 }
 
 func quoteList(names []string) string {
