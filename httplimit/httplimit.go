@@ -616,22 +616,26 @@ type state struct {
 	req *http.Request
 
 	mu sync.Mutex
-	// dec is the decision, nil until one of serve's slower paths or
-	// DecisionFrom makes it.
-	dec *Decision
-	// single: the request was admitted by its one enforced policy, one
-	// (with its cost, even 0), and no shadow policy applied: dec is made
-	// from one and the result's figures below.
+	// dec is the decision and what the request spent, nil until one of
+	// serve's slower paths or DecisionFrom makes it.
+	dec *decision
+	// single: the request was admitted at once by its one enforced policy
+	// (one, with its cost, even 0), and no shadow policy applied: dec is
+	// made from one and the result's figures below if need be.
 	single bool
 	// copied: *req is made.
-	copied                       bool
-	remaining, resetAfter, delay int64
-	one                          [1]charge
-	// charged holds the other requests' charges (one's is not in it).
-	charged []charge
+	copied                bool
+	remaining, resetAfter int64
+	one                   [1]charge
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
+}
+
+// decision is a Decision and, but for a single one, what the request spent.
+type decision struct {
+	Decision
+	charged []charge
 }
 
 // stateReq is a state and the request the next handler gets, which carries
@@ -663,20 +667,20 @@ func stateOf(ctx context.Context) *state {
 // decision returns st's Decision, making it first if need be (st.mu held).
 func (st *state) decision() *Decision {
 	if st.dec != nil {
-		return st.dec
+		return &st.dec.Decision
 	}
-	st.dec = new(Decision)
+	st.dec = new(decision)
 	if st.single {
-		d := st.dec
+		d := &st.dec.Decision
 		d.Allowed = true
-		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter), Delay: time.Duration(st.delay)}
+		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter)}
 		if len(st.m.headers) > 0 {
 			c := &st.one[0]
 			p := part{pol: c.pol, skey: c.key, cost: c.cost}
 			d.Policies = []PolicyResult{p.result(st.remaining, st.resetAfter)}
 		}
 	}
-	return st.dec
+	return &st.dec.Decision
 }
 
 // charges returns what the request spent (st.mu held).
@@ -684,7 +688,10 @@ func (st *state) charges() []charge {
 	if st.single {
 		return st.one[:]
 	}
-	return st.charged
+	if st.dec == nil {
+		return nil
+	}
+	return st.dec.charged
 }
 
 // DecisionFrom returns the decision of the Middleware the request passed
@@ -865,7 +872,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if len(enforced) == 1 && len(shadows) == 0 {
 		p := enforced[0]
 		res, lat, err := m.takeAll(r.Context(), enforced)
-		if err == nil && res.Allowed && !res.Degraded {
+		if err == nil && res.Allowed && !res.Degraded && res.Delay == 0 {
 			// The common case: its Decision is made only if asked for,
 			// its headers are written from the one result.
 			p.pol.stats.allowed.Add(1)
@@ -873,13 +880,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
 			}
 			st.single = true
-			st.remaining, st.resetAfter, st.delay = res.Remaining, int64(res.ResetAfter), int64(res.Delay)
+			st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
 			st.one[0] = charge{pol: p.pol, key: p.skey, cost: p.cost}
 			if len(m.headers) > 0 {
 				one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
 				m.writeHeaders(w.Header(), one[:], &st.headerVals)
 			}
-			m.pass(w, r, in, st, res.Delay, next)
+			next.ServeHTTP(w, m.nextRequest(st, in, r))
 			return
 		}
 		m.decide(w, r, in, st, enforced, nil, &decided{res, lat, err}, next)
@@ -895,8 +902,8 @@ type decided struct {
 	err error
 }
 
-// decide is serve past the common case (a refusal, a degraded decision,
-// several policies or shadow policies): the enforced composite is decided
+// decide is serve past the common case (a refusal, a degraded decision, a
+// leaky bucket's delay, several policies or shadow policies): the enforced composite is decided
 // here unless serve has (pre).
 func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *state, enforced, shadows []part, pre *decided, next http.Handler) {
 	ctx := r.Context()
@@ -1070,10 +1077,21 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 		if p.clientIP {
 			// ClientIP(), with the address written after the prefix
 			// in a stack buffer: the store key is the one allocation.
-			var a netip.Addr
-			if a, ok = m.ip.clientAddr(r); ok {
-				var buf [128]byte
-				skey = string(m.ip.appendGroup(append(buf[:0], p.keyPrefix...), a))
+			var buf [128]byte
+			b := append(buf[:0], p.keyPrefix...)
+			if len(m.ip.trusted) == 0 {
+				// The peer's IPv4 address as RemoteAddr writes it, when
+				// that is its canonical form.
+				b, ok = appendIPv4Host(b, r.RemoteAddr)
+			}
+			if !ok {
+				var a netip.Addr
+				if a, ok = m.ip.clientAddr(r); ok {
+					b = m.ip.appendGroup(b[:len(p.keyPrefix)], a)
+				}
+			}
+			if ok {
+				skey = string(b)
 			}
 		} else {
 			var key string
@@ -1180,9 +1198,10 @@ func (m *Middleware) report(ps []part, only []string, o observe.Outcome, lat, wa
 
 func (st *state) charge(ps []part) {
 	st.mu.Lock()
+	st.decision()
 	for _, p := range ps {
 		if p.cost > 0 {
-			st.charged = append(st.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+			st.dec.charged = append(st.dec.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
 		}
 	}
 	st.mu.Unlock()
