@@ -91,6 +91,15 @@
 //     units in the log, and t the time until the newest entry leaves it (the
 //     oldest leaves earlier, giving some back before t).
 //
+// The syntax was checked against draft-11's own text (sections 3 and 4):
+// each item is a String naming the policy; q (required) and w on
+// RateLimit-Policy, r (required) and t on RateLimit, all non-negative
+// Integers, w at least 1. A figure beyond an RFC 9651 Integer (15 digits) is
+// sent as the largest one. The draft's optional qu (the quota unit, by
+// default "requests") and pk (a partition key, a Byte Sequence) are not
+// sent: a policy's cost need not count one of the registered units, and the
+// key is the server's business.
+//
 // The composite's Result carries combined numbers only, so with two or more
 // policies the per-policy r and t come from a cost-0 look at each policy
 // after the decision: one more store call per policy and request (on a
