@@ -134,3 +134,44 @@ func TestHeadersStayStructuredIntegers(t *testing.T) {
 		t.Errorf("RateLimit %q", got)
 	}
 }
+
+// TestWithoutDecisionContextSlowPaths checks the answers that make a
+// request's state late with WithoutDecisionContext and the default key: a
+// missing key, a refusal, a store error.
+func TestWithoutDecisionContextSlowPaths(t *testing.T) {
+	lim := frozenLimiter(newClock())
+	var missing, denied string
+	onMissing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := httplimit.DecisionFrom(r.Context())
+		if ok {
+			missing = d.Missing
+		}
+		w.WriteHeader(http.StatusTeapot)
+	})
+	deny := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := httplimit.DecisionFrom(r.Context()); ok && !d.Allowed && len(d.Policies) == 1 {
+			denied = d.Refused[0]
+		}
+	})
+	m := mustNew(t, lim, []httplimit.Policy{{Name: "p", Limit: sluice.PerHour(1)}},
+		httplimit.WithoutDecisionContext(), httplimit.WithMissingKey(onMissing), httplimit.WithDenyHandler(deny))
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = ""
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusTeapot || missing != "p" {
+		t.Errorf("no peer address: %d, missing %q", w.Code, missing)
+	}
+	r.RemoteAddr = "192.0.2.1:1"
+	for i, want := range []int{200, 429} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want || w.Header().Get("RateLimit") == "" {
+			t.Errorf("request %d: %d, RateLimit %q; want %d", i, w.Code, w.Header().Get("RateLimit"), want)
+		}
+	}
+	if denied != "p" {
+		t.Errorf("deny handler saw %q refuse", denied)
+	}
+}

@@ -846,11 +846,11 @@ func (p part) result(remaining, resetAfter int64) PolicyResult {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// st stays nil with WithoutDecisionContext and no user's function, until
+	// a path other than the common one needs it: the common one needs none.
 	var st *state
 	in := r // the request as it came, for the next handler without the context
-	if m.bare && !m.userFuncs {
-		st = &state{Context: r.Context(), m: m}
-	} else {
+	if !m.bare || m.userFuncs {
 		// The copy of the request is made here when a user's function
 		// may read its context, else once the request is admitted.
 		sr := &stateReq{}
@@ -888,6 +888,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if m.obs != nil {
 				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
 			}
+			if st == nil {
+				if len(m.headers) > 0 {
+					one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
+					m.writeHeaders(w.Header(), one[:], new([2]string))
+				}
+				next.ServeHTTP(w, in)
+				return
+			}
 			st.single = true
 			st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
 			st.one[0] = charge{pol: p.pol, key: p.skey, cost: p.cost}
@@ -915,6 +923,9 @@ type decided struct {
 // leaky bucket's delay, several policies or shadow policies): the enforced composite is decided
 // here unless serve has (pre).
 func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *state, enforced, shadows []part, pre *decided, next http.Handler) {
+	if st == nil {
+		st = &state{Context: r.Context(), m: m}
+	}
 	ctx := r.Context()
 	send := len(m.headers) > 0
 	dec := st.decision() // no other goroutine has st yet: no lock
@@ -1075,7 +1086,9 @@ func (m *Middleware) nextRequest(st *state, in, r *http.Request) *http.Request {
 }
 
 // parts appends each policy's key and cost to out; false when the request
-// was answered (a missing key, a bad cost).
+// was answered (a missing key, a bad cost). st is nil when serve has made
+// none yet (WithoutDecisionContext, no user's function): a missing key's
+// answer makes one.
 func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, st *state, pols []*policy) ([]part, bool) {
 	if len(pols) == 0 {
 		return out, true
@@ -1114,6 +1127,9 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			p.stats.missing.Add(1)
 			if p.Optional || p.Shadow { // a shadow policy never answers
 				continue
+			}
+			if st == nil {
+				st = &state{Context: r.Context(), m: m}
 			}
 			st.decision().Missing = p.Name // no other goroutine has st yet
 			if m.missing != nil {
