@@ -175,3 +175,30 @@ func TestWithoutDecisionContextSlowPaths(t *testing.T) {
 		t.Errorf("deny handler saw %q refuse", denied)
 	}
 }
+
+// TestConcurrentRefunds checks that refunds made at once from several
+// goroutines give back what the request spent and no more.
+func TestConcurrentRefunds(t *testing.T) {
+	lim := frozenLimiter(newClock())
+	limit := sluice.PerHour(1).WithBurst(10)
+	var errs [8]error
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = httplimit.Refund(r.Context(), 1) })
+		}
+		wg.Wait()
+	})
+	m := mustNew(t, lim, []httplimit.Policy{{Name: "p", Limit: limit, Cost: 4}})
+	r := httptest.NewRequest("GET", "/", nil)
+	w := httptest.NewRecorder()
+	m.Handler(next).ServeHTTP(w, r)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("refund %d: %v", i, err)
+		}
+	}
+	if res, err := lim.Take(context.Background(), "httplimit:p:192.0.2.1", limit, 0); err != nil || res.Remaining != 10 {
+		t.Errorf("after 8 refunds of 1 on a cost of 4: %+v %v, want 10 left", res, err)
+	}
+}

@@ -614,34 +614,31 @@ type stateKey struct{}
 // saves context.WithValue's allocation. Its bytes are most of what the
 // middleware allocates, and the garbage collector runs in proportion to
 // them, so that it holds what an admitted request under one policy needs
-// and no more: that request's Decision is made only if DecisionFrom asks
-// for it (from one and the figures below), and the copy of the request the
-// next handler gets lives in the same allocation (stateReq).
+// and no more: that request's Decision is made only if DecisionFrom or
+// Refund asks for it (from one and the figures below), with no lock (made
+// twice at once, one is kept), and the copy of the request the next
+// handler gets lives in the same allocation (stateReq).
 type state struct {
-	context.Context
-	m *Middleware
+	// in is the request as it came: its context is st's parent.
+	in *http.Request
+	m  *Middleware
 	// req is the copy of the request that carries the state (stateReq's),
 	// nil when serve needs none (WithoutDecisionContext).
 	req *http.Request
-
-	mu sync.Mutex
 	// dec is the decision and what the request spent, nil until one of
-	// serve's slower paths or DecisionFrom makes it.
-	dec *decision
-	// single: the request was admitted at once by its one enforced policy
-	// (one, with its cost, even 0), and no shadow policy applied: dec is
-	// made from one and the result's figures below if need be.
-	single bool
-	// copied: *req is made.
-	copied                bool
+	// serve's slower paths, DecisionFrom or Refund makes it.
+	dec atomic.Pointer[decision]
+	// one is set when the request was admitted at once by its one enforced
+	// policy and no shadow policy applied: dec is made from it and the
+	// result's figures.
+	one                   part
 	remaining, resetAfter int64
-	one                   [1]charge
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
 }
 
-// decision is a Decision and, but for a single one, what the request spent.
+// decision is a Decision and what the request spent.
 type decision struct {
 	Decision
 	charged []charge
@@ -654,18 +651,28 @@ type stateReq struct {
 	r http.Request
 }
 
+// Deadline is the parent context's.
+func (st *state) Deadline() (time.Time, bool) { return st.in.Context().Deadline() }
+
+// Done is the parent context's.
+func (st *state) Done() <-chan struct{} { return st.in.Context().Done() }
+
+// Err is the parent context's.
+func (st *state) Err() error { return st.in.Context().Err() }
+
 // Value is the state for stateKey{}, else the parent context's value.
 func (st *state) Value(key any) any {
 	if _, ok := key.(stateKey); ok {
 		return st
 	}
-	return st.Context.Value(key)
+	return st.in.Context().Value(key)
 }
 
 type charge struct {
-	pol            *policy
-	key            string // the store key
-	cost, refunded int64
+	pol      *policy
+	key      string // the store key
+	cost     int64
+	refunded atomic.Int64
 }
 
 func stateOf(ctx context.Context) *state {
@@ -673,34 +680,28 @@ func stateOf(ctx context.Context) *state {
 	return st
 }
 
-// decision returns st's Decision, making it first if need be (st.mu held).
-func (st *state) decision() *Decision {
-	if st.dec != nil {
-		return &st.dec.Decision
+// decision returns st's decision, making it first if need be. Until serve
+// calls the next handler (or a handler it gives st to), only serve's
+// goroutine has st.
+func (st *state) decision() *decision {
+	if d := st.dec.Load(); d != nil {
+		return d
 	}
-	st.dec = new(decision)
-	if st.single {
-		d := &st.dec.Decision
+	d := new(decision)
+	if p := &st.one; p.pol != nil {
 		d.Allowed = true
 		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter)}
 		if len(st.m.headers) > 0 {
-			c := &st.one[0]
-			p := part{pol: c.pol, skey: c.key, cost: c.cost}
 			d.Policies = []PolicyResult{p.result(st.remaining, st.resetAfter)}
 		}
+		if p.cost > 0 {
+			d.charged = []charge{{pol: p.pol, key: p.skey, cost: p.cost}}
+		}
 	}
-	return &st.dec.Decision
-}
-
-// charges returns what the request spent (st.mu held).
-func (st *state) charges() []charge {
-	if st.single {
-		return st.one[:]
+	if st.dec.CompareAndSwap(nil, d) {
+		return d
 	}
-	if st.dec == nil {
-		return nil
-	}
-	return st.dec.charged
+	return st.dec.Load()
 }
 
 // DecisionFrom returns the decision of the Middleware the request passed
@@ -710,9 +711,7 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 	if st == nil {
 		return nil, false
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.decision(), true
+	return &st.decision().Decision, true
 }
 
 // ErrNoDecision is returned by Refund for a context that did not pass through
@@ -744,26 +743,33 @@ func refund(ctx context.Context, name string, units int64) error {
 	if st == nil {
 		return ErrNoDecision
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	var errs []error
 	found := false
-	charged := st.charges()
+	charged := st.decision().charged
 	for i := range charged {
 		c := &charged[i]
-		if c.cost == 0 || name != "" && c.pol.Name != name {
+		if name != "" && c.pol.Name != name {
 			continue
 		}
 		found = true
-		n := min(units, c.cost-c.refunded)
+		// Take the units from what is left to give back before the store
+		// call, and return them if it fails: refunds at once never give
+		// back more than was spent.
+		var n int64
+		for {
+			done := c.refunded.Load()
+			n = min(units, c.cost-done)
+			if n <= 0 || c.refunded.CompareAndSwap(done, done+n) {
+				break
+			}
+		}
 		if n <= 0 {
 			continue
 		}
 		if _, err := st.m.lim.Refund(ctx, c.key, c.pol.Limit, n); err != nil {
+			c.refunded.Add(-n)
 			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
-			continue
 		}
-		c.refunded += n
 	}
 	if !found {
 		if name != "" {
@@ -854,7 +860,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// The copy of the request is made here when a user's function
 		// may read its context, else once the request is admitted.
 		sr := &stateReq{}
-		sr.Context, sr.m, sr.req = r.Context(), m, &sr.r
+		sr.in, sr.m, sr.req = r, m, &sr.r
 		st = &sr.state
 		if m.userFuncs {
 			r = st.request(r)
@@ -896,9 +902,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				next.ServeHTTP(w, in)
 				return
 			}
-			st.single = true
+			st.one = p
 			st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
-			st.one[0] = charge{pol: p.pol, key: p.skey, cost: p.cost}
 			if len(m.headers) > 0 {
 				one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
 				m.writeHeaders(w.Header(), one[:], &st.headerVals)
@@ -924,11 +929,11 @@ type decided struct {
 // here unless serve has (pre).
 func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *state, enforced, shadows []part, pre *decided, next http.Handler) {
 	if st == nil {
-		st = &state{Context: r.Context(), m: m}
+		st = &state{in: in, m: m}
 	}
 	ctx := r.Context()
 	send := len(m.headers) > 0
-	dec := st.decision() // no other goroutine has st yet: no lock
+	dec := &st.decision().Decision
 	var results []PolicyResult
 
 	// The enforced composite.
@@ -1129,9 +1134,9 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 				continue
 			}
 			if st == nil {
-				st = &state{Context: r.Context(), m: m}
+				st = &state{in: r, m: m} // r is the request as it came
 			}
-			st.decision().Missing = p.Name // no other goroutine has st yet
+			st.decision().Missing = p.Name
 			if m.missing != nil {
 				m.missing.ServeHTTP(w, st.request(r))
 			} else {
@@ -1222,14 +1227,12 @@ func (m *Middleware) report(ps []part, only []string, o observe.Outcome, lat, wa
 }
 
 func (st *state) charge(ps []part) {
-	st.mu.Lock()
-	st.decision()
+	d := st.decision()
 	for _, p := range ps {
 		if p.cost > 0 {
-			st.dec.charged = append(st.dec.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
 		}
 	}
-	st.mu.Unlock()
 }
 
 // numbers appends each part's figures to out: the decision's own for one
@@ -1315,9 +1318,8 @@ func (st *state) request(r *http.Request) *http.Request {
 	if st.req == nil {
 		return r.WithContext(st)
 	}
-	if !st.copied {
+	if st.req.Context() != context.Context(st) { // not made yet
 		*st.req = *r.WithContext(st)
-		st.copied = true
 	}
 	return st.req
 }
