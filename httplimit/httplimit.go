@@ -638,10 +638,20 @@ type state struct {
 	headerVals [2]string
 }
 
-// decision is a Decision and what the request spent.
+// decision is a Decision and what the request spent, with room for two
+// policies' numbers and charges: one allocation for them all.
 type decision struct {
 	Decision
-	charged []charge
+	charged   []charge
+	resultBuf [2]PolicyResult
+	chargeBuf [2]charge
+}
+
+// newDecision returns a decision whose slices start in its buffers.
+func newDecision() *decision {
+	d := new(decision)
+	d.charged = d.chargeBuf[:0]
+	return d
 }
 
 // stateReq is a state and the request the next handler gets, which carries
@@ -687,15 +697,15 @@ func (st *state) decision() *decision {
 	if d := st.dec.Load(); d != nil {
 		return d
 	}
-	d := new(decision)
+	d := newDecision()
 	if p := &st.one; p.pol != nil {
 		d.Allowed = true
 		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter)}
 		if len(st.m.headers) > 0 {
-			d.Policies = []PolicyResult{p.result(st.remaining, st.resetAfter)}
+			d.Policies = append(d.resultBuf[:0], p.result(st.remaining, st.resetAfter))
 		}
 		if p.cost > 0 {
-			d.charged = []charge{{pol: p.pol, key: p.skey, cost: p.cost}}
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
 		}
 	}
 	if st.dec.CompareAndSwap(nil, d) {
@@ -933,8 +943,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 	}
 	ctx := r.Context()
 	send := len(m.headers) > 0
-	dec := &st.decision().Decision
-	var results []PolicyResult
+	d := st.decision()
+	dec := &d.Decision
+	results := d.resultBuf[:0]
 
 	// The enforced composite.
 	var res sluice.Result
@@ -967,7 +978,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 			st.charge(enforced)
 		}
 		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
-			results = m.numbers(ctx, nil, enforced, res)
+			results = m.numbers(ctx, results, enforced, res)
 		}
 		if !allowed {
 			dec.Refused = refusers(enforced, results, res)
@@ -1039,7 +1050,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 			}
 		}
 	}
-	dec.Policies = results
+	if len(results) > 0 {
+		dec.Policies = results
+	}
 	if send {
 		m.writeHeaders(w.Header(), results, &st.headerVals)
 	}
