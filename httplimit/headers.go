@@ -20,8 +20,8 @@ var (
 // Header.Set would. Each style's values are written in one stack buffer and
 // made one string, cut into the values: one allocation a style, however
 // many policies. The draft-11 headers' one-element slices are cut from vals
-// (in the request's state, which lives as long as the response); the legacy
-// ones' share one array of their own.
+// (the request's state's, or with no state an array of their own); the
+// legacy ones' share one array of their own.
 func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[2]string) {
 	if len(results) == 0 {
 		return
