@@ -20,8 +20,8 @@ var (
 // Header.Set would. Each style's values are written in one stack buffer and
 // made one string, cut into the values: one allocation a style, however
 // many policies. The draft-11 headers' one-element slices are cut from vals
-// (in the request's state, which lives as long as the response); the legacy
-// ones' share one array of their own.
+// (the request's state's, or with no state an array of their own); the
+// legacy ones' share one array of their own.
 func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[2]string) {
 	if len(results) == 0 {
 		return
@@ -47,9 +47,9 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 				}
 				b = appendSFString(b, pr.Name)
 				b = append(b, ";r="...)
-				b = strconv.AppendInt(b, pr.Remaining, 10)
+				b = appendSFInt(b, pr.Remaining)
 				b = append(b, ";t="...)
-				b = strconv.AppendInt(b, pr.Reset, 10)
+				b = appendSFInt(b, pr.Reset)
 			}
 			v := string(b)
 			vals[0], vals[1] = v[:n], v[n:]
@@ -97,9 +97,19 @@ func (m *Middleware) enforcedOnly(results []PolicyResult) bool {
 func appendPolicyItem(b []byte, name string, q, w int64) []byte {
 	b = appendSFString(b, name)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, q, 10)
+	b = appendSFInt(b, q)
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, w, 10)
+	return appendSFInt(b, w)
+}
+
+// maxSFInt is the largest RFC 9651 Integer (15 digits). A limit's capacity
+// can exceed it (up to algo.MaxScaled, 16 digits).
+const maxSFInt = 999_999_999_999_999
+
+// appendSFInt appends v as a non-negative RFC 9651 Integer, as the draft's
+// parameters are: a larger v is sent as the largest Integer.
+func appendSFInt(b []byte, v int64) []byte {
+	return strconv.AppendInt(b, min(max(v, 0), maxSFInt), 10)
 }
 
 // appendSFString appends s as an RFC 9651 String (names are printable

@@ -91,6 +91,15 @@
 //     units in the log, and t the time until the newest entry leaves it (the
 //     oldest leaves earlier, giving some back before t).
 //
+// The syntax was checked against draft-11's own text (sections 3 and 4):
+// each item is a String naming the policy; q (required) and w on
+// RateLimit-Policy, r (required) and t on RateLimit, all non-negative
+// Integers, w at least 1. A figure beyond an RFC 9651 Integer (15 digits) is
+// sent as the largest one. The draft's optional qu (the quota unit, by
+// default "requests") and pk (a partition key, a Byte Sequence) are not
+// sent: a policy's cost need not count one of the registered units, and the
+// key is the server's business.
+//
 // The composite's Result carries combined numbers only, so with two or more
 // policies the per-policy r and t come from a cost-0 look at each policy
 // after the decision: one more store call per policy and request (on a
@@ -602,47 +611,107 @@ type stateKey struct{}
 
 // state is one request's passage through a Middleware. It is also the
 // request's context: the parent's, with the state under stateKey{}. That
-// saves context.WithValue's allocation; the buffers below save the slices'
-// for one policy (its result and charge, kept with the decision) and the
-// draft-11 headers' slices, so that an admitted request's bookkeeping is one
-// allocation (with two policies, three). It is kept small (the parts live on
-// serve's stack, the composite's sluice.Parts in a pool, room for a second
-// policy's result and charge is not reserved): its bytes are most of what
-// the middleware allocates, and the garbage collector runs in proportion to
-// them, so that the one-policy case is faster that way and the two-policy
-// one no slower.
+// saves context.WithValue's allocation. Its bytes are most of what the
+// middleware allocates, and the garbage collector runs in proportion to
+// them, so that it holds what an admitted request under one policy needs
+// and no more: that request's Decision is made only if DecisionFrom or
+// Refund asks for it (from one and the figures below), with no lock (made
+// twice at once, one is kept), and the copy of the request the next
+// handler gets lives in the same allocation (stateReq).
 type state struct {
-	context.Context
-	m   *Middleware
-	dec Decision
-
-	mu      sync.Mutex
-	charged []charge
-
-	resultBuf [1]PolicyResult
-	chargeBuf [1]charge
+	// in is the request as it came: its context is st's parent.
+	in *http.Request
+	m  *Middleware
+	// req is the copy of the request that carries the state (stateReq's),
+	// nil when serve needs none (WithoutDecisionContext).
+	req *http.Request
+	// dec is the decision and what the request spent, nil until one of
+	// serve's slower paths, DecisionFrom or Refund makes it.
+	dec atomic.Pointer[decision]
+	// one is set when the request was admitted at once by its one enforced
+	// policy and no shadow policy applied: dec is made from it and the
+	// result's figures.
+	one                   part
+	remaining, resetAfter int64
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
 }
+
+// decision is a Decision and what the request spent, with room for two
+// policies' numbers and charges: one allocation for them all.
+type decision struct {
+	Decision
+	charged   []charge
+	resultBuf [2]PolicyResult
+	chargeBuf [2]charge
+}
+
+// newDecision returns a decision whose slices start in its buffers.
+func newDecision() *decision {
+	d := new(decision)
+	d.charged = d.chargeBuf[:0]
+	return d
+}
+
+// stateReq is a state and the request the next handler gets, which carries
+// it: one allocation for both.
+type stateReq struct {
+	state
+	r http.Request
+}
+
+// Deadline is the parent context's.
+func (st *state) Deadline() (time.Time, bool) { return st.in.Context().Deadline() }
+
+// Done is the parent context's.
+func (st *state) Done() <-chan struct{} { return st.in.Context().Done() }
+
+// Err is the parent context's.
+func (st *state) Err() error { return st.in.Context().Err() }
 
 // Value is the state for stateKey{}, else the parent context's value.
 func (st *state) Value(key any) any {
 	if _, ok := key.(stateKey); ok {
 		return st
 	}
-	return st.Context.Value(key)
+	return st.in.Context().Value(key)
 }
 
 type charge struct {
-	pol            *policy
-	key            string // the store key
-	cost, refunded int64
+	pol      *policy
+	key      string // the store key
+	cost     int64
+	refunded atomic.Int64
 }
 
 func stateOf(ctx context.Context) *state {
 	st, _ := ctx.Value(stateKey{}).(*state)
 	return st
+}
+
+// decision returns st's decision, making it first if need be. Until serve
+// calls the next handler (or a handler it gives st to), only serve's
+// goroutine has st.
+func (st *state) decision() *decision {
+	if d := st.dec.Load(); d != nil {
+		return d
+	}
+	d := newDecision()
+	if p := &st.one; p.pol != nil {
+		d.Allowed = true
+		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter)}
+		if len(st.m.headers) > 0 {
+			d.Policies = append(d.resultBuf[:0], p.result(st.remaining, st.resetAfter))
+		}
+		if p.cost > 0 {
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+		}
+	}
+	if st.dec.CompareAndSwap(nil, d) {
+		return d
+	}
+	return st.dec.Load()
 }
 
 // DecisionFrom returns the decision of the Middleware the request passed
@@ -652,7 +721,7 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 	if st == nil {
 		return nil, false
 	}
-	return &st.dec, true
+	return &st.decision().Decision, true
 }
 
 // ErrNoDecision is returned by Refund for a context that did not pass through
@@ -685,25 +754,33 @@ func refund(ctx context.Context, name string, units int64) error {
 	if st == nil {
 		return ErrNoDecision
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	var errs []error
 	found := false
-	for i := range st.charged {
-		c := &st.charged[i]
+	charged := st.decision().charged
+	for i := range charged {
+		c := &charged[i]
 		if name != "" && c.pol.Name != name {
 			continue
 		}
 		found = true
-		n := min(units, c.cost-c.refunded)
+		// Take the units from what is left to give back before the store
+		// call, and return them if it fails: refunds at once never give
+		// back more than was spent.
+		var n int64
+		for {
+			done := c.refunded.Load()
+			n = min(units, c.cost-done)
+			if n <= 0 || c.refunded.CompareAndSwap(done, done+n) {
+				break
+			}
+		}
 		if n <= 0 {
 			continue
 		}
 		if _, err := st.m.lim.Refund(ctx, c.key, c.pol.Limit, n); err != nil {
+			c.refunded.Add(-n)
 			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
-			continue
 		}
-		c.refunded += n
 	}
 	if !found {
 		if name != "" {
@@ -779,18 +856,29 @@ type part struct {
 // key is the request's key, without the store prefix.
 func (p part) key() string { return p.skey[len(p.pol.keyPrefix):] }
 
+// result is p's numbers from a result's Remaining and ResetAfter.
+func (p part) result(remaining, resetAfter int64) PolicyResult {
+	return PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w,
+		Remaining: remaining, Reset: seconds(time.Duration(resetAfter))}
+}
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	st := &state{Context: r.Context(), m: m}
-	st.charged = st.chargeBuf[:0]
+	// st stays nil with WithoutDecisionContext and no user's function, until
+	// a path other than the common one needs it: the common one needs none.
+	var st *state
 	in := r // the request as it came, for the next handler without the context
 	if !m.bare || m.userFuncs {
-		r = r.WithContext(st)
+		// The copy of the request is made here when a user's function
+		// may read its context, else once the request is admitted.
+		sr := &stateReq{}
+		sr.in, sr.m, sr.req = r, m, &sr.r
+		st = &sr.state
+		if m.userFuncs {
+			r = st.request(r)
+		}
 	}
 	if m.skip != nil && m.skip(r) {
-		if m.bare {
-			r = in
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, m.nextRequest(st, in, r))
 		return
 	}
 	var partBuf [2]part
@@ -807,9 +895,58 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
+	if len(enforced) == 1 && len(shadows) == 0 {
+		p := enforced[0]
+		res, lat, err := m.takeAll(r.Context(), enforced)
+		if err == nil && res.Allowed && !res.Degraded && res.Delay == 0 {
+			// The common case: its Decision is made only if asked for,
+			// its headers are written from the one result.
+			p.pol.stats.allowed.Add(1)
+			if m.obs != nil {
+				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
+			}
+			if st == nil {
+				if len(m.headers) > 0 {
+					one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
+					m.writeHeaders(w.Header(), one[:], new([2]string))
+				}
+				next.ServeHTTP(w, in)
+				return
+			}
+			st.one = p
+			st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
+			if len(m.headers) > 0 {
+				one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
+				m.writeHeaders(w.Header(), one[:], &st.headerVals)
+			}
+			next.ServeHTTP(w, m.nextRequest(st, in, r))
+			return
+		}
+		m.decide(w, r, in, st, enforced, nil, &decided{res, lat, err}, next)
+		return
+	}
+	m.decide(w, r, in, st, enforced, shadows, nil, next)
+}
+
+// decided is the enforced composite's outcome, when serve has it.
+type decided struct {
+	res sluice.Result
+	lat time.Duration
+	err error
+}
+
+// decide is serve past the common case (a refusal, a degraded decision, a
+// leaky bucket's delay, several policies or shadow policies): the enforced composite is decided
+// here unless serve has (pre).
+func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *state, enforced, shadows []part, pre *decided, next http.Handler) {
+	if st == nil {
+		st = &state{in: in, m: m}
+	}
 	ctx := r.Context()
-	var results []PolicyResult
 	send := len(m.headers) > 0
+	d := st.decision()
+	dec := &d.Decision
+	results := d.resultBuf[:0]
 
 	// The enforced composite.
 	var res sluice.Result
@@ -817,13 +954,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if len(enforced) > 0 {
 		var err error
 		var lat time.Duration
-		res, lat, err = m.takeAll(ctx, enforced)
+		if pre != nil {
+			res, lat, err = pre.res, pre.lat, pre.err
+		} else {
+			res, lat, err = m.takeAll(ctx, enforced)
+		}
 		if err != nil {
 			m.report(enforced, nil, observe.Error, lat, 0)
 			m.failed(w, st.request(r), enforced, err)
 			return
 		}
-		st.dec.Result = res
+		dec.Result = res
 		allowed = res.Allowed
 		switch {
 		case res.Degraded:
@@ -838,12 +979,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			st.charge(enforced)
 		}
 		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
-			results = m.numbers(ctx, st.resultBuf[:0], enforced, res)
+			results = m.numbers(ctx, results, enforced, res)
 		}
 		if !allowed {
-			st.dec.Refused = refusers(enforced, results, res)
+			dec.Refused = refusers(enforced, results, res)
 			for _, p := range enforced {
-				for _, n := range st.dec.Refused {
+				for _, n := range dec.Refused {
 					if n == p.pol.Name {
 						p.pol.stats.refused.Add(1)
 					}
@@ -857,11 +998,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			case allowed:
 				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
 			default:
-				m.report(enforced, st.dec.Refused, observe.Denied, lat, 0)
+				m.report(enforced, dec.Refused, observe.Denied, lat, 0)
 			}
 		}
 	}
-	st.dec.Allowed = allowed
+	dec.Allowed = allowed
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
@@ -898,19 +1039,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				st.charge(shadows)
 				m.report(shadows, nil, observe.Allowed, lat, 0)
 			} else {
-				st.dec.ShadowRefused = refusers(shadows, sr, sres)
+				dec.ShadowRefused = refusers(shadows, sr, sres)
 				for _, p := range shadows {
-					for _, n := range st.dec.ShadowRefused {
+					for _, n := range dec.ShadowRefused {
 						if n == p.pol.Name {
 							p.pol.stats.refused.Add(1)
 						}
 					}
 				}
-				m.report(shadows, st.dec.ShadowRefused, observe.ShadowDenied, lat, 0)
+				m.report(shadows, dec.ShadowRefused, observe.ShadowDenied, lat, 0)
 			}
 		}
 	}
-	st.dec.Policies = results
+	if len(results) > 0 {
+		dec.Policies = results
+	}
 	if send {
 		m.writeHeaders(w.Header(), results, &st.headerVals)
 	}
@@ -926,30 +1069,45 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			return
 		}
-		detail := fmt.Sprintf("refused by %s; retry in %ds", quoteList(st.dec.Refused), retry)
-		writeProblem(w, m.status, ProblemType, "Request cannot be satisfied as assigned quota has been exceeded", detail, st.dec.Refused)
+		detail := fmt.Sprintf("refused by %s; retry in %ds", quoteList(dec.Refused), retry)
+		writeProblem(w, m.status, ProblemType, "Request cannot be satisfied as assigned quota has been exceeded", detail, dec.Refused)
 		return
 	}
-	if res.Delay > 0 { // a leaky bucket's turn
-		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < res.Delay {
+	m.pass(w, r, in, st, res.Delay, next)
+}
+
+// pass hands an admitted request to next, once a leaky bucket's delay has
+// passed.
+func (m *Middleware) pass(w http.ResponseWriter, r, in *http.Request, st *state, delay time.Duration, next http.Handler) {
+	if delay > 0 { // a leaky bucket's turn
+		ctx := r.Context()
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(m.clock.Now()) < delay {
 			// Its turn comes after the request's deadline: say so now
 			// rather than wait for it to pass.
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request's turn comes after its deadline", nil)
 			return
 		}
-		if err := m.clock.Sleep(ctx, res.Delay); err != nil {
+		if err := m.clock.Sleep(ctx, delay); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable", "the request ended while it waited for its turn", nil)
 			return
 		}
 	}
+	next.ServeHTTP(w, m.nextRequest(st, in, r))
+}
+
+// nextRequest is the request the next handler gets: the one that came (in)
+// with WithoutDecisionContext, else r carrying st.
+func (m *Middleware) nextRequest(st *state, in, r *http.Request) *http.Request {
 	if m.bare {
-		r = in
+		return in
 	}
-	next.ServeHTTP(w, r)
+	return st.request(r)
 }
 
 // parts appends each policy's key and cost to out; false when the request
-// was answered (a missing key, a bad cost).
+// was answered (a missing key, a bad cost). st is nil when serve has made
+// none yet (WithoutDecisionContext, no user's function): a missing key's
+// answer makes one.
 func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, st *state, pols []*policy) ([]part, bool) {
 	if len(pols) == 0 {
 		return out, true
@@ -960,10 +1118,21 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 		if p.clientIP {
 			// ClientIP(), with the address written after the prefix
 			// in a stack buffer: the store key is the one allocation.
-			var a netip.Addr
-			if a, ok = m.ip.clientAddr(r); ok {
-				var buf [128]byte
-				skey = string(m.ip.appendGroup(append(buf[:0], p.keyPrefix...), a))
+			var buf [128]byte
+			b := append(buf[:0], p.keyPrefix...)
+			if len(m.ip.trusted) == 0 {
+				// The peer's IPv4 address as RemoteAddr writes it, when
+				// that is its canonical form.
+				b, ok = appendIPv4Host(b, r.RemoteAddr)
+			}
+			if !ok {
+				var a netip.Addr
+				if a, ok = m.ip.clientAddr(r); ok {
+					b = m.ip.appendGroup(b[:len(p.keyPrefix)], a)
+				}
+			}
+			if ok {
+				skey = string(b)
 			}
 		} else {
 			var key string
@@ -978,7 +1147,10 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			if p.Optional || p.Shadow { // a shadow policy never answers
 				continue
 			}
-			st.dec.Missing = p.Name
+			if st == nil {
+				st = &state{in: r, m: m} // r is the request as it came
+			}
+			st.decision().Missing = p.Name
 			if m.missing != nil {
 				m.missing.ServeHTTP(w, st.request(r))
 			} else {
@@ -1069,13 +1241,12 @@ func (m *Middleware) report(ps []part, only []string, o observe.Outcome, lat, wa
 }
 
 func (st *state) charge(ps []part) {
-	st.mu.Lock()
+	d := st.decision()
 	for _, p := range ps {
 		if p.cost > 0 {
-			st.charged = append(st.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
 		}
 	}
-	st.mu.Unlock()
 }
 
 // numbers appends each part's figures to out: the decision's own for one
@@ -1086,17 +1257,14 @@ func (m *Middleware) numbers(ctx context.Context, out []PolicyResult, ps []part,
 		out = make([]PolicyResult, 0, len(ps))
 	}
 	for _, p := range ps {
-		pr := PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w}
-		if len(ps) == 1 {
-			pr.Remaining, pr.Reset = res.Remaining, seconds(res.ResetAfter)
-		} else {
+		if len(ps) > 1 {
 			look, err := m.lim.Take(ctx, p.skey, p.pol.Limit, 0)
 			if err != nil || look.Degraded {
 				continue
 			}
-			pr.Remaining, pr.Reset = look.Remaining, seconds(look.ResetAfter)
+			res = look
 		}
-		out = append(out, pr)
+		out = append(out, p.result(res.Remaining, int64(res.ResetAfter)))
 	}
 	return out
 }
@@ -1155,12 +1323,19 @@ func (m *Middleware) logError(st *state, r *http.Request, err error) {
 	}
 }
 
-// request returns r with st as its context: r itself when it already is.
+// request returns r with st as its context: r itself when it already is,
+// else st's copy of r (made once), or with no room for one a new copy.
 func (st *state) request(r *http.Request) *http.Request {
 	if c, ok := r.Context().(*state); ok && c == st {
 		return r
 	}
-	return r.WithContext(st)
+	if st.req == nil {
+		return r.WithContext(st)
+	}
+	if st.req.Context() != context.Context(st) { // not made yet
+		*st.req = *r.WithContext(st)
+	}
+	return st.req
 }
 
 func quoteList(names []string) string {

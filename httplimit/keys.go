@@ -171,6 +171,64 @@ func ClientAddr(r *http.Request) (netip.Addr, bool) {
 	return cfg.clientAddr(r)
 }
 
+// appendIPv4Host appends the address of hostport when it is an IPv4
+// address and a port ("192.0.2.1:8080") that netip.ParseAddrPort accepts and
+// the address is written as netip writes it (always so: netip refuses
+// leading zeros), so that the text is group's key of the address read by
+// peerAddr, unparsed. False (b unchanged) for anything else, which
+// peerAddr decides.
+func appendIPv4Host(b []byte, hostport string) ([]byte, bool) {
+	fields, digits, val := 0, 0, 0
+	i := 0
+	for ; i < len(hostport); i++ {
+		c := hostport[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 { // a leading zero
+				return b, false
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return b, false
+			}
+			continue
+		case c == '.' || c == ':':
+		default:
+			return b, false
+		}
+		if digits == 0 {
+			return b, false
+		}
+		fields++
+		digits, val = 0, 0
+		if c == ':' {
+			break
+		}
+		if fields == 4 {
+			return b, false
+		}
+	}
+	if fields != 4 || i >= len(hostport) {
+		return b, false // not four fields and a ':'
+	}
+	port := hostport[i+1:]
+	if len(port) == 0 {
+		return b, false
+	}
+	n := 0
+	for j := 0; j < len(port); j++ {
+		c := port[j]
+		if c < '0' || c > '9' {
+			return b, false
+		}
+		if n = n*10 + int(c-'0'); n > 65535 {
+			return b, false
+		}
+	}
+	return append(b, hostport[:i]...), true
+}
+
 // peerAddr parses r.RemoteAddr ("1.2.3.4:5678", "[::1]:80", or an address
 // alone).
 func peerAddr(r *http.Request) (netip.Addr, bool) {
