@@ -16,7 +16,7 @@
 // # Policies and composites
 //
 // A Middleware's enforced policies are decided as one composite
-// (sluice.Limiter.TakeAll): a request passes only if every policy grants,
+// (sluice.Limiter.TakeEach): a request passes only if every policy grants,
 // and a refusal spends nothing on any of them. The answer names the
 // policies that refused. Shadow policies (Policy.Shadow) are decided as a
 // composite of their own, after the enforced one, whatever its outcome: they
@@ -100,15 +100,11 @@
 // sent: a policy's cost need not count one of the registered units, and the
 // key is the server's business.
 //
-// The composite's Result carries combined numbers only, so with two or more
-// policies the per-policy r and t come from a cost-0 look at each policy
-// after the decision: one more store call per policy and request (on a
-// Redis store, a round trip each). A look is a separate instant: under
-// concurrent traffic it may differ from the decision by the requests decided
-// in between. With one enforced policy the decision's own numbers are used,
-// with no extra call. A refusal by a composite of several policies is
-// attributed the same way: to the policies whose look finds fewer units than
-// the request's cost.
+// Each policy's r and t are its own at the decision's instant: the
+// composite is decided with sluice.Limiter.TakeEach, which reports every
+// part's figures from the same store call (one script on Redis). A refusal
+// by a composite of several policies names exactly the policies that could
+// not grant the request's cost.
 //
 // HeadersXRateLimit adds the legacy X-RateLimit-Limit, X-RateLimit-Remaining
 // and X-RateLimit-Reset (seconds from now, rounded up) of the policy with
@@ -897,7 +893,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if len(enforced) == 1 && len(shadows) == 0 {
 		p := enforced[0]
-		res, lat, err := m.takeAll(r.Context(), enforced)
+		res, lat, err := m.takeAll(r.Context(), enforced, nil)
 		if err == nil && res.Allowed && !res.Degraded && res.Delay == 0 {
 			// The common case: its Decision is made only if asked for,
 			// its headers are written from the one result.
@@ -948,16 +944,24 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 	dec := &d.Decision
 	results := d.resultBuf[:0]
 
-	// The enforced composite.
+	// The enforced composite. each holds each part's own result at the
+	// decision, the enforced parts' then the shadows'.
+	var eachBuf [2]sluice.Result
+	each := eachBuf[:]
+	if n := len(enforced) + len(shadows); n > len(eachBuf) {
+		each = make([]sluice.Result, n)
+	}
+	enfEach, shaEach := each[:len(enforced)], each[len(enforced):len(enforced)+len(shadows)]
 	var res sluice.Result
 	allowed := true
 	if len(enforced) > 0 {
 		var err error
 		var lat time.Duration
-		if pre != nil {
+		if pre != nil { // one enforced part
 			res, lat, err = pre.res, pre.lat, pre.err
+			enfEach[0] = res
 		} else {
-			res, lat, err = m.takeAll(ctx, enforced)
+			res, lat, err = m.takeAll(ctx, enforced, enfEach)
 		}
 		if err != nil {
 			m.report(enforced, nil, observe.Error, lat, 0)
@@ -978,11 +982,11 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 			}
 			st.charge(enforced)
 		}
-		if !res.Degraded && (send || (!allowed && len(enforced) > 1)) {
-			results = m.numbers(ctx, results, enforced, res)
+		if !res.Degraded && send {
+			results = numbers(results, enforced, enfEach)
 		}
 		if !allowed {
-			dec.Refused = refusers(enforced, results, res)
+			dec.Refused = refusers(enforced, enfEach)
 			for _, p := range enforced {
 				for _, n := range dec.Refused {
 					if n == p.pol.Name {
@@ -1006,7 +1010,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 
 	// The shadow composite: counted, never refusing.
 	if len(shadows) > 0 {
-		sres, lat, err := m.takeAll(ctx, shadows)
+		sres, lat, err := m.takeAll(ctx, shadows, shaEach)
 		switch {
 		case err != nil:
 			for _, p := range shadows {
@@ -1022,15 +1026,8 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 		default:
 			// With shadow headers, the shadows' numbers follow the
 			// enforced ones in results.
-			var sr []PolicyResult
-			n := len(results)
-			if (send && m.shadowHeaders) || (!sres.Allowed && len(shadows) > 1) {
-				if m.shadowHeaders {
-					results = m.numbers(ctx, results, shadows, sres)
-					sr = results[n:]
-				} else {
-					sr = m.numbers(ctx, nil, shadows, sres)
-				}
+			if send && m.shadowHeaders {
+				results = numbers(results, shadows, shaEach)
 			}
 			if sres.Allowed {
 				for _, p := range shadows {
@@ -1039,7 +1036,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 				st.charge(shadows)
 				m.report(shadows, nil, observe.Allowed, lat, 0)
 			} else {
-				dec.ShadowRefused = refusers(shadows, sr, sres)
+				dec.ShadowRefused = refusers(shadows, shaEach)
 				for _, p := range shadows {
 					for _, n := range dec.ShadowRefused {
 						if n == p.pol.Name {
@@ -1190,9 +1187,10 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 // no reference to it once TakeAll returns.
 var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
 
-// takeAll decides ps as one composite. With an observer, it returns how
-// long the store took.
-func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, time.Duration, error) {
+// takeAll decides ps as one composite and, unless each is nil, writes each
+// part's own result at the decision into each[i] (sluice.Limiter.TakeEach).
+// With an observer, it returns how long the store took.
+func (m *Middleware) takeAll(ctx context.Context, ps []part, each []sluice.Result) (sluice.Result, time.Duration, error) {
 	if len(ps) == 1 { // a composite of one is a Take, without the parts
 		var start time.Time
 		if m.obs != nil {
@@ -1202,6 +1200,9 @@ func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, tim
 		var lat time.Duration
 		if m.obs != nil {
 			lat = time.Since(start)
+		}
+		if each != nil {
+			each[0] = res
 		}
 		return res, lat, err
 	}
@@ -1214,7 +1215,7 @@ func (m *Middleware) takeAll(ctx context.Context, ps []part) (sluice.Result, tim
 	if m.obs != nil {
 		start = time.Now()
 	}
-	res, err := m.lim.TakeAll(ctx, sp)
+	res, err := m.lim.TakeEach(ctx, sp, each)
 	var lat time.Duration
 	if m.obs != nil {
 		lat = time.Since(start)
@@ -1249,49 +1250,21 @@ func (st *state) charge(ps []part) {
 	}
 }
 
-// numbers appends each part's figures to out: the decision's own for one
-// part, a cost-0 look at each for several. A look the store cannot make
-// leaves that policy out.
-func (m *Middleware) numbers(ctx context.Context, out []PolicyResult, ps []part, res sluice.Result) []PolicyResult {
-	if out == nil {
-		out = make([]PolicyResult, 0, len(ps))
-	}
-	for _, p := range ps {
-		if len(ps) > 1 {
-			look, err := m.lim.Take(ctx, p.skey, p.pol.Limit, 0)
-			if err != nil || look.Degraded {
-				continue
-			}
-			res = look
-		}
-		out = append(out, p.result(res.Remaining, int64(res.ResetAfter)))
+// numbers appends each part's figures, from its own result at the
+// decision (each[i] is ps[i]'s), to out.
+func numbers(out []PolicyResult, ps []part, each []sluice.Result) []PolicyResult {
+	for i, p := range ps {
+		out = append(out, p.result(each[i].Remaining, int64(each[i].ResetAfter)))
 	}
 	return out
 }
 
-// refusers names the parts that refused: the only one, else those whose
-// look found fewer units than the cost, else (traffic in between changed
-// the looks) the one closest to refusing.
-func refusers(ps []part, results []PolicyResult, res sluice.Result) []string {
-	if len(ps) == 1 {
-		return []string{ps[0].pol.Name}
-	}
+// refusers names the parts of a refused composite that could not grant
+// their cost (each[i] is ps[i]'s result).
+func refusers(ps []part, each []sluice.Result) []string {
 	var names []string
-	best, bestGap := "", int64(0)
-	for _, pr := range results {
-		gap := pr.Remaining - pr.Cost
-		if gap < 0 {
-			names = append(names, pr.Name)
-		}
-		if best == "" || gap < bestGap {
-			best, bestGap = pr.Name, gap
-		}
-	}
-	if len(names) == 0 && best != "" {
-		names = []string{best}
-	}
-	if len(names) == 0 { // no look could be made
-		for _, p := range ps {
+	for i, p := range ps {
+		if !each[i].Allowed {
 			names = append(names, p.pol.Name)
 		}
 	}
