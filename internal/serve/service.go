@@ -494,8 +494,9 @@ func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 }
 
 // decideParts decides the enforced parts, all or nothing, in one Take or
-// TakeAll. res receives each part's own numbers, over (zeroed, one per part)
-// which parts refused. The composite's result is returned.
+// TakeEach. res receives each part's own numbers at the decision, over
+// (zeroed, one per part) which parts refused. The composite's result is
+// returned.
 func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
 	if len(parts) == 0 {
 		return sluice.Result{Allowed: true}, nil
@@ -518,31 +519,24 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 		over[0] = !r.Allowed
 		return r, nil
 	}
-	comp, err := s.lim.TakeAll(ctx, parts)
-	capacity := errors.Is(err, sluice.ErrCostExceedsCapacity)
-	if err != nil && !capacity {
+	// Each part's own numbers come from the decision itself.
+	comp, err := s.lim.TakeEach(ctx, parts, res)
+	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		// A cost that could never pass refuses the call, which spends
+		// nothing: the parts' numbers come from a look.
+		if err := s.look(ctx, parts, res); err != nil {
+			return sluice.Result{}, err
+		}
+		for i := range parts {
+			over[i] = res[i].Remaining < parts[i].Cost
+		}
+		return sluice.Result{}, nil
+	}
+	if err != nil {
 		return comp, err
 	}
-	if capacity {
-		comp = sluice.Result{}
-	}
-	// Each part's own numbers come from a look after the decision; on a
-	// remote store the looks go together (the batcher sends them in one
-	// round trip), in memory one after the other.
-	if err := s.look(ctx, parts, res); err != nil {
-		return comp, err
-	}
-	found := false
 	for i := range parts {
-		if !comp.Allowed && res[i].Remaining < parts[i].Cost {
-			over[i] = true
-			found = true
-		}
-	}
-	if !comp.Allowed && !found {
-		for i := range over {
-			over[i] = parts[i].Cost > 0
-		}
+		over[i] = !res[i].Allowed
 	}
 	return comp, nil
 }
