@@ -45,54 +45,77 @@ func serveFake(t *testing.T, f *fakeRLS) string {
 }
 
 func TestRunCalls(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{}), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	const n = Keys + Keys/HotEvery
-	r, err := c.Run(context.Background(), Options{Callers: 8, Calls: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 8 callers walk the list from 8 offsets, each at its own pace: about
-	// one call in HotEvery+1 is the hot value's.
-	want := int64(Keys / HotEvery)
-	if r.Calls != n || r.Errors != 0 || r.Over < want/2 || r.Over > 2*want || r.Hist.Count() != n {
-		t.Errorf("calls %d, over %d, errors %d (%v), latencies %d; want %d calls, about %d over",
-			r.Calls, r.Over, r.Errors, r.FirstErr, r.Hist.Count(), n, want)
-	}
-	if r.Rate() <= 0 || r.Hist.Quantile(0.99) <= 0 {
-		t.Errorf("rate %v, p99 %v", r.Rate(), r.Hist.Quantile(0.99))
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{}), 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			const n = Keys + Keys/HotEvery
+			r, err := c.Run(context.Background(), Options{Callers: 8, Calls: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 8 callers walk the list from 8 offsets, each at its own pace: about
+			// one call in HotEvery+1 is the hot value's.
+			want := int64(Keys / HotEvery)
+			if r.Calls != n || r.Errors != 0 || r.Over < want/2 || r.Over > 2*want || r.Hist.Count() != n {
+				t.Errorf("calls %d, over %d, errors %d (%v), latencies %d; want %d calls, about %d over",
+					r.Calls, r.Over, r.Errors, r.FirstErr, r.Hist.Count(), n, want)
+			}
+			if r.Rate() <= 0 || r.Hist.Quantile(0.99) <= 0 {
+				t.Errorf("rate %v, p99 %v", r.Rate(), r.Hist.Quantile(0.99))
+			}
+			// The connections stay usable for another run.
+			r, err = c.Run(context.Background(), Options{Callers: 3, Calls: 100})
+			if err != nil || r.Calls != 100 {
+				t.Errorf("second run: %d calls, %v", r.Calls, err)
+			}
+		})
 	}
 }
 
 func TestRunDuration(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{}), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.Run(context.Background(), Options{Duration: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Calls == 0 || r.Errors != 0 || r.Elapsed < 200*time.Millisecond {
-		t.Errorf("calls %d, errors %d (%v), elapsed %v", r.Calls, r.Errors, r.FirstErr, r.Elapsed)
-	}
-	if _, err := c.Run(context.Background(), Options{}); err == nil {
-		t.Error("Run with neither Duration nor Calls: no error")
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{}), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			r, err := c.Run(context.Background(), Options{Duration: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Calls == 0 || r.Errors != 0 || r.Elapsed < 200*time.Millisecond {
+				t.Errorf("calls %d, errors %d (%v), elapsed %v", r.Calls, r.Errors, r.FirstErr, r.Elapsed)
+			}
+			if _, err := c.Run(context.Background(), Options{}); err == nil {
+				t.Error("Run with neither Duration nor Calls: no error")
+			}
+		})
 	}
 }
 
 func TestRunHangingServer(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{hang: true}), 1)
-	if err != nil {
-		t.Fatal(err)
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{hang: true}), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Run(context.Background(), Options{Callers: 2, Calls: 10, Timeout: 100 * time.Millisecond})
+			if err == nil || !strings.Contains(err.Error(), "no call completed") {
+				t.Errorf("Run against a server that never answers: %v, want the watchdog's error", err)
+			}
+		})
 	}
-	defer c.Close()
-	_, err = c.Run(context.Background(), Options{Callers: 2, Calls: 10, Timeout: 100 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "no call completed") {
-		t.Errorf("Run against a server that never answers: %v, want the watchdog's error", err)
+}
+
+func TestDialLoaderUnknown(t *testing.T) {
+	if _, err := DialLoader("ghz", "127.0.0.1:1", 1); err == nil {
+		t.Error("DialLoader(ghz): no error")
 	}
 }
