@@ -274,11 +274,11 @@ func (c *h2Conn) runCalls(r *run, t *tally, reqs [][]byte, offsets []int) error 
 // Frames written meanwhile are flushed before a read that would wait.
 func (c *h2Conn) loop() error {
 	for {
-		if c.inFlight == 0 && (c.parked == 0 || c.run.stop.Load()) {
-			return c.flush()
-		}
 		if c.goAway != nil && c.inFlight == 0 {
 			return c.goAway
+		}
+		if c.inFlight == 0 && (c.parked == 0 || c.run.stop.Load()) {
+			return c.flush()
 		}
 		if c.br.Buffered() < 9 {
 			if err := c.flush(); err != nil {

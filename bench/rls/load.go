@@ -330,18 +330,21 @@ func (r *run) take() bool {
 	return r.o.Calls <= 0 || r.budget.Add(-1) >= 0
 }
 
-// wait lets the callers run for o.Duration (with Calls set, until they
-// return), stops them and waits for them.
+// wait lets the callers run for o.Duration or until they return, whichever
+// comes first (with Calls set, until they return), stops them and waits for
+// them.
 func (r *run) wait(parent context.Context, wg *sync.WaitGroup) {
 	if r.o.Calls <= 0 {
+		all := make(chan struct{})
+		go func() { wg.Wait(); close(all) }()
 		t := time.NewTimer(r.o.Duration)
 		select {
 		case <-t.C:
+		case <-all: // the callers gave up early (a connection failed)
 		case <-parent.Done():
-			t.Stop()
 		case <-r.ctx.Done():
-			t.Stop()
 		}
+		t.Stop()
 		r.stop.Store(true)
 	}
 	wg.Wait()
