@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,16 @@ import (
 type fakeRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	hang bool
+	// The calls in progress, and the most seen at once.
+	inFlight, peak atomic.Int64
 }
 
 func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+	}
+	time.Sleep(100 * time.Microsecond) // let the calls overlap
 	if f.hang {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -31,13 +39,13 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // serveFake serves f on a free loopback port until t ends.
-func serveFake(t *testing.T, f *fakeRLS) string {
+func serveFake(t *testing.T, f *fakeRLS, opts ...grpc.ServerOption) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s, f)
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
@@ -117,5 +125,26 @@ func TestRunHangingServer(t *testing.T) {
 func TestDialLoaderUnknown(t *testing.T) {
 	if _, err := DialLoader("ghz", "127.0.0.1:1", 1); err == nil {
 		t.Error("DialLoader(ghz): no error")
+	}
+}
+
+func TestRunMaxConcurrentStreams(t *testing.T) {
+	// The server allows 3 streams per connection; the H2 generator's 8
+	// callers on one connection take turns, and every call is answered.
+	f := &fakeRLS{}
+	c, err := DialLoader(H2, serveFake(t, f, grpc.MaxConcurrentStreams(3)), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Run(context.Background(), Options{Callers: 8, Calls: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Calls != 500 || r.Errors != 0 {
+		t.Errorf("%d calls, %d errors (%v); want 500, 0", r.Calls, r.Errors, r.FirstErr)
+	}
+	if p := f.peak.Load(); p > 3 {
+		t.Errorf("%d calls at once on the server, which allows 3", p)
 	}
 }

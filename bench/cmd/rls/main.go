@@ -71,7 +71,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before each measured run")
 	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every server once, in turn")
 	fs.IntVar(&c.callers, "callers", rls.Callers, "concurrent callers")
-	fs.IntVar(&c.conns, "conns", 4, "gRPC connections the callers share")
+	fs.IntVar(&c.conns, "conns", 4, "connections (HTTP/2, gRPC) the callers share")
 	clients := fs.String("client", string(rls.H2), "the load generators, comma-separated: h2 (HTTP/2 frames written directly) and/or grpc (grpc-go's client)")
 	servers := fs.String("servers", strings.Join(allServers, ","), "the servers to run, from "+strings.Join(allServers, ","))
 	fs.Var((*listFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
