@@ -31,7 +31,8 @@ const (
 )
 
 // H2Client is the H2 load generator's side of one server: Conns HTTP/2
-// connections and the workload's requests encoded as frames' payloads.
+// connections and the workload's requests encoded as frames' payloads. Its
+// runs follow one another on the same connections; one at a time.
 type H2Client struct {
 	conns []*h2Conn
 	block []byte   // the HEADERS block every call sends
