@@ -7,7 +7,7 @@
 //
 //	go run ./cmd/rls [-duration 20s | -calls N] [-warmup 2s] [-rounds 1] [-callers 64] [-conns 4]
 //	                 [-client h2|grpc|h2,grpc] [-servers envoy,sluice-redis,sluice-memory]
-//	                 [-envoy-env K=V]... [-sluice-env K=V]...
+//	                 [-envoy-env K=V]... [-sluice-env K=V]... [-cpuprofile FILE]
 //
 // It builds both servers with `go build` into a temporary directory, starts
 // a redis-server on a free loopback port (or uses the one SLUICE_BENCH_REDIS
@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -59,6 +60,7 @@ type config struct {
 	envoyEnv         []string
 	sluiceEnv        []string
 	keep             bool
+	cpuprofile       string
 }
 
 var allServers = []string{"envoy", "sluice-redis", "sluice-memory"}
@@ -77,6 +79,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var((*listFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
 	fs.Var((*listFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -221,6 +224,17 @@ func run(ctx context.Context, c *config) (err error) {
 		}
 	}
 
+	if c.cpuprofile != "" {
+		f, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	load1 := loadAvg()
 	total := make([]*rls.Measurement, len(c.clients)*len(servers))
 	var rounds [][]*rls.Measurement
