@@ -448,6 +448,9 @@ func (c *h2Conn) onData(fh http2.FrameHeader, p []byte) error {
 	if s == nil {
 		return nil
 	}
+	if !s.headers {
+		return c.end(s, errors.New("ShouldRateLimit: DATA before the response's headers"))
+	}
 	end := fh.Flags.Has(http2.FlagDataEndStream)
 	if s.pending += n; s.pending >= h2RecvWindow/2 && !end {
 		if err := c.fr.WriteWindowUpdate(s.id, uint32(s.pending)); err != nil {

@@ -1,9 +1,14 @@
 package rls
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -13,6 +18,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 )
@@ -41,8 +47,8 @@ func TestHeaderBlock(t *testing.T) {
 	}
 }
 
-// sluiceBin is the sluice command the tests below build once.
-var sluiceBin struct {
+// testSluice is the sluice command the tests below build once.
+var testSluice struct {
 	once sync.Once
 	dir  string
 	path string
@@ -51,10 +57,25 @@ var sluiceBin struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if sluiceBin.dir != "" {
-		os.RemoveAll(sluiceBin.dir)
+	if testSluice.dir != "" {
+		os.RemoveAll(testSluice.dir)
 	}
 	os.Exit(code)
+}
+
+// buildSluiceOnce builds the sluice command for the package's tests, once.
+func buildSluiceOnce(ctx context.Context) (string, error) {
+	testSluice.once.Do(func() {
+		var modDir string
+		if modDir, testSluice.err = ModuleDir(ctx); testSluice.err != nil {
+			return
+		}
+		if testSluice.dir, testSluice.err = os.MkdirTemp("", "rls-test-"); testSluice.err != nil {
+			return
+		}
+		testSluice.path, testSluice.err = BuildSluice(ctx, modDir, testSluice.dir)
+	})
+	return testSluice.path, testSluice.err
 }
 
 // startSluice starts `sluice serve --store memory` with the configuration
@@ -66,21 +87,12 @@ func startSluice(t *testing.T, config string) *Server {
 		t.Skip("SKIPPING: -short (builds and starts sluice serve)")
 	}
 	ctx := context.Background()
-	sluiceBin.once.Do(func() {
-		var modDir string
-		if modDir, sluiceBin.err = ModuleDir(ctx); sluiceBin.err != nil {
-			return
-		}
-		if sluiceBin.dir, sluiceBin.err = os.MkdirTemp("", "rls-test-"); sluiceBin.err != nil {
-			return
-		}
-		sluiceBin.path, sluiceBin.err = BuildSluice(ctx, modDir, sluiceBin.dir)
-	})
-	if errors.Is(sluiceBin.err, ErrNoServe) {
-		t.Skipf("SKIPPING: %v", sluiceBin.err)
+	bin, err := buildSluiceOnce(ctx)
+	if errors.Is(err, ErrNoServe) {
+		t.Skipf("SKIPPING: %v", err)
 	}
-	if sluiceBin.err != nil {
-		t.Fatal(sluiceBin.err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	files, err := WriteConfig(dir)
@@ -90,7 +102,7 @@ func startSluice(t *testing.T, config string) *Server {
 	if err := os.WriteFile(files.File, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := StartSluice(ctx, sluiceBin.path, dir, files, "memory", nil)
+	s, err := StartSluice(ctx, bin, dir, files, "memory", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,7 @@ func dialWith(t *testing.T, g Generator, addr string, conns int, method string, 
 	return l
 }
 
-func marshal(t *testing.T, m proto.Message) []byte {
+func marshal(t testing.TB, m proto.Message) []byte {
 	t.Helper()
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -270,3 +282,92 @@ func TestServerGoneMidRun(t *testing.T) {
 
 // fullMethod is ShouldRateLimit's full method name, the HTTP/2 :path.
 const fullMethod = rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
+
+// serveBytes listens on a loopback port for one connection, on which it
+// reads the client's preface, writes the server's SETTINGS and then b, and
+// closes the connection after a moment of reading.
+func serveBytes(t testing.TB, b []byte) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		nc, err := l.Accept()
+		l.Close()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(nc, buf); err != nil {
+			return
+		}
+		w := bufio.NewWriter(nc)
+		_ = http2.NewFramer(w, nil).WriteSettings()
+		_, _ = w.Write(b)
+		_ = w.Flush()
+		// Give the client a moment to read before the close.
+		_ = nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, _ = io.Copy(io.Discard, nc)
+	}()
+	return l.Addr().String()
+}
+
+// h2Response returns the frames of a gRPC response on stream id: headers,
+// the message resp, trailers with grpc-status st.
+func h2Response(id uint32, resp []byte, st string) []byte {
+	var out, hb bytes.Buffer
+	fr := http2.NewFramer(&out, nil)
+	enc := hpack.NewEncoder(&hb)
+	_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	_ = enc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+	msg := make([]byte, 5+len(resp))
+	binary.BigEndian.PutUint32(msg[1:5], uint32(len(resp)))
+	copy(msg[5:], resp)
+	_ = fr.WriteData(id, false, msg)
+	hb.Reset()
+	_ = enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: st})
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true})
+	return out.Bytes()
+}
+
+// FuzzH2Responses feeds the H2 generator arbitrary bytes as the server's
+// frames after its SETTINGS: the run ends, with an error or answers, and
+// never panics or counts more calls than it made.
+func FuzzH2Responses(f *testing.F) {
+	ok := marshal(f, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK})
+	over := marshal(f, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT})
+	f.Add(h2Response(1, ok, "0"))
+	f.Add(append(h2Response(1, over, "0"), h2Response(3, ok, "0")...))
+	f.Add(h2Response(1, ok, "8"))
+	f.Add(h2Response(3, ok, "0"))
+	f.Add(h2Response(1, []byte{0xff}, "0"))
+	f.Add([]byte{0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}) // PING
+	f.Add([]byte{0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}) // GOAWAY
+	f.Add([]byte{0, 0, 4, 3, 0, 0, 0, 0, 1, 0, 0, 0, 8})             // RST_STREAM
+	f.Add([]byte{0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff})       // WINDOW_UPDATE
+	f.Add([]byte{0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0})       // SETTINGS: no streams
+	f.Add([]byte{0, 0, 3, 1, 0x0c, 0, 0, 0, 1, 5, 0x88, 0})          // HEADERS, padded
+	f.Add([]byte{0, 0, 1, 0, 1, 0, 0, 0, 1, 0})                      // DATA, END_STREAM
+	f.Add([]byte{0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 1})                // too large
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := dialH2(serveBytes(t, b), 1, fullMethod, [][]byte{marshal(t, Request("u1"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := c.Run(ctx, Options{Callers: 2, Calls: 4, Timeout: time.Second})
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the run outlasted its watchdog: %v", err)
+		}
+		if r != nil && r.Calls+r.Errors > 4 {
+			t.Errorf("%d answered and %d errors of 4 calls", r.Calls, r.Errors)
+		}
+	})
+}
