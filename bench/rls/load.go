@@ -155,13 +155,35 @@ func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
 	return code, nil
 }
 
+// Generator names a load generator.
+type Generator string
+
+// The load generators. Both send the same pre-marshalled requests, read
+// only overall_code of each response, keep Options.Callers calls in flight
+// (closed loop: a call's end starts the caller's next one) and record every
+// call's latency.
+const (
+	// H2 speaks HTTP/2 itself (golang.org/x/net/http2's Framer and hpack):
+	// each request's HEADERS block and DATA frame are encoded before the
+	// run, one goroutine per connection reads the responses and writes the
+	// next calls' frames, one flush per batch of frames read.
+	H2 Generator = "h2"
+	// GRPC calls through grpc-go's client, one goroutine per caller, with a
+	// pass-through codec.
+	GRPC Generator = "grpc"
+)
+
+// Generators lists the load generators, the default first.
+var Generators = []Generator{H2, GRPC}
+
 // Options sets up a run of the load generator.
 type Options struct {
-	Callers  int           // concurrent callers; 0 means Callers
-	Conns    int           // gRPC connections shared by the callers (caller i uses i mod Conns); 0 means 4
-	Duration time.Duration // how long to call; ignored when Calls > 0
-	Calls    int64         // the number of calls to make in all, if > 0
-	Timeout  time.Duration // the run ends if no call completes for this long; 0 means 10 s
+	Generator Generator     // the load generator; "" means H2 (used by Measure)
+	Callers   int           // concurrent callers; 0 means Callers
+	Conns     int           // connections shared by the callers (caller i uses i mod Conns); 0 means 4
+	Duration  time.Duration // how long to call; ignored when Calls > 0
+	Calls     int64         // the number of calls to make in all, if > 0
+	Timeout   time.Duration // the run ends if no call completes for this long; 0 means 10 s
 }
 
 // Result is what a run measured. Only the load generator's side: the
@@ -183,21 +205,197 @@ func (r *Result) Rate() float64 {
 	return float64(r.Calls) / r.Elapsed.Seconds()
 }
 
-// Client is the load generator's side of one server: Conns gRPC
-// connections to it and the workload's requests marshalled once.
+// Loader is a load generator connected to one server.
+type Loader interface {
+	// Run calls the server until o.Duration has passed or o.Calls calls
+	// were made, and returns what it measured.
+	Run(ctx context.Context, o Options) (*Result, error)
+	// Close closes the connections.
+	Close() error
+}
+
+// DialLoader connects the load generator g ("" means H2) to addr, a
+// loopback host:port, over conns connections (0 means 4).
+func DialLoader(g Generator, addr string, conns int) (Loader, error) {
+	switch g {
+	case H2, "":
+		return DialH2(addr, conns)
+	case GRPC:
+		return Dial(addr, conns)
+	}
+	return nil, fmt.Errorf("rls: unknown load generator %q (want h2 or grpc)", g)
+}
+
+// marshalWorkload returns the workload's requests, marshalled.
+func marshalWorkload() ([][]byte, error) {
+	var out [][]byte
+	for _, v := range Values() {
+		b, err := proto.Marshal(Request(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// tally is what one caller (grpc) or one connection (h2) counted; its
+// histogram is large, so each lives on the heap apart from the others.
+type tally struct {
+	hist              Hist
+	calls, over, errs int64
+	firstErr          error
+}
+
+// record counts one call that took d and got code, or failed with err.
+func (t *tally) record(d time.Duration, code rlsv3.RateLimitResponse_Code, err error) {
+	t.hist.Record(d)
+	switch {
+	case err != nil:
+		t.errs++
+		if t.firstErr == nil {
+			t.firstErr = err
+		}
+	case code == rlsv3.RateLimitResponse_OK:
+		t.calls++
+	case code == rlsv3.RateLimitResponse_OVER_LIMIT:
+		t.calls++
+		t.over++
+	default:
+		t.errs++
+		if t.firstErr == nil {
+			t.firstErr = fmt.Errorf("ShouldRateLimit: overall_code %v", code)
+		}
+	}
+}
+
+// run is the state a run's callers share: its context, which the watchdog
+// cancels when no call has completed for Options.Timeout, the stop flag the
+// end of Duration sets, and the budget of calls.
+type run struct {
+	o      Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   atomic.Int64 // calls completed, for the watchdog
+	stop   atomic.Bool
+	budget atomic.Int64
+	start  time.Time
+}
+
+// startRun checks o, fills in its defaults and starts the watchdog; the
+// caller must call finish.
+func startRun(ctx context.Context, o Options) (*run, error) {
+	if o.Callers <= 0 {
+		o.Callers = Callers
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Calls <= 0 && o.Duration <= 0 {
+		return nil, errors.New("rls: Run needs a Duration or a number of Calls")
+	}
+	r := &run{o: o}
+	// A call that hangs ends when no call at all has completed for
+	// o.Timeout: the watchdog below cancels r.ctx, which every call shares
+	// (a context per call would allocate).
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.budget.Store(o.Calls)
+	go func() {
+		t := time.NewTicker(o.Timeout)
+		defer t.Stop()
+		last := int64(-1)
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-t.C:
+				if n := r.done.Load(); n != last {
+					last = n
+					continue
+				}
+				r.cancel()
+				return
+			}
+		}
+	}()
+	r.start = time.Now()
+	return r, nil
+}
+
+// take reports whether a caller may start another call.
+func (r *run) take() bool {
+	if r.stop.Load() {
+		return false
+	}
+	return r.o.Calls <= 0 || r.budget.Add(-1) >= 0
+}
+
+// wait lets the callers run for o.Duration or until they return, whichever
+// comes first (with Calls set, until they return), stops them and waits for
+// them.
+func (r *run) wait(parent context.Context, wg *sync.WaitGroup) {
+	if r.o.Calls <= 0 {
+		all := make(chan struct{})
+		go func() { wg.Wait(); close(all) }()
+		t := time.NewTimer(r.o.Duration)
+		select {
+		case <-t.C:
+		case <-all: // the callers gave up early (a connection failed)
+		case <-parent.Done():
+		case <-r.ctx.Done():
+		}
+		t.Stop()
+		r.stop.Store(true)
+	}
+	wg.Wait()
+}
+
+// finish stops the watchdog and adds up the tallies; err is the run's
+// error, if any (the watchdog's, or the parent context's).
+func (r *run) finish(parent context.Context, ts []*tally) (*Result, error) {
+	res := &Result{Elapsed: time.Since(r.start)}
+	hung := parent.Err() == nil && r.ctx.Err() != nil
+	r.cancel()
+	for _, t := range ts {
+		res.Calls += t.calls
+		res.Over += t.over
+		res.Errors += t.errs
+		if res.FirstErr == nil {
+			res.FirstErr = t.firstErr
+		}
+		res.Hist.Merge(&t.hist)
+	}
+	if hung {
+		return res, fmt.Errorf("rls: no call completed for %v", r.o.Timeout)
+	}
+	return res, parent.Err()
+}
+
+// Client is grpc-go's side of one server: Conns gRPC connections to it and
+// the workload's requests marshalled once. Its Run is the GRPC generator.
 type Client struct {
-	conns []*grpc.ClientConn
-	reqs  []wireRequest
-	codec grpc.CallOption
+	conns  []*grpc.ClientConn
+	reqs   []wireRequest
+	method string
+	codec  grpc.CallOption
 }
 
 // Dial connects conns gRPC connections (0 means 4) to addr, a loopback
 // host:port, and marshals the workload's requests.
 func Dial(addr string, conns int) (*Client, error) {
+	reqs, err := marshalWorkload()
+	if err != nil {
+		return nil, err
+	}
+	return dialGRPC(addr, conns, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, reqs)
+}
+
+// dialGRPC is Dial with the method's full name and the marshalled requests.
+func dialGRPC(addr string, conns int, method string, reqs [][]byte) (*Client, error) {
 	if conns <= 0 {
 		conns = 4
 	}
-	c := &Client{codec: grpc.ForceCodecV2(rawCodec{})}
+	c := &Client{codec: grpc.ForceCodecV2(rawCodec{}), method: method}
 	for range conns {
 		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -206,12 +404,7 @@ func Dial(addr string, conns int) (*Client, error) {
 		}
 		c.conns = append(c.conns, cc)
 	}
-	for _, v := range Values() {
-		b, err := proto.Marshal(Request(v))
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
+	for _, b := range reqs {
 		c.reqs = append(c.reqs, wireRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}})
 	}
 	return c, nil
@@ -232,126 +425,45 @@ func (c *Client) Check(ctx context.Context, v string) (*rlsv3.RateLimitResponse,
 	return rlsv3.NewRateLimitServiceClient(c.conns[0]).ShouldRateLimit(ctx, Request(v))
 }
 
-// caller is one goroutine's state; its histogram is large, so each lives on
-// the heap apart from the others.
-type caller struct {
-	hist              Hist
-	calls, over, errs int64
-	firstErr          error
-	resp              wireResponse
-}
-
 // Run calls the server from o.Callers goroutines, each walking the workload's
 // requests from its own offset, until o.Duration has passed or o.Calls calls
 // were made, and returns what it measured.
 func (c *Client) Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Callers <= 0 {
-		o.Callers = Callers
+	r, err := startRun(ctx, o)
+	if err != nil {
+		return nil, err
 	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
-	}
-	if o.Calls <= 0 && o.Duration <= 0 {
-		return nil, errors.New("rls: Run needs a Duration or a number of Calls")
-	}
-	// A call that hangs ends when no call at all has completed for
-	// o.Timeout: the watchdog below cancels runCtx, which every call shares
-	// (a context per call would allocate).
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var done atomic.Int64
-	watchdogStop := make(chan struct{})
-	defer close(watchdogStop)
-	go func() {
-		t := time.NewTicker(o.Timeout)
-		defer t.Stop()
-		last := int64(-1)
-		for {
-			select {
-			case <-watchdogStop:
-				return
-			case <-t.C:
-				if n := done.Load(); n != last {
-					last = n
-					continue
-				}
-				cancel()
-				return
-			}
-		}
-	}()
-	callers := make([]*caller, o.Callers)
-	for i := range callers {
-		callers[i] = new(caller)
-	}
-	var (
-		stop   atomic.Bool
-		budget atomic.Int64
-		wg     sync.WaitGroup
-	)
-	budget.Store(o.Calls)
-	start := time.Now()
-	for i, w := range callers {
+	ts := make([]*tally, r.o.Callers)
+	var wg sync.WaitGroup
+	for i := range ts {
+		w := new(tally)
+		ts[i] = w
 		cc := c.conns[i%len(c.conns)]
-		next := i * len(c.reqs) / len(callers)
+		next := i * len(c.reqs) / len(ts)
 		wg.Go(func() {
-			for !stop.Load() {
-				if o.Calls > 0 && budget.Add(-1) < 0 {
-					return
-				}
+			var resp wireResponse
+			for r.take() {
 				req := &c.reqs[next]
 				if next++; next == len(c.reqs) {
 					next = 0
 				}
 				t0 := time.Now()
-				err := cc.Invoke(runCtx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, &w.resp, c.codec)
-				w.hist.Record(time.Since(t0))
-				done.Add(1)
-				switch {
-				case err != nil:
-					w.errs++
-					if w.firstErr == nil {
-						w.firstErr = fmt.Errorf("ShouldRateLimit: %v", status.Convert(err))
-					}
-					if runCtx.Err() != nil {
-						return
-					}
-				case w.resp.code == rlsv3.RateLimitResponse_OK:
-					w.calls++
-				case w.resp.code == rlsv3.RateLimitResponse_OVER_LIMIT:
-					w.calls++
-					w.over++
-				default:
-					w.errs++
-					if w.firstErr == nil {
-						w.firstErr = fmt.Errorf("ShouldRateLimit: overall_code %v", w.resp.code)
-					}
+				err := cc.Invoke(r.ctx, c.method, req, &resp, c.codec)
+				if err != nil {
+					err = fmt.Errorf("ShouldRateLimit: %v", status.Convert(err))
+				}
+				w.record(time.Since(t0), resp.code, err)
+				r.done.Add(1)
+				if err != nil && r.ctx.Err() != nil {
+					return
 				}
 			}
 		})
 	}
-	if o.Calls <= 0 {
-		t := time.NewTimer(o.Duration)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		stop.Store(true)
+	r.wait(ctx, &wg)
+	res, err := r.finish(ctx, ts)
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	r := &Result{Elapsed: time.Since(start)}
-	if ctx.Err() == nil && runCtx.Err() != nil {
-		return nil, fmt.Errorf("rls: no call completed for %v", o.Timeout)
-	}
-	for _, w := range callers {
-		r.Calls += w.calls
-		r.Over += w.over
-		r.Errors += w.errs
-		if r.FirstErr == nil {
-			r.FirstErr = w.firstErr
-		}
-		r.Hist.Merge(&w.hist)
-	}
-	return r, ctx.Err()
+	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,16 @@ import (
 type fakeRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	hang bool
+	// The calls in progress, and the most seen at once.
+	inFlight, peak atomic.Int64
 }
 
 func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+	}
+	time.Sleep(100 * time.Microsecond) // let the calls overlap
 	if f.hang {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -31,13 +39,13 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // serveFake serves f on a free loopback port until t ends.
-func serveFake(t *testing.T, f *fakeRLS) string {
+func serveFake(t *testing.T, f *fakeRLS, opts ...grpc.ServerOption) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s, f)
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
@@ -45,54 +53,98 @@ func serveFake(t *testing.T, f *fakeRLS) string {
 }
 
 func TestRunCalls(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{}), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	const n = Keys + Keys/HotEvery
-	r, err := c.Run(context.Background(), Options{Callers: 8, Calls: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 8 callers walk the list from 8 offsets, each at its own pace: about
-	// one call in HotEvery+1 is the hot value's.
-	want := int64(Keys / HotEvery)
-	if r.Calls != n || r.Errors != 0 || r.Over < want/2 || r.Over > 2*want || r.Hist.Count() != n {
-		t.Errorf("calls %d, over %d, errors %d (%v), latencies %d; want %d calls, about %d over",
-			r.Calls, r.Over, r.Errors, r.FirstErr, r.Hist.Count(), n, want)
-	}
-	if r.Rate() <= 0 || r.Hist.Quantile(0.99) <= 0 {
-		t.Errorf("rate %v, p99 %v", r.Rate(), r.Hist.Quantile(0.99))
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{}), 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			const n = Keys + Keys/HotEvery
+			r, err := c.Run(context.Background(), Options{Callers: 8, Calls: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 8 callers walk the list from 8 offsets, each at its own pace: about
+			// one call in HotEvery+1 is the hot value's.
+			want := int64(Keys / HotEvery)
+			if r.Calls != n || r.Errors != 0 || r.Over < want/2 || r.Over > 2*want || r.Hist.Count() != n {
+				t.Errorf("calls %d, over %d, errors %d (%v), latencies %d; want %d calls, about %d over",
+					r.Calls, r.Over, r.Errors, r.FirstErr, r.Hist.Count(), n, want)
+			}
+			if r.Rate() <= 0 || r.Hist.Quantile(0.99) <= 0 {
+				t.Errorf("rate %v, p99 %v", r.Rate(), r.Hist.Quantile(0.99))
+			}
+			// The connections stay usable for another run.
+			r, err = c.Run(context.Background(), Options{Callers: 3, Calls: 100})
+			if err != nil || r.Calls != 100 {
+				t.Errorf("second run: %d calls, %v", r.Calls, err)
+			}
+		})
 	}
 }
 
 func TestRunDuration(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{}), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.Run(context.Background(), Options{Duration: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Calls == 0 || r.Errors != 0 || r.Elapsed < 200*time.Millisecond {
-		t.Errorf("calls %d, errors %d (%v), elapsed %v", r.Calls, r.Errors, r.FirstErr, r.Elapsed)
-	}
-	if _, err := c.Run(context.Background(), Options{}); err == nil {
-		t.Error("Run with neither Duration nor Calls: no error")
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{}), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			r, err := c.Run(context.Background(), Options{Duration: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Calls == 0 || r.Errors != 0 || r.Elapsed < 200*time.Millisecond {
+				t.Errorf("calls %d, errors %d (%v), elapsed %v", r.Calls, r.Errors, r.FirstErr, r.Elapsed)
+			}
+			if _, err := c.Run(context.Background(), Options{}); err == nil {
+				t.Error("Run with neither Duration nor Calls: no error")
+			}
+		})
 	}
 }
 
 func TestRunHangingServer(t *testing.T) {
-	c, err := Dial(serveFake(t, &fakeRLS{hang: true}), 1)
+	for _, g := range Generators {
+		t.Run(string(g), func(t *testing.T) {
+			c, err := DialLoader(g, serveFake(t, &fakeRLS{hang: true}), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Run(context.Background(), Options{Callers: 2, Calls: 10, Timeout: 100 * time.Millisecond})
+			if err == nil || !strings.Contains(err.Error(), "no call completed") {
+				t.Errorf("Run against a server that never answers: %v, want the watchdog's error", err)
+			}
+		})
+	}
+}
+
+func TestDialLoaderUnknown(t *testing.T) {
+	if _, err := DialLoader("ghz", "127.0.0.1:1", 1); err == nil {
+		t.Error("DialLoader(ghz): no error")
+	}
+}
+
+func TestRunMaxConcurrentStreams(t *testing.T) {
+	// The server allows 3 streams per connection; the H2 generator's 8
+	// callers on one connection take turns, and every call is answered.
+	f := &fakeRLS{}
+	c, err := DialLoader(H2, serveFake(t, f, grpc.MaxConcurrentStreams(3)), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = c.Run(context.Background(), Options{Callers: 2, Calls: 10, Timeout: 100 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "no call completed") {
-		t.Errorf("Run against a server that never answers: %v, want the watchdog's error", err)
+	r, err := c.Run(context.Background(), Options{Callers: 8, Calls: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Calls != 500 || r.Errors != 0 {
+		t.Errorf("%d calls, %d errors (%v); want 500, 0", r.Calls, r.Errors, r.FirstErr)
+	}
+	if p := f.peak.Load(); p > 3 {
+		t.Errorf("%d calls at once on the server, which allows 3", p)
 	}
 }

@@ -51,6 +51,7 @@ func Verify(ctx context.Context, c *Client) error {
 // time each process spent over it.
 type Measurement struct {
 	Name, Store string
+	Generator   Generator // the load generator that ran
 	Result
 	ServerCPU, RedisCPU, ClientCPU time.Duration
 	// CPUErr is why the CPU times are missing (off Linux, or no redis-server pid).
@@ -65,11 +66,14 @@ func (m *Measurement) PerCall(d time.Duration) time.Duration {
 	return d / time.Duration(m.Calls)
 }
 
-// Measure runs the load against s: warmup (if > 0) unmeasured, then o, with
-// the CPU time of s, of the redis-server redisPid (0: none) and of this
-// process read before and after.
+// Measure runs the load generator o.Generator against s: warmup (if > 0)
+// unmeasured, then o, with the CPU time of s, of the redis-server redisPid
+// (0: none) and of this process read before and after.
 func Measure(ctx context.Context, s *Server, redisPid int, o Options, warmup time.Duration) (*Measurement, error) {
-	c, err := Dial(s.Addr, o.Conns)
+	if o.Generator == "" {
+		o.Generator = H2
+	}
+	c, err := DialLoader(o.Generator, s.Addr, o.Conns)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +94,7 @@ func Measure(ctx context.Context, s *Server, redisPid int, o Options, warmup tim
 	if cpuErr == nil {
 		cpuErr = err
 	}
-	m := &Measurement{Name: s.Name, Store: s.Store, Result: *r, CPUErr: cpuErr}
+	m := &Measurement{Name: s.Name, Store: s.Store, Generator: o.Generator, Result: *r, CPUErr: cpuErr}
 	if cpuErr == nil {
 		m.ServerCPU, m.RedisCPU, m.ClientCPU = after[0]-before[0], after[1]-before[1], after[2]-before[2]
 	}
@@ -132,26 +136,26 @@ const (
 )
 
 // Table writes the measurements as a Markdown table, with ratios to the
-// envoy row if there is one, then the targets' verdict for sluice over Redis.
+// envoy row measured with the same load generator if there is one, then
+// the targets' verdict for sluice over Redis.
 func Table(w io.Writer, ms []*Measurement) {
-	var ref *Measurement
+	refs := map[Generator]*Measurement{}
 	for _, m := range ms {
-		if m.Name == "envoy" {
-			ref = m
-			break
+		if m.Name == "envoy" && refs[m.Generator] == nil {
+			refs[m.Generator] = m
 		}
 	}
-	fmt.Fprintln(w, "| server | store | calls/s | over-limit | errors | p50 | p99 | p999 | server CPU µs/call | redis CPU µs/call | client CPU µs/call | calls/s × envoy | CPU/call ÷ envoy | p99 ÷ envoy |")
-	fmt.Fprintln(w, "| --- | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+	fmt.Fprintln(w, "| server | store | load generator | calls/s | over-limit | errors | p50 | p99 | p999 | server CPU µs/call | redis CPU µs/call | client CPU µs/call | calls/s × envoy | CPU/call ÷ envoy | p99 ÷ envoy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
 	for _, m := range ms {
-		cells := []string{m.Name, m.Store,
+		cells := []string{m.Name, m.Store, string(m.Generator),
 			fmt.Sprintf("%.0f", m.Rate()),
 			fmt.Sprintf("%.2f%%", pct(m.Over, m.Calls)),
 			fmt.Sprint(m.Errors),
 			ms3(m.Hist.Quantile(0.50)), ms3(m.Hist.Quantile(0.99)), ms3(m.Hist.Quantile(0.999)),
 			m.cpu(m.ServerCPU), m.cpu(m.RedisCPU), m.cpu(m.ClientCPU),
 		}
-		if ref != nil && ref.Calls > 0 && m.Calls > 0 {
+		if ref := refs[m.Generator]; ref != nil && ref.Calls > 0 && m.Calls > 0 {
 			cells = append(cells,
 				fmt.Sprintf("%.2f", m.Rate()/ref.Rate()),
 				ratio(m.PerCall(m.ServerCPU), ref.PerCall(ref.ServerCPU), m.CPUErr == nil && ref.CPUErr == nil),
@@ -161,18 +165,16 @@ func Table(w io.Writer, ms []*Measurement) {
 		}
 		fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
 	}
-	if ref == nil {
-		return
-	}
 	for _, m := range ms {
-		if m.Name != "sluice" || m.Store != targetStore || m.Calls == 0 || ref.Calls == 0 {
+		ref := refs[m.Generator]
+		if ref == nil || m.Name != "sluice" || m.Store != targetStore || m.Calls == 0 || ref.Calls == 0 {
 			continue
 		}
 		fmt.Fprintln(w)
 		rate := m.Rate() / ref.Rate()
 		p99 := float64(m.Hist.Quantile(0.99)) / float64(ref.Hist.Quantile(0.99))
-		fmt.Fprintf(w, "Targets, sluice over Redis against envoy: calls/s × %.2f (≥ %.1f: %s), p99 ÷ %.2f (≤ %.2f: %s)",
-			rate, TargetRate, verdict(rate >= TargetRate), p99, TargetP99, verdict(p99 <= TargetP99))
+		fmt.Fprintf(w, "Targets, sluice over Redis against envoy (load generator %s): calls/s × %.2f (≥ %.1f: %s), p99 ÷ %.2f (≤ %.2f: %s)",
+			m.Generator, rate, TargetRate, verdict(rate >= TargetRate), p99, TargetP99, verdict(p99 <= TargetP99))
 		if m.CPUErr == nil && ref.CPUErr == nil && ref.ServerCPU > 0 {
 			cpu := float64(m.PerCall(m.ServerCPU)) / float64(ref.PerCall(ref.ServerCPU))
 			fmt.Fprintf(w, ", server CPU/call ÷ %.2f (≤ %.2f: %s)", cpu, TargetCPU, verdict(cpu <= TargetCPU))

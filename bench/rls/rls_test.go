@@ -203,7 +203,7 @@ func TestSmoke(t *testing.T) {
 		s, err := StartEnvoy(ctx, bin, dir, rs.Addr, files, nil)
 		measure(t, s, err)
 	})
-	sluiceBin, sluiceErr := BuildSluice(ctx, modDir, dir)
+	sluiceBin, sluiceErr := buildSluiceOnce(ctx)
 	for _, store := range []string{"redis://" + rs.Addr, "memory"} {
 		name := "sluice-redis"
 		if store == "memory" {

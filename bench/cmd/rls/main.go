@@ -6,14 +6,16 @@
 // Usage, from the bench directory:
 //
 //	go run ./cmd/rls [-duration 20s | -calls N] [-warmup 2s] [-rounds 1] [-callers 64] [-conns 4]
-//	                 [-servers envoy,sluice-redis,sluice-memory] [-envoy-env K=V]... [-sluice-env K=V]...
+//	                 [-client h2|grpc|h2,grpc] [-servers envoy,sluice-redis,sluice-memory]
+//	                 [-envoy-env K=V]... [-sluice-env K=V]... [-cpuprofile FILE]
 //
 // It builds both servers with `go build` into a temporary directory, starts
 // a redis-server on a free loopback port (or uses the one SLUICE_BENCH_REDIS
 // names), writes one configuration file both load (rls.Config), starts the
 // servers on free loopback ports, checks each applies it (rls.Verify), and
 // then, round by round, runs the load against each server in turn
-// (FLUSHALL before each), reading the CPU time of the server, the
+// (FLUSHALL before each), with each load generator -client names (h2, the
+// default, speaks HTTP/2 itself; grpc calls through grpc-go), reading the CPU time of the server, the
 // redis-server and this process from /proc before and after. It prints a
 // Markdown table to stdout: calls/s, the over-limit share, p50/p99/p999
 // latency, CPU µs per call of each process, and the ratios to envoy, then
@@ -33,6 +35,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -52,10 +55,12 @@ type config struct {
 	calls            int64
 	rounds           int
 	callers, conns   int
+	clients          []rls.Generator
 	servers          []string
 	envoyEnv         []string
 	sluiceEnv        []string
 	keep             bool
+	cpuprofile       string
 }
 
 var allServers = []string{"envoy", "sluice-redis", "sluice-memory"}
@@ -68,11 +73,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before each measured run")
 	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every server once, in turn")
 	fs.IntVar(&c.callers, "callers", rls.Callers, "concurrent callers")
-	fs.IntVar(&c.conns, "conns", 4, "gRPC connections the callers share")
+	fs.IntVar(&c.conns, "conns", 4, "connections (HTTP/2, gRPC) the callers share")
+	clients := fs.String("client", string(rls.H2), "the load generators, comma-separated: h2 (HTTP/2 frames written directly) and/or grpc (grpc-go's client)")
 	servers := fs.String("servers", strings.Join(allServers, ","), "the servers to run, from "+strings.Join(allServers, ","))
 	fs.Var((*listFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
 	fs.Var((*listFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -84,6 +91,14 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 {
 		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative")
+	}
+	for g := range strings.SplitSeq(*clients, ",") {
+		if !slices.Contains(rls.Generators, rls.Generator(g)) {
+			return nil, fmt.Errorf("-client: unknown load generator %q (want h2, grpc or both)", g)
+		}
+		if !slices.Contains(c.clients, rls.Generator(g)) {
+			c.clients = append(c.clients, rls.Generator(g))
+		}
 	}
 	for s := range strings.SplitSeq(*servers, ",") {
 		if !slices.Contains(allServers, s) {
@@ -209,45 +224,59 @@ func run(ctx context.Context, c *config) (err error) {
 		}
 	}
 
+	if c.cpuprofile != "" {
+		f, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	load1 := loadAvg()
-	total := make([]*rls.Measurement, len(servers))
+	total := make([]*rls.Measurement, len(c.clients)*len(servers))
 	var rounds [][]*rls.Measurement
-	o := rls.Options{Callers: c.callers, Conns: c.conns, Duration: c.duration, Calls: c.calls}
 	for round := 1; round <= c.rounds; round++ {
 		rounds = append(rounds, nil)
-		for i, s := range servers {
-			if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
-				return err
+		for gi, g := range c.clients {
+			o := rls.Options{Generator: g, Callers: c.callers, Conns: c.conns, Duration: c.duration, Calls: c.calls}
+			for i, s := range servers {
+				if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
+					return err
+				}
+				pid := rs.Pid()
+				m, err := rls.Measure(ctx, s, pid, o, c.warmup)
+				if err != nil {
+					return fmt.Errorf("%s (%s), load generator %s: %w", s.Name, s.Store, g, err)
+				}
+				logf("round %d %s (%s), %s: %.0f calls/s, p99 %v, %d errors, client CPU %s µs/call", round, s.Name, s.Store, g,
+					m.Rate(), m.Hist.Quantile(0.99), m.Errors, perCall(m, m.ClientCPU))
+				if m.FirstErr != nil {
+					logf("  first error: %v", m.FirstErr)
+				}
+				rounds[round-1] = append(rounds[round-1], m)
+				total[gi*len(servers)+i] = merge(total[gi*len(servers)+i], m)
 			}
-			pid := rs.Pid()
-			m, err := rls.Measure(ctx, s, pid, o, c.warmup)
-			if err != nil {
-				return fmt.Errorf("%s (%s): %w", s.Name, s.Store, err)
-			}
-			logf("round %d %s (%s): %.0f calls/s, p99 %v, %d errors", round, s.Name, s.Store, m.Rate(), m.Hist.Quantile(0.99), m.Errors)
-			if m.FirstErr != nil {
-				logf("  first error: %v", m.FirstErr)
-			}
-			rounds[round-1] = append(rounds[round-1], m)
-			total[i] = merge(total[i], m)
 		}
 	}
 	load2 := loadAvg()
 
 	fmt.Printf("# RLS v3 services side by side\n\n")
-	fmt.Printf("`go run ./cmd/rls %s`: %d callers over %d gRPC connections, %d descriptor values (one call in %d to the hot value, %d per second), %s per server and round, %d round(s), %v warm-up; %s/%s, %d CPUs, GOMAXPROCS %d; load average %s before, %s after.\n\n",
-		strings.Join(os.Args[1:], " "), c.callers, c.conns, rls.Keys, rls.HotEvery+1, rls.HotLimit, runLength(c), c.rounds, c.warmup,
+	fmt.Printf("`go run ./cmd/rls %s`: load generator %s, %d callers over %d HTTP/2 connections, %d descriptor values (one call in %d to the hot value, %d per second), %s per server and round, %d round(s), %v warm-up; %s/%s, %d CPUs, GOMAXPROCS %d; load average %s before, %s after.\n\n",
+		strings.Join(os.Args[1:], " "), generators(c.clients), c.callers, c.conns, rls.Keys, rls.HotEvery+1, rls.HotLimit, runLength(c), c.rounds, c.warmup,
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), load1, load2)
 	rls.Table(os.Stdout, total)
 	fmt.Println()
 	if c.rounds > 1 {
 		fmt.Printf("Each round alone (the table above adds them up):\n\n")
-		fmt.Println("| round | server | store | calls/s | errors | p50 | p99 | server CPU µs/call |")
-		fmt.Println("| --: | --- | --- | --: | --: | --: | --: | --: |")
+		fmt.Println("| round | server | store | load generator | calls/s | errors | p50 | p99 | server CPU µs/call | client CPU µs/call |")
+		fmt.Println("| --: | --- | --- | --- | --: | --: | --: | --: | --: | --: |")
 		for i, row := range rounds {
 			for _, m := range row {
-				fmt.Printf("| %d | %s | %s | %.0f | %d | %.3f ms | %.3f ms | %s |\n", i+1, m.Name, m.Store, m.Rate(), m.Errors,
-					ms(m.Hist.Quantile(0.5)), ms(m.Hist.Quantile(0.99)), perCall(m, m.ServerCPU))
+				fmt.Printf("| %d | %s | %s | %s | %.0f | %d | %.3f ms | %.3f ms | %s | %s |\n", i+1, m.Name, m.Store, m.Generator, m.Rate(), m.Errors,
+					ms(m.Hist.Quantile(0.5)), ms(m.Hist.Quantile(0.99)), perCall(m, m.ServerCPU), perCall(m, m.ClientCPU))
 			}
 		}
 		fmt.Println()
@@ -256,6 +285,14 @@ func run(ctx context.Context, c *config) (err error) {
 		strings.Join(append(rls.EnvoyEnv(rs.Addr, files), c.envoyEnv...), " "))
 	fmt.Printf("sluice: `sluice %s`%s.\n", strings.Join(rls.SluiceArgs(files.File, "redis://"+rs.Addr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), envSuffix(c.sluiceEnv))
 	return nil
+}
+
+func generators(gs []rls.Generator) string {
+	var s []string
+	for _, g := range gs {
+		s = append(s, string(g))
+	}
+	return strings.Join(s, " and ")
 }
 
 func envSuffix(env []string) string {

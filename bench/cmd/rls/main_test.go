@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/bench/rls"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -14,11 +16,18 @@ func TestParseFlags(t *testing.T) {
 	if c.duration != 3*time.Second || c.rounds != 2 || strings.Join(c.servers, ",") != "envoy,sluice-memory" || len(c.envoyEnv) != 1 {
 		t.Errorf("parsed %+v", c)
 	}
+	if len(c.clients) != 1 || c.clients[0] != rls.H2 {
+		t.Errorf("default -client: %v, want h2", c.clients)
+	}
+	if c, err := parseFlags([]string{"-client", "grpc,h2,grpc"}); err != nil || len(c.clients) != 2 || c.clients[0] != rls.GRPC {
+		t.Errorf("-client grpc,h2,grpc: %v, %v", c, err)
+	}
 	for _, bad := range [][]string{
 		{"-servers", "nginx"},
 		{"-duration", "0s"},
 		{"-rounds", "0"},
 		{"-conns", "0"},
+		{"-client", "ghz"},
 		{"-envoy-env", "NOVALUE"},
 		{"-sluice-env", "=x"},
 		{"extra"},
