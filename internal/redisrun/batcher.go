@@ -45,6 +45,8 @@ type Batcher struct {
 	// active counts the pipelines on their way, the batch being gathered
 	// (from its first call on) and the calls a caller sends inline (Claim).
 	active atomic.Int32
+	// shared: the last pipeline carried several calls.
+	shared atomic.Bool
 	// gather is held by the loop gathering the next batch.
 	gather sync.Mutex
 	// back gets a signal (and keeps one) when a pipeline or an inline call
@@ -53,11 +55,14 @@ type Batcher struct {
 }
 
 // Claim reports whether the batcher is idle (no pipeline on its way, no call
-// waiting, none inline) and, if so, takes its inline slot: the caller then
-// sends its call itself and gives the slot back with Release. Under load the
-// batcher is busy and calls queue to share pipelines.
+// waiting, none inline, and its last pipeline carried a single call) and,
+// if so, takes its inline slot: the caller then sends its call itself and
+// gives the slot back with Release. Under load the batcher is busy and
+// calls queue to share pipelines; so does the first call after a shared
+// pipeline came back (the callers it answered are likely to call again at
+// once, and their calls join it).
 func (b *Batcher) Claim() bool {
-	if len(b.ch) > 0 || b.active.Load() != 0 {
+	if len(b.ch) > 0 || b.active.Load() != 0 || b.shared.Load() {
 		return false
 	}
 	if b.active.Add(1) == 1 {
@@ -247,6 +252,7 @@ func (b *Batcher) loop() {
 			}
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		b.shared.Store(len(batch) > 1)
 		b.send(ctx, batch)
 		b.done()
 		cancel()
