@@ -175,15 +175,20 @@ func (b *Batcher) Run(ctx context.Context, c *Call) error {
 func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
+	// expired fires at the store's timeout; not needed when ctx ends first
+	// (an Envoy's call carries its own, shorter, timeout).
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok && !d.After(p.deadline) {
 		p.deadline = d
+	} else {
+		t := timers.Get().(*time.Timer)
+		t.Reset(b.timeout)
+		defer func() {
+			t.Stop()
+			timers.Put(t)
+		}()
+		expired = t.C
 	}
-	t := timers.Get().(*time.Timer)
-	t.Reset(b.timeout)
-	defer func() {
-		t.Stop()
-		timers.Put(t)
-	}()
 	var err error
 	select {
 	case <-b.quit:
@@ -199,7 +204,7 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 			return b.closed
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-expired:
 			return context.DeadlineExceeded
 		}
 	}
@@ -211,7 +216,7 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 		err = b.closed
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-expired:
 		err = context.DeadlineExceeded
 	}
 	if p.state.CompareAndSwap(waiting, abandoned) {
