@@ -99,7 +99,10 @@ func WithoutBatching() Option { return func(s *Store) { s.batchN = 0 } }
 const maxPipelines = 1024
 
 // WithBatching sets how many pipelines may be in flight at once (default 4;
-// 0 is WithoutBatching; at most 1024).
+// 0 is WithoutBatching; at most 1024). While one is on its way the next
+// gathers the calls that come until it is back, and goes sooner only once
+// 64 calls wait: more pipelines go at once when the calls come faster than
+// the round trips carry them.
 func WithBatching(pipelines int) Option {
 	return func(s *Store) {
 		if pipelines < 0 || pipelines > maxPipelines {

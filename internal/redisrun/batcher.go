@@ -3,6 +3,7 @@ package redisrun
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,10 +12,20 @@ import (
 // maxBatch is the most calls one pipeline carries.
 const maxBatch = 256
 
-// A Batcher gathers calls made concurrently into pipelines: each of its loops
-// takes the first waiting call, everything else waiting behind it (up to
-// maxBatch), and sends them in one round trip. Under no load a call goes alone
-// at once; under load the round trips are shared.
+// ShareBatch is the batch past which the next pipeline goes without
+// waiting for those on their way to come back.
+const ShareBatch = maxBatch / 4
+
+// A Batcher gathers calls made concurrently into pipelines. One of its loops
+// at a time gathers the next batch: it takes the first waiting call and
+// everything behind it, and while another pipeline (or an inline call) is on
+// its way it goes on gathering until that one comes back or the batch holds
+// ShareBatch calls; then it sends the batch in one round trip (up to
+// maxBatch calls) and the next loop gathers. Under no load a call goes alone
+// at once; under load every round trip carries the calls that came during
+// the previous one, so the round trips (and the server's cost of each) are
+// shared by as many calls as the load brings, and more pipelines go out at
+// once only when the batches fill faster than the round trips come back.
 type Batcher struct {
 	client  Client
 	timeout time.Duration
@@ -31,17 +42,27 @@ type Batcher struct {
 	stopped chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
-	// active counts the pipelines on their way and the calls a caller sends
-	// inline (claim).
+	// active counts the pipelines on their way, the batch being gathered
+	// (from its first call on) and the calls a caller sends inline (Claim).
 	active atomic.Int32
+	// shared: the last pipeline carried several calls.
+	shared atomic.Bool
+	// gather is held by the loop gathering the next batch.
+	gather sync.Mutex
+	// back gets a signal (and keeps one) when a pipeline or an inline call
+	// comes back: the gathering loop looks at active again.
+	back chan struct{}
 }
 
 // Claim reports whether the batcher is idle (no pipeline on its way, no call
-// waiting, none inline) and, if so, takes its inline slot: the caller then
-// sends its call itself and gives the slot back with Release. Under load the
-// batcher is busy and calls queue to share pipelines.
+// waiting, none inline, and its last pipeline carried a single call) and,
+// if so, takes its inline slot: the caller then sends its call itself and
+// gives the slot back with Release. Under load the batcher is busy and
+// calls queue to share pipelines; so does the first call after a shared
+// pipeline came back (the callers it answered are likely to call again at
+// once, and their calls join it).
 func (b *Batcher) Claim() bool {
-	if len(b.ch) > 0 || b.active.Load() != 0 {
+	if len(b.ch) > 0 || b.active.Load() != 0 || b.shared.Load() {
 		return false
 	}
 	if b.active.Add(1) == 1 {
@@ -52,7 +73,17 @@ func (b *Batcher) Claim() bool {
 }
 
 // Release gives back the inline slot Claim took.
-func (b *Batcher) Release() { b.active.Add(-1) }
+func (b *Batcher) Release() { b.done() }
+
+// done ends a pipeline or an inline call: one fewer on its way, and the
+// gathering loop is told.
+func (b *Batcher) done() {
+	b.active.Add(-1)
+	select {
+	case b.back <- struct{}{}:
+	default:
+	}
+}
 
 // The states of a pending call: waiting for its answer, answered (by the loop
 // that sent it), abandoned (by its caller, who gave up).
@@ -99,7 +130,7 @@ func (p *pending) answer() {
 // group (see Router); nil for a caller that sends other calls only. closed
 // is the error of a call made or still waiting after Close.
 func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, closed error) *Batcher {
-	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{})}
+	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{}), back: make(chan struct{}, 1)}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -144,15 +175,20 @@ func (b *Batcher) Run(ctx context.Context, c *Call) error {
 func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(p.deadline) {
+	// expired fires at the store's timeout; not needed when ctx ends first
+	// (an Envoy's call carries its own, shorter, timeout).
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok && !d.After(p.deadline) {
 		p.deadline = d
+	} else {
+		t := timers.Get().(*time.Timer)
+		t.Reset(b.timeout)
+		defer func() {
+			t.Stop()
+			timers.Put(t)
+		}()
+		expired = t.C
 	}
-	t := timers.Get().(*time.Timer)
-	t.Reset(b.timeout)
-	defer func() {
-		t.Stop()
-		timers.Put(t)
-	}()
 	var err error
 	select {
 	case <-b.quit:
@@ -168,7 +204,7 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 			return b.closed
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-expired:
 			return context.DeadlineExceeded
 		}
 	}
@@ -180,7 +216,7 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 		err = b.closed
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-expired:
 		err = context.DeadlineExceeded
 	}
 	if p.state.CompareAndSwap(waiting, abandoned) {
@@ -194,25 +230,12 @@ func (b *Batcher) loop() {
 	defer b.wg.Done()
 	batch := make([]*pending, 0, maxBatch)
 	for {
-		select {
-		case <-b.quit:
-			return // not another batch after close, even with calls waiting
-		default:
-		}
-		select {
-		case p := <-b.ch:
-			batch = append(batch[:0], p)
-		case <-b.quit:
+		b.gather.Lock()
+		var ok bool
+		batch, ok = b.next(batch[:0])
+		b.gather.Unlock()
+		if !ok {
 			return
-		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case p := <-b.ch:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
 		}
 		live := batch[:0]
 		for _, p := range batch {
@@ -222,6 +245,7 @@ func (b *Batcher) loop() {
 		}
 		batch = live
 		if len(batch) == 0 {
+			b.done()
 			continue
 		}
 		// Nor may the pipeline wait (for a connection, a dial, a retry) past
@@ -233,11 +257,66 @@ func (b *Batcher) loop() {
 			}
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		b.active.Add(1)
+		b.shared.Store(len(batch) > 1)
 		b.send(ctx, batch)
-		b.active.Add(-1)
+		b.done()
 		cancel()
 	}
+}
+
+// next gathers the next batch into batch: the first call to come and those
+// behind it, and, while a pipeline or an inline call is on its way, those
+// that come until it is back or the batch holds ShareBatch calls. The batch
+// counts in active from its first call: the caller sends it, then calls
+// done. next returns false once the Batcher is closed, having answered the
+// closed error to the calls it had gathered.
+func (b *Batcher) next(batch []*pending) ([]*pending, bool) {
+	select {
+	case <-b.quit:
+		return batch, false // not another batch after close, even with calls waiting
+	default:
+	}
+	select {
+	case p := <-b.ch:
+		batch = append(batch, p)
+	case <-b.quit:
+		return batch, false
+	}
+	b.active.Add(1)
+	batch = b.drainInto(batch)
+	for len(batch) < ShareBatch && b.active.Load() > 1 {
+		select {
+		case p := <-b.ch:
+			batch = b.drainInto(append(batch, p))
+		case <-b.back:
+		case <-b.quit:
+			for _, p := range batch {
+				b.refuse(p)
+			}
+			b.done()
+			return batch[:0], false
+		}
+	}
+	if len(batch) < ShareBatch {
+		// The batch goes now, but first the goroutines ready to run (the
+		// callers a reply just woke, under load) may join it.
+		runtime.Gosched()
+		batch = b.drainInto(batch)
+	}
+	return batch, true
+}
+
+// drainInto adds to batch the calls waiting in the queue, up to maxBatch.
+func (b *Batcher) drainInto(batch []*pending) []*pending {
+	for len(batch) < maxBatch {
+		select {
+		case p := <-b.ch:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // send runs the calls in one pipeline, those that can be merged merged per
@@ -364,17 +443,22 @@ func (b *Batcher) drain() {
 	for {
 		select {
 		case p := <-b.ch:
-			if !p.state.CompareAndSwap(waiting, answered) {
-				continue // its caller gave up
-			}
-			if p.call != nil {
-				p.call.Err = b.closed
-			} else {
-				p.err = b.closed
-			}
-			p.done <- struct{}{}
+			b.refuse(p)
 		default:
 			return
 		}
 	}
+}
+
+// refuse answers p the closed error, unless its caller gave up.
+func (b *Batcher) refuse(p *pending) {
+	if !p.state.CompareAndSwap(waiting, answered) {
+		return
+	}
+	if p.call != nil {
+		p.call.Err = b.closed
+	} else {
+		p.err = b.closed
+	}
+	p.done <- struct{}{}
 }
