@@ -34,9 +34,9 @@ const (
 // connections and the workload's requests encoded as frames' payloads. Its
 // runs follow one another on the same connections; one at a time.
 type H2Client struct {
-	conns []*h2Conn
-	block []byte   // the HEADERS block every call sends
-	reqs  [][]byte // each request's DATA payload: gRPC's 5-byte prefix and the message
+	conns  []*h2Conn
+	blocks headerBlocks
+	reqs   [][]byte // each request's DATA payload: gRPC's 5-byte prefix and the message
 }
 
 // DialH2 opens conns HTTP/2 connections (0 means 4, prior knowledge, no
@@ -56,7 +56,7 @@ func dialH2(addr string, conns int, path string, reqs [][]byte) (*H2Client, erro
 	if conns <= 0 {
 		conns = 4
 	}
-	c := &H2Client{block: headerBlock(addr, path)}
+	c := &H2Client{blocks: headerBlock(addr, path)}
 	for _, m := range reqs {
 		b := make([]byte, 5+len(m))
 		binary.BigEndian.PutUint32(b[1:5], uint32(len(m)))
@@ -64,7 +64,7 @@ func dialH2(addr string, conns int, path string, reqs [][]byte) (*H2Client, erro
 		c.reqs = append(c.reqs, b)
 	}
 	for range conns {
-		hc, err := dialH2Conn(addr, c.block)
+		hc, err := dialH2Conn(addr, c.blocks)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -74,13 +74,20 @@ func dialH2(addr string, conns int, path string, reqs [][]byte) (*H2Client, erro
 	return c, nil
 }
 
-// headerBlock returns the HPACK block of a call's request headers. It uses
-// no dynamic table (the encoder's table is set to 0 and the block that
-// announces it discarded), so the same bytes are valid on every stream.
-func headerBlock(authority, path string) []byte {
-	var buf bytes.Buffer
-	enc := hpack.NewEncoder(&buf)
-	enc.SetMaxDynamicTableSizeLimit(0)
+// headerBlocks are the HPACK blocks of a call's request headers, encoded
+// once, as a client that keeps HPACK's dynamic table sends them (grpc-go's,
+// Envoy's): the first call of a connection adds its fields to the table
+// (first), every later one names them by index (steady), which leaves the
+// table as it is, so the same bytes serve every later stream. plain uses no
+// table, for a server that allows less than the fields take (its
+// SETTINGS_HEADER_TABLE_SIZE below tableSize).
+type headerBlocks struct {
+	first, steady, plain []byte
+	tableSize            uint32
+}
+
+// headerBlock returns the header blocks of a call to path on authority.
+func headerBlock(authority, path string) headerBlocks {
 	fields := []hpack.HeaderField{
 		{Name: ":method", Value: "POST"},
 		{Name: ":scheme", Value: "http"},
@@ -89,13 +96,35 @@ func headerBlock(authority, path string) []byte {
 		{Name: "content-type", Value: "application/grpc"},
 		{Name: "te", Value: "trailers"},
 	}
-	for range 2 {
+	var bs headerBlocks
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for i := range 2 {
 		buf.Reset()
 		for _, f := range fields {
 			_ = enc.WriteField(f) // writing to a bytes.Buffer cannot fail
 		}
+		if i == 0 {
+			bs.first = bytes.Clone(buf.Bytes())
+		} else {
+			bs.steady = bytes.Clone(buf.Bytes())
+		}
 	}
-	return bytes.Clone(buf.Bytes())
+	for _, f := range fields {
+		bs.tableSize += f.Size()
+	}
+	// With no dynamic table: the encoder's table set to 0, and the block
+	// that announces it discarded.
+	enc = hpack.NewEncoder(&buf)
+	enc.SetMaxDynamicTableSizeLimit(0)
+	for range 2 {
+		buf.Reset()
+		for _, f := range fields {
+			_ = enc.WriteField(f)
+		}
+	}
+	bs.plain = bytes.Clone(buf.Bytes())
+	return bs
 }
 
 // Close closes the connections.
@@ -162,8 +191,11 @@ type h2Conn struct {
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	fr    *http2.Framer // writes frames to bw
-	dec   *hpack.Decoder
-	block []byte
+	dec    *hpack.Decoder
+	blocks headerBlocks
+	// indexed: the server's table holds the fields (the first block was
+	// sent); noTable: the server's table is too small for them.
+	indexed, noTable bool
 	err   error // set once the connection is unusable
 
 	// The server's settings and the send windows.
@@ -212,7 +244,7 @@ type h2Stream struct {
 	msg        []byte // the DATA received: the length-prefixed message
 }
 
-func dialH2Conn(addr string, block []byte) (*h2Conn, error) {
+func dialH2Conn(addr string, blocks headerBlocks) (*h2Conn, error) {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -221,7 +253,7 @@ func dialH2Conn(addr string, block []byte) (*h2Conn, error) {
 		nc:         nc,
 		br:         bufio.NewReaderSize(nc, h2ReadBuf),
 		bw:         bufio.NewWriterSize(nc, h2WriteBuf),
-		block:      block,
+		blocks:     blocks,
 		maxStreams: 1<<32 - 1,
 		initWindow: 65535,
 		maxFrame:   h2MaxFrame,
@@ -538,6 +570,12 @@ func (c *h2Conn) onSettings(fh http2.FrameHeader, p []byte) error {
 					c.streams[i].window += delta
 				}
 			}
+		case http2.SettingHeaderTableSize:
+			// Lowered before any call: this client then uses no table.
+			c.noTable = v < c.blocks.tableSize
+			if c.noTable && c.indexed {
+				return errors.New("rls: the server shrank its header table after the first call")
+			}
 		case http2.SettingMaxFrameSize:
 			if v < 16384 || v > 1<<24-1 {
 				return fmt.Errorf("rls: the server's SETTINGS_MAX_FRAME_SIZE %d is out of range", v)
@@ -606,7 +644,14 @@ func (c *h2Conn) start(s *h2Stream) {
 	*s = h2Stream{id: c.nextID, next: s.next, t0: time.Now(), data: data, window: c.initWindow, grpcStatus: -1, msg: s.msg[:0]}
 	c.nextID += 2
 	c.inFlight++
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: c.block, EndHeaders: true}); err != nil {
+	block := c.blocks.steady
+	switch {
+	case c.noTable:
+		block = c.blocks.plain
+	case !c.indexed:
+		block, c.indexed = c.blocks.first, true
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: block, EndHeaders: true}); err != nil {
 		c.err = err
 		return
 	}

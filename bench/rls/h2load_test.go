@@ -24,26 +24,43 @@ import (
 )
 
 func TestHeaderBlock(t *testing.T) {
-	block := headerBlock("127.0.0.1:8081", "/a.B/C")
-	var got []string
-	dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) { got = append(got, f.Name+": "+f.Value) })
-	for range 2 { // the same bytes decode alike on every stream
-		got = got[:0]
+	bs := headerBlock("127.0.0.1:8081", "/a.B/C")
+	want := ":method: POST|:scheme: http|:path: /a.B/C|:authority: 127.0.0.1:8081|content-type: application/grpc|te: trailers"
+	decode := func(dec *hpack.Decoder, got *[]string, block []byte) {
+		t.Helper()
+		*got = (*got)[:0]
 		if _, err := dec.Write(block); err != nil {
 			t.Fatal(err)
 		}
 		if err := dec.Close(); err != nil {
 			t.Fatal(err)
 		}
+		if strings.Join(*got, "|") != want {
+			t.Errorf("decoded %q, want %q", strings.Join(*got, "|"), want)
+		}
 	}
-	want := ":method: POST|:scheme: http|:path: /a.B/C|:authority: 127.0.0.1:8081|content-type: application/grpc|te: trailers"
-	if strings.Join(got, "|") != want {
-		t.Errorf("decoded %q, want %q", strings.Join(got, "|"), want)
+	// With the table: the first block, then the steady one on every later
+	// stream, decode alike; the steady one names every field by index and
+	// leaves the table as it is (its size after three streams is the
+	// first's).
+	var got []string
+	dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) { got = append(got, f.Name+": "+f.Value) })
+	decode(dec, &got, bs.first)
+	if len(bs.steady) >= len(bs.plain) || len(bs.steady) > 8 {
+		t.Errorf("steady block of %d bytes (plain %d): not indexed", len(bs.steady), len(bs.plain))
 	}
-	// Nothing entered the server's dynamic table: its first entry (index
-	// 62) does not exist.
+	decode(dec, &got, bs.steady)
+	decode(dec, &got, bs.steady)
+	if _, err := dec.Write([]byte{0x80 | byte(62+4)}); err == nil { // a fifth dynamic entry
+		t.Error("the steady block added entries to the dynamic table")
+	}
+	// Without: the same bytes on every stream, nothing in the table (its
+	// first entry, index 62, does not exist).
+	dec = hpack.NewDecoder(4096, func(f hpack.HeaderField) { got = append(got, f.Name+": "+f.Value) })
+	decode(dec, &got, bs.plain)
+	decode(dec, &got, bs.plain)
 	if _, err := dec.Write([]byte{0x80 | 62}); err == nil {
-		t.Error("the block added an entry to the dynamic table")
+		t.Error("the plain block added an entry to the dynamic table")
 	}
 }
 
