@@ -187,16 +187,16 @@ func (c *H2Client) Run(ctx context.Context, o Options) (*Result, error) {
 // h2Conn is one HTTP/2 connection. One goroutine at a time (the run's)
 // uses it.
 type h2Conn struct {
-	nc    net.Conn
-	br    *bufio.Reader
-	bw    *bufio.Writer
-	fr    *http2.Framer // writes frames to bw
+	nc     net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	fr     *http2.Framer // writes frames to bw
 	dec    *hpack.Decoder
 	blocks headerBlocks
 	// indexed: the server's table holds the fields (the first block was
 	// sent); noTable: the server's table is too small for them.
 	indexed, noTable bool
-	err   error // set once the connection is unusable
+	err              error // set once the connection is unusable
 
 	// The server's settings and the send windows.
 	gotSettings bool
