@@ -166,11 +166,11 @@ func TestTakeEachFailurePolicy(t *testing.T) {
 }
 
 // TestEachCrossSlot: on a cluster, a composite whose keys are in different
-// slots is taken in turn, the parts that can be given back first (here the
-// second part given, so the order taken is not the order given), and each
-// part's figures land at its own place: where the protocol reaches the same
-// states as one atomic step (a refused token bucket given back, a part not
-// reached that would have granted), they equal memstore's.
+// slots is taken in turn, the parts that can be given back first (here
+// both can, so the order taken is the order given), and each part's figures
+// land at its own place: where the protocol reaches the same states as one
+// atomic step (a refused token bucket given back, a part not reached that
+// would have granted), they equal memstore's.
 func TestEachCrossSlot(t *testing.T) {
 	c := redistest.Cluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
@@ -179,8 +179,8 @@ func TestEachCrossSlot(t *testing.T) {
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
 	parts := []core.Request{
-		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
 		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never},
+		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
 	}
 	for i, step := range []struct {
 		at      int64 // µs after storetest.Base
