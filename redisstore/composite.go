@@ -23,15 +23,18 @@ import (
 // admits over any limit. Its weakness: between a part's take and its
 // give-back a concurrent request on that key may be refused that would have
 // passed; a process dying in between (or a give-back that fails) leaves
-// those units spent; and only token-bucket and gcra parts can be given back.
-// So the parts that can be given back go first, in the order given (put the
+// those units spent; and sliding-window, sliding-log and leaky-bucket parts
+// cannot be given back. So the parts that can be given back (token-bucket,
+// gcra, fixed-window, aligned-window) go first, in the order given (put the
 // narrowest first: it refuses most, and a refusal there costs nothing), and
-// the others after them; with two or more window or leaky parts, all but the
-// last can lose units to a later refusal. A refusal on this path reports the
-// parts it reached (the ones after the refusing part are not looked at).
-// Taking a window part after the refundable ones matters: a per-chat fixed
-// window taken before a global token bucket wastes its windows on the
-// global's refusals (see the README's composite figures).
+// the others after them; with two or more parts that cannot be given back,
+// all but the last can lose units to a later refusal. A refusal on this path
+// reports the parts it reached (the ones after the refusing part are not
+// looked at). A fixed-window part given back keeps one difference: its take
+// may have opened a new window (its end set by that take), which the refund
+// leaves open with its count lowered. It never holds more than rate per
+// window and windows never overlap, but the window's phase differs from one
+// no decision touched (an aligned window has no such difference).
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
 	rs, err := storeapi.Requests(reqs)
 	if err != nil {
@@ -154,7 +157,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, 
 			// look. The parts after it were not reached.
 			looks := taken
 			for j, oj := range order[:i] {
-				if t := reqs[oj]; t.Cost > 0 && (t.Params.Kind == algo.TokenBucket || t.Params.Kind == algo.GCRA) {
+				if t := reqs[oj]; t.Cost > 0 && core.Refundable(t.Params.Kind) {
 					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now); rerr == nil {
 						looks[j] = l
 					}
@@ -214,7 +217,7 @@ func (s *Store) eachInTurn(ctx context.Context, reqs []core.Request, now int64, 
 // refundRank orders the parts of a cross-slot composite: those that can be
 // given back first.
 func refundRank(k algo.Kind) int {
-	if k == algo.TokenBucket || k == algo.GCRA {
+	if core.Refundable(k) {
 		return 0
 	}
 	return 1

@@ -166,11 +166,11 @@ func TestTakeEachFailurePolicy(t *testing.T) {
 }
 
 // TestEachCrossSlot: on a cluster, a composite whose keys are in different
-// slots is taken in turn, the parts that can be given back first (here the
-// second part given, so the order taken is not the order given), and each
-// part's figures land at its own place: where the protocol reaches the same
-// states as one atomic step (a refused token bucket given back, a part not
-// reached that would have granted), they equal memstore's.
+// slots is taken in turn, the parts that can be given back first (here
+// both can, so the order taken is the order given), and each part's figures
+// land at its own place: where the protocol reaches the same states as one
+// atomic step (a refused token bucket given back, a part not reached that
+// would have granted), they equal memstore's.
 func TestEachCrossSlot(t *testing.T) {
 	c := redistest.Cluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
@@ -179,8 +179,8 @@ func TestEachCrossSlot(t *testing.T) {
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
 	parts := []core.Request{
-		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
 		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never},
+		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
 	}
 	for i, step := range []struct {
 		at      int64 // µs after storetest.Base
@@ -207,6 +207,40 @@ func TestEachCrossSlot(t *testing.T) {
 		d.FreshAt, md.FreshAt = 0, 0
 		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
 			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
+		}
+	}
+}
+
+// TestWindowGivenBackCrossSlot: on a cluster, a window part taken before a
+// part in another slot refuses is given back, for both window algorithms:
+// its window then admits as if the refused composite had never been made.
+func TestWindowGivenBackCrossSlot(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	for _, kind := range []algo.Kind{algo.FixedWindow, algo.AlignedWindow} {
+		take, _, storePrefix := takeAtPrefix(t, c)
+		prefix := apart(storePrefix, "")
+		window := algo.Params{Kind: kind, Rate: 2, Period: 60_000_000}
+		bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 1}
+		user := core.Request{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never}
+		parts := []core.Request{user, {Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never}}
+		now := storetest.Base
+		for i, want := range []bool{true, false} { // the second: the bucket refuses, the window is given back
+			d, err := take(parts, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("%s: composite %d: %+v, want allowed %v", kind, i, d, want)
+			}
+		}
+		for i, want := range []bool{true, false} { // the window holds 1 of its 2
+			d, err := take([]core.Request{user}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("%s: the window alone, take %d: %+v, want allowed %v (a window unit of the refused composite was not given back)", kind, i, d, want)
+			}
 		}
 	}
 }

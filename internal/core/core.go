@@ -84,10 +84,17 @@ func CheckRefund(key string, p *algo.Params, units int64) error {
 		return ErrEmptyKey
 	case units < 0:
 		return fmt.Errorf("%w: refund of %d", ErrInvalidCost, units)
-	case p.Kind != algo.TokenBucket && p.Kind != algo.GCRA && p.Kind != algo.FixedWindow && p.Kind != algo.AlignedWindow:
+	case !Refundable(p.Kind):
 		return fmt.Errorf("%w (refund on %s)", ErrNoRefund, p.Kind)
 	}
 	return nil
+}
+
+// Refundable reports whether units taken under an algorithm can be given
+// back (CheckRefund accepts it): token-bucket, gcra, fixed-window and
+// aligned-window.
+func Refundable(k algo.Kind) bool {
+	return k == algo.TokenBucket || k == algo.GCRA || k == algo.FixedWindow || k == algo.AlignedWindow
 }
 
 // CheckComposite checks what a composite adds to its parts' own checks: at
