@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/core"
 )
 
 // quotaScratch holds a call's quota_mode parts and its is_negative_hits
@@ -29,11 +31,7 @@ func (q *quotaScratch) clear() {
 // canGiveBack reports whether a limit's algorithm can give units back
 // (sluice.Limiter.Refund): all but the sliding ones and the leaky bucket.
 func canGiveBack(l sluice.Limit) bool {
-	switch l.Algorithm {
-	case sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow, sluice.AlignedWindow:
-		return true
-	}
-	return false
+	return core.Refundable(algo.Kind(l.Algorithm))
 }
 
 // addRefund makes descriptor i (its state ds, its part p of cost > 0) a
