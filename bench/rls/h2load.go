@@ -644,18 +644,25 @@ func (c *h2Conn) start(s *h2Stream) {
 	*s = h2Stream{id: c.nextID, next: s.next, t0: time.Now(), data: data, window: c.initWindow, grpcStatus: -1, msg: s.msg[:0]}
 	c.nextID += 2
 	c.inFlight++
-	block := c.blocks.steady
-	switch {
-	case c.noTable:
-		block = c.blocks.plain
-	case !c.indexed:
-		block, c.indexed = c.blocks.first, true
-	}
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: block, EndHeaders: true}); err != nil {
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: c.nextBlock(), EndHeaders: true}); err != nil {
 		c.err = err
 		return
 	}
 	c.sendData(s)
+}
+
+// nextBlock returns the header block of the connection's next call: the
+// first, which fills the server's table, then the steady one; the plain one
+// for a server whose table is too small.
+func (c *h2Conn) nextBlock() []byte {
+	switch {
+	case c.noTable:
+		return c.blocks.plain
+	case !c.indexed:
+		c.indexed = true
+		return c.blocks.first
+	}
+	return c.blocks.steady
 }
 
 // sendData writes as much of s's request as the windows allow.

@@ -64,6 +64,47 @@ func TestHeaderBlock(t *testing.T) {
 	}
 }
 
+// TestHeaderBlockTableSize: a connection sends the first block, then the
+// steady one, when the server's SETTINGS_HEADER_TABLE_SIZE holds the fields
+// (the default 4096 included); the plain one on every call when it is
+// smaller; and a server that shrinks its table after the first call ends the
+// connection with an error.
+func TestHeaderBlockTableSize(t *testing.T) {
+	bs := headerBlock("127.0.0.1:8081", "/a.B/C")
+	settings := func(c *h2Conn, size uint32) error {
+		p := make([]byte, 6)
+		binary.BigEndian.PutUint16(p, uint16(http2.SettingHeaderTableSize))
+		binary.BigEndian.PutUint32(p[2:], size)
+		return c.onSettings(http2.FrameHeader{Type: http2.FrameSettings, Length: 6}, p)
+	}
+	for _, tc := range []struct {
+		size uint32 // 0: no SETTINGS_HEADER_TABLE_SIZE sent
+		want [][]byte
+	}{
+		{0, [][]byte{bs.first, bs.steady, bs.steady}},
+		{4096, [][]byte{bs.first, bs.steady, bs.steady}},
+		{bs.tableSize, [][]byte{bs.first, bs.steady, bs.steady}},
+		{bs.tableSize - 1, [][]byte{bs.plain, bs.plain, bs.plain}},
+	} {
+		c := &h2Conn{blocks: bs, fr: http2.NewFramer(io.Discard, nil)}
+		if tc.size > 0 {
+			if err := settings(c, tc.size); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, want := range tc.want {
+			if got := c.nextBlock(); !bytes.Equal(got, want) {
+				t.Errorf("table size %d, call %d: block %x, want %x", tc.size, i, got, want)
+			}
+		}
+		if tc.size == 0 {
+			if err := settings(c, 0); err == nil {
+				t.Error("a table shrunk after the first call was accepted")
+			}
+		}
+	}
+}
+
 // testSluice is the sluice command the tests below build once.
 var testSluice struct {
 	once sync.Once
