@@ -901,21 +901,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if m.obs != nil {
 				m.report(enforced, nil, observe.Allowed, lat, res.Delay)
 			}
-			if st == nil {
-				if len(m.headers) > 0 {
-					one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
-					m.writeHeaders(w.Header(), one[:], new([2]string))
-				}
-				next.ServeHTTP(w, in)
-				return
+			var vals *[2]string // the header values' backing
+			if st != nil {
+				st.one = p
+				st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
+				vals = &st.headerVals
 			}
-			st.one = p
-			st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
 			if len(m.headers) > 0 {
+				if vals == nil {
+					vals = new([2]string)
+				}
 				one := [1]PolicyResult{p.result(res.Remaining, int64(res.ResetAfter))}
-				m.writeHeaders(w.Header(), one[:], &st.headerVals)
+				m.writeHeaders(w.Header(), one[:], vals)
 			}
-			next.ServeHTTP(w, m.nextRequest(st, in, r))
+			next.ServeHTTP(w, m.nextRequest(st, in, r)) // in when st is nil (bare)
 			return
 		}
 		m.decide(w, r, in, st, enforced, nil, &decided{res, lat, err}, next)
