@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
@@ -87,15 +86,11 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 		if blocked {
 			c = 0
 		}
-		r, err := s.lim.Take(ctx, p.Key, p.Limit, c)
-		over := !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
-		if errors.Is(err, sluice.ErrCostExceedsCapacity) {
-			r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
-			over = true
-		}
+		r, tooBig, err := s.take(ctx, p, c)
 		if err != nil {
 			return false, err
 		}
+		over := tooBig || !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
 		q.res[i], q.over[i], q.spent[i] = r, over, c > 0 && !over
 	}
 	found, all := false, true

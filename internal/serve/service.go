@@ -354,11 +354,10 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			if !comp.Allowed {
 				c = 0
 			}
-			r, err := s.lim.Take(ctx, p.Key, p.Limit, c)
+			r, tooBig, err := s.take(ctx, p, c)
 			switch {
-			case errors.Is(err, sluice.ErrCostExceedsCapacity):
+			case tooBig:
 				shaOver[i] = true
-				r, _ = s.lim.Take(ctx, p.Key, p.Limit, 0)
 			case err != nil:
 				// A shadow rule never fails the call.
 				s.metrics.storeErrors.Inc()
@@ -503,18 +502,11 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 	}
 	if len(parts) == 1 {
 		p := &parts[0]
-		r, err := s.lim.Take(ctx, p.Key, p.Limit, p.Cost)
-		if errors.Is(err, sluice.ErrCostExceedsCapacity) {
-			// A cost that could never pass is refused, as envoy refuses it.
-			r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
-			r.Allowed = false
-		}
+		r, tooBig, err := s.take(ctx, p, p.Cost)
 		if err != nil {
 			return r, err
 		}
-		if p.Cost == 0 {
-			r.Allowed = true // a look is never refused
-		}
+		r.Allowed = !tooBig && (r.Allowed || p.Cost == 0) // a look is never refused
 		res[0] = r
 		over[0] = !r.Allowed
 		return r, nil
@@ -539,6 +531,18 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 		over[i] = !res[i].Allowed
 	}
 	return comp, nil
+}
+
+// take spends cost on p alone. A cost that could never pass (over the
+// limit's capacity) is refused, as envoy refuses it: r is then a look, and
+// tooBig is set.
+func (s *Server) take(ctx context.Context, p *sluice.Part, cost int64) (r sluice.Result, tooBig bool, err error) {
+	r, err = s.lim.Take(ctx, p.Key, p.Limit, cost)
+	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
+		return r, true, err
+	}
+	return r, false, err
 }
 
 // headers builds the response headers mode asks for.
