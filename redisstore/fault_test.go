@@ -705,19 +705,25 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 // is picked up at 400ms with 200ms left and its caller gives up at 600ms;
 // the loop must give up with it, not send A when the connection frees.
 // Unbatched, each call waits for the connection itself, and gives up with
-// its caller.
+// its caller. With ContextTimeoutEnabled, Z goes on its caller's goroutine
+// and A's caller keeps no timer: the loop's pipeline ends by A's deadline
+// and answers it then, unsent.
 func TestQueuedCallNotSentAfterItsCallerGaveUp(t *testing.T) {
 	for _, batched := range []bool{true, false} {
-		t.Run(map[bool]string{true: "batched", false: "unbatched"}[batched], func(t *testing.T) {
-			t.Parallel()
-			queuedCall(t, batched)
-		})
+		for _, ctxDeadlines := range []bool{false, true} {
+			name := map[bool]string{true: "batched", false: "unbatched"}[batched] +
+				map[bool]string{true: "/context-deadlines", false: ""}[ctxDeadlines]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				queuedCall(t, batched, ctxDeadlines)
+			})
+		}
 	}
 }
 
-func queuedCall(t *testing.T, batched bool) {
+func queuedCall(t *testing.T, batched, ctxDeadlines bool) {
 	srv := redistest.Standalone(t)
-	client := srv.NewClient(t, func(o *redis.Options) { o.PoolSize = 1 })
+	client := srv.NewClient(t, func(o *redis.Options) { o.PoolSize, o.ContextTimeoutEnabled = 1, ctxDeadlines })
 	batching := redisstore.WithBatching(1)
 	if !batched {
 		batching = redisstore.WithoutBatching()
@@ -745,6 +751,9 @@ func queuedCall(t *testing.T, batched bool) {
 		})
 	}
 	wg.Wait()
+	if d := time.Since(start); d > 680*time.Millisecond && testenv.Timing(t, "both callers answered by their deadlines") {
+		t.Errorf("the callers were answered %v in, want by 620ms (their deadlines)", d)
+	}
 	if err := <-blocked; !errors.Is(err, redis.Nil) {
 		t.Fatalf("BLPOP: %v", err)
 	}

@@ -32,14 +32,14 @@ type Batcher struct {
 	scripts *Scripts
 	// closed is the error of a call made or still waiting after Close.
 	closed error
+	// bounded: the client ends every call by its context's deadline
+	// (BoundByContext), so callers wait without timers of their own (wait).
+	bounded bool
 	// group is the client's Router.Group: only decisions whose keys share
 	// a group are merged.
 	group func(key string) (uint64, bool)
 	ch    chan *pending
 	quit  chan struct{} // closed by Close: the loops stop
-	// stopped is closed once the loops have stopped and the calls left
-	// waiting have been answered the closed error.
-	stopped chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
 	// active counts the pipelines on their way, the batch being gathered
@@ -130,7 +130,7 @@ func (p *pending) answer() {
 // group (see Router); nil for a caller that sends other calls only. closed
 // is the error of a call made or still waiting after Close.
 func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, closed error) *Batcher {
-	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{}), back: make(chan struct{}, 1)}
+	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, bounded: BoundByContext(c), group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), back: make(chan struct{}, 1)}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -172,15 +172,23 @@ func (b *Batcher) Run(ctx context.Context, c *Call) error {
 // already on its way may still reach the server. After Close it returns
 // the closed error at once, and a call still waiting when the loops stopped is
 // answered the closed error, never sent.
+//
+// With a client that ends its calls by their context's deadline (bounded)
+// the caller keeps no timer of its own for the store's timeout: a loop
+// answers a call whose deadline has passed when it gathers it, without
+// sending it, and a pipeline ends by the latest deadline of its calls (all
+// within the gathering of one batch of each other), so the call is
+// answered by then either way.
 func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
 	// expired fires at the store's timeout; not needed when ctx ends first
-	// (an Envoy's call carries its own, shorter, timeout).
+	// (an Envoy's call carries its own, shorter, timeout) or the loops
+	// keep the deadline (bounded).
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok && !d.After(p.deadline) {
 		p.deadline = d
-	} else {
+	} else if !b.bounded {
 		t := timers.Get().(*time.Timer)
 		t.Reset(b.timeout)
 		defer func() {
@@ -189,7 +197,6 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 		}()
 		expired = t.C
 	}
-	var err error
 	select {
 	case <-b.quit:
 		return b.closed
@@ -198,6 +205,12 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	select {
 	case b.ch <- p: // the queue has room: no other channel is locked
 	default:
+		if expired == nil {
+			// The queue is full: wait for room, but not past the deadline.
+			t := time.NewTimer(time.Until(p.deadline))
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case b.ch <- p:
 		case <-b.quit:
@@ -209,11 +222,16 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 		}
 	}
 	select {
+	case <-b.quit:
+		// Close may have drained the queue before p came into it: drain
+		// it again, so p is answered (by this or by whoever took it).
+		b.drain()
+	default:
+	}
+	var err error
+	select {
 	case <-p.done:
 		return nil
-	case <-b.stopped:
-		// No loop will send p now (those that ran have answered theirs).
-		err = b.closed
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:
@@ -238,8 +256,13 @@ func (b *Batcher) loop() {
 			return
 		}
 		live := batch[:0]
+		now := time.Now()
 		for _, p := range batch {
-			if p.state.Load() == waiting {
+			switch {
+			case p.state.Load() != waiting:
+			case b.bounded && !now.Before(p.deadline):
+				b.answerErr(p, context.DeadlineExceeded)
+			default:
 				live = append(live, p)
 			}
 		}
@@ -434,7 +457,6 @@ func (b *Batcher) Close() {
 		b.drain()
 		b.wg.Wait()
 		b.drain() // calls queued while the loops stopped
-		close(b.stopped)
 	})
 }
 
@@ -451,14 +473,17 @@ func (b *Batcher) drain() {
 }
 
 // refuse answers p the closed error, unless its caller gave up.
-func (b *Batcher) refuse(p *pending) {
+func (b *Batcher) refuse(p *pending) { b.answerErr(p, b.closed) }
+
+// answerErr answers p, not sent, the error err, unless its caller gave up.
+func (b *Batcher) answerErr(p *pending, err error) {
 	if !p.state.CompareAndSwap(waiting, answered) {
 		return
 	}
 	if p.call != nil {
-		p.call.Err = b.closed
+		p.call.Err = err
 	} else {
-		p.err = b.closed
+		p.err = err
 	}
 	p.done <- struct{}{}
 }
