@@ -40,8 +40,8 @@ type Batcher struct {
 	group func(key string) (uint64, bool)
 	ch    chan *pending
 	quit  chan struct{} // closed by Close: the loops stop
-	wg      sync.WaitGroup
-	once    sync.Once
+	wg    sync.WaitGroup
+	once  sync.Once
 	// active counts the pipelines on their way, the batch being gathered
 	// (from its first call on) and the calls a caller sends inline (Claim).
 	active atomic.Int32
