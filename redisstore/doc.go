@@ -52,9 +52,14 @@
 //
 // WithTimeout bounds how long a hung Redis can hold a call. A go-redis
 // client with ContextTimeoutEnabled ends its calls by their deadline, and
-// the store then sends a lone caller's decision on the caller's goroutine;
-// without it go-redis waits out its ReadTimeout on a Redis that hangs, and
-// the store keeps its timeout by handing each call to another goroutine.
+// the store then sends a lone caller's decision on the caller's goroutine,
+// and a batched caller waits for its pipeline alone (no timer, no watch on
+// its context: the pipeline ends by its calls' deadlines, and a call whose
+// context ended before it was sent is answered that error, unsent; one
+// whose context ends on the way gets the decision, or its context's error
+// if the call failed); without it go-redis waits out its ReadTimeout on a
+// Redis that hangs, and the store keeps its timeout by handing each call to
+// another goroutine.
 //
 // # Eviction
 //

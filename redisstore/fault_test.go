@@ -766,3 +766,53 @@ func queuedCall(t *testing.T, batched, ctxDeadlines bool) {
 		t.Errorf("%d units spent by calls whose callers were told the store was unavailable before they were sent", spent)
 	}
 }
+
+// TestCancelledWhileQueuedNotSent: with a client that ends calls by their
+// deadline, a batched caller waits for its call's outcome alone; when its
+// context ends while the call still waits to be sent, the loop that
+// gathers it answers the context's error and does not send it. The single
+// connection is held by a BLPOP for 500ms: call Z (t=0) waits for it on its
+// caller's goroutine, call A (t=50ms) waits in the store, and A's context is
+// cancelled at t=100ms.
+func TestCancelledWhileQueuedNotSent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	client := srv.NewClient(t, func(o *redis.Options) { o.PoolSize, o.ContextTimeoutEnabled = 1, true })
+	st := newGoRedis(t, client, redisstore.WithPrefix("cancelq:"), redisstore.WithTimeout(2*time.Second),
+		redisstore.WithBatching(1), redisstore.WithFailurePolicy(redisstore.FailOpen))
+	defer st.Close()
+	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
+	take := func(ctx context.Context) (sluice.Result, error) {
+		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}))
+	}
+	blocked := make(chan error, 1)
+	go func() { blocked <- client.Do(context.Background(), "BLPOP", "cancelq:nothing", "0.5").Err() }()
+	time.Sleep(20 * time.Millisecond) // BLPOP holds the connection
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if r, err := take(context.Background()); err != nil || !r.Allowed || r.Degraded {
+			t.Errorf("call Z: %+v, %v; want allowed by Redis", r, err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	wg.Go(func() {
+		r, err := take(ctx)
+		if !errors.Is(err, context.Canceled) || r.Allowed {
+			t.Errorf("call A, cancelled while queued: %+v, %v; want context.Canceled, not allowed (not FailOpen)", r, err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	if err := <-blocked; !errors.Is(err, redis.Nil) {
+		t.Fatalf("BLPOP: %v", err)
+	}
+	r, err := take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spent := lim.Burst - r.Remaining; spent != 2 {
+		t.Errorf("%d units spent by Z and this look-and-take; want 2 (A was not sent)", spent)
+	}
+}

@@ -99,7 +99,8 @@ const (
 // the loop's answer, if one comes, is never read. Answered pendings are
 // reused; abandoned ones are left to the collector.
 type pending struct {
-	deadline time.Time // the caller gives up then
+	deadline time.Time       // the caller gives up then
+	ctx      context.Context // the caller's, while it waits
 	state    atomic.Uint32
 	done     chan struct{} // one signal, once answered
 	one      Single        // when call is nil
@@ -174,17 +175,21 @@ func (b *Batcher) Run(ctx context.Context, c *Call) error {
 // answered the closed error, never sent.
 //
 // With a client that ends its calls by their context's deadline (bounded)
-// the caller keeps no timer of its own for the store's timeout: a loop
-// answers a call whose deadline has passed when it gathers it, without
-// sending it, and a pipeline ends by the latest deadline of its calls (all
-// within the gathering of one batch of each other), so the call is
-// answered by then either way.
+// the caller waits for its answer alone, without a timer or its context: a
+// loop that gathers a call whose context has ended or whose deadline has
+// passed answers it that error (ctx.Err(), context.DeadlineExceeded)
+// without sending it, and a pipeline ends by the latest deadline of its
+// calls (all within the gathering of one batch of each other). A caller
+// whose context ends while its call is on its way gets the call's outcome
+// when the pipeline comes back, by that deadline.
 func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
 	// expired fires at the store's timeout; not needed when ctx ends first
 	// (an Envoy's call carries its own, shorter, timeout) or the loops
 	// keep the deadline (bounded).
+	p.ctx = ctx
+	defer func() { p.ctx = nil }()
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok && !d.After(p.deadline) {
 		p.deadline = d
@@ -228,6 +233,10 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 		b.drain()
 	default:
 	}
+	if b.bounded {
+		<-p.done
+		return nil
+	}
 	var err error
 	select {
 	case <-p.done:
@@ -260,6 +269,8 @@ func (b *Batcher) loop() {
 		for _, p := range batch {
 			switch {
 			case p.state.Load() != waiting:
+			case b.bounded && p.ctx.Err() != nil:
+				b.answerErr(p, p.ctx.Err())
 			case b.bounded && !now.Before(p.deadline):
 				b.answerErr(p, context.DeadlineExceeded)
 			default:
