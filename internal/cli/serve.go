@@ -11,13 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
+
 	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/gctune"
 	"github.com/sluice-go/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -37,7 +38,7 @@ type serveFlags struct {
 	storeTimeout, shutdownTimeout                                                    time.Duration
 	shadow, noWatch, noConsole, domainSlot                                           bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
-	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc                        int
+	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap             int
 }
 
 func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -69,6 +70,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.IntVar(&f.maxEntryBytes, "max-entry-bytes", 1024, "longest domain, key or value, in bytes")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
 	fs.IntVar(&f.gogc, "gogc", 400, "the garbage collector's GOGC for the process, unless the GOGC environment variable is set: the service's garbage is short-lived, so a larger value trades a little memory for CPU")
+	fs.IntVar(&f.gcMinHeap, "gc-min-heap", 32, "MiB the heap may grow to before a collection, whatever --gogc gives over a smaller live heap (0: --gogc alone); not applied when GOGC is set")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", os.Getenv("SLUICE_CPUPROFILE"), "write a CPU profile of the whole run to this file (for go tool pprof; default $SLUICE_CPUPROFILE, none when unset)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (on stderr)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -91,13 +93,20 @@ console is at / of the HTTP listener (--no-console turns it off).
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		return err
 	}
+	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
+		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
+	}
 	o, closeStore, err := f.options(stderr)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 	if os.Getenv("GOGC") == "" && f.gogc != 0 {
-		debug.SetGCPercent(f.gogc)
+		floor := uint64(f.gcMinHeap) << 20
+		if f.gogc < 0 {
+			floor = 0 // collection off: no floor to keep
+		}
+		defer gctune.Start(f.gogc, floor).Stop()
 	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
