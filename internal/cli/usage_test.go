@@ -116,6 +116,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--config", "/nonexistent/config.yaml", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "nonexistent"},
 		{[]string{"--config", broken, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, "fortnight"},
 		{[]string{"--cpuprofile", "/nonexistent/cpu.prof"}, "--cpuprofile"},
+		{[]string{"--gc-min-heap", "-1"}, "--gc-min-heap -1: want 0 to"},
 	} {
 		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {
