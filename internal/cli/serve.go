@@ -38,7 +38,7 @@ type serveFlags struct {
 	storeTimeout, shutdownTimeout                                                    time.Duration
 	shadow, noWatch, noConsole, domainSlot                                           bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
-	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap             int
+	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 }
 
 func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -51,6 +51,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
+	fs.IntVar(&f.pipelines, "store-pipelines", 1, "pipelines to Redis in flight at once (0: every decision in its own round trip): one gathers every call that comes while it is on its way, the fewest round trips per decision")
 	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1)")
 	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config)")
 	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
@@ -92,6 +93,9 @@ console is at / of the HTTP listener (--no-console turns it off).
 	}
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		return err
+	}
+	if f.pipelines < 0 || f.pipelines > 1024 {
+		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)
 	}
 	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
 		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
@@ -187,7 +191,7 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	if err != nil {
 		return o, nothing, err
 	}
-	ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout)}
+	ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
 	if f.prefix != "" {
 		ropts = append(ropts, redisstore.WithPrefix(f.prefix))
 	}
