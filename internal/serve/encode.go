@@ -35,12 +35,50 @@ func encodable(r *pb.RateLimitResponse) bool {
 	return true
 }
 
+// The response's fields all have numbers under 16: one-byte tags.
+
+// varintSize is the size of a varint field holding v: none for 0 (proto3
+// leaves zero scalars out).
+func varintSize(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(v)
+}
+
+// bytesSize is the size of a bytes field of n bytes: none for 0, as above.
+func bytesSize(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(n)
+}
+
+// varintField appends field num holding v, unless v is 0.
+func varintField(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+// stringField appends field num holding v, unless v is empty.
+func stringField(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// messageField appends the tag and length of field num, a message of size
+// bytes, which the caller appends next.
+func messageField(b []byte, num protowire.Number, size int) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(size))
+}
+
 // responseSize is the size of r's encoding by appendResponse.
 func responseSize(r *pb.RateLimitResponse) int {
-	n := 0
-	if r.OverallCode != 0 {
-		n += 1 + protowire.SizeVarint(uint64(r.OverallCode))
-	}
+	n := varintSize(uint64(r.OverallCode))
 	for _, s := range r.Statuses {
 		n += 1 + protowire.SizeBytes(statusSize(s))
 	}
@@ -54,19 +92,12 @@ func responseSize(r *pb.RateLimitResponse) int {
 // encodes it (fields in number order, zero scalars left out); r must be
 // encodable.
 func appendResponse(b []byte, r *pb.RateLimitResponse) []byte {
-	if r.OverallCode != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(r.OverallCode))
-	}
+	b = varintField(b, 1, uint64(r.OverallCode))
 	for _, s := range r.Statuses {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(statusSize(s)))
-		b = appendStatus(b, s)
+		b = appendStatus(messageField(b, 2, statusSize(s)), s)
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(headerSize(h)))
-		b = appendHeader(b, h)
+		b = appendHeader(messageField(b, 3, headerSize(h)), h)
 	}
 	return b
 }
@@ -75,15 +106,9 @@ func statusSize(s *pb.RateLimitResponse_DescriptorStatus) int {
 	if s == nil {
 		return 0
 	}
-	n := 0
-	if s.Code != 0 {
-		n += 1 + protowire.SizeVarint(uint64(s.Code))
-	}
+	n := varintSize(uint64(s.Code)) + varintSize(uint64(s.LimitRemaining))
 	if s.CurrentLimit != nil {
 		n += 1 + protowire.SizeBytes(limitSize(s.CurrentLimit))
-	}
-	if s.LimitRemaining != 0 {
-		n += 1 + protowire.SizeVarint(uint64(s.LimitRemaining))
 	}
 	if s.DurationUntilReset != nil {
 		n += 1 + protowire.SizeBytes(durationSize(s.DurationUntilReset))
@@ -95,102 +120,45 @@ func appendStatus(b []byte, s *pb.RateLimitResponse_DescriptorStatus) []byte {
 	if s == nil {
 		return b
 	}
-	if s.Code != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(s.Code))
-	}
+	b = varintField(b, 1, uint64(s.Code))
 	if l := s.CurrentLimit; l != nil {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(limitSize(l)))
-		if l.RequestsPerUnit != 0 {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(l.RequestsPerUnit))
-		}
-		if l.Unit != 0 {
-			b = protowire.AppendTag(b, 2, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(l.Unit))
-		}
-		if l.Name != "" {
-			b = protowire.AppendTag(b, 3, protowire.BytesType)
-			b = protowire.AppendString(b, l.Name)
-		}
+		b = messageField(b, 2, limitSize(l))
+		b = varintField(b, 1, uint64(l.RequestsPerUnit))
+		b = varintField(b, 2, uint64(l.Unit))
+		b = stringField(b, 3, l.Name)
 	}
-	if s.LimitRemaining != 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(s.LimitRemaining))
-	}
+	b = varintField(b, 3, uint64(s.LimitRemaining))
 	if d := s.DurationUntilReset; d != nil {
-		b = protowire.AppendTag(b, 4, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(durationSize(d)))
-		if d.Seconds != 0 {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(d.Seconds))
-		}
-		if d.Nanos != 0 {
-			b = protowire.AppendTag(b, 2, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(int64(d.Nanos)))
-		}
+		b = messageField(b, 4, durationSize(d))
+		b = varintField(b, 1, uint64(d.Seconds))
+		b = varintField(b, 2, uint64(int64(d.Nanos))) // a negative int32 is ten bytes, as int64
 	}
 	return b
 }
 
 func limitSize(l *pb.RateLimitResponse_RateLimit) int {
-	n := 0
-	if l.RequestsPerUnit != 0 {
-		n += 1 + protowire.SizeVarint(uint64(l.RequestsPerUnit))
-	}
-	if l.Unit != 0 {
-		n += 1 + protowire.SizeVarint(uint64(l.Unit))
-	}
-	if l.Name != "" {
-		n += 1 + protowire.SizeBytes(len(l.Name))
-	}
-	return n
+	return varintSize(uint64(l.RequestsPerUnit)) + varintSize(uint64(l.Unit)) + bytesSize(len(l.Name))
 }
 
 func durationSize(d *durationpb.Duration) int {
-	n := 0
-	if d.Seconds != 0 {
-		n += 1 + protowire.SizeVarint(uint64(d.Seconds))
-	}
-	if d.Nanos != 0 {
-		n += 1 + protowire.SizeVarint(uint64(int64(d.Nanos)))
-	}
-	return n
+	return varintSize(uint64(d.Seconds)) + varintSize(uint64(int64(d.Nanos)))
 }
 
 func headerSize(h *corev3.HeaderValue) int {
 	if h == nil {
 		return 0
 	}
-	n := 0
-	if h.Key != "" {
-		n += 1 + protowire.SizeBytes(len(h.Key))
-	}
-	if h.Value != "" {
-		n += 1 + protowire.SizeBytes(len(h.Value))
-	}
-	if len(h.RawValue) != 0 {
-		n += 1 + protowire.SizeBytes(len(h.RawValue))
-	}
-	return n
+	return bytesSize(len(h.Key)) + bytesSize(len(h.Value)) + bytesSize(len(h.RawValue))
 }
 
 func appendHeader(b []byte, h *corev3.HeaderValue) []byte {
 	if h == nil {
 		return b
 	}
-	if h.Key != "" {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, h.Key)
-	}
-	if h.Value != "" {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, h.Value)
-	}
+	b = stringField(b, 1, h.Key)
+	b = stringField(b, 2, h.Value)
 	if len(h.RawValue) != 0 {
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendBytes(b, h.RawValue)
+		b = protowire.AppendBytes(protowire.AppendTag(b, 3, protowire.BytesType), h.RawValue)
 	}
 	return b
 }
