@@ -343,3 +343,20 @@ func StartSluice(ctx context.Context, bin, dir string, c ConfigFiles, store stri
 		return s, start(ctx, s, bin, args, extra, filepath.Join(dir, "sluice-"+kind+".log"))
 	})
 }
+
+// EnvFlag is a repeatable command-line flag of KEY=VALUE settings added to a
+// server's environment (StartEnvoy's and StartSluice's extra); Set refuses
+// a setting without a key or an "=".
+type EnvFlag []string
+
+// String returns the settings, space-separated.
+func (e *EnvFlag) String() string { return strings.Join(*e, " ") }
+
+// Set adds the setting kv.
+func (e *EnvFlag) Set(kv string) error {
+	if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+		return fmt.Errorf("environment setting %q is not KEY=VALUE", kv)
+	}
+	*e = append(*e, kv)
+	return nil
+}

@@ -45,11 +45,6 @@ import (
 	"github.com/sluice-go/sluice/bench/rls"
 )
 
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, " ") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type config struct {
 	duration, warmup time.Duration
 	calls            int64
@@ -76,8 +71,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.conns, "conns", 4, "connections (HTTP/2, gRPC) the callers share")
 	clients := fs.String("client", string(rls.H2), "the load generators, comma-separated: h2 (HTTP/2 frames written directly) and/or grpc (grpc-go's client)")
 	servers := fs.String("servers", strings.Join(allServers, ","), "the servers to run, from "+strings.Join(allServers, ","))
-	fs.Var((*listFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
-	fs.Var((*listFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
+	fs.Var((*rls.EnvFlag)(&c.envoyEnv), "envoy-env", "KEY=VALUE added to envoyproxy/ratelimit's environment (repeatable)")
+	fs.Var((*rls.EnvFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
 	if err := fs.Parse(args); err != nil {
@@ -105,11 +100,6 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("-servers: unknown server %q (want some of %s)", s, strings.Join(allServers, ","))
 		}
 		c.servers = append(c.servers, s)
-	}
-	for _, kv := range append(slices.Clone(c.envoyEnv), c.sluiceEnv...) {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fmt.Errorf("environment setting %q is not KEY=VALUE", kv)
-		}
 	}
 	return c, nil
 }

@@ -34,11 +34,6 @@ import (
 	"github.com/sluice-go/sluice/bench/rls"
 )
 
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, " ") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type config struct {
 	a, b             string
 	store            string
@@ -59,8 +54,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.rounds, "rounds", 4, "rounds")
 	fs.IntVar(&c.callers, "callers", rls.Callers, "concurrent callers per server")
 	fs.IntVar(&c.conns, "conns", 4, "HTTP/2 connections per server")
-	fs.Var((*listFlag)(&c.envA), "a-env", "KEY=VALUE added to A's environment (repeatable)")
-	fs.Var((*listFlag)(&c.envB), "b-env", "KEY=VALUE added to B's environment (repeatable)")
+	fs.Var((*rls.EnvFlag)(&c.envA), "a-env", "KEY=VALUE added to A's environment (repeatable)")
+	fs.Var((*rls.EnvFlag)(&c.envB), "b-env", "KEY=VALUE added to B's environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -73,11 +68,6 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("-store %q: want redis or memory", c.store)
 	case c.duration <= 0 || c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0:
 		return nil, errors.New("-duration, -rounds, -callers and -conns must be positive, -warmup not negative")
-	}
-	for _, kv := range append(append([]string{}, c.envA...), c.envB...) {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fmt.Errorf("environment setting %q is not KEY=VALUE", kv)
-		}
 	}
 	return c, nil
 }
