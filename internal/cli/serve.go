@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-
 	"runtime/pprof"
 	"strings"
 	"syscall"
