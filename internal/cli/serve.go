@@ -35,7 +35,7 @@ type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	cpuProfile                                                                       string
 	storeTimeout, shutdownTimeout                                                    time.Duration
-	shadow, noWatch, noConsole, domainSlot                                           bool
+	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot                   bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 }
@@ -55,6 +55,8 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config)")
 	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
 	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: decide and count as usual, answer OK to every call")
+	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
+	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
 	fs.BoolVar(&f.domainSlot, "domain-slot", false, "Redis Cluster: keep each domain's keys in one hash slot, so a call's descriptors are decided atomically there too (a domain's traffic then goes to one master)")
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
 	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
@@ -131,6 +133,7 @@ console is at / of the HTTP listener (--no-console turns it off).
 func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	o := serve.Options{
 		Config: f.config, NoWatch: f.noWatch, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
+		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
 		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
 		ShutdownTimeout: f.shutdownTimeout,
 	}

@@ -52,6 +52,13 @@ type Rule struct {
 	// QuotaMode and ValueToMetric are envoy's quota_mode and
 	// value_to_metric, kept for the caller's metrics and answers.
 	QuotaMode, ValueToMetric bool
+	// Metadata is the metadata of the rule's descriptor, nil when none:
+	// envoy's arbitrary map, which it hands back to Envoy as dynamic
+	// metadata. Its values are what google.protobuf.Value holds, as
+	// envoyproxy/ratelimit reads them: map[string]any, []any, string,
+	// float64 (every number), bool and nil. Shared by every caller: not to
+	// be modified.
+	Metadata map[string]any
 	// Replaces lists the names of the rules this one replaces (envoy's
 	// replaces: a rule named here does not apply to a request this rule
 	// matches).
@@ -343,6 +350,7 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []le
 		DetailedMetric:  d.detailedMetric,
 		QuotaMode:       d.quotaMode,
 		ValueToMetric:   d.valueToMetric,
+		Metadata:        d.metadata,
 		Replaces:        make([]string, 0, len(rl.replaces)),
 		levels:          levels,
 	}

@@ -29,8 +29,9 @@
 // A descriptor holds key (required), value, rate_limit, descriptors,
 // shadow_mode, detailed_metric, share_threshold (only on a value or key with
 // a '*'), and envoy's quota_mode, value_to_metric and metadata, which are
-// accepted and passed on (Rule.QuotaMode, Rule.ValueToMetric; metadata is
-// ignored). A rate_limit holds unit
+// passed on (Rule.QuotaMode, Rule.ValueToMetric, Rule.Metadata: any map, as
+// envoy's yaml.v2 reads it; a metadata that is not a map is a load error).
+// A rate_limit holds unit
 // (second, minute, hour, day, week, month, year: 1, 60, 3600, 86400,
 // 604800, 2592000 and 31536000 seconds, any case), requests_per_unit,
 // unlimited, name and replaces (a list of {name: …}).

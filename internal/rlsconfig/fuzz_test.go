@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // FuzzParse: no input panics; a failed load is an *Error naming the file; a
 // loaded configuration resolves any descriptor and keys it without panic, and
-// every rule it holds is one sluice can enforce.
+// every rule it holds is one sluice can enforce, its metadata one Envoy can
+// be given.
 func FuzzParse(f *testing.F) {
 	paths, err := filepath.Glob("testdata/*.yaml")
 	if err != nil {
@@ -39,6 +42,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\n---\ndomain: e\n",
 		"domain: [\n",
 		"{domain: d, descriptors: [{key: a, descriptors: [{key: b, value: '*', rate_limit: {period: 90s, requests_per_unit: 9}}]}]}",
+		"domain: d\ndescriptors:\n  - key: k\n    metadata: &m {a: [1, yes, \"no\", ~, {0x1: x}], b: 2001-12-14}\n    descriptors:\n      - key: j\n        metadata: {<<: *m, c: .inf}\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -60,6 +64,10 @@ func FuzzParse(f *testing.F) {
 				if err := r.Limit.Validate(); err != nil {
 					t.Fatalf("rule %s: %v", r.Path, err)
 				}
+			}
+			// The service turns metadata into a google.protobuf.Struct.
+			if _, err := structpb.NewStruct(r.Metadata); r.Metadata != nil && err != nil {
+				t.Fatalf("rule %s: metadata %v: %v", r.Path, r.Metadata, err)
 			}
 		}
 		// Descriptors made of the input's words, against every domain.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -401,5 +402,73 @@ func TestOverride(t *testing.T) {
 	// is exact, whatever the unit.
 	if r, err := Override("edge", entries, 1<<32-1, "YEAR"); err != nil || r.Limit.Rate != 1<<32-1 {
 		t.Errorf("the largest override per year: %+v, %v", r, err)
+	}
+}
+
+// metadata is read as envoyproxy/ratelimit reads it (yaml.v2 into a map,
+// then google.protobuf.Struct): numbers are float64, YAML 1.1's yes/no/on/off
+// are booleans unless quoted, timestamps stay text, nested keys are their
+// decoded value's text, merge keys merge; the rule of the descriptor that
+// holds the rate_limit carries it.
+func TestMetadata(t *testing.T) {
+	c := load(t, `
+domain: meta
+descriptors:
+  - key: tenant
+    metadata: &common
+      team: payments
+      budget: {owner: ops}
+    descriptors:
+      - key: user
+        metadata:
+          <<: *common
+          tier: gold
+          weight: 3
+          ratio: 0.5
+          enabled: yes
+          quoted: "no"
+          plain: true
+          nothing: ~
+          since: 2001-12-14
+          tags: [a, 1, {x: y}]
+          nested: {1: one, 1.0: float, true: t, 0x10: hex}
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: bare
+    metadata:
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: empty
+    metadata: {}
+    rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	byPath := map[string]*Rule{}
+	for _, r := range c.Rules() {
+		byPath[r.Path] = r
+	}
+	want := map[string]any{
+		"team": "payments", "budget": map[string]any{"owner": "ops"},
+		"tier": "gold", "weight": 3.0, "ratio": 0.5, "enabled": true, "quoted": "no", "plain": true,
+		"nothing": nil, "since": "2001-12-14", "tags": []any{"a", 1.0, map[string]any{"x": true}}, // y is YAML 1.1's yes
+		"nested": map[string]any{"1": "float", "true": "t", "16": "hex"},
+	}
+	if got := byPath["tenant/user"].Metadata; !reflect.DeepEqual(got, want) {
+		t.Errorf("tenant/user metadata:\n got %#v\nwant %#v", got, want)
+	}
+	for _, p := range []string{"bare", "empty"} {
+		if m := byPath[p].Metadata; m != nil {
+			t.Errorf("%s: metadata %v, want nil", p, m)
+		}
+	}
+	for _, src := range []string{
+		"domain: d\ndescriptors:\n  - key: k\n    metadata: [a, b]\n",
+		"domain: d\ndescriptors:\n  - key: k\n    metadata: text\n",
+		"domain: d\ndescriptors:\n  - key: k\n    metadata: {a: {[x]: y}}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    metadata: {<<: [a]}\n",
+	} {
+		if _, err := Parse(map[string][]byte{"d.yaml": []byte(src)}); err == nil || !strings.Contains(err.Error(), "metadata") {
+			t.Errorf("%q: %v, want a metadata error", src, err)
+		}
+	}
+	if _, err := Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    metadata: {a: " + strings.Repeat("[", 100) + strings.Repeat("]", 100) + "}\n")}); err == nil || !strings.Contains(err.Error(), "nested more than") {
+		t.Errorf("deep metadata: %v", err)
 	}
 }

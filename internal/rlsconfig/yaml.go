@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -30,6 +32,7 @@ type yamlDesc struct {
 	detailedMetric bool
 	valueToMetric  bool
 	shareThreshold bool
+	metadata       map[string]any
 }
 
 type yamlRateLimit struct {
@@ -341,7 +344,7 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 		case "descriptors":
 			d.descs, err = r.descs(p, depth+1)
 		case "metadata":
-			err = r.metadata(p)
+			d.metadata, err = r.metadata(p)
 		default:
 			*flags[p.key], err = r.boolean(p)
 		}
@@ -415,23 +418,190 @@ func (r *reader) replaces(p pair) ([]yamlReplace, error) {
 	return out, nil
 }
 
-// metadata accepts any YAML (envoy hands it back to Envoy untouched; sluice
-// ignores it) but walks it so aliases count against the budget.
-func (r *reader) metadata(p pair) error {
-	var walk func(n *yaml.Node) error
-	walk = func(n *yaml.Node) error {
-		n, err := r.deref(n)
+// metadata reads a descriptor's metadata, a map of any YAML, into the values
+// envoyproxy/ratelimit hands back to Envoy (its yaml.v2 decoding, then
+// google.protobuf.Struct): see Rule.Metadata. A metadata that is not a map
+// is a load error, as in envoy; null or an empty map is none.
+func (r *reader) metadata(p pair) (map[string]any, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return nil, err
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, r.errf(n.Line, "error loading config file: metadata must be a map, not %s", kindName(n))
+	}
+	m := map[string]any{}
+	if err := r.metaMap(n, m, true, 0); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// maxMetaDepth bounds the nesting of metadata.
+const maxMetaDepth = 64
+
+// metaMap adds a mapping's pairs to m in order, a later key replacing an
+// earlier one, merge keys (<<) adding the merged maps' pairs where they
+// stand, as yaml.v2 decodes into a map. top: the metadata's own keys, read
+// as text as yaml.v2 reads a map[string]any's keys; deeper keys are the
+// text of their decoded value (1.0 is "1").
+func (r *reader) metaMap(n *yaml.Node, m map[string]any, top bool, depth int) error {
+	if depth > maxMetaDepth {
+		return r.errf(n.Line, "error loading config file: metadata nested more than %d deep", maxMetaDepth)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, err := r.deref(n.Content[i])
 		if err != nil {
 			return err
 		}
-		for _, c := range n.Content {
-			if err := walk(c); err != nil {
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			if err := r.metaMerge(n.Content[i+1], m, top, depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			return r.errf(k.Line, "error loading config file: metadata: a key must be a scalar, not %s", kindName(k))
+		}
+		if !utf8.ValidString(k.Value) {
+			return r.errf(k.Line, "error loading config file: metadata: a key is not valid UTF-8")
+		}
+		key := k.Value
+		if !top {
+			key = metaKey(k)
+		}
+		v, err := r.metaValue(n.Content[i+1], depth+1)
+		if err != nil {
+			return err
+		}
+		m[key] = v
+	}
+	return nil
+}
+
+// metaMerge adds the pairs of a merge key's map, or of each map of its list.
+func (r *reader) metaMerge(v *yaml.Node, m map[string]any, top bool, depth int) error {
+	v, err := r.deref(v)
+	if err != nil {
+		return err
+	}
+	switch v.Kind {
+	case yaml.MappingNode:
+		return r.metaMap(v, m, top, depth)
+	case yaml.SequenceNode:
+		for _, c := range v.Content {
+			c, err := r.deref(c)
+			if err != nil {
+				return err
+			}
+			if c.Kind != yaml.MappingNode {
+				return r.errf(c.Line, "error loading config file: metadata: map merge requires map or sequence of maps as the value")
+			}
+			if err := r.metaMap(c, m, top, depth); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return walk(p.value)
+	return r.errf(v.Line, "error loading config file: metadata: map merge requires map or sequence of maps as the value")
+}
+
+// metaValue is one metadata value: a map[string]any, a []any, a string, a
+// float64 (every number, as google.protobuf.Value holds them), a bool or
+// nil.
+func (r *reader) metaValue(n *yaml.Node, depth int) (any, error) {
+	n, err := r.deref(n)
+	if err != nil {
+		return nil, err
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := map[string]any{}
+		return m, r.metaMap(n, m, false, depth)
+	case yaml.SequenceNode:
+		if depth > maxMetaDepth {
+			return nil, r.errf(n.Line, "error loading config file: metadata nested more than %d deep", maxMetaDepth)
+		}
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := r.metaValue(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, v)
+		}
+		return l, nil
+	}
+	if !utf8.ValidString(n.Value) {
+		return nil, r.errf(n.Line, "error loading config file: metadata: a value is not valid UTF-8")
+	}
+	return metaScalar(n), nil
+}
+
+// yaml11Bools are the plain scalars yaml.v2 (YAML 1.1) reads as booleans,
+// which YAML 1.2 reads as strings.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
+}
+
+// metaScalar reads a scalar as yaml.v2 decodes one into an interface{}
+// (timestamps stay text), numbers as float64.
+func metaScalar(n *yaml.Node) any {
+	switch n.Tag {
+	case "!!null":
+		return nil
+	case "!!bool":
+		var b bool
+		if n.Decode(&b) == nil {
+			return b
+		}
+	case "!!int":
+		var i int64
+		if n.Decode(&i) == nil {
+			return float64(i)
+		}
+		var u uint64
+		if n.Decode(&u) == nil {
+			return float64(u)
+		}
+		var f float64
+		if n.Decode(&f) == nil {
+			return f
+		}
+	case "!!float":
+		var f float64
+		if n.Decode(&f) == nil {
+			return f
+		}
+	case "!!str":
+		if b, ok := yaml11Bools[n.Value]; ok && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+			return b
+		}
+	}
+	return n.Value
+}
+
+// metaKey is a nested map's key as envoy names it: the text of its decoded
+// value (fmt's %v).
+func metaKey(k *yaml.Node) string {
+	switch v := metaScalar(k).(type) {
+	case nil:
+		return "<nil>"
+	case bool:
+		return strconv.FormatBool(v)
+	case float64:
+		if k.Tag == "!!int" && v == math.Trunc(v) && math.Abs(v) < 1<<63 {
+			return strconv.FormatInt(int64(v), 10)
+		}
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case string:
+		return v
+	}
+	return k.Value
 }
 
 // value returns a field's node, aliases followed, and whether it is null.

@@ -161,7 +161,7 @@ func TestBinaryDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve --help: %v\n%s", err, out)
 	}
-	for _, f := range []string{"-config", "-store", "-grpc", "-http", "-on-store-error", "-response-headers", "-http-token", "-grpc-tls-cert", "-http-tls-client-ca", "-log-format", "-max-descriptors", "-shadow", "-shutdown-timeout"} {
+	for _, f := range []string{"-config", "-store", "-grpc", "-http", "-on-store-error", "-response-headers", "-http-token", "-grpc-tls-cert", "-http-tls-client-ca", "-log-format", "-max-descriptors", "-shadow", "-quota-mode", "-response-dynamic-metadata", "-shutdown-timeout"} {
 		if !strings.Contains(string(out), f) {
 			t.Errorf("--help lacks %s", f)
 		}
@@ -184,6 +184,29 @@ func TestBinaryDefaults(t *testing.T) {
 	}
 	if _, err := p.stop(t, syscall.SIGINT); err != nil {
 		t.Errorf("exit after SIGINT: %v\n%s", err, p.logText())
+	}
+}
+
+// --quota-mode and --response-dynamic-metadata, envoy's QUOTA_MODE and
+// RESPONSE_DYNAMIC_METADATA, on the binary.
+func TestBinaryEnvoyModes(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"gq.yaml": globalQuotaConfig, "meta.yaml": metaConfig})
+	p := startProc(t, "--config", dir, "--quota-mode", "--response-dynamic-metadata")
+	for i, want := range []string{"OK: OK OK", "OK: OVER_LIMIT OK"} {
+		r, err := p.call(t.Context(), "gq", desc("user=a"), desc("other=x"))
+		if err != nil || codesOf(r) != want {
+			t.Fatalf("call %d: %v %v, want %s", i, r, err, want)
+		}
+	}
+	r, err := p.call(t.Context(), "meta", desc("user=a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.DynamicMetadata.GetFields()["metadata"].GetStructValue().GetFields()["tier"].GetStringValue(); got != "gold" {
+		t.Errorf("dynamic metadata %v: want user's tier gold", r.DynamicMetadata)
+	}
+	if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
 	}
 }
 

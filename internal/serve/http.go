@@ -21,6 +21,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
@@ -423,18 +424,25 @@ type configRule struct {
 	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
 	ShareThreshold  bool     `json:"share_threshold,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
+	// Metadata is the rule's metadata as Envoy gets it (protobuf's JSON of
+	// google.protobuf.Struct).
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 // serveConfig shows the configuration in use: text, or JSON with
 // ?format=json or Accept: application/json.
 func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 	v := s.Config()
+	st := s.state.Load()
 	rules := make([]configRule, 0, len(v.Rules))
 	for _, ru := range v.Rules {
 		c := configRule{Domain: ru.Domain, Path: ru.Path, Name: ru.Name, Unit: ru.Unit, RequestsPerUnit: ru.RequestsPerUnit,
 			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
 		if !ru.Unlimited {
 			c.Limit = ru.Limit.String()
+		}
+		if m := st.metadata[ru]; m != nil {
+			c.Metadata = compactJSON(m)
 		}
 		rules = append(rules, c)
 	}
@@ -484,6 +492,22 @@ func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
 		if len(c.Replaces) > 0 {
 			fmt.Fprintf(w, " replaces=%s", strings.Join(c.Replaces, ","))
 		}
+		if c.Metadata != nil {
+			fmt.Fprintf(w, " metadata=%s", c.Metadata)
+		}
 		fmt.Fprintln(w)
 	}
+}
+
+// compactJSON is m in protobuf's JSON, without spaces.
+func compactJSON(m proto.Message) json.RawMessage {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return nil
+	}
+	return out.Bytes()
 }

@@ -96,9 +96,16 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 	found, all := false, true
 	for i := range sc.desc {
 		ds := &sc.desc[i]
-		if ds.kind == kindQuota {
+		switch {
+		case ds.kind == kindQuota:
 			found = true
 			all = all && (ds.zero || q.over[ds.part])
+		case ds.kind == kindUnlimited:
+		case s.opts.GlobalQuota || (ds.kind == kindShadow || ds.kind == kindRefund) && ds.rule.QuotaMode:
+			// A quota descriptor whose status is always OK, as envoy
+			// counts it: in shadow_mode or giving units back, and under
+			// global quota mode one without a rule too.
+			found, all = true, false
 		}
 	}
 	return found && all, nil

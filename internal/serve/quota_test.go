@@ -215,3 +215,52 @@ func TestNegativeHits(t *testing.T) {
 		want(t, "and no more", ts.call(t, "quota", withHits(desc("window=z"), 1)).Statuses[0], over, 0, 10, minute)
 	})
 }
+
+const globalQuotaConfig = `domain: gq
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: sq
+    shadow_mode: true
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// Global quota mode (envoy's QUOTA_MODE): every descriptor but the unlimited
+// ones counts as a quota descriptor, those without a rule and those in
+// shadow_mode too (their status is always OK, so they keep the call from
+// being over); each quota descriptor spends when it passes alone. A rule in
+// both shadow_mode and quota_mode counts the same way without it.
+func TestGlobalQuotaMode(t *testing.T) {
+	config := writeConfig(t, map[string]string{"gq.yaml": globalQuotaConfig})
+	check := func(ts *testServer, what, want string, ds ...*rlv3.RateLimitDescriptor) {
+		t.Helper()
+		if got := codesOf(ts.call(t, "gq", ds...)); got != want {
+			t.Errorf("%s: %s, want %s", what, got, want)
+		}
+	}
+	ts := start(t, Options{Config: config, GlobalQuota: true}, &fakeClock{t: t0})
+	check(ts, "user=a", "OK: OK", desc("user=a"))
+	check(ts, "user=a again", "OVER_LIMIT: OVER_LIMIT", desc("user=a"))
+	check(ts, "with no rule", "OK: OVER_LIMIT OK", desc("user=a"), desc("other=x"))
+	check(ts, "with an unlimited one", "OVER_LIMIT: OVER_LIMIT OK", desc("user=a"), desc("free=x"))
+	check(ts, "with a shadow one", "OK: OVER_LIMIT OK", desc("user=a"), desc("shadow=x"))
+	check(ts, "user=b passes alone and spends", "OK: OK OVER_LIMIT", desc("user=b"), desc("user=a"))
+	check(ts, "user=b spent", "OVER_LIMIT: OVER_LIMIT", desc("user=b"))
+
+	ts = start(t, Options{Config: config}, &fakeClock{t: t0})
+	check(ts, "q=a", "OK: OK", desc("q=a"))
+	check(ts, "q=a again", "OVER_LIMIT: OVER_LIMIT", desc("q=a"))
+	check(ts, "q=a and a shadow quota", "OK: OVER_LIMIT OK", desc("q=a"), desc("sq=a"))
+	check(ts, "q=a and no rule", "OVER_LIMIT: OVER_LIMIT OK", desc("q=a"), desc("other=x"))
+	check(ts, "user=a", "OK: OK", desc("user=a"))
+	check(ts, "user=a enforced: no rule does not save it", "OVER_LIMIT: OVER_LIMIT OK", desc("user=a"), desc("other=x"))
+}

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/core"
@@ -86,6 +87,16 @@ type Options struct {
 	Headers Headers
 	// GlobalShadow answers OK to every call, deciding and counting as usual.
 	GlobalShadow bool
+	// GlobalQuota decides every descriptor as a quota_mode rule, as envoy's
+	// QUOTA_MODE does: each descriptor that is not unlimited counts as a
+	// quota descriptor, those without a rule and those in shadow_mode among
+	// them (they always pass), and a call is over the limit only when every
+	// one is.
+	GlobalQuota bool
+	// DynamicMetadata sets each response's dynamic_metadata, as envoy's
+	// RESPONSE_DYNAMIC_METADATA does: the domain, the descriptors, the
+	// hits_addend and the metadata of the rules that passed.
+	DynamicMetadata bool
 	// DomainSlot puts every key of a domain in one Redis Cluster hash slot
 	// ("{domain}/…"), so that the descriptors of a call are decided in one
 	// script, atomically, on a cluster too; all of a domain's traffic then
@@ -138,6 +149,7 @@ type ConfigView struct {
 type state struct {
 	cfg      *rlsconfig.Config
 	counters map[*rlsconfig.Rule]*ruleCounters
+	metadata map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
 	loaded   time.Time
 }
 
@@ -326,6 +338,10 @@ func (s *Server) Reload() error {
 	} else {
 		cfg, err = rlsconfig.Load(s.opts.Config)
 	}
+	var meta map[*rlsconfig.Rule]*structpb.Struct
+	if err == nil {
+		meta, err = ruleMetadata(cfg.Rules())
+	}
 	now := time.Now()
 	if err != nil {
 		s.metrics.loads.WithLabelValues("failed").Inc()
@@ -337,7 +353,7 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, loaded: now}
+	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta, loaded: now}
 	for _, r := range cfg.Rules() {
 		if !r.DetailedMetric && !r.ValueToMetric {
 			st.counters[r] = s.metrics.ruleCounters(r)

@@ -288,7 +288,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			ds.kind, ds.zero = kindEnforced, true
 			if rule.Shadow {
 				ds.kind = kindShadow
-			} else if rule.QuotaMode {
+			} else if rule.QuotaMode || s.opts.GlobalQuota {
 				ds.kind = kindQuota
 			}
 			continue
@@ -296,7 +296,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		if rule.Shadow {
 			ds.kind = kindShadow
 			ds.part = addPart(&sc.shadow, p)
-		} else if rule.QuotaMode {
+		} else if rule.QuotaMode || s.opts.GlobalQuota {
 			ds.kind = kindQuota
 			ds.part = addPart(&sc.quota.parts, p)
 		} else {
@@ -470,6 +470,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	resp.OverallCode = code
 	if hdr != HeadersNone {
 		resp.ResponseHeadersToAdd = headers(hdr, sc.desc, resp.Statuses)
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = s.dynamicMetadata(st, req, sc, resp.Statuses)
 	}
 	return comp, nil
 }
