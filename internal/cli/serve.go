@@ -33,7 +33,7 @@ func init() {
 // serveFlags are sluice serve's flags.
 type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
-	cpuProfile                                                                       string
+	cpuProfile, limitHeader, remainingHeader, resetHeader                            string
 	storeTimeout, shutdownTimeout                                                    time.Duration
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot                   bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -54,6 +54,9 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1)")
 	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config)")
 	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
+	fs.StringVar(&f.limitHeader, "limit-header", "RateLimit-Limit", "--response-headers envoy: the limit's header name (envoy's LIMIT_LIMIT_HEADER)")
+	fs.StringVar(&f.remainingHeader, "remaining-header", "RateLimit-Remaining", "--response-headers envoy: the remaining count's header name (envoy's LIMIT_REMAINING_HEADER)")
+	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "--response-headers envoy: the seconds-to-reset header name (envoy's LIMIT_RESET_HEADER)")
 	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: decide and count as usual, answer OK to every call")
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
 	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
@@ -134,6 +137,7 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	o := serve.Options{
 		Config: f.config, NoWatch: f.noWatch, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
+		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
 		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
 		ShutdownTimeout: f.shutdownTimeout,
 	}

@@ -85,6 +85,8 @@ type Options struct {
 
 	// Headers chooses the rate-limit headers of a response (default none).
 	Headers Headers
+	// HeaderNames renames HeadersEnvoy's headers.
+	HeaderNames EnvoyHeaderNames
 	// GlobalShadow answers OK to every call, deciding and counting as usual.
 	GlobalShadow bool
 	// GlobalQuota decides every descriptor as a quota_mode rule, as envoy's
@@ -212,6 +214,10 @@ func New(o Options) (*Server, error) {
 	if o.MaxEntryBytes <= 0 {
 		o.MaxEntryBytes = 1024
 	}
+	var err error
+	if o.HeaderNames, err = o.HeaderNames.withDefaults(); err != nil {
+		return nil, err
+	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -244,7 +250,6 @@ func New(o Options) (*Server, error) {
 			s.changes, s.stopWatch = c, stop
 		}
 	}
-	var err error
 	if s.grpcLn = o.GRPCListener; s.grpcLn == nil {
 		if s.grpcLn, err = net.Listen("tcp", o.GRPCAddr); err != nil {
 			s.stopWatch()

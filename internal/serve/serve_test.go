@@ -300,6 +300,18 @@ func TestResponseHeaders(t *testing.T) {
 	if got["RateLimit-Limit"] != "3" || got["RateLimit-Remaining"] != "2" || got["RateLimit-Reset"] != "30" {
 		t.Errorf("envoy headers %v, want limit 3, remaining 2, reset 30", got)
 	}
+	// Renamed, as envoy's LIMIT_*_HEADER settings do.
+	rs, _ := startTest(t, Options{Headers: HeadersEnvoy, HeaderNames: EnvoyHeaderNames{Limit: "X-Limit", Reset: "X-Reset"}})
+	got = map[string]string{}
+	for _, h := range rs.call(t, "test", desc("key1=value1")).ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if len(got) != 3 || got["X-Limit"] != "3" || got["RateLimit-Remaining"] != "2" || got["X-Reset"] != "30" {
+		t.Errorf("renamed envoy headers %v, want X-Limit 3, RateLimit-Remaining 2, X-Reset 30", got)
+	}
+	if _, err := New(Options{HeaderNames: EnvoyHeaderNames{Remaining: "bad name"}, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), `"bad name" is not a valid HTTP header name`) {
+		t.Errorf("New with a header name holding a space: %v", err)
+	}
 	ds, _ := startTest(t, Options{Headers: HeadersDraft11})
 	r = ds.call(t, "test", desc("nested=a", "sub=x"))
 	got = map[string]string{}

@@ -40,6 +40,47 @@ const (
 	HeadersDraft11
 )
 
+// EnvoyHeaderNames names the headers of HeadersEnvoy, as envoy's
+// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER do; an
+// empty name is the default (RateLimit-Limit, RateLimit-Remaining,
+// RateLimit-Reset).
+type EnvoyHeaderNames struct {
+	Limit, Remaining, Reset string
+}
+
+// withDefaults fills the empty names, and checks the others are header
+// field names (RFC 9110 tokens).
+func (n EnvoyHeaderNames) withDefaults() (EnvoyHeaderNames, error) {
+	for _, f := range []struct {
+		name *string
+		def  string
+	}{{&n.Limit, "RateLimit-Limit"}, {&n.Remaining, "RateLimit-Remaining"}, {&n.Reset, "RateLimit-Reset"}} {
+		if *f.name == "" {
+			*f.name = f.def
+			continue
+		}
+		if !isToken(*f.name) {
+			return n, fmt.Errorf("response header name %q is not a valid HTTP header name", *f.name)
+		}
+	}
+	return n, nil
+}
+
+// isToken reports whether s is an RFC 9110 token, a valid header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
 // ParseHeaders reads a --response-headers value: none, envoy or draft11.
 func ParseHeaders(s string) (Headers, error) {
 	switch s {
@@ -469,7 +510,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	}
 	resp.OverallCode = code
 	if hdr != HeadersNone {
-		resp.ResponseHeadersToAdd = headers(hdr, sc.desc, resp.Statuses)
+		resp.ResponseHeadersToAdd = headers(hdr, &s.opts.HeaderNames, sc.desc, resp.Statuses)
 	}
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = s.dynamicMetadata(st, req, sc, resp.Statuses)
@@ -549,7 +590,7 @@ func (s *Server) take(ctx context.Context, p *sluice.Part, cost int64) (r sluice
 }
 
 // headers builds the response headers mode asks for.
-func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	switch mode {
 	case HeadersEnvoy:
 		best := -1
@@ -568,9 +609,9 @@ func headers(mode Headers, desc []descState, sts []*pb.RateLimitResponse_Descrip
 		st := sts[best]
 		reset := st.DurationUntilReset.AsDuration()
 		return []*corev3.HeaderValue{
-			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
-			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(reset), 10)},
+			{Key: names.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: names.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			{Key: names.Reset, Value: strconv.FormatInt(ceilSeconds(reset), 10)},
 		}
 	case HeadersDraft11:
 		var pol, cur []byte
