@@ -34,7 +34,7 @@ func init() {
 type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	cpuProfile, limitHeader, remainingHeader, resetHeader                            string
-	storeTimeout, shutdownTimeout                                                    time.Duration
+	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot                   bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
@@ -54,6 +54,8 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1)")
 	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config)")
 	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
+	fs.DurationVar(&f.connAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection (GOAWAY) once it is this old, ±10%, so that clients spread over the instances behind a load balancer (envoy's GRPC_MAX_CONNECTION_AGE; 0: never)")
+	fs.DurationVar(&f.connAgeGrace, "grpc-max-connection-age-grace", time.Hour, "how long the calls in flight on such a connection may still take before it is closed (envoy's GRPC_MAX_CONNECTION_AGE_GRACE; 0: as long as they need)")
 	fs.StringVar(&f.limitHeader, "limit-header", "RateLimit-Limit", "--response-headers envoy: the limit's header name (envoy's LIMIT_LIMIT_HEADER)")
 	fs.StringVar(&f.remainingHeader, "remaining-header", "RateLimit-Remaining", "--response-headers envoy: the remaining count's header name (envoy's LIMIT_REMAINING_HEADER)")
 	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "--response-headers envoy: the seconds-to-reset header name (envoy's LIMIT_RESET_HEADER)")
@@ -101,6 +103,9 @@ console is at / of the HTTP listener (--no-console turns it off).
 	if f.pipelines < 0 || f.pipelines > 1024 {
 		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)
 	}
+	if f.connAge < 0 || f.connAgeGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age %s, --grpc-max-connection-age-grace %s: want 0 (never, as long as needed) or more", f.connAge, f.connAgeGrace)
+	}
 	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
 		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
 	}
@@ -132,6 +137,15 @@ console is at / of the HTTP listener (--no-console turns it off).
 	return runServe(ctx, o, !f.noConsole)
 }
 
+// orNever is a duration flag as serve.Options takes it: a flag's 0
+// ("never") is negative there, where 0 is the default.
+func orNever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // options turns the flags into serve.Options, opening the store.
 func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	o := serve.Options{
@@ -139,7 +153,8 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
 		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
 		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
-		ShutdownTimeout: f.shutdownTimeout,
+		ShutdownTimeout:      f.shutdownTimeout,
+		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}
 	nothing := func() {}
 	var level slog.Level

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-go/sluice"
@@ -113,6 +114,13 @@ type Options struct {
 	// entries of a descriptor (default 32); MaxEntryBytes a domain, key or
 	// value (default 1024).
 	MaxRequestBytes, MaxDescriptors, MaxEntries, MaxEntryBytes int
+
+	// GRPCMaxConnectionAge closes a gRPC connection (GOAWAY, then the calls
+	// in flight get GRPCMaxConnectionAgeGrace to finish) once it is that old,
+	// give or take 10%, so that clients reconnect and spread over the
+	// instances behind a load balancer, as envoy's GRPC_MAX_CONNECTION_AGE
+	// does. Zero is envoy's default, 24h (grace 1h); negative, never.
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
 
 	// ShutdownTimeout bounds how long in-flight calls are waited for once the
 	// context ends (default 10s).
@@ -218,6 +226,12 @@ func New(o Options) (*Server, error) {
 	if o.HeaderNames, err = o.HeaderNames.withDefaults(); err != nil {
 		return nil, err
 	}
+	if o.GRPCMaxConnectionAge == 0 {
+		o.GRPCMaxConnectionAge = 24 * time.Hour
+	}
+	if o.GRPCMaxConnectionAgeGrace == 0 {
+		o.GRPCMaxConnectionAgeGrace = time.Hour
+	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -274,6 +288,13 @@ func New(o Options) (*Server, error) {
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+	}
+	if o.GRPCMaxConnectionAge > 0 {
+		ka := keepalive.ServerParameters{MaxConnectionAge: o.GRPCMaxConnectionAge, MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace}
+		if ka.MaxConnectionAgeGrace < 0 {
+			ka.MaxConnectionAgeGrace = 0 // grpc's infinity
+		}
+		gopts = append(gopts, grpc.KeepaliveParams(ka))
 	}
 	if o.GRPCTLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.GRPCTLS)))
