@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,8 +69,11 @@ type Options struct {
 	Ping func(context.Context) error
 
 	// GRPCAddr and HTTPAddr are the listen addresses (default
-	// DefaultGRPCAddr and DefaultHTTPAddr; port 0 picks a free one). A
-	// listener given in GRPCListener or HTTPListener is used instead.
+	// DefaultGRPCAddr and DefaultHTTPAddr; port 0 picks a free one), HOST:PORT
+	// or unix:PATH for a Unix domain socket (a sidecar's, as envoy's
+	// GRPC_UDS; a socket file left by a process that is gone is replaced,
+	// and the file is removed on shutdown). A listener given in GRPCListener
+	// or HTTPListener is used instead.
 	GRPCAddr, HTTPAddr         string
 	GRPCListener, HTTPListener net.Listener
 	// GRPCTLS and HTTPTLS, when set, serve TLS (with ClientAuth set,
@@ -265,14 +269,14 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	if s.grpcLn = o.GRPCListener; s.grpcLn == nil {
-		if s.grpcLn, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+		if s.grpcLn, err = listen(o.GRPCAddr); err != nil {
 			s.stopWatch()
 			signal.Stop(s.hup)
 			return nil, fmt.Errorf("gRPC listener: %w", err)
 		}
 	}
 	if s.httpLn = o.HTTPListener; s.httpLn == nil {
-		if s.httpLn, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+		if s.httpLn, err = listen(o.HTTPAddr); err != nil {
 			s.grpcLn.Close()
 			s.stopWatch()
 			signal.Stop(s.hup)
@@ -311,6 +315,36 @@ func New(o Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// listen listens on addr: HOST:PORT, or unix:PATH.
+func listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	path = strings.TrimPrefix(path, "//") // unix:///run/x.sock
+	ln, err := net.Listen("unix", path)
+	if err != nil && staleSocket(path) {
+		if os.Remove(path) == nil {
+			ln, err = net.Listen("unix", path)
+		}
+	}
+	return ln, err
+}
+
+// staleSocket reports whether path is a Unix socket nothing listens on.
+func staleSocket(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // streamWorkers is the number of goroutines kept to run gRPC calls. A call
