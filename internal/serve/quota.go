@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"sync"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
@@ -67,20 +68,21 @@ func grow[T any](s []T, n int) []T {
 func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bool, error) {
 	q := &sc.quota
 	q.refunded = grow(q.refunded, len(q.refunds))
-	for i := range q.refunds {
+	err := s.each(len(q.refunds), func(i int) error {
 		p := &q.refunds[i]
 		if p.Limit.Rate == 0 {
-			continue // requests_per_unit 0 holds nothing to give back
+			return nil // requests_per_unit 0 holds nothing to give back
 		}
 		r, err := s.lim.Refund(ctx, p.Key, p.Limit, p.Cost)
-		if err != nil {
-			return false, err
-		}
 		q.refunded[i] = r
+		return err
+	})
+	if err != nil {
+		return false, err
 	}
 	n := len(q.parts)
 	q.res, q.over, q.spent = grow(q.res, n), grow(q.over, n), grow(q.spent, n)
-	for i := range q.parts {
+	err = s.each(n, func(i int) error {
 		p := &q.parts[i]
 		c := p.Cost
 		if blocked {
@@ -88,10 +90,15 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 		}
 		r, tooBig, err := s.take(ctx, p, c)
 		if err != nil {
-			return false, err
+			return err
 		}
 		over := tooBig || !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
 		q.res[i], q.over[i], q.spent[i] = r, over, c > 0 && !over
+		return nil
+	})
+	if err != nil {
+		s.undoQuota(ctx, sc) // a failed call spends nothing: what the others spent goes back
+		return false, err
 	}
 	found, all := false, true
 	for i := range sc.desc {
@@ -119,18 +126,52 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 // give-back.
 func (s *Server) undoQuota(ctx context.Context, sc *scratch) {
 	q := &sc.quota
-	for i := range q.parts {
+	s.each(len(q.parts), func(i int) error {
 		p := &q.parts[i]
 		if !q.spent[i] || !canGiveBack(p.Limit) {
-			continue
+			return nil
 		}
 		r, err := s.lim.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
 		if err != nil {
 			s.metrics.storeErrors.Inc()
-			continue
+			return nil
 		}
 		q.res[i] = r
+		return nil
+	})
+}
+
+// each runs f(0) … f(n-1), the decisions of a call's descriptors that are
+// decided each on its own, and returns the first error by index. On a store
+// in this process they run one after the other, stopping at an error; on
+// another (Redis) they run at once, so that its batcher sends them in one
+// round trip rather than one each.
+func (s *Server) each(n int, f func(i int) error) error {
+	if n < 2 || s.local {
+		for i := range n {
+			if err := f(i); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(n - 1)
+	for i := 1; i < n; i++ {
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	errs[0] = f(0)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // limits reports whether a descriptor of kind k is a limit the headers

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -263,4 +266,78 @@ func TestGlobalQuotaMode(t *testing.T) {
 	check(ts, "q=a and no rule", "OVER_LIMIT: OVER_LIMIT OK", desc("q=a"), desc("other=x"))
 	check(ts, "user=a", "OK: OK", desc("user=a"))
 	check(ts, "user=a enforced: no rule does not save it", "OVER_LIMIT: OVER_LIMIT OK", desc("user=a"), desc("other=x"))
+}
+
+// evalshaCalls is the EVALSHA count of a Redis server's commandstats.
+func evalshaCalls(t *testing.T, rs *redistest.Server) int64 {
+	t.Helper()
+	info, err := rs.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_evalsha:calls=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// On Redis the quota_mode descriptors of a call are decided at once, so the
+// store's batcher sends them together, not in one round trip each (in
+// memory, one after the other).
+func TestQuotaPartsTogether(t *testing.T) {
+	rs := redistest.Standalone(t)
+	st, err := redisstore.New(rs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, Options{Config: writeConfig(t, map[string]string{"gq.yaml": globalQuotaConfig}), Store: st, GlobalQuota: true}, nil)
+	fewer := false
+	for i := 0; i < 10 && !fewer; i++ {
+		before := evalshaCalls(t, rs)
+		r := ts.call(t, "gq", withHits(desc("user=a"), 0), withHits(desc("user=b"), 0), withHits(desc("q=a"), 0), withHits(desc("user=c"), 0))
+		if codesOf(r) != "OK: OK OK OK OK" {
+			t.Fatalf("looks: %s", codesOf(r))
+		}
+		n := evalshaCalls(t, rs) - before
+		t.Logf("call %d: 4 quota looks in %d EVALSHA", i, n)
+		fewer = n < 4
+	}
+	if !fewer {
+		t.Error("every call sent its 4 quota descriptors in 4 EVALSHA: one round trip each")
+	}
+}
+
+// failingStore fails every decision on a key that holds "fail".
+type failingStore struct{ sluice.Store }
+
+var errInjected = errors.New("injected store failure")
+
+func (f failingStore) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	if strings.Contains(req.Key, "fail") {
+		return sluice.Result{}, errInjected
+	}
+	return f.Store.Take(ctx, req)
+}
+
+// A call whose quota_mode descriptor fails at the store fails, and spends
+// nothing: what the other quota descriptors took (at once, the store being
+// outside the process) is given back.
+func TestQuotaFailureSpendsNothing(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	ts := start(t, Options{Config: writeConfig(t, map[string]string{"quota.yaml": quotaConfig}),
+		Store: failingStore{memstore.New(memstore.WithClock(clock))}, GlobalQuota: true}, clock)
+	_, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "quota",
+		Descriptors: []*rlv3.RateLimitDescriptor{desc("tokens=a"), desc("user=fail"), desc("service=bucket")}})
+	if err == nil || !strings.Contains(err.Error(), errInjected.Error()) {
+		t.Fatalf("a call with a failing descriptor: %v, want the store's error", err)
+	}
+	r := ts.call(t, "quota", withHits(desc("tokens=a"), 0), withHits(desc("service=bucket"), 0))
+	if r.Statuses[0].LimitRemaining != 10 || r.Statuses[1].LimitRemaining != 2 {
+		t.Errorf("after the failed call: remaining %d and %d, want 10 and 2 (nothing spent)", r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining)
+	}
 }

@@ -192,6 +192,7 @@ type Server struct {
 	answered       atomic.Int64   // calls answered, on every door
 	storeErrs      atomic.Int64   // store failures not yet logged
 	storeErrLogged atomic.Int64   // when the last was logged, fastclock µs
+	local          bool           // the store is in this process (see each)
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -243,6 +244,7 @@ func New(o Options) (*Server, error) {
 		o.Store = memstore.New()
 	}
 	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger}
+	_, s.local = o.Store.(*memstore.Store)
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
 	if c := s.lim.Clock(); c != (core.SystemClock{}) {

@@ -388,27 +388,26 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	// Shadow parts spend as if enforced when the call is admitted, each on
 	// its own so that none blocks the others; when the call is refused they
 	// only look, since a refused call spends nothing.
-	if len(sc.shadow) > 0 {
-		for i := range sc.shadow {
-			p := &sc.shadow[i]
-			c := p.Cost
-			if !comp.Allowed {
-				c = 0
-			}
-			r, tooBig, err := s.take(ctx, p, c)
-			switch {
-			case tooBig:
-				shaOver[i] = true
-			case err != nil:
-				// A shadow rule never fails the call.
-				s.metrics.storeErrors.Inc()
-				shaOver[i] = false
-			default:
-				shaOver[i] = !r.Allowed || (c == 0 && r.Remaining < p.Cost)
-			}
-			sha[i] = r
+	s.each(len(sc.shadow), func(i int) error {
+		p := &sc.shadow[i]
+		c := p.Cost
+		if !comp.Allowed {
+			c = 0
 		}
-	}
+		r, tooBig, err := s.take(ctx, p, c)
+		switch {
+		case tooBig:
+			shaOver[i] = true
+		case err != nil:
+			// A shadow rule never fails the call.
+			s.metrics.storeErrors.Inc()
+			shaOver[i] = false
+		default:
+			shaOver[i] = !r.Allowed || (c == 0 && r.Remaining < p.Cost)
+		}
+		sha[i] = r
+		return nil
+	})
 	latency := sinceMicros(start)
 
 	// The response.
