@@ -25,7 +25,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
 
-func benchServer(b *testing.B) *Server {
+func benchServer(b testing.TB) *Server {
 	s, err := New(Options{Config: writeConfig(b, map[string]string{"bench.yaml": benchConfig}), NoWatch: true,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: memstore.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -139,4 +139,31 @@ func BenchmarkGRPC(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecideAllocs: deciding a call of one descriptor, or of two (one
+// composite), over the memory store allocates what the answer needs (its
+// status and the key) and nothing for the shadow and quota paths it does
+// not take.
+func TestDecideAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	s := benchServer(t)
+	h := rls{s}
+	one := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=42")}}
+	two := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=42")}}
+	for _, c := range []struct {
+		name string
+		req  *pb.RateLimitRequest
+		want float64
+	}{{"one", one, 4}, {"two", two, 6}} {
+		if n := testing.AllocsPerRun(500, func() {
+			if _, err := h.ShouldRateLimit(context.Background(), c.req); err != nil {
+				t.Fatal(err)
+			}
+		}); n > c.want {
+			t.Errorf("%s descriptor(s): %v allocations per call, want at most %v", c.name, n, c.want)
+		}
+	}
 }

@@ -68,37 +68,18 @@ func grow[T any](s []T, n int) []T {
 func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bool, error) {
 	q := &sc.quota
 	q.refunded = grow(q.refunded, len(q.refunds))
-	err := s.each(len(q.refunds), func(i int) error {
-		p := &q.refunds[i]
-		if p.Limit.Rate == 0 {
-			return nil // requests_per_unit 0 holds nothing to give back
+	if len(q.refunds) > 0 {
+		if err := s.giveBack(ctx, q); err != nil {
+			return false, err
 		}
-		r, err := s.lim.Refund(ctx, p.Key, p.Limit, p.Cost)
-		q.refunded[i] = r
-		return err
-	})
-	if err != nil {
-		return false, err
 	}
 	n := len(q.parts)
 	q.res, q.over, q.spent = grow(q.res, n), grow(q.over, n), grow(q.spent, n)
-	err = s.each(n, func(i int) error {
-		p := &q.parts[i]
-		c := p.Cost
-		if blocked {
-			c = 0
+	if n > 0 {
+		if err := s.takeQuota(ctx, q, blocked); err != nil {
+			s.undoQuota(ctx, sc) // a failed call spends nothing: what the others spent goes back
+			return false, err
 		}
-		r, tooBig, err := s.take(ctx, p, c)
-		if err != nil {
-			return err
-		}
-		over := tooBig || !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
-		q.res[i], q.over[i], q.spent[i] = r, over, c > 0 && !over
-		return nil
-	})
-	if err != nil {
-		s.undoQuota(ctx, sc) // a failed call spends nothing: what the others spent goes back
-		return false, err
 	}
 	found, all := false, true
 	for i := range sc.desc {
@@ -116,6 +97,39 @@ func (s *Server) decideQuota(ctx context.Context, sc *scratch, blocked bool) (bo
 		}
 	}
 	return found && all, nil
+}
+
+// giveBack makes the call's is_negative_hits give-backs. (Apart from
+// decideQuota, as takeQuota is, so that a call without them builds no
+// closure.)
+func (s *Server) giveBack(ctx context.Context, q *quotaScratch) error {
+	return s.each(len(q.refunds), func(i int) error {
+		p := &q.refunds[i]
+		if p.Limit.Rate == 0 {
+			return nil // requests_per_unit 0 holds nothing to give back
+		}
+		r, err := s.lim.Refund(ctx, p.Key, p.Limit, p.Cost)
+		q.refunded[i] = r
+		return err
+	})
+}
+
+// takeQuota decides the quota_mode parts (see decideQuota).
+func (s *Server) takeQuota(ctx context.Context, q *quotaScratch, blocked bool) error {
+	return s.each(len(q.parts), func(i int) error {
+		p := &q.parts[i]
+		c := p.Cost
+		if blocked {
+			c = 0
+		}
+		r, tooBig, err := s.take(ctx, p, c)
+		if err != nil {
+			return err
+		}
+		over := tooBig || !r.Allowed || (c == 0 && r.Remaining < max(p.Cost, 1))
+		q.res[i], q.over[i], q.spent[i] = r, over, c > 0 && !over
+		return nil
+	})
 }
 
 // undoQuota gives back what the quota_mode parts spent in a call that an

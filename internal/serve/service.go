@@ -388,26 +388,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	// Shadow parts spend as if enforced when the call is admitted, each on
 	// its own so that none blocks the others; when the call is refused they
 	// only look, since a refused call spends nothing.
-	s.each(len(sc.shadow), func(i int) error {
-		p := &sc.shadow[i]
-		c := p.Cost
-		if !comp.Allowed {
-			c = 0
-		}
-		r, tooBig, err := s.take(ctx, p, c)
-		switch {
-		case tooBig:
-			shaOver[i] = true
-		case err != nil:
-			// A shadow rule never fails the call.
-			s.metrics.storeErrors.Inc()
-			shaOver[i] = false
-		default:
-			shaOver[i] = !r.Allowed || (c == 0 && r.Remaining < p.Cost)
-		}
-		sha[i] = r
-		return nil
-	})
+	if len(sc.shadow) > 0 {
+		s.decideShadow(ctx, sc.shadow, comp.Allowed, sha, shaOver)
+	}
 	latency := sinceMicros(start)
 
 	// The response.
@@ -515,6 +498,31 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		resp.DynamicMetadata = s.dynamicMetadata(st, req, sc, resp.Statuses)
 	}
 	return comp, nil
+}
+
+// decideShadow decides the shadow parts, each on its own: spending as if
+// enforced when the call is admitted, looking when it is refused. A store
+// error counts, but never fails the call.
+func (s *Server) decideShadow(ctx context.Context, parts []sluice.Part, admitted bool, res []sluice.Result, over []bool) {
+	s.each(len(parts), func(i int) error {
+		p := &parts[i]
+		c := p.Cost
+		if !admitted {
+			c = 0
+		}
+		r, tooBig, err := s.take(ctx, p, c)
+		switch {
+		case tooBig:
+			over[i] = true
+		case err != nil:
+			s.metrics.storeErrors.Inc()
+			over[i] = false
+		default:
+			over[i] = !r.Allowed || (c == 0 && r.Remaining < p.Cost)
+		}
+		res[i] = r
+		return nil
+	})
 }
 
 // sinceMicros is the time since start, a fastclock reading.
