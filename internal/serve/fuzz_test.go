@@ -28,6 +28,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"key": "k", "limit": "10/1s gcra burst 50", "cost": 2}`,
 		`{"key": "k", "limit": "1/1s", "cost": -1}`,
 		`{"domain": "", "descriptors": []}`,
+		`{"domain": "meta", "hits_addend": 2, "descriptors": [{"entries": [{"key": "tenant", "value": "a"}]}, {"entries": [{"key": "user", "value": "b"}], "hits_addend": "1"}, {"entries": [{"key": "free", "value": "x"}]}]}`,
+		`{"domain": "gq", "descriptors": [{"entries": [{"key": "q", "value": "a"}]}, {"entries": [{"key": "sq", "value": "a"}]}, {"entries": [{"key": "user", "value": "a"}], "is_negative_hits": true, "hits_addend": "1"}]}`,
 		`{`, `null`, `[]`, `{"domain": "test", "descriptors": [{}]}`,
 	} {
 		f.Add([]byte(s))
@@ -44,10 +46,31 @@ func FuzzDecodeRequest(f *testing.F) {
 	s.now = clock.Now
 	s.lim = sluice.New(memstore.New(memstore.WithClock(clock)))
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
+	// And envoy's modes: global quota, dynamic metadata, renamed headers,
+	// with the parts decided at once (as on Redis).
+	mcfg, err := rlsconfig.Parse(map[string][]byte{"test.yaml": []byte(testConfig), "meta.yaml": []byte(metaConfig), "gq.yaml": []byte(globalQuotaConfig)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	meta, err := ruleMetadata(mcfg.Rules())
+	if err != nil {
+		f.Fatal(err)
+	}
+	names, _ := EnvoyHeaderNames{Limit: "X-Limit"}.withDefaults()
+	m := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names},
+		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim}
+	m.state.Store(&state{cfg: mcfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta})
+	enc := newCodec()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ctx := context.Background()
 		if req, err := decodeJSONRequest(b); err == nil {
 			s.decide(ctx, req, &pb.RateLimitResponse{}, HeadersDraft11)
+			resp := &pb.RateLimitResponse{}
+			if _, err := m.decide(ctx, req, resp, HeadersEnvoy); err == nil {
+				if _, err := enc.Marshal(resp); err != nil {
+					t.Fatalf("encoding %v: %v", resp, err)
+				}
+			}
 		}
 		if tr, err := decodeTakeRequest(b); err == nil && tr.Key != "" {
 			if lim, err := sluice.ParseLimit(tr.Limit); err == nil && tr.Cost != nil {
