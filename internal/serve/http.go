@@ -33,6 +33,8 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST /json", s.serveJSON)
 	mux.HandleFunc("POST /v1/take", s.serveTake)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	// envoyproxy/ratelimit's probe path, for deployments that switch.
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "OK") })
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/config", s.serveConfig)
@@ -50,7 +52,7 @@ func (s *Server) httpHandler() http.Handler {
 	session := sessionValue(s.opts.HTTPToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
 		case r.URL.Path == loginPath && r.Method == http.MethodPost:
 			s.serveLogin(w, r, session)

@@ -111,6 +111,9 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code, _ := httpGet(t, ts.base+"/healthz"); code != 200 {
 		t.Errorf("/healthz %d", code)
 	}
+	if code, body := httpGet(t, ts.base+"/healthcheck"); code != 200 || body != "OK" {
+		t.Errorf("/healthcheck (envoyproxy/ratelimit's probe) %d %q, want 200 OK without the token", code, body)
+	}
 	if code, _ := httpGet(t, ts.base+"/readyz"); code != 200 {
 		t.Errorf("/readyz %d", code)
 	}
