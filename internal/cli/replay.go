@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -80,23 +81,49 @@ const replayTTLMargin = time.Hour
 
 func redisClient(spec string) (redis.UniversalClient, error) {
 	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
-		addrs := strings.Split(rest, ",")
-		for _, a := range addrs {
+		o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
+		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+			// user:password@, escaped as in a URL
+			u, err := url.Parse("redis://" + rest[:i+1] + "x")
+			if err != nil || u.User == nil {
+				return nil, fmt.Errorf("store %q: the credentials before @ are not USER:PASSWORD", redactStore(spec))
+			}
+			o.Username = u.User.Username()
+			o.Password, _ = u.User.Password()
+			rest = rest[i+1:]
+		}
+		o.Addrs = strings.Split(rest, ",")
+		for _, a := range o.Addrs {
 			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("store %q: %q is not HOST:PORT", spec, a)
+				return nil, fmt.Errorf("store %q: %q is not HOST:PORT", redactStore(spec), a)
 			}
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), nil
+		return redis.NewClusterClient(o), nil
 	}
-	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") {
+	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") || strings.HasPrefix(spec, "unix://") {
 		o, err := redis.ParseURL(spec)
 		if err != nil {
-			return nil, fmt.Errorf("store %q: %v", spec, err)
+			return nil, fmt.Errorf("store %q: %v", redactStore(spec), err)
 		}
 		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's README)
 		return redis.NewClient(o), nil
 	}
-	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., or redis-cluster://HOST:PORT,HOST:PORT)", spec)
+	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, or redis-cluster://HOST:PORT,HOST:PORT)", redactStore(spec))
+}
+
+// redactStore is a store's spec with its password, if any, replaced by
+// "xxxxx", for messages.
+func redactStore(spec string) string {
+	scheme, rest, ok := strings.Cut(spec, "://")
+	i := strings.LastIndexByte(rest, '@')
+	if !ok || i < 0 {
+		return spec
+	}
+	user, _, hasPass := strings.Cut(rest[:i], ":")
+	if !hasPass {
+		return spec
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[i:]
 }
 
 type redisDecider struct {

@@ -35,7 +35,7 @@ type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	cpuProfile, limitHeader, remainingHeader, resetHeader                            string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
-	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot                   bool
+	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 }
@@ -46,7 +46,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
-	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
+	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
@@ -62,6 +62,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: decide and count as usual, answer OK to every call")
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
 	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
+	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment (HOST, PORT, GRPC_HOST, GRPC_PORT, GRPC_UDS, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS, CACHE_KEY_PREFIX, LOG_LEVEL, LOG_FORMAT, LIMIT_*, SHADOW_MODE, QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, GRPC_MAX_CONNECTION_AGE*, GRPC_SERVER_*TLS*), its defaults included (0.0.0.0:8080 and :8081), as the flags it stands for; a flag given on the command line wins")
 	fs.BoolVar(&f.domainSlot, "domain-slot", false, "Redis Cluster: keep each domain's keys in one hash slot, so a call's descriptors are decided atomically there too (a domain's traffic then goes to one master)")
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
 	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
@@ -99,6 +100,19 @@ console is at / of the HTTP listener (--no-console turns it off).
 	}
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		return err
+	}
+	if f.envoyEnv {
+		vals, err := envoyEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		for name, v := range vals {
+			if !flagGiven(fs, name) {
+				if err := fs.Set(name, v); err != nil {
+					return fmt.Errorf("envoy environment: --%s %q: %v", name, v, err)
+				}
+			}
+		}
 	}
 	if f.pipelines < 0 || f.pipelines > 1024 {
 		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)

@@ -3,6 +3,8 @@ package serve
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,5 +209,48 @@ func TestRedisOutage(t *testing.T) {
 				t.Errorf("exit: %v\n%s", err, p.logText())
 			}
 		})
+	}
+}
+
+// `sluice serve --envoy-env` in envoyproxy/ratelimit's environment: its
+// runtime directory, its Redis, its key prefix, its header names and its
+// QUOTA_MODE, with the listen flags given on the command line winning.
+func TestBinaryEnvoyEnv(t *testing.T) {
+	rs := redistest.Standalone(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "rl", "config", "gq.yaml"), []byte(globalQuotaConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": rs.Addr(),
+		"CACHE_KEY_PREFIX": "envoytest:", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-Limit",
+		"QUOTA_MODE": "true", "LOG_LEVEL": "info", "USE_STATSD": "false",
+	} {
+		t.Setenv(k, v)
+	}
+	p := startProc(t, "--envoy-env")
+	if !strings.HasPrefix(p.grpc, "127.0.0.1:") || !strings.HasPrefix(p.http, "127.0.0.1:") {
+		t.Errorf("listeners %s %s: the command line's loopback addresses must win over envoy's 0.0.0.0", p.grpc, p.http)
+	}
+	var r *pb.RateLimitResponse
+	for i, want := range []string{"OK: OK OK", "OK: OVER_LIMIT OK"} {
+		var err error
+		r, err = p.call(t.Context(), "gq", desc("user=a"), desc("other=x"))
+		if err != nil || codesOf(r) != want {
+			t.Fatalf("call %d: %v %v, want %s (QUOTA_MODE)", i, r, err, want)
+		}
+	}
+	if len(r.ResponseHeadersToAdd) == 0 || r.ResponseHeadersToAdd[0].Key != "X-Limit" {
+		t.Errorf("headers %v, want X-Limit first (LIMIT_LIMIT_HEADER)", r.ResponseHeadersToAdd)
+	}
+	keys, err := rs.Client().Keys(t.Context(), "envoytest:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Errorf("keys under CACHE_KEY_PREFIX in REDIS_URL's server: %v %v", keys, err)
+	}
+	if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
 	}
 }

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// envoyproxy/ratelimit's environment, its defaults included, as the flags
+// it stands for; what sluice does not offer is refused by name.
+func TestEnvoyEnv(t *testing.T) {
+	defaults := map[string]string{
+		"http": "0.0.0.0:8080", "grpc": "0.0.0.0:8081", "config": "/srv/runtime_data/current/config",
+		"log-level": "warn", "log-format": "text", "store": "unix:///var/run/nutcracker/ratelimit.sock",
+	}
+	with := func(kv map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range defaults {
+			m[k] = v
+		}
+		for k, v := range kv {
+			m[k] = v
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{"defaults", nil, defaults},
+		{"a deployment's", map[string]string{
+			"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
+			"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.svc:6379", "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "rl:",
+			"LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset",
+			"SHADOW_MODE": "false", "QUOTA_MODE": "1", "RESPONSE_DYNAMIC_METADATA": "true", "GRPC_MAX_CONNECTION_AGE": "30m",
+			"USE_STATSD": "false", "REDIS_POOL_SIZE": "20", "LOCAL_CACHE_SIZE_IN_BYTES": "1000000",
+		}, with(map[string]string{
+			"http": "127.0.0.1:9080", "grpc": "0.0.0.0:9081", "config": "/data/ratelimit/config",
+			"store": "redis://:s3cret@redis.svc:6379", "prefix": "rl:", "log-level": "debug", "log-format": "json",
+			"response-headers": "envoy", "reset-header": "X-Reset", "quota-mode": "true", "response-dynamic-metadata": "true",
+			"grpc-max-connection-age": "30m",
+		})},
+		{"a sidecar's", map[string]string{"GRPC_UDS": "/run/rl.sock", "REDIS_AUTH": "app:p@ss", "RUNTIME_APPDIRECTORY": "rules", "LOG_LEVEL": "warning"},
+			with(map[string]string{"grpc": "unix:/run/rl.sock", "store": "unix://app:p%40ss@/var/run/nutcracker/ratelimit.sock", "config": "/srv/runtime_data/current/rules"})},
+		{"TLS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6380", "REDIS_TLS": "true",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem"},
+			with(map[string]string{"store": "rediss://r:6380", "grpc-tls-cert": "/c.pem", "grpc-tls-key": "/k.pem", "grpc-tls-client-ca": "/ca.pem"})},
+		{"a cluster", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:p"},
+			with(map[string]string{"store": "redis-cluster://u:p@a:7000,b:7001"})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := envoyEnv(func(k string) string { return c.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got  %v\nwant %v", got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE=GRPC_XDS_SOTW"},
+		{map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE=memcache"},
+		{map[string]string{"REDIS_PERSECOND": "true"}, "REDIS_PERSECOND"},
+		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"},
+		{map[string]string{"REDIS_TYPE": "SENTINEL"}, "not sentinel"},
+		{map[string]string{"REDIS_TYPE": "cluster"}, "wants REDIS_SOCKET_TYPE=tcp"},
+		{map[string]string{"REDIS_TLS": "true"}, "REDIS_TLS over a Unix socket"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, "want tcp or unix"},
+		{map[string]string{"QUOTA_MODE": "maybe"}, `QUOTA_MODE="maybe" is not a boolean`},
+		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud"`},
+		{map[string]string{"GRPC_MAX_CONNECTION_AGE": "1 day"}, "not a duration"},
+		{map[string]string{"GRPC_CLIENT_TLS_SAN": "x"}, "GRPC_CLIENT_TLS_SAN"},
+	} {
+		if _, err := envoyEnv(func(k string) string { return c.env[k] }); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error with %q", c.env, err, c.want)
+		}
+	}
+}
+
+// --store takes credentials for a cluster and a Unix socket, and never
+// prints a password.
+func TestStoreSpecs(t *testing.T) {
+	c, err := redisClient("redis-cluster://app:p%40ss@127.0.0.1:7000,127.0.0.1:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	o := c.(*redis.ClusterClient).Options()
+	if o.Username != "app" || o.Password != "p@ss" || len(o.Addrs) != 2 || !o.ContextTimeoutEnabled {
+		t.Errorf("cluster options: user %q password %q addrs %v", o.Username, o.Password, o.Addrs)
+	}
+	u, err := redisClient("unix://:pw@/run/redis.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if uo := u.(*redis.Client).Options(); uo.Network != "unix" || uo.Addr != "/run/redis.sock" || uo.Password != "pw" {
+		t.Errorf("unix options: %s %s %q", uo.Network, uo.Addr, uo.Password)
+	}
+	if _, err := redisClient("redis-cluster://u:s3cret@nohost"); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a bad cluster address: %v (the password must not show)", err)
+	}
+}
