@@ -443,6 +443,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING) // envoyproxy/ratelimit's name
 	go func() {
 		err := s.grpcSrv.Serve(s.grpcLn)
 		if errors.Is(err, grpc.ErrServerStopped) {
