@@ -61,6 +61,15 @@
 // Redis that hangs, and the store keeps its timeout by handing each call to
 // another goroutine.
 //
+// A decision whose reply is lost (the connection breaks after the script
+// ran) is one the store cannot know the outcome of. go-redis sends such a
+// command again by default (MaxRetries 3 retries on a broken connection), so
+// the script may run twice and spend twice; with MaxRetries -1 the decision
+// fails instead (the failure policy applies, and what the first run spent
+// stays spent). go-redis also retries the error replies a failover brings
+// (READONLY, TRYAGAIN, LOADING), where nothing ran: -1 gives up those
+// retries too.
+//
 // # Eviction
 //
 // A limiter key is state, not a cache entry: a Redis that evicts it forgets
