@@ -68,7 +68,8 @@
 // fails instead (the failure policy applies, and what the first run spent
 // stays spent). go-redis also retries the error replies a failover brings
 // (READONLY, TRYAGAIN, LOADING), where nothing ran: -1 gives up those
-// retries too.
+// retries too, and the failure policy answers for the moment they last.
+// sluice serve and sluice replay open their clients with MaxRetries -1.
 //
 // # Eviction
 //

@@ -79,9 +79,13 @@ func openStore(spec, prefix string) (decider, error) {
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
 const replayTTLMargin = time.Hour
 
+// redisClient opens the Redis of a --store spec: calls end by their
+// deadline, and go-redis never sends a command again (MaxRetries -1): a
+// decision whose reply is lost fails, and the failure policy answers,
+// rather than running twice and spending twice (see redisstore's doc).
 func redisClient(spec string) (redis.UniversalClient, error) {
 	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
-		o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
+		o := &redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRetries: -1}
 		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
 			// user:password@, escaped as in a URL
 			u, err := url.Parse("redis://" + rest[:i+1] + "x")
@@ -106,6 +110,7 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("store %q: %v", redactStore(spec), err)
 		}
 		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's README)
+		o.MaxRetries = -1              // never a command twice (below)
 		return redis.NewClient(o), nil
 	}
 	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, or redis-cluster://HOST:PORT,HOST:PORT)", redactStore(spec))
