@@ -14,7 +14,9 @@ import (
 // Every process of a service shares the budget kept in Redis; when Redis is
 // gone, each limits on its own until it is back.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379",
+		ContextTimeoutEnabled: true, // calls end by their deadline
+		MaxRetries:            -1})  // a decision whose reply is lost is not sent again
 	defer rdb.Close()
 	store, err := redisstore.New(rdb,
 		redisstore.WithPrefix("myapp:rl:"),
