@@ -84,8 +84,8 @@ func TestEnvoyEnv(t *testing.T) {
 	}
 }
 
-// --store takes credentials for a cluster and a Unix socket, and never
-// prints a password.
+// --store takes credentials for a cluster and a Unix socket, never prints a
+// password, and opens clients that never send a command twice.
 func TestStoreSpecs(t *testing.T) {
 	c, err := redisClient("redis-cluster://app:p%40ss@127.0.0.1:7000,127.0.0.1:7001")
 	if err != nil {
@@ -93,8 +93,18 @@ func TestStoreSpecs(t *testing.T) {
 	}
 	defer c.Close()
 	o := c.(*redis.ClusterClient).Options()
-	if o.Username != "app" || o.Password != "p@ss" || len(o.Addrs) != 2 || !o.ContextTimeoutEnabled {
-		t.Errorf("cluster options: user %q password %q addrs %v", o.Username, o.Password, o.Addrs)
+	// MaxRetries -1 (a client may read it back as 0, no retry; go-redis's
+	// default is 3): a command is never sent twice.
+	if o.Username != "app" || o.Password != "p@ss" || len(o.Addrs) != 2 || !o.ContextTimeoutEnabled || o.MaxRetries > 0 {
+		t.Errorf("cluster options: user %q password %q addrs %v, max retries %d", o.Username, o.Password, o.Addrs, o.MaxRetries)
+	}
+	r, err := redisClient("redis://127.0.0.1:6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if ro := r.(*redis.Client).Options(); !ro.ContextTimeoutEnabled || ro.MaxRetries > 0 {
+		t.Errorf("redis:// options: context timeouts %v, max retries %d; want true and no retry", ro.ContextTimeoutEnabled, ro.MaxRetries)
 	}
 	u, err := redisClient("unix://:pw@/run/redis.sock")
 	if err != nil {

@@ -23,6 +23,10 @@ descriptors:
   - key: free
     metadata: {unlimited: yes}
     rate_limit: {unlimited: true}
+  - key: detailed
+    detailed_metric: true
+    metadata: {kept: true}
+    rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
 // mustStruct is v (JSON) as a google.protobuf.Struct.
@@ -72,6 +76,11 @@ func TestDynamicMetadata(t *testing.T) {
 		"descriptors": [{"entries": ["tenant=b"], "hitsAddend": 1}, {"entries": ["user=c"], "hitsAddend": 0, "limit": `+
 		mustJSONString(t, override.Limit.String())+`}],
 		"metadata": {"team": "payments", "limits": {"tenant": 2}}}`)
+
+	// A detailed_metric rule keeps its metadata (envoy's rebuild of such a
+	// rule drops it).
+	check("detailed_metric", ts.call(t, "meta", desc("detailed=x")), `{"domain": "meta",
+		"descriptors": [{"entries": ["detailed=x"]}], "metadata": {"kept": true}}`)
 
 	// Over HTTP, in envoy's /json.
 	resp, body := httpPost(t, ts.base+"/json", `{"domain": "meta", "descriptors": [{"entries": [{"key": "tenant", "value": "z"}]}]}`)
