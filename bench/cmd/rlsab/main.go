@@ -94,23 +94,15 @@ func main() {
 // it is a file, else built into dir from a module directory, else from a
 // git revision of the sluice working tree.
 func build(ctx context.Context, spec, dir, name string) (string, error) {
-	if fi, err := os.Stat(spec); err == nil && !fi.IsDir() {
+	fi, err := os.Stat(spec)
+	if err == nil && !fi.IsDir() {
 		return spec, nil
 	}
 	bin := filepath.Join(dir, name)
-	if fi, err := os.Stat(spec); err == nil && fi.IsDir() {
-		src := spec
-		if spec == "." {
-			modDir, err := rls.ModuleDir(ctx)
-			if err != nil {
-				return "", err
-			}
-			if src, err = rls.SluiceDir(ctx, modDir); err != nil {
-				return "", err
-			}
-		}
-		return bin, rls.Build(ctx, src, rls.SluicePackage, bin)
+	if err == nil && spec != "." {
+		return bin, rls.Build(ctx, spec, rls.SluicePackage, bin)
 	}
+	// The working tree ("."), or a revision of its repository.
 	modDir, err := rls.ModuleDir(ctx)
 	if err != nil {
 		return "", err
@@ -119,12 +111,20 @@ func build(ctx context.Context, spec, dir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if spec == "." {
+		return bin, rls.Build(ctx, repo, rls.SluicePackage, bin)
+	}
 	wt := filepath.Join(dir, name+"-src")
 	if out, err := exec.CommandContext(ctx, "git", "-C", repo, "worktree", "add", "--detach", wt, spec).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("-%s %q is neither a file, a directory nor a git revision: %v\n%s", name, spec, err, out)
 	}
 	defer exec.Command("git", "-C", repo, "worktree", "remove", "--force", wt).Run()
 	return bin, rls.Build(ctx, wt, rls.SluicePackage, bin)
+}
+
+// perCall is cpu spread over calls, in µs.
+func perCall(cpu time.Duration, calls int64) float64 {
+	return float64(cpu.Nanoseconds()) / 1e3 / float64(max(calls, 1))
 }
 
 func run(ctx context.Context, c *config) error {
@@ -216,13 +216,12 @@ func run(ctx context.Context, c *config) error {
 		for i := range srv {
 			sum[i] += after[i] - before[i]
 			calls[i] += res[i].Calls
-			per[i] = float64((after[i] - before[i]).Nanoseconds()) / 1e3 / float64(max(res[i].Calls, 1))
+			per[i] = perCall(after[i]-before[i], res[i].Calls)
 		}
 		fmt.Printf("| %d | %.0f | %.2f | %v | %.0f | %.2f | %v | %.3f |\n", r,
 			res[0].Rate(), per[0], res[0].Hist.Quantile(0.99), res[1].Rate(), per[1], res[1].Hist.Quantile(0.99), per[1]/per[0])
 	}
-	a := float64(sum[0].Nanoseconds()) / 1e3 / float64(max(calls[0], 1))
-	b := float64(sum[1].Nanoseconds()) / 1e3 / float64(max(calls[1], 1))
+	a, b := perCall(sum[0], calls[0]), perCall(sum[1], calls[1])
 	fmt.Printf("\nAll rounds: A %.2f µs/call, B %.2f µs/call, B ÷ A %.3f\n", a, b, b/a)
 	return nil
 }
