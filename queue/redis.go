@@ -81,6 +81,11 @@ var _ Queue = (*Redis)(nil)
 // which must be a valid LeakyBucket limit. name must be non-empty and hold
 // no brace. It does not contact the server. Close stops the goroutines that
 // send its calls.
+//
+// Set c up with [github.com/sluice-go/sluice/redisstore.SendOnce] (or its
+// cluster, ring or Sentinel form): go-redis otherwise sends a push or a pop
+// again when its connection breaks before the reply, though the script may
+// have run, so a job could be pushed twice or a slot spent twice.
 func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...Option) (*Redis, error) {
 	p, cfg, err := newConfig(limit, opts)
 	if err != nil {

@@ -61,15 +61,19 @@
 // Redis that hangs, and the store keeps its timeout by handing each call to
 // another goroutine.
 //
-// A decision whose reply is lost (the connection breaks after the script
-// ran) is one the store cannot know the outcome of. go-redis sends such a
-// command again by default (MaxRetries 3 retries on a broken connection), so
-// the script may run twice and spend twice; with MaxRetries -1 the decision
-// fails instead (the failure policy applies, and what the first run spent
-// stays spent). go-redis also retries the error replies a failover brings
-// (READONLY, TRYAGAIN, LOADING), where nothing ran: -1 gives up those
-// retries too, and the failure policy answers for the moment they last.
-// sluice serve and sluice replay open their clients with MaxRetries -1.
+// A decision whose reply is lost (the connection breaks or times out after
+// the script ran) is one the store cannot know the outcome of. go-redis sends
+// such a command again (after an EOF, a reset or a timeout: MaxRetries 3 by
+// default; a cluster client whatever its MaxRetries, a pipeline whole), so
+// the script may run twice and spend twice. SendOnce (SendOnceCluster,
+// SendOnceRing, SendOnceFailover) sets a client up so that such a failure is reported as
+// ErrReplyLost, which go-redis does not retry: the decision fails (the
+// failure policy applies), and what its one run spent stays spent. go-redis
+// still retries what never reached Redis (a dial, a wait for a pooled
+// connection) and what Redis refused unrun (MOVED, ASK, READONLY, LOADING,
+// TRYAGAIN). MaxRetries -1 alone keeps a redis.Client from sending anything
+// twice but gives up those retries, and is not enough for a cluster client.
+// sluice serve and sluice replay set their clients up with SendOnce.
 //
 // # Eviction
 //

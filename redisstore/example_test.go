@@ -14,9 +14,10 @@ import (
 // Every process of a service shares the budget kept in Redis; when Redis is
 // gone, each limits on its own until it is back.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379",
-		ContextTimeoutEnabled: true, // calls end by their deadline
-		MaxRetries:            -1})  // a decision whose reply is lost is not sent again
+	o := &redis.Options{Addr: "127.0.0.1:6379",
+		ContextTimeoutEnabled: true} // calls end by their deadline
+	redisstore.SendOnce(o) // a decision whose reply is lost is not sent again
+	rdb := redis.NewClient(o)
 	defer rdb.Close()
 	store, err := redisstore.New(rdb,
 		redisstore.WithPrefix("myapp:rl:"),

@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 // envoyproxy/ratelimit's environment, its defaults included, as the flags
@@ -85,7 +90,10 @@ func TestEnvoyEnv(t *testing.T) {
 }
 
 // --store takes credentials for a cluster and a Unix socket, never prints a
-// password, and opens clients that never send a command twice.
+// password, and opens clients that never send a command again once it may
+// have reached Redis: their connections report a broken connection as
+// redisstore.ErrReplyLost, which go-redis does not retry (redisstore's
+// TestLostReply shows what that does).
 func TestStoreSpecs(t *testing.T) {
 	c, err := redisClient("redis-cluster://app:p%40ss@127.0.0.1:7000,127.0.0.1:7001")
 	if err != nil {
@@ -93,18 +101,22 @@ func TestStoreSpecs(t *testing.T) {
 	}
 	defer c.Close()
 	o := c.(*redis.ClusterClient).Options()
-	// MaxRetries -1 (a client may read it back as 0, no retry; go-redis's
-	// default is 3): a command is never sent twice.
-	if o.Username != "app" || o.Password != "p@ss" || len(o.Addrs) != 2 || !o.ContextTimeoutEnabled || o.MaxRetries > 0 {
-		t.Errorf("cluster options: user %q password %q addrs %v, max retries %d", o.Username, o.Password, o.Addrs, o.MaxRetries)
+	if o.Username != "app" || o.Password != "p@ss" || len(o.Addrs) != 2 || !o.ContextTimeoutEnabled || o.NewClient == nil {
+		t.Errorf("cluster options: user %q password %q addrs %v, context timeouts %v, node constructor %v", o.Username, o.Password, o.Addrs, o.ContextTimeoutEnabled, o.NewClient != nil)
+	} else {
+		node := o.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+		checkSendOnce(t, "a cluster node", node.Options().Dialer)
+		_ = node.Close()
 	}
 	r, err := redisClient("redis://127.0.0.1:6379/0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if ro := r.(*redis.Client).Options(); !ro.ContextTimeoutEnabled || ro.MaxRetries > 0 {
-		t.Errorf("redis:// options: context timeouts %v, max retries %d; want true and no retry", ro.ContextTimeoutEnabled, ro.MaxRetries)
+	if ro := r.(*redis.Client).Options(); !ro.ContextTimeoutEnabled {
+		t.Errorf("redis:// options: context timeouts %v, want true", ro.ContextTimeoutEnabled)
+	} else {
+		checkSendOnce(t, "redis://", ro.Dialer)
 	}
 	u, err := redisClient("unix://:pw@/run/redis.sock")
 	if err != nil {
@@ -116,5 +128,38 @@ func TestStoreSpecs(t *testing.T) {
 	}
 	if _, err := redisClient("redis-cluster://u:s3cret@nohost"); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("a bad cluster address: %v (the password must not show)", err)
+	}
+}
+
+// checkSendOnce dials, with dial, a loopback server that closes every
+// connection at once, and checks that reading from it fails with
+// redisstore.ErrReplyLost.
+func checkSendOnce(t *testing.T, name string, dial func(context.Context, string, string) (net.Conn, error)) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	if dial == nil {
+		t.Errorf("%s: no dialer", name)
+		return
+	}
+	c, err := dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	defer c.Close()
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, redisstore.ErrReplyLost) {
+		t.Errorf("%s: a broken connection reads %v, want redisstore.ErrReplyLost", name, err)
 	}
 }

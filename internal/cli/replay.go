@@ -80,12 +80,15 @@ func openStore(spec, prefix string) (decider, error) {
 const replayTTLMargin = time.Hour
 
 // redisClient opens the Redis of a --store spec: calls end by their
-// deadline, and go-redis never sends a command again (MaxRetries -1): a
-// decision whose reply is lost fails, and the failure policy answers,
-// rather than running twice and spending twice (see redisstore's doc).
+// deadline, and go-redis never sends a command again once it may have
+// reached Redis (redisstore.SendOnce): a decision whose reply is lost fails,
+// and the failure policy answers, rather than running twice and spending
+// twice; what never reached Redis or that Redis refused unrun (a dial,
+// READONLY after a failover, MOVED) go-redis still retries.
 func redisClient(spec string) (redis.UniversalClient, error) {
 	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
-		o := &redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRetries: -1}
+		o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
+		redisstore.SendOnceCluster(o)
 		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
 			// user:password@, escaped as in a URL
 			u, err := url.Parse("redis://" + rest[:i+1] + "x")
@@ -109,8 +112,8 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store %q: %v", redactStore(spec), err)
 		}
-		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's README)
-		o.MaxRetries = -1              // never a command twice (below)
+		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's doc)
+		redisstore.SendOnce(o)
 		return redis.NewClient(o), nil
 	}
 	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, or redis-cluster://HOST:PORT,HOST:PORT)", redactStore(spec))
