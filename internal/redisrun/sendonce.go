@@ -73,9 +73,6 @@ func (c onceConn) Write(b []byte) (int, error) {
 	return n, lost(err)
 }
 
-// NetConn returns the connection it wraps.
-func (c onceConn) NetConn() net.Conn { return c.Conn }
-
 type onceSysConn struct{ onceConn }
 
 func (c onceSysConn) SyscallConn() (syscall.RawConn, error) {
