@@ -129,7 +129,8 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 }
 
 // envoyStore is --store for envoy's REDIS_TYPE, REDIS_SOCKET_TYPE,
-// REDIS_URL, REDIS_TLS and REDIS_AUTH ("password" or "user:password").
+// REDIS_URL, REDIS_TLS, REDIS_AUTH and REDIS_SENTINEL_AUTH ("password" or
+// "user:password").
 func envoyStore(getenv func(string) string, typ, socket, addr string, useTLS bool) (string, error) {
 	var user *url.Userinfo
 	if auth := getenv("REDIS_AUTH"); auth != "" {
@@ -155,18 +156,38 @@ func envoyStore(getenv func(string) string, typ, socket, addr string, useTLS boo
 			u.Scheme = "rediss"
 		}
 		return u.String(), nil
-	case "cluster":
+	case "cluster", "sentinel":
+		typ = strings.ToLower(typ)
 		switch {
 		case socket != "tcp":
-			return "", fmt.Errorf("envoy environment: REDIS_TYPE=cluster wants REDIS_SOCKET_TYPE=tcp")
+			return "", fmt.Errorf("envoy environment: REDIS_TYPE=%s wants REDIS_SOCKET_TYPE=tcp", typ)
 		case useTLS:
-			return "", fmt.Errorf("envoy environment: REDIS_TLS with REDIS_TYPE=cluster is not offered")
+			return "", fmt.Errorf("envoy environment: REDIS_TLS with REDIS_TYPE=%s is not offered", typ)
 		}
 		cred := ""
 		if user != nil {
 			cred = user.String() + "@"
 		}
-		return "redis-cluster://" + cred + addr, nil
+		if typ == "cluster" {
+			return "redis-cluster://" + cred + addr, nil
+		}
+		// REDIS_URL: MASTER,SENTINEL,SENTINEL…
+		master, sentinels, ok := strings.Cut(addr, ",")
+		if !ok || master == "" || sentinels == "" {
+			return "", fmt.Errorf("envoy environment: REDIS_TYPE=sentinel wants REDIS_URL=MASTER,HOST:PORT,… (the master's name, then the Sentinels)")
+		}
+		spec := "redis-sentinel://" + cred + sentinels + "/" + url.PathEscape(master)
+		if auth := getenv("REDIS_SENTINEL_AUTH"); auth != "" {
+			q := url.Values{}
+			if name, pass, ok := strings.Cut(auth, ":"); ok {
+				q.Set("sentinel_username", name)
+				q.Set("sentinel_password", pass)
+			} else {
+				q.Set("sentinel_password", auth)
+			}
+			spec += "?" + q.Encode()
+		}
+		return spec, nil
 	}
-	return "", fmt.Errorf("envoy environment: REDIS_TYPE=%s: sluice offers single and cluster (not sentinel)", typ)
+	return "", fmt.Errorf("envoy environment: REDIS_TYPE=%s: sluice offers single, cluster and sentinel", typ)
 }

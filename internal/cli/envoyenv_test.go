@@ -55,6 +55,8 @@ func TestEnvoyEnv(t *testing.T) {
 			with(map[string]string{"store": "rediss://r:6380", "grpc-tls-cert": "/c.pem", "grpc-tls-key": "/k.pem", "grpc-tls-client-ca": "/ca.pem"})},
 		{"a cluster", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:p"},
 			with(map[string]string{"store": "redis-cluster://u:p@a:7000,b:7001"})},
+		{"a sentinel", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "su:s&p"},
+			with(map[string]string{"store": "redis-sentinel://:pw@s1:26379,s2:26379/mymaster?sentinel_password=s%26p&sentinel_username=su"})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := envoyEnv(func(k string) string { return c.env[k] })
@@ -74,7 +76,9 @@ func TestEnvoyEnv(t *testing.T) {
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE=memcache"},
 		{map[string]string{"REDIS_PERSECOND": "true"}, "REDIS_PERSECOND"},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"},
-		{map[string]string{"REDIS_TYPE": "SENTINEL"}, "not sentinel"},
+		{map[string]string{"REDIS_TYPE": "gossip"}, "REDIS_TYPE=gossip: sluice offers single, cluster and sentinel"},
+		{map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:26379"}, "REDIS_URL=MASTER,HOST:PORT"},
+		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "m,127.0.0.1:26379", "REDIS_TLS": "true"}, "REDIS_TLS with REDIS_TYPE=sentinel"},
 		{map[string]string{"REDIS_TYPE": "cluster"}, "wants REDIS_SOCKET_TYPE=tcp"},
 		{map[string]string{"REDIS_TLS": "true"}, "REDIS_TLS over a Unix socket"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, "want tcp or unix"},
@@ -117,6 +121,31 @@ func TestStoreSpecs(t *testing.T) {
 		t.Errorf("redis:// options: context timeouts %v, want true", ro.ContextTimeoutEnabled)
 	} else {
 		checkSendOnce(t, "redis://", ro.Dialer)
+	}
+	f, err := failoverOptions("x", "app:p%40ss@127.0.0.1:26379,127.0.0.1:26380/my%20master?sentinel_password=sp&sentinel_username=su")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.MasterName != "my master" || f.Username != "app" || f.Password != "p@ss" || !reflect.DeepEqual(f.SentinelAddrs, []string{"127.0.0.1:26379", "127.0.0.1:26380"}) ||
+		f.SentinelUsername != "su" || f.SentinelPassword != "sp" || !f.ContextTimeoutEnabled {
+		t.Errorf("sentinel options: %+v", f)
+	}
+	checkSendOnce(t, "redis-sentinel://", f.Dialer)
+	s, err := redisClient("redis-sentinel://127.0.0.1:26379/m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	for spec, want := range map[string]string{
+		"redis-sentinel://127.0.0.1:26379":                              "/MASTER",
+		"redis-sentinel://127.0.0.1:26379/m/0":                          "/MASTER",
+		"redis-sentinel://127.0.0.1/m":                                  `"127.0.0.1" is not HOST:PORT`,
+		"redis-sentinel://u:s3cret@127.0.0.1:26379/m?db=1":              `unknown parameter "db"`,
+		"redis-sentinel://127.0.0.1:26379/m?sentinel_password=s3cret&x": `unknown parameter "x"`,
+	} {
+		if _, err := redisClient(spec); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v, want an error with %q (and no password)", spec, err, want)
+		}
 	}
 	u, err := redisClient("unix://:pw@/run/redis.sock")
 	if err != nil {

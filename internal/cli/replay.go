@@ -54,7 +54,8 @@ func (m memDecider) TakeAllAt(_ context.Context, reqs []core.Request, now int64)
 func (memDecider) Close() error { return nil }
 
 // openStore returns the decider a --store flag names: memory, or a Redis URL
-// (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT).
+// (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT,
+// redis-sentinel://HOST:PORT,HOST:PORT/MASTER).
 func openStore(spec, prefix string) (decider, error) {
 	if spec == "memory" {
 		return memDecider{storeapi.MemAt(memstore.New())}, nil
@@ -88,24 +89,19 @@ const replayTTLMargin = time.Hour
 func redisClient(spec string) (redis.UniversalClient, error) {
 	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
 		o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
+		var err error
+		if o.Username, o.Password, o.Addrs, err = hostList(spec, rest); err != nil {
+			return nil, err
+		}
 		redisstore.SendOnceCluster(o)
-		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-			// user:password@, escaped as in a URL
-			u, err := url.Parse("redis://" + rest[:i+1] + "x")
-			if err != nil || u.User == nil {
-				return nil, fmt.Errorf("store %q: the credentials before @ are not USER:PASSWORD", redactStore(spec))
-			}
-			o.Username = u.User.Username()
-			o.Password, _ = u.User.Password()
-			rest = rest[i+1:]
-		}
-		o.Addrs = strings.Split(rest, ",")
-		for _, a := range o.Addrs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("store %q: %q is not HOST:PORT", redactStore(spec), a)
-			}
-		}
 		return redis.NewClusterClient(o), nil
+	}
+	if rest, ok := strings.CutPrefix(spec, "redis-sentinel://"); ok {
+		o, err := failoverOptions(spec, rest)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(o), nil
 	}
 	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") || strings.HasPrefix(spec, "unix://") {
 		o, err := redis.ParseURL(spec)
@@ -116,22 +112,86 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 		redisstore.SendOnce(o)
 		return redis.NewClient(o), nil
 	}
-	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, or redis-cluster://HOST:PORT,HOST:PORT)", redactStore(spec))
+	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, redis-cluster://HOST:PORT,HOST:PORT or redis-sentinel://HOST:PORT,HOST:PORT/MASTER)", redactStore(spec))
 }
 
-// redactStore is a store's spec with its password, if any, replaced by
+// failoverOptions are the options of a redis-sentinel:// spec, rest what
+// follows the scheme: [USER:PASSWORD@]HOST:PORT,…/MASTER (the master's
+// credentials, the Sentinels' addresses, the master's name), then
+// optionally ?sentinel_username=U&sentinel_password=P.
+func failoverOptions(spec, rest string) (*redis.FailoverOptions, error) {
+	rest, query, _ := strings.Cut(rest, "?")
+	rest, master, _ := strings.Cut(rest, "/")
+	master, err := url.PathUnescape(master)
+	if err != nil || master == "" || strings.Contains(master, "/") {
+		return nil, fmt.Errorf("store %q: want redis-sentinel://[USER:PASSWORD@]HOST:PORT,…/MASTER", redactStore(spec))
+	}
+	o := &redis.FailoverOptions{MasterName: master, ContextTimeoutEnabled: true}
+	if o.Username, o.Password, o.SentinelAddrs, err = hostList(spec, rest); err != nil {
+		return nil, err
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("store %q: %v", redactStore(spec), err)
+	}
+	for k, v := range q {
+		switch k {
+		case "sentinel_username":
+			o.SentinelUsername = v[len(v)-1]
+		case "sentinel_password":
+			o.SentinelPassword = v[len(v)-1]
+		default:
+			return nil, fmt.Errorf("store %q: unknown parameter %q (want sentinel_username, sentinel_password)", redactStore(spec), k)
+		}
+	}
+	redisstore.SendOnceFailover(o)
+	return o, nil
+}
+
+// hostList reads the USER:PASSWORD@HOST:PORT,HOST:PORT part of spec, rest
+// (the credentials, escaped as in a URL, are optional).
+func hostList(spec, rest string) (user, password string, addrs []string, err error) {
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		u, err := url.Parse("redis://" + rest[:i+1] + "x")
+		if err != nil || u.User == nil {
+			return "", "", nil, fmt.Errorf("store %q: the credentials before @ are not USER:PASSWORD", redactStore(spec))
+		}
+		user = u.User.Username()
+		password, _ = u.User.Password()
+		rest = rest[i+1:]
+	}
+	addrs = strings.Split(rest, ",")
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", "", nil, fmt.Errorf("store %q: %q is not HOST:PORT", redactStore(spec), a)
+		}
+	}
+	return user, password, addrs, nil
+}
+
+// redactStore is a store's spec with its passwords, if any (in the
+// credentials before @, in a query's …password parameter), replaced by
 // "xxxxx", for messages.
 func redactStore(spec string) string {
-	scheme, rest, ok := strings.Cut(spec, "://")
-	i := strings.LastIndexByte(rest, '@')
-	if !ok || i < 0 {
+	spec, query, hasQuery := strings.Cut(spec, "?")
+	if i := strings.Index(spec, "://"); i >= 0 {
+		rest := spec[i+3:]
+		if j := strings.LastIndexByte(rest, '@'); j >= 0 {
+			if user, _, hasPass := strings.Cut(rest[:j], ":"); hasPass {
+				spec = spec[:i+3] + user + ":xxxxx" + rest[j:]
+			}
+		}
+	}
+	if !hasQuery {
 		return spec
 	}
-	user, _, hasPass := strings.Cut(rest[:i], ":")
-	if !hasPass {
-		return spec
+	parts := strings.Split(query, "&")
+	for i, p := range parts {
+		if k, _, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+			parts[i] = k + "=xxxxx"
+		}
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[i:]
+	return spec + "?" + strings.Join(parts, "&")
 }
 
 type redisDecider struct {
@@ -215,7 +275,7 @@ func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	var lf limitFlags
 	lf.register(fs)
-	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT")
+	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER")
 	prefix := fs.String("prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
 	summary := fs.Bool("summary", false, "print totals per key and overall to stderr")
 	usage := func(w io.Writer) {

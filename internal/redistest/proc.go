@@ -38,11 +38,12 @@ var errAddrInUse = errors.New("address already in use")
 
 // procConfig describes one redis-server process.
 type procConfig struct {
-	port    int
-	busPort int    // cluster bus port; 0 unless cluster mode
-	dir     string // working directory (--dir); must exist
-	logFile string // redis-server log file, appended to
-	extra   []string
+	port     int
+	busPort  int    // cluster bus port; 0 unless cluster mode
+	dir      string // working directory (--dir); must exist
+	logFile  string // redis-server log file, appended to
+	sentinel string // Sentinel mode: its configuration file (written to by Sentinel); "" for a server
+	extra    []string
 }
 
 func (c procConfig) addr() string {
@@ -50,7 +51,11 @@ func (c procConfig) addr() string {
 }
 
 func (c procConfig) args() []string {
-	args := []string{
+	var args []string
+	if c.sentinel != "" {
+		args = []string{c.sentinel, "--sentinel"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(c.port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -62,7 +67,7 @@ func (c procConfig) args() []string {
 		"--databases", "16",
 		// DEBUG SLEEP and friends are handy for fault tests.
 		"--enable-debug-command", "local",
-	}
+	)
 	if c.busPort != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(c.busPort))
 	}

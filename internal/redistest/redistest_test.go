@@ -181,3 +181,31 @@ func TestRequire(t *testing.T) {
 		t.Errorf("without redis-server, %s=1: err = %v, output:\n%s", redistest.RequireEnv, err, out)
 	}
 }
+
+// A Sentinel set serves through a failover client, and after Failover the
+// client reaches the promoted replica, which kept the replicated writes.
+func TestSentinel(t *testing.T) {
+	s := redistest.Sentinel(t)
+	c := s.NewClient(t, nil)
+	ctx := context.Background()
+	first := s.MasterAddr()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the sentinel: %v", err)
+	}
+	s.WaitReplicated(t)
+	s.Failover(t)
+	if s.MasterAddr() == first {
+		t.Fatalf("the master is still %s after Failover", first)
+	}
+	var got string
+	var err error
+	for range 100 { // the client finds the new master after a failed call or two
+		if got, err = c.Get(ctx, "k").Result(); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || got != "v" {
+		t.Fatalf("GET after the failover: %q, %v", got, err)
+	}
+}

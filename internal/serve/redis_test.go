@@ -255,3 +255,53 @@ func TestBinaryEnvoyEnv(t *testing.T) {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
 	}
 }
+
+// `sluice serve --store redis-sentinel://…` keeps its budgets in the master
+// a Sentinel names, and after a failover in the promoted replica: a user's
+// 20 calls an hour are answered OK exactly 20 times across it (the calls
+// before it replicated, WAIT), the calls while it lasts answered UNAVAILABLE
+// (fail closed) and spending nothing.
+func TestBinarySentinel(t *testing.T) {
+	awayFromHourBoundary(t, time.Minute)
+	s := redistest.Sentinel(t)
+	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
+	p := startProc(t, "--config", dir, "--store", "redis-sentinel://"+strings.Join(s.SentinelAddrs(), ",")+"/"+redistest.SentinelMaster, "--store-timeout", "300ms")
+	ok, over := 0, 0
+	call := func() codes.Code {
+		r, err := p.call(t.Context(), "shared", desc("user=a"))
+		switch {
+		case err != nil:
+			return status.Code(err)
+		case r.OverallCode == pb.RateLimitResponse_OK:
+			ok++
+		default:
+			over++
+		}
+		return codes.OK
+	}
+	for range 8 {
+		if c := call(); c != codes.OK {
+			t.Fatalf("a call before the failover: %v", c)
+		}
+	}
+	s.WaitReplicated(t)
+	s.Failover(t)
+	unavailable := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for over < 5 {
+		switch c := call(); {
+		case c == codes.Unavailable && time.Now().Before(deadline):
+			unavailable++
+			time.Sleep(20 * time.Millisecond)
+		case c != codes.OK:
+			t.Fatalf("after the failover: %v (%d UNAVAILABLE before)\n%s", c, unavailable, p.logText())
+		}
+	}
+	if ok != 20 {
+		t.Errorf("%d calls answered OK under a limit of 20 an hour, across a failover", ok)
+	}
+	t.Logf("%d calls UNAVAILABLE during the failover", unavailable)
+	if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
+	}
+}

@@ -1,0 +1,215 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// SentinelMaster is the name the Sentinel monitors its master by.
+	SentinelMaster = "sluice"
+
+	// sentinelDownAfter is Sentinel's down-after-milliseconds: how long the
+	// master must not answer before Sentinel fails over.
+	sentinelDownAfter = "500"
+
+	// failoverTimeout bounds how long Failover waits for the replica's
+	// promotion.
+	failoverTimeout = 20 * time.Second
+)
+
+// SentinelServer is a master, its replica and one Sentinel (quorum 1)
+// watching them, on 127.0.0.1. Its methods are safe for concurrent use,
+// but those taking a testing.TB must be called from the test's goroutine.
+type SentinelServer struct {
+	dir string
+
+	mu       sync.Mutex
+	master   *process
+	replica  *process
+	sentinel *process
+}
+
+// Sentinel starts a master, a replica of it and a Sentinel that monitors
+// the master as SentinelMaster (failing over once it has not answered for
+// 500 ms), on free ports of 127.0.0.1, and waits until the Sentinel knows
+// the replica. The processes are stopped when t finishes.
+func Sentinel(t testing.TB) *SentinelServer {
+	t.Helper()
+	Require(t)
+	s := &SentinelServer{dir: t.TempDir()}
+	t.Cleanup(func() {
+		if err := s.close(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	})
+	var err error
+	if s.master, err = s.start("master", nil, ""); err != nil {
+		t.Fatalf("redistest: sentinel's master: %v", err)
+	}
+	host, port := "127.0.0.1", strconv.Itoa(s.master.cfg.port)
+	if s.replica, err = s.start("replica", []string{"--replicaof", host, port}, ""); err != nil {
+		t.Fatalf("redistest: sentinel's replica: %v", err)
+	}
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	lines := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s %[4]s\nsentinel failover-timeout %[1]s 5000\n",
+		SentinelMaster, host, port, sentinelDownAfter)
+	if err := os.WriteFile(conf, []byte(lines), 0o644); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	if s.sentinel, err = s.start("sentinel", nil, conf); err != nil {
+		t.Fatalf("redistest: sentinel: %v", err)
+	}
+	if err := s.waitReplica(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return s
+}
+
+// start launches one process of the set, on a fresh port.
+func (s *SentinelServer) start(name string, extra []string, conf string) (*process, error) {
+	var err error
+	for range portAttempts {
+		var ports []int
+		if ports, err = freePorts(1); err != nil {
+			return nil, err
+		}
+		var p *process
+		p, err = launch(procConfig{port: ports[0], dir: s.dir, logFile: filepath.Join(s.dir, name+".log"), sentinel: conf, extra: extra})
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, errAddrInUse) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// waitReplica waits until the replica is in sync and the Sentinel lists
+// it: only then can it fail over.
+func (s *SentinelServer) waitReplica() error {
+	deadline := time.Now().Add(failoverTimeout)
+	for {
+		info, err := commandString(s.replica.cfg.addr(), probeTimeout, "INFO", "replication")
+		known := false
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			var v any
+			if v, err = command(s.SentinelAddrs()[0], probeTimeout, "SENTINEL", "REPLICAS", SentinelMaster); err == nil {
+				list, _ := v.([]any)
+				known = len(list) > 0
+			}
+		}
+		if known {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sentinel's replica did not come up in sync within %v (last error: %v)", failoverTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SentinelAddrs returns the Sentinel's address.
+func (s *SentinelServer) SentinelAddrs() []string {
+	return []string{s.sentinel.cfg.addr()}
+}
+
+// MasterAddr returns the address of the server that is master now.
+func (s *SentinelServer) MasterAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.master.cfg.addr()
+}
+
+// Options returns fresh go-redis failover options for the set.
+func (s *SentinelServer) Options() *redis.FailoverOptions {
+	return &redis.FailoverOptions{
+		MasterName:    SentinelMaster,
+		SentinelAddrs: s.SentinelAddrs(),
+		// CLIENT SETINFO does not exist before Redis 7.2.
+		DisableIdentity: true,
+	}
+}
+
+// NewClient returns a new go-redis failover client for the set, closed when
+// t finishes. configure, if not nil, may change the options first.
+func (s *SentinelServer) NewClient(t testing.TB, configure func(*redis.FailoverOptions)) *redis.Client {
+	t.Helper()
+	o := s.Options()
+	if configure != nil {
+		configure(o)
+	}
+	c := redis.NewFailoverClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// WaitReplicated waits until the replica has every write the master has
+// taken (WAIT 1): a failover then loses none of them.
+func (s *SentinelServer) WaitReplicated(t testing.TB) {
+	t.Helper()
+	v, err := command(s.MasterAddr(), failoverTimeout, "WAIT", "1", strconv.Itoa(int(failoverTimeout/time.Millisecond)))
+	if err != nil {
+		t.Fatalf("redistest: WAIT on the master: %v", err)
+	}
+	if n, _ := v.(int64); n < 1 {
+		t.Fatalf("redistest: WAIT on the master: %v replicas acknowledged", v)
+	}
+}
+
+// Failover kills the master (SIGKILL) and waits until the Sentinel has
+// promoted the replica and names it as the master. The killed master stays
+// down.
+func (s *SentinelServer) Failover(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	old, next := s.master, s.replica
+	s.mu.Unlock()
+	if next == nil {
+		t.Fatal("redistest: Failover twice: there is no replica left")
+	}
+	if err := old.stop(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	want := next.cfg.addr()
+	deadline := time.Now().Add(failoverTimeout)
+	for {
+		v, err := command(s.SentinelAddrs()[0], probeTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
+		if pair, ok := v.([]any); err == nil && ok && len(pair) == 2 && fmt.Sprint(pair[0])+":"+fmt.Sprint(pair[1]) == want {
+			if role, err := command(want, probeTimeout, "ROLE"); err == nil {
+				if r, ok := role.([]any); ok && len(r) > 0 && r[0] == "master" {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the Sentinel did not promote %s within %v (last: %v, %v)", want, failoverTimeout, v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.mu.Lock()
+	s.master, s.replica = next, nil
+	s.mu.Unlock()
+}
+
+func (s *SentinelServer) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, p := range []*process{s.sentinel, s.replica, s.master} {
+		if p != nil {
+			errs = append(errs, p.stop())
+		}
+	}
+	return errors.Join(errs...)
+}
