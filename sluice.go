@@ -160,6 +160,13 @@ func (o outside) TakeEach(ctx context.Context, reqs []core.Request, each []Resul
 	if err != nil {
 		return Result{}, err
 	}
+	o.looks(ctx, reqs, r, each)
+	return r, nil
+}
+
+// looks writes into each the figures of every part of reqs after the
+// decision r, by a look at each (see TakeEach).
+func (o outside) looks(ctx context.Context, reqs []core.Request, r Result, each []Result) {
 	refusing := false
 	for i := range reqs {
 		look := publicRequest(&reqs[i])
@@ -184,7 +191,6 @@ func (o outside) TakeEach(ctx context.Context, reqs []core.Request, each []Resul
 			}
 		}
 	}
-	return r, nil
 }
 
 func (o outside) Refund(ctx context.Context, req core.Request) (Result, error) {
@@ -586,6 +592,54 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
 		}
 		return l.eng.TakeAll(ctx, reqs)
 	})
+}
+
+// WaitEach is WaitAll that also writes part i's result into each[i]
+// (len(each) == len(parts)), as TakeEach does, from the last decision made:
+// the one that admitted the request, or the last one that refused it (when
+// WaitEach returns ErrDeadline, or the context's error while it waited
+// after a refusal), whose parts with Allowed false are the ones that
+// refused. each is zeroed when no decision was made (the deadline had
+// passed, an invalid part, a store error). Over a Store from outside this
+// module, each part is looked at (cost 0) once, after the last decision.
+func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Result, error) {
+	if len(each) != len(parts) {
+		return Result{}, fmt.Errorf("%w: WaitEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
+	}
+	clear(each)
+	if l.eng == nil {
+		return Result{}, errNoStore
+	}
+	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
+	if err != nil {
+		return Result{}, err
+	}
+	out := make([]Result, len(parts))
+	o, isOutside := l.eng.(outside)
+	var last Result
+	decided := false
+	r, err := l.wait(ctx, false, func(maxDelay int64) (Result, error) {
+		for i := range reqs {
+			reqs[i].MaxDelay = maxDelay
+		}
+		var r Result
+		var err error
+		if isOutside {
+			r, err = o.TakeAll(ctx, reqs)
+		} else {
+			r, err = l.eng.TakeEach(ctx, reqs, out)
+		}
+		last, decided = r, err == nil
+		return r, err
+	})
+	switch {
+	case !decided:
+		return r, err
+	case isOutside:
+		o.looks(ctx, reqs, last, out)
+	}
+	copy(each, out)
+	return r, err
 }
 
 // Refund gives units back to key under lim, for work whose real cost turned

@@ -95,3 +95,50 @@ func TestWaitDoneContextSpendsNothing(t *testing.T) {
 		}
 	}
 }
+
+// WaitEach gives each part's figures from the last decision: the admitting
+// one, or after ErrDeadline the last refusal, where the part that refused
+// has Allowed false and the other true (and spent nothing); no decision
+// leaves each zeroed. The same over a Store from outside the module, whose
+// figures come from looks.
+func TestWaitEach(t *testing.T) {
+	for name, mk := range map[string]func() (*sluice.Limiter, *fakeClock){
+		"memstore": newLimiter,
+		"outside": func() (*sluice.Limiter, *fakeClock) {
+			c := newFakeClock()
+			return sluice.New(newMapStore(c)), c
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lim, clock := mk()
+			clock.us = time.Now().UnixMicro() // deadlines are read on it, and the context's timer on the real one
+			bg := context.Background()
+			parts := []sluice.Part{{Key: "tight", Limit: sluice.PerHour(1), Cost: 1}, {Key: "loose", Limit: sluice.PerSecond(10).WithBurst(5), Cost: 1}}
+			each := make([]sluice.Result, 2)
+			r, err := lim.WaitEach(bg, parts, each)
+			if err != nil || !r.Allowed || !each[0].Allowed || !each[1].Allowed || each[0].Remaining != 0 || each[1].Remaining != 4 {
+				t.Fatalf("admitted: %+v, %v; each %+v", r, err, each)
+			}
+			ctx, cancel := context.WithDeadline(bg, clock.Now().Add(time.Minute))
+			defer cancel()
+			r, err = lim.WaitEach(ctx, parts, each)
+			if !errors.Is(err, sluice.ErrDeadline) || r.Allowed {
+				t.Fatalf("past the deadline: %+v, %v", r, err)
+			}
+			if each[0].Allowed || each[0].RetryAfter <= 0 || !each[1].Allowed || each[1].Remaining != 4 {
+				t.Errorf("the refusal's parts: %+v; want the tight one refusing, the loose one with 4 left", each)
+			}
+			if left, _ := lim.Take(bg, "loose", parts[1].Limit, 0); left.Remaining != 4 {
+				t.Errorf("the refused wait spent: %d left of the loose part, want 4", left.Remaining)
+			}
+			past, cancel2 := context.WithDeadline(bg, clock.Now().Add(-time.Second))
+			defer cancel2()
+			if _, err := lim.WaitEach(past, parts, each); !errors.Is(err, sluice.ErrDeadline) || each[0] != (sluice.Result{}) || each[1] != (sluice.Result{}) {
+				t.Errorf("a deadline already passed: %v, each %+v; want ErrDeadline and each zeroed", err, each)
+			}
+			if _, err := lim.WaitEach(bg, parts, each[:1]); !errors.Is(err, sluice.ErrInvalidLimit) {
+				t.Errorf("one result for two parts: %v, want ErrInvalidLimit", err)
+			}
+		})
+	}
+}

@@ -70,7 +70,7 @@ func (c *Client) newCall(ctx context.Context, cc *grpc.ClientConn) *call {
 }
 
 // UnaryClientInterceptor paces unary calls: before each call it waits
-// (sluice.Limiter.WaitAll) until every policy admits it, bounded by the
+// (sluice.Limiter.WaitEach) until every policy admits it, bounded by the
 // call's context. A call that cannot be admitted before its deadline fails
 // at once with ResourceExhausted, carrying RetryInfo and QuotaFailure as a
 // Server's refusal does, without being sent and spending nothing. A store
@@ -135,7 +135,14 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	}
 	o := c.cfg.observer
 	start := time.Now()
-	res, err := c.lim.WaitAll(cl, toParts(ss))
+	var buf [4]sluice.Result
+	each := buf[:0]
+	if len(ss) <= len(buf) {
+		each = buf[:len(ss)]
+	} else {
+		each = make([]sluice.Result, len(ss))
+	}
+	res, err := c.lim.WaitEach(cl, toParts(ss), each)
 	lat := time.Since(start)
 	switch {
 	case err == nil && res.Degraded:
@@ -143,12 +150,10 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	case err == nil:
 		recordAll(o, "grpc-client", ss, observe.Allowed, lat)
 	case errors.Is(err, sluice.ErrDeadline) && cl.Err() == nil:
-		// It could not be admitted before the deadline: refuse it here.
-		var figs []figures
-		if len(ss) > 1 {
-			figs = look(cl, c.lim, ss, res)
-		}
-		refusers := blame(ss, figs)
+		// It could not be admitted before the deadline: refuse it here,
+		// naming the policies that refused the last decision (all of them
+		// when none was made).
+		refusers := refusedOf(ss, each)
 		for i, p := range refusers {
 			record(o, "grpc-client", p, observe.Denied, lat, i)
 		}

@@ -70,10 +70,10 @@
 //
 // The composite reports each policy's own result at the decision's instant
 // (in the same store call), so a refusal names exactly the policies that
-// could not grant. A Client's pacing (Limiter.WaitAll) has no per-policy
-// result: its refusal looks at each policy (a cost-0 Take each) and names
-// those with fewer units than the call's cost. A cost that no policy could
-// ever admit fails with InvalidArgument.
+// could not grant. A Client's pacing (Limiter.WaitEach) likewise names the
+// policies that refused its last decision before the deadline (every policy
+// when the deadline left no time for one). A cost that no policy could ever
+// admit fails with InvalidArgument.
 //
 // An admitted leaky-bucket call waits out its Result.Delay before the
 // handler runs, so that calls leave evenly spaced; when its turn comes after
@@ -126,7 +126,7 @@
 //		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor()),
 //	)
 //
-// A Client waits before each call (sluice.Limiter.WaitAll) until every
+// A Client waits before each call (sluice.Limiter.WaitEach) until every
 // policy admits it, bounded by the call's context: a call whose deadline
 // would pass first fails at once with ResourceExhausted (RetryInfo and
 // QuotaFailure, as above) without being sent, spending nothing. PerMessage
@@ -138,7 +138,7 @@
 // WithObserver reports one observe.Event per policy for each decision
 // (each call, or each message under PerMessage): Source "grpc" on a Server,
 // with Latency the store call's duration (the composite TakeEach); Source
-// "grpc-client" on a Client, with Latency the whole WaitAll, waiting
+// "grpc-client" on a Client, with Latency the whole WaitEach, waiting
 // included. The outcomes are those of Stats: a refused composite reports
 // Denied for the policies that refused it and nothing for those that would
 // have granted; a shadow policy's refusal is ShadowDenied; an admitted

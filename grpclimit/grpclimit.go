@@ -339,57 +339,6 @@ func refusedOf(ss []spend, each []sluice.Result) []*policy {
 	return out
 }
 
-// look returns each policy's figures after a wait (Limiter.WaitAll has no
-// per-part form): the decision's own for one policy, a cost-0 look at each
-// for several (a look the store cannot make leaves the policy out).
-func look(ctx context.Context, lim *sluice.Limiter, ss []spend, res sluice.Result) []figures {
-	out := make([]figures, 0, len(ss))
-	for _, s := range ss {
-		f := figures{pol: s.pol, cost: s.cost}
-		r := res
-		if len(ss) > 1 {
-			var err error
-			if r, err = lim.Take(ctx, s.key, s.pol.Limit, 0); err != nil || r.Degraded {
-				continue
-			}
-		}
-		f.remaining, f.reset = r.Remaining, ceilSeconds(r.ResetAfter)
-		out = append(out, f)
-	}
-	return out
-}
-
-// blame returns the policies that refused a wait: the only one; else
-// those whose look finds fewer units than the call's cost; else (traffic in
-// between changed the looks) the one nearest to refusing; else, with no
-// look, all of them.
-func blame(ss []spend, figs []figures) []*policy {
-	if len(ss) == 1 {
-		return []*policy{ss[0].pol}
-	}
-	var out []*policy
-	var nearest *figures
-	for i := range figs {
-		f := &figs[i]
-		if f.remaining < f.cost {
-			out = append(out, f.pol)
-		}
-		if nearest == nil || f.remaining-f.cost < nearest.remaining-nearest.cost {
-			nearest = f
-		}
-	}
-	switch {
-	case len(out) > 0:
-	case nearest != nil:
-		out = append(out, nearest.pol)
-	default:
-		for _, s := range ss {
-			out = append(out, s.pol)
-		}
-	}
-	return out
-}
-
 // record counts outcome oc of policy p in its Stats and reports it to o; idx
 // is the Event's place among the Events of one store call.
 func record(o observe.Observer, source string, p *policy, oc observe.Outcome, lat time.Duration, idx int) {
