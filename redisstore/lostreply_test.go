@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/redisstore"
 )
@@ -342,5 +343,80 @@ func TestSendOnceDialers(t *testing.T) {
 		if _, err := dial(context.Background(), "tcp", gone); err == nil || errors.Is(err, redisstore.ErrReplyLost) {
 			t.Errorf("%s: a refused dial: %v, want its own error", name, err)
 		}
+	}
+}
+
+// A client set up by SendOnceCluster still follows the cluster's
+// redirections, which run nothing where they are answered: a decision on a
+// key whose slot is being migrated (ASK: the key has moved already) and then
+// has moved (MOVED: the client's map is stale) is made once, on the node
+// that holds the key, and the budget carries over.
+func TestSendOnceClusterRedirects(t *testing.T) {
+	cl := redistest.Cluster(t)
+	c := cl.NewClient(t, func(o *redis.ClusterOptions) {
+		o.ContextTimeoutEnabled = true
+		redisstore.SendOnceCluster(o)
+	})
+	st := newGoRedis(t, c, redisstore.WithPrefix("mv:"), redisstore.WithTimeout(5*time.Second))
+	defer st.Close()
+	ctx := context.Background()
+	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 5}
+	take := func(want int64) {
+		t.Helper()
+		r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		if err != nil || !r.Allowed || r.Remaining != want {
+			t.Fatalf("take: %+v, %v; want allowed with %d left", r, err, want)
+		}
+	}
+	take(4)
+	key := "mv:k"
+	slot := redisrun.Slot(key)
+	nodes := map[string]*redis.Client{}
+	ids := map[string]string{}
+	var src, dst string
+	for _, addr := range cl.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		t.Cleanup(func() { _ = n.Close() })
+		nodes[addr] = n
+		id, err := n.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[addr] = id
+		if n, _ := n.Exists(ctx, key).Result(); n == 1 {
+			src = addr
+		}
+	}
+	for _, addr := range cl.Addrs() {
+		if addr != src {
+			dst = addr
+			break
+		}
+	}
+	if src == "" {
+		t.Fatalf("no node holds %s", key)
+	}
+	host, port, _ := net.SplitHostPort(dst)
+	must := func(cmd *redis.Cmd) {
+		t.Helper()
+		if err := cmd.Err(); err != nil {
+			t.Fatalf("%v: %v", cmd.Args(), err)
+		}
+	}
+	must(nodes[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src]))
+	must(nodes[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst]))
+	must(nodes[src].Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", key))
+	take(3) // the source answers ASK
+	for _, addr := range cl.Addrs() {
+		must(nodes[addr].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst]))
+	}
+	take(2) // the source answers MOVED
+	if n, _ := nodes[dst].Exists(ctx, key).Result(); n != 1 {
+		t.Errorf("%s is not on the node it moved to", key)
+	}
+	// The redirections happened: the source counts the errors it replied.
+	stats, err := nodes[src].Info(ctx, "errorstats").Result()
+	if err != nil || !strings.Contains(stats, "errorstat_ASK:count=") || !strings.Contains(stats, "errorstat_MOVED:count=") {
+		t.Errorf("the source's error replies: %q, %v; want ASK and MOVED among them", stats, err)
 	}
 }
