@@ -136,7 +136,7 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	o := c.cfg.observer
 	start := time.Now()
 	var buf [4]sluice.Result
-	each := buf[:0]
+	var each []sluice.Result
 	if len(ss) <= len(buf) {
 		each = buf[:len(ss)]
 	} else {
