@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 // Transport is an http.RoundTripper for outbound calls that keeps to an
-// upstream's limits: before each request it waits (sluice.Limiter.WaitAll)
+// upstream's limits: before each request it waits (sluice.Limiter.WaitEach)
 // until every policy admits it, bounded by the request's context; and when
 // the upstream answers 429 or 503 with a Retry-After, the request's host is
 // held until then for every Transport that shares the store (every replica
@@ -46,7 +47,7 @@ type Transport struct {
 	clock    sluice.Clock
 	hold     sluice.Limit
 	obs      observe.Observer
-	leaky    bool // a policy is a LeakyBucket: WaitAll bounds its turn by the deadline
+	leaky    bool // a policy is a LeakyBucket: WaitEach bounds its turn by the deadline
 }
 
 // TransportOption configures a Transport.
@@ -101,9 +102,10 @@ const UpstreamPolicy = "upstream"
 // WithTransportObserver reports to o, with Source "http-out", one Event per
 // policy per request: Allowed (with Wait, how long it waited for its turn,
 // and Latency, the store's time for the first decision), Denied (it would
-// have waited past the request's deadline, and was not sent), Error or
-// Degraded; and one under UpstreamPolicy for the upstream's answer. nil
-// reports nothing.
+// have waited past the request's deadline, and was not sent: reported for
+// the policies that refused the last decision only, every policy when none
+// was made), Error or Degraded; and one under UpstreamPolicy for the
+// upstream's answer. nil reports nothing.
 func WithTransportObserver(o observe.Observer) TransportOption {
 	return func(t *Transport) error { t.obs = o; return nil }
 }
@@ -215,11 +217,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		if len(parts) > 0 {
-			res, lat, wait, err := t.take(ctx, parts)
+			res, each, lat, wait, err := t.take(ctx, parts)
 			if t.obs != nil {
 				o := outcome(err, false, res.Degraded)
+				refused := o == observe.Denied && slices.ContainsFunc(each, func(r sluice.Result) bool { return !r.Allowed })
+				idx := 0
 				for i, n := range names {
-					t.report(n, i, o, lat, wait)
+					if refused && each[i].Allowed {
+						continue // a part that would have granted: the refusal is the others'
+					}
+					t.report(n, idx, o, lat, wait)
+					idx++
 				}
 			}
 			if err != nil {
@@ -244,12 +252,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // take waits until every part grants. Unless a leaky bucket's turn must be
-// bounded by the deadline (which WaitAll does) or the context has ended, it
-// first decides once with TakeAll, whose latency is the store's; WaitAll
-// waits out a refusal. wait is how long the request waited after that
-// first decision, on the hold's clock (WithHoldClock: the Limiter's).
-func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, lat, wait time.Duration, err error) {
-	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
+// bounded by the deadline (which WaitEach does) or the context has ended, it
+// first decides once with TakeAll, whose latency is the store's; WaitEach
+// waits out a refusal, and each holds the parts' figures of its last
+// decision (nil when TakeAll admitted). wait is how long the request waited
+// after that first decision, on the hold's clock (WithHoldClock: the
+// Limiter's).
+func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, each []sluice.Result, lat, wait time.Duration, err error) {
+	// WaitEach reads the deadline on the Limiter's clock, and takes nothing
 	// from a context that has ended: the first decision is left to it then.
 	_, bounded := ctx.Deadline()
 	fast := ctx.Err() == nil && !(t.leaky && bounded)
@@ -258,23 +268,24 @@ func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.R
 		res, err = t.lim.TakeAll(ctx, parts)
 		lat = time.Since(start)
 		if err != nil {
-			return res, lat, 0, err
+			return res, nil, lat, 0, err
 		}
 		if res.Allowed {
 			if res.Delay > 0 { // a leaky bucket's turn, with no deadline to keep
 				err = t.clock.Sleep(ctx, res.Delay)
 			}
-			return res, lat, res.Delay, err
+			return res, nil, lat, res.Delay, err
 		}
 	}
 	start, waitStart := time.Now(), t.clock.Now()
-	res, err = t.lim.WaitAll(ctx, parts)
-	if !fast { // WaitAll's time is the store's and the wait's together
+	each = make([]sluice.Result, len(parts))
+	res, err = t.lim.WaitEach(ctx, parts, each)
+	if !fast { // WaitEach's time is the store's and the wait's together
 		lat = time.Since(start)
 	} else {
 		wait = max(t.clock.Now().Sub(waitStart), 0) // on the clock the Limiter waits by
 	}
-	return res, lat, wait, err
+	return res, each, lat, wait, err
 }
 
 // report gives the observer, if any, one policy's Event.
