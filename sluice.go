@@ -579,17 +579,7 @@ func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Re
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
 func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
-	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.wait(ctx, false, func(maxDelay int64) (Result, error) {
-		for i := range reqs {
-			reqs[i].MaxDelay = maxDelay
-		}
+	return l.waitParts(ctx, parts, func(reqs []core.Request) (Result, error) {
 		return l.eng.TakeAll(ctx, reqs)
 	})
 }
@@ -607,6 +597,35 @@ func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Re
 		return Result{}, fmt.Errorf("%w: WaitEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
 	}
 	clear(each)
+	out := make([]Result, len(parts)) // see TakeEach
+	o, isOutside := l.eng.(outside)
+	var decided []core.Request // the last decision's requests, once one was made
+	r, err := l.waitParts(ctx, parts, func(reqs []core.Request) (r Result, err error) {
+		if isOutside {
+			r, err = o.TakeAll(ctx, reqs)
+		} else {
+			r, err = l.eng.TakeEach(ctx, reqs, out)
+		}
+		decided = nil
+		if err == nil {
+			decided = reqs
+		}
+		return r, err
+	})
+	if decided == nil {
+		return r, err
+	}
+	if isOutside {
+		o.looks(ctx, decided, r, out)
+	}
+	copy(each, out)
+	return r, err
+}
+
+// waitParts checks parts and waits until decide, which makes one decision
+// on their requests (MaxDelay set to the time left), admits them (see
+// wait). r is the last decision's whenever one was made.
+func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs []core.Request) (Result, error)) (r Result, err error) {
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
@@ -614,32 +633,12 @@ func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Re
 	if err != nil {
 		return Result{}, err
 	}
-	out := make([]Result, len(parts))
-	o, isOutside := l.eng.(outside)
-	var last Result
-	decided := false
-	r, err := l.wait(ctx, false, func(maxDelay int64) (Result, error) {
+	return l.wait(ctx, false, func(maxDelay int64) (Result, error) {
 		for i := range reqs {
 			reqs[i].MaxDelay = maxDelay
 		}
-		var r Result
-		var err error
-		if isOutside {
-			r, err = o.TakeAll(ctx, reqs)
-		} else {
-			r, err = l.eng.TakeEach(ctx, reqs, out)
-		}
-		last, decided = r, err == nil
-		return r, err
+		return decide(reqs)
 	})
-	switch {
-	case !decided:
-		return r, err
-	case isOutside:
-		o.looks(ctx, reqs, last, out)
-	}
-	copy(each, out)
-	return r, err
 }
 
 // Refund gives units back to key under lim, for work whose real cost turned

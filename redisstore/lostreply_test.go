@@ -87,6 +87,64 @@ func (c *losingConn) Read(b []byte) (int, error) {
 	return 0, c.l.err
 }
 
+// lostCase is a client whose connections lose one reply when armed, and
+// whether go-redis sends the lost call again through it (it spends twice).
+type lostCase struct {
+	name    string
+	client  func(t *testing.T, l *loser) redis.UniversalClient
+	resends bool
+}
+
+// lostClients makes lostCase clients of a standalone server and a cluster.
+type lostClients struct {
+	srv *redistest.Server
+	cl  *redistest.ClusterServer
+}
+
+// plainDial dials without TLS, as go-redis's own dialer does.
+var plainDial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+
+// single is a redis.Client with MaxRetries retries, set up by SendOnce when
+// once.
+func (lc lostClients) single(retries int, once bool) func(t *testing.T, l *loser) redis.UniversalClient {
+	return func(t *testing.T, l *loser) redis.UniversalClient {
+		return lc.srv.NewClient(t, func(o *redis.Options) {
+			o.MaxRetries = retries
+			o.Dialer = l.dial(redis.NewDialer(o))
+			if once {
+				redisstore.SendOnce(o)
+			}
+		})
+	}
+}
+
+// cluster is a redis.ClusterClient with MaxRetries retries, set up by
+// SendOnceCluster when once.
+func (lc lostClients) cluster(retries int, once bool) func(t *testing.T, l *loser) redis.UniversalClient {
+	return func(t *testing.T, l *loser) redis.UniversalClient {
+		return lc.cl.NewClient(t, func(o *redis.ClusterOptions) {
+			o.MaxRetries = retries
+			o.Dialer = l.dial(plainDial)
+			if once {
+				redisstore.SendOnceCluster(o)
+			}
+		})
+	}
+}
+
+// ring is a one-shard redis.Ring, set up by SendOnceRing when once.
+func (lc lostClients) ring(once bool) func(t *testing.T, l *loser) redis.UniversalClient {
+	return func(t *testing.T, l *loser) redis.UniversalClient {
+		o := &redis.RingOptions{Addrs: map[string]string{"a": lc.srv.Addr()}, DisableIdentity: true, Dialer: l.dial(plainDial)}
+		if once {
+			redisstore.SendOnceRing(o)
+		}
+		r := redis.NewRing(o)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+}
+
 // spentAfterLostReply takes once (loading the scripts, spending 1), loses
 // the reply of the next take (which Redis runs), and then counts what is
 // left of a bucket of 6: 4 when the lost call ran once, 3 when it ran twice.
@@ -130,55 +188,16 @@ func spentAfterLostReply(t *testing.T, c redis.UniversalClient, l *loser, batche
 // sends it again and it spends twice (the first cases: they show the fault
 // is real), on a cluster even with MaxRetries -1.
 func TestLostReply(t *testing.T) {
-	srv := redistest.Shared(t)
-	cl := redistest.Cluster(t)
-	plain := (&net.Dialer{Timeout: 5 * time.Second}).DialContext
-	single := func(retries int, once bool) func(t *testing.T, l *loser) redis.UniversalClient {
-		return func(t *testing.T, l *loser) redis.UniversalClient {
-			return srv.NewClient(t, func(o *redis.Options) {
-				o.MaxRetries = retries
-				o.Dialer = l.dial(redis.NewDialer(o))
-				if once {
-					redisstore.SendOnce(o)
-				}
-			})
-		}
-	}
-	cluster := func(retries int, once bool) func(t *testing.T, l *loser) redis.UniversalClient {
-		return func(t *testing.T, l *loser) redis.UniversalClient {
-			return cl.NewClient(t, func(o *redis.ClusterOptions) {
-				o.MaxRetries = retries
-				o.Dialer = l.dial(plain)
-				if once {
-					redisstore.SendOnceCluster(o)
-				}
-			})
-		}
-	}
-	ring := func(once bool) func(t *testing.T, l *loser) redis.UniversalClient {
-		return func(t *testing.T, l *loser) redis.UniversalClient {
-			o := &redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}, DisableIdentity: true, Dialer: l.dial(plain)}
-			if once {
-				redisstore.SendOnceRing(o)
-			}
-			r := redis.NewRing(o)
-			t.Cleanup(func() { _ = r.Close() })
-			return r
-		}
-	}
-	for _, c := range []struct {
-		name    string
-		client  func(t *testing.T, l *loser) redis.UniversalClient
-		resends bool // go-redis sends the call again: it spends twice
-	}{
-		{"client", single(0, false), true},
-		{"client MaxRetries -1", single(-1, false), false},
-		{"cluster MaxRetries -1", cluster(-1, false), true},
-		{"ring", ring(false), true},
-		{"client SendOnce", single(0, true), false},
-		{"client SendOnce MaxRetries -1", single(-1, true), false},
-		{"cluster SendOnceCluster", cluster(0, true), false},
-		{"ring SendOnceRing", ring(true), false},
+	lc := lostClients{redistest.Shared(t), redistest.Cluster(t)}
+	for _, c := range []lostCase{
+		{"client", lc.single(0, false), true},
+		{"client MaxRetries -1", lc.single(-1, false), false},
+		{"cluster MaxRetries -1", lc.cluster(-1, false), true},
+		{"ring", lc.ring(false), true},
+		{"client SendOnce", lc.single(0, true), false},
+		{"client SendOnce MaxRetries -1", lc.single(-1, true), false},
+		{"cluster SendOnceCluster", lc.cluster(0, true), false},
+		{"ring SendOnceRing", lc.ring(true), false},
 	} {
 		for _, batched := range []bool{false, true} {
 			for _, e := range []error{io.EOF, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}} {
@@ -204,26 +223,12 @@ func TestLostReply(t *testing.T) {
 // (a cluster client even the calls it had read the replies of), so without
 // them some of its decisions spend twice.
 func TestLostPipelineReply(t *testing.T) {
-	srv := redistest.Shared(t)
-	cl := redistest.Cluster(t)
-	plain := (&net.Dialer{Timeout: 5 * time.Second}).DialContext
-	for _, c := range []struct {
-		name    string
-		client  func(t *testing.T, l *loser) redis.UniversalClient
-		resends bool
-	}{
-		{"client", func(t *testing.T, l *loser) redis.UniversalClient {
-			return srv.NewClient(t, func(o *redis.Options) { o.Dialer = l.dial(redis.NewDialer(o)) })
-		}, true},
-		{"cluster MaxRetries -1", func(t *testing.T, l *loser) redis.UniversalClient {
-			return cl.NewClient(t, func(o *redis.ClusterOptions) { o.MaxRetries, o.Dialer = -1, l.dial(plain) })
-		}, true},
-		{"client SendOnce", func(t *testing.T, l *loser) redis.UniversalClient {
-			return srv.NewClient(t, func(o *redis.Options) { o.Dialer = l.dial(redis.NewDialer(o)); redisstore.SendOnce(o) })
-		}, false},
-		{"cluster SendOnceCluster", func(t *testing.T, l *loser) redis.UniversalClient {
-			return cl.NewClient(t, func(o *redis.ClusterOptions) { o.Dialer = l.dial(plain); redisstore.SendOnceCluster(o) })
-		}, false},
+	lc := lostClients{redistest.Shared(t), redistest.Cluster(t)}
+	for _, c := range []lostCase{
+		{"client", lc.single(0, false), true},
+		{"cluster MaxRetries -1", lc.cluster(-1, false), true},
+		{"client SendOnce", lc.single(0, true), false},
+		{"cluster SendOnceCluster", lc.cluster(0, true), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := &loser{err: io.EOF, calls: 2}
