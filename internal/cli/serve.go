@@ -11,13 +11,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/gctune"
+	"github.com/sluice-go/sluice/internal/procs"
 	"github.com/sluice-go/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -33,7 +36,7 @@ func init() {
 // serveFlags are sluice serve's flags.
 type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
-	cpuProfile, limitHeader, remainingHeader, resetHeader                            string
+	cpuProfile, limitHeader, remainingHeader, resetHeader, procs                     string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -79,6 +82,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
 	fs.IntVar(&f.gogc, "gogc", 400, "the garbage collector's GOGC for the process, unless the GOGC environment variable is set: the service's garbage is short-lived, so a larger value trades a little memory for CPU")
 	fs.IntVar(&f.gcMinHeap, "gc-min-heap", 32, "MiB the heap may grow to before a collection, whatever --gogc gives over a smaller live heap (0: --gogc alone); not applied when GOGC is set")
+	fs.StringVar(&f.procs, "gomaxprocs", "auto", "Ps the Go scheduler runs: auto (as few as the load keeps busy, up to the CPUs the process may use: a P it does not need costs CPU on every call) or a number, fixed; unless the GOMAXPROCS environment variable is set")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", os.Getenv("SLUICE_CPUPROFILE"), "write a CPU profile of the whole run to this file (for go tool pprof; default $SLUICE_CPUPROFILE, none when unset)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (on stderr)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -123,11 +127,29 @@ console is at / of the HTTP listener (--no-console turns it off).
 	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
 		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
 	}
+	fixedProcs := 0 // auto
+	if f.procs != "auto" {
+		n, err := strconv.Atoi(f.procs)
+		if err != nil || n < 1 || n > 1<<16 {
+			return fmt.Errorf("--gomaxprocs %q: want auto or 1 to %d", f.procs, 1<<16)
+		}
+		fixedProcs = n
+	}
 	o, closeStore, err := f.options(stderr)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
+	if os.Getenv("GOMAXPROCS") == "" {
+		if fixedProcs > 0 {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(fixedProcs))
+		} else {
+			log := o.Logger
+			defer procs.Start(func(from, to int, used float64) {
+				log.Debug("GOMAXPROCS", "from", from, "to", to, "cpu", used)
+			}).Stop()
+		}
+	}
 	if os.Getenv("GOGC") == "" && f.gogc != 0 {
 		floor := uint64(f.gcMinHeap) << 20
 		if f.gogc < 0 {

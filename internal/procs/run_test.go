@@ -1,0 +1,102 @@
+package procs
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/testenv"
+)
+
+// A Runner driven tick by tick: the CPU it reads turns into the GOMAXPROCS
+// it sets, and each change is reported.
+func TestRunnerSets(t *testing.T) {
+	// The load, in cores, over each sample: idle for the hold, then more
+	// than one P can do, then more than two.
+	var load []float64
+	for range MinHold / Interval {
+		load = append(load, 0.2)
+	}
+	load = append(load, 2, 2.5)
+	var (
+		cpuCalls, nowCalls int
+		cpu                time.Duration
+		set                []int
+		changes            []string
+	)
+	tick := make(chan time.Time)
+	r := &Runner{stop: make(chan struct{}), done: make(chan struct{}), max: 4}
+	// The runner reads the CPU, then the time, once to start and once a
+	// tick; the k-th reading is the load's first k samples.
+	go r.run(func() (time.Duration, bool) {
+		if cpuCalls > 0 {
+			cpu += time.Duration(load[cpuCalls-1] * float64(Interval))
+		}
+		cpuCalls++
+		return cpu, true
+	}, func(n int) int {
+		set = append(set, n)
+		return 0
+	}, func() time.Time {
+		nowCalls++
+		return t0.Add(time.Duration(nowCalls-1) * Interval)
+	}, tick, func(from, to int, used float64) {
+		changes = append(changes, fmt.Sprintf("%d→%d at %.2f", from, to, used))
+	})
+	for range load {
+		tick <- time.Time{}
+	}
+	close(r.stop)
+	<-r.done
+	if want := []int{1, 2, 4}; !slices.Equal(set, want) {
+		t.Fatalf("set %v, want %v (changes %v)", set, want, changes)
+	}
+	if want := []string{"4→1 at 0.20", "1→2 at 2.00", "2→4 at 2.50"}; !slices.Equal(changes, want) {
+		t.Fatalf("changes %q, want %q", changes, want)
+	}
+}
+
+// Start and Stop on this machine: Stop puts GOMAXPROCS back. With
+// SLUICE_TIMING=1, an idle process goes down to one P after the hold and
+// back up when a goroutine keeps that P busy.
+func TestStartStop(t *testing.T) {
+	if !Supported() {
+		t.Skipf("the process's CPU time cannot be read on %s", runtime.GOOS)
+	}
+	before := runtime.GOMAXPROCS(0)
+	r := Start(nil)
+	if testenv.Timing(t, "GOMAXPROCS follows the load") && before > 1 {
+		deadline := time.Now().Add(MinHold + 3*time.Second)
+		for runtime.GOMAXPROCS(0) != 1 && time.Now().Before(deadline) {
+			time.Sleep(Interval)
+		}
+		if n := runtime.GOMAXPROCS(0); n != 1 {
+			t.Errorf("idle for %v: GOMAXPROCS %d, want 1", MinHold+3*time.Second, n)
+		}
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+		deadline = time.Now().Add(2 * time.Second)
+		for runtime.GOMAXPROCS(0) == 1 && time.Now().Before(deadline) {
+			time.Sleep(Interval / 4)
+		}
+		close(stop)
+		if n := runtime.GOMAXPROCS(0); n < 2 {
+			t.Errorf("one P kept busy for 2s: GOMAXPROCS %d, want 2 or more", n)
+		}
+	}
+	r.Stop()
+	r.Stop()
+	if n := runtime.GOMAXPROCS(0); n != before {
+		t.Fatalf("after Stop: GOMAXPROCS %d, want %d as before", n, before)
+	}
+}
