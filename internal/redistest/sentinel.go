@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,6 +38,7 @@ type SentinelServer struct {
 	master   *process
 	replica  *process
 	sentinel *process
+	graves   []net.Listener // the killed masters' ports, held
 }
 
 // Sentinel starts a master, a replica of it and a Sentinel that monitors
@@ -181,6 +183,7 @@ func (s *SentinelServer) Failover(t testing.TB) {
 	if err := old.stop(); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
+	s.hold(t, old.cfg.addr())
 	want := next.cfg.addr()
 	deadline := time.Now().Add(failoverTimeout)
 	for {
@@ -202,9 +205,37 @@ func (s *SentinelServer) Failover(t testing.TB) {
 	s.mu.Unlock()
 }
 
+// hold keeps the killed master's address from another test's server, which
+// would answer the clients that still dial it from another data set: it
+// listens there and closes every connection at once, so such a client fails
+// there as it would on the dead master.
+func (s *SentinelServer) hold(t testing.TB, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Logf("redistest: cannot hold the killed master's address %s (%v): a client that still knows it may reach another server", addr, err)
+		return
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	s.mu.Lock()
+	s.graves = append(s.graves, ln)
+	s.mu.Unlock()
+}
+
 func (s *SentinelServer) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, ln := range s.graves {
+		ln.Close()
+	}
 	var errs []error
 	for _, p := range []*process{s.sentinel, s.replica, s.master} {
 		if p != nil {
