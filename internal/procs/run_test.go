@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,21 +76,16 @@ func TestStartStop(t *testing.T) {
 		if n := runtime.GOMAXPROCS(0); n != 1 {
 			t.Errorf("idle for %v: GOMAXPROCS %d, want 1", MinHold+3*time.Second, n)
 		}
-		stop := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+		var stop atomic.Bool
+		go func() { // keeps a P busy
+			for !stop.Load() {
 			}
 		}()
 		deadline = time.Now().Add(2 * time.Second)
 		for runtime.GOMAXPROCS(0) == 1 && time.Now().Before(deadline) {
 			time.Sleep(Interval / 4)
 		}
-		close(stop)
+		stop.Store(true)
 		if n := runtime.GOMAXPROCS(0); n < 2 {
 			t.Errorf("one P kept busy for 2s: GOMAXPROCS %d, want 2 or more", n)
 		}
