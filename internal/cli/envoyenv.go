@@ -119,6 +119,14 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		return nil, serr
 	}
 	out["store"] = store
+	for env, flag := range map[string]string{"REDIS_TLS_CACERT": "store-tls-ca", "REDIS_TLS_CLIENT_CERT": "store-tls-cert", "REDIS_TLS_CLIENT_KEY": "store-tls-key"} {
+		if v := getenv(env); v != "" {
+			out[flag] = v
+		}
+	}
+	if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+		out["store-tls-skip-hostname-verification"] = "true"
+	}
 	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
 		out["prefix"] = p
 	}
@@ -161,22 +169,24 @@ func envoyStore(getenv func(string) string, typ, socket, addr string, useTLS boo
 		switch {
 		case socket != "tcp":
 			return "", fmt.Errorf("envoy environment: REDIS_TYPE=%s wants REDIS_SOCKET_TYPE=tcp", typ)
-		case useTLS:
-			return "", fmt.Errorf("envoy environment: REDIS_TLS with REDIS_TYPE=%s is not offered", typ)
 		}
 		cred := ""
 		if user != nil {
 			cred = user.String() + "@"
 		}
+		scheme := "redis-"
+		if useTLS {
+			scheme = "rediss-"
+		}
 		if typ == "cluster" {
-			return "redis-cluster://" + cred + addr, nil
+			return scheme + "cluster://" + cred + addr, nil
 		}
 		// REDIS_URL: MASTER,SENTINEL,SENTINEL…
 		master, sentinels, ok := strings.Cut(addr, ",")
 		if !ok || master == "" || sentinels == "" {
 			return "", fmt.Errorf("envoy environment: REDIS_TYPE=sentinel wants REDIS_URL=MASTER,HOST:PORT,… (the master's name, then the Sentinels)")
 		}
-		spec := "redis-sentinel://" + cred + sentinels + "/" + url.PathEscape(master)
+		spec := scheme + "sentinel://" + cred + sentinels + "/" + url.PathEscape(master)
 		if auth := getenv("REDIS_SENTINEL_AUTH"); auth != "" {
 			q := url.Values{}
 			if name, pass, ok := strings.Cut(auth, ":"); ok {

@@ -55,6 +55,12 @@ func TestEnvoyEnv(t *testing.T) {
 			with(map[string]string{"store": "rediss://r:6380", "grpc-tls-cert": "/c.pem", "grpc-tls-key": "/k.pem", "grpc-tls-client-ca": "/ca.pem"})},
 		{"a cluster", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:p"},
 			with(map[string]string{"store": "redis-cluster://u:p@a:7000,b:7001"})},
+		{"a TLS cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:7000", "REDIS_TLS": "true",
+			"REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem", "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			with(map[string]string{"store": "rediss-cluster://a:7000", "store-tls-ca": "/ca.pem", "store-tls-cert": "/c.pem", "store-tls-key": "/k.pem",
+				"store-tls-skip-hostname-verification": "true"})},
+		{"a TLS sentinel", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "m,127.0.0.1:26379", "REDIS_TLS": "true"},
+			with(map[string]string{"store": "rediss-sentinel://127.0.0.1:26379/m"})},
 		{"a sentinel", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "su:s&p"},
 			with(map[string]string{"store": "redis-sentinel://:pw@s1:26379,s2:26379/mymaster?sentinel_password=s%26p&sentinel_username=su"})},
 	} {
@@ -78,7 +84,7 @@ func TestEnvoyEnv(t *testing.T) {
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"},
 		{map[string]string{"REDIS_TYPE": "gossip"}, "REDIS_TYPE=gossip: sluice offers single, cluster and sentinel"},
 		{map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:26379"}, "REDIS_URL=MASTER,HOST:PORT"},
-		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "m,127.0.0.1:26379", "REDIS_TLS": "true"}, "REDIS_TLS with REDIS_TYPE=sentinel"},
+		{map[string]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "perhaps"}, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="perhaps" is not a boolean`},
 		{map[string]string{"REDIS_TYPE": "cluster"}, "wants REDIS_SOCKET_TYPE=tcp"},
 		{map[string]string{"REDIS_TLS": "true"}, "REDIS_TLS over a Unix socket"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, "want tcp or unix"},
@@ -99,7 +105,7 @@ func TestEnvoyEnv(t *testing.T) {
 // redisstore.ErrReplyLost, which go-redis does not retry (redisstore's
 // TestLostReply shows what that does).
 func TestStoreSpecs(t *testing.T) {
-	c, err := redisClient("redis-cluster://app:p%40ss@127.0.0.1:7000,127.0.0.1:7001")
+	c, err := redisClient("redis-cluster://app:p%40ss@127.0.0.1:7000,127.0.0.1:7001", storeTLS{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func TestStoreSpecs(t *testing.T) {
 		checkSendOnce(t, "a cluster node", node.Options().Dialer)
 		_ = node.Close()
 	}
-	r, err := redisClient("redis://127.0.0.1:6379/0")
+	r, err := redisClient("redis://127.0.0.1:6379/0", storeTLS{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +128,7 @@ func TestStoreSpecs(t *testing.T) {
 	} else {
 		checkSendOnce(t, "redis://", ro.Dialer)
 	}
-	f, err := failoverOptions("x", "app:p%40ss@127.0.0.1:26379,127.0.0.1:26380/my%20master?sentinel_password=sp&sentinel_username=su")
+	f, err := failoverOptions("x", "app:p%40ss@127.0.0.1:26379,127.0.0.1:26380/my%20master?sentinel_password=sp&sentinel_username=su", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +137,7 @@ func TestStoreSpecs(t *testing.T) {
 		t.Errorf("sentinel options: %+v", f)
 	}
 	checkSendOnce(t, "redis-sentinel://", f.Dialer)
-	s, err := redisClient("redis-sentinel://127.0.0.1:26379/m")
+	s, err := redisClient("redis-sentinel://127.0.0.1:26379/m", storeTLS{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +149,11 @@ func TestStoreSpecs(t *testing.T) {
 		"redis-sentinel://u:s3cret@127.0.0.1:26379/m?db=1":              `unknown parameter "db"`,
 		"redis-sentinel://127.0.0.1:26379/m?sentinel_password=s3cret&x": `unknown parameter "x"`,
 	} {
-		if _, err := redisClient(spec); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+		if _, err := redisClient(spec, storeTLS{}); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s: %v, want an error with %q (and no password)", spec, err, want)
 		}
 	}
-	u, err := redisClient("unix://:pw@/run/redis.sock")
+	u, err := redisClient("unix://:pw@/run/redis.sock", storeTLS{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +161,7 @@ func TestStoreSpecs(t *testing.T) {
 	if uo := u.(*redis.Client).Options(); uo.Network != "unix" || uo.Addr != "/run/redis.sock" || uo.Password != "pw" {
 		t.Errorf("unix options: %s %s %q", uo.Network, uo.Addr, uo.Password)
 	}
-	if _, err := redisClient("redis-cluster://u:s3cret@nohost"); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if _, err := redisClient("redis-cluster://u:s3cret@nohost", storeTLS{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("a bad cluster address: %v (the password must not show)", err)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,11 +57,11 @@ func (memDecider) Close() error { return nil }
 // openStore returns the decider a --store flag names: memory, or a Redis URL
 // (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT,
 // redis-sentinel://HOST:PORT,HOST:PORT/MASTER).
-func openStore(spec, prefix string) (decider, error) {
+func openStore(spec, prefix string, st storeTLS) (decider, error) {
 	if spec == "memory" {
 		return memDecider{storeapi.MemAt(memstore.New())}, nil
 	}
-	c, err := redisClient(spec)
+	c, err := redisClient(spec, st)
 	if err != nil {
 		return nil, err
 	}
@@ -80,53 +81,75 @@ func openStore(spec, prefix string) (decider, error) {
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
 const replayTTLMargin = time.Hour
 
-// redisClient opens the Redis of a --store spec: calls end by their
-// deadline, and go-redis never sends a command again once it may have
-// reached Redis (redisstore.SendOnce): a decision whose reply is lost fails,
-// and the failure policy answers, rather than running twice and spending
-// twice; what never reached Redis or that Redis refused unrun (a dial,
-// READONLY after a failover, MOVED) go-redis still retries.
-func redisClient(spec string) (redis.UniversalClient, error) {
-	if rest, ok := strings.CutPrefix(spec, "redis-cluster://"); ok {
+// redisClient opens the Redis of a --store spec, over TLS as st says for
+// the rediss schemes: calls end by their deadline, and go-redis never sends
+// a command again once it may have reached Redis (redisstore.SendOnce): a
+// decision whose reply is lost fails, and the failure policy answers,
+// rather than running twice and spending twice; what never reached Redis or
+// that Redis refused unrun (a dial, READONLY after a failover, MOVED)
+// go-redis still retries.
+func redisClient(spec string, st storeTLS) (redis.UniversalClient, error) {
+	scheme, rest, _ := strings.Cut(spec, "://")
+	useTLS := scheme == "rediss" || scheme == "rediss-cluster" || scheme == "rediss-sentinel"
+	if st.given() && !useTLS {
+		return nil, fmt.Errorf("--store-tls-… flags want a TLS store (rediss://, rediss-cluster:// or rediss-sentinel://), not %q", redactStore(spec))
+	}
+	tlsConfig := func(base *tls.Config) (*tls.Config, error) {
+		if !useTLS {
+			return nil, nil
+		}
+		return st.config(base)
+	}
+	switch scheme {
+	case "redis-cluster", "rediss-cluster":
 		o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
 		var err error
 		if o.Username, o.Password, o.Addrs, err = hostList(spec, rest); err != nil {
 			return nil, err
 		}
+		if o.TLSConfig, err = tlsConfig(nil); err != nil {
+			return nil, err
+		}
 		redisstore.SendOnceCluster(o)
 		return redis.NewClusterClient(o), nil
-	}
-	if rest, ok := strings.CutPrefix(spec, "redis-sentinel://"); ok {
-		o, err := failoverOptions(spec, rest)
+	case "redis-sentinel", "rediss-sentinel":
+		tc, err := tlsConfig(nil)
+		if err != nil {
+			return nil, err
+		}
+		o, err := failoverOptions(spec, rest, tc)
 		if err != nil {
 			return nil, err
 		}
 		return redis.NewFailoverClient(o), nil
-	}
-	if strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://") || strings.HasPrefix(spec, "unix://") {
+	case "redis", "rediss", "unix":
 		o, err := redis.ParseURL(spec)
 		if err != nil {
 			return nil, fmt.Errorf("store %q: %v", redactStore(spec), err)
+		}
+		if o.TLSConfig, err = tlsConfig(o.TLSConfig); err != nil {
+			return nil, err
 		}
 		o.ContextTimeoutEnabled = true // calls end by their deadline (redisstore's doc)
 		redisstore.SendOnce(o)
 		return redis.NewClient(o), nil
 	}
-	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, redis-cluster://HOST:PORT,HOST:PORT or redis-sentinel://HOST:PORT,HOST:PORT/MASTER)", redactStore(spec))
+	return nil, fmt.Errorf("unknown store %q (want memory, redis://HOST:PORT/DB, rediss://..., unix:///PATH, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER, or rediss-cluster://, rediss-sentinel:// for TLS)", redactStore(spec))
 }
 
 // failoverOptions are the options of a redis-sentinel:// spec, rest what
 // follows the scheme: [USER:PASSWORD@]HOST:PORT,…/MASTER (the master's
 // credentials, the Sentinels' addresses, the master's name), then
-// optionally ?sentinel_username=U&sentinel_password=P.
-func failoverOptions(spec, rest string) (*redis.FailoverOptions, error) {
+// optionally ?sentinel_username=U&sentinel_password=P; tc, when not nil,
+// is the TLS of every connection (to the Sentinels and to the servers).
+func failoverOptions(spec, rest string, tc *tls.Config) (*redis.FailoverOptions, error) {
 	rest, query, _ := strings.Cut(rest, "?")
 	rest, master, _ := strings.Cut(rest, "/")
 	master, err := url.PathUnescape(master)
 	if err != nil || master == "" || strings.Contains(master, "/") {
-		return nil, fmt.Errorf("store %q: want redis-sentinel://[USER:PASSWORD@]HOST:PORT,…/MASTER", redactStore(spec))
+		return nil, fmt.Errorf("store %q: want redis-sentinel://[USER:PASSWORD@]HOST:PORT,…/MASTER (rediss-sentinel:// for TLS)", redactStore(spec))
 	}
-	o := &redis.FailoverOptions{MasterName: master, ContextTimeoutEnabled: true}
+	o := &redis.FailoverOptions{MasterName: master, ContextTimeoutEnabled: true, TLSConfig: tc}
 	if o.Username, o.Password, o.SentinelAddrs, err = hostList(spec, rest); err != nil {
 		return nil, err
 	}
@@ -275,7 +298,9 @@ func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	var lf limitFlags
 	lf.register(fs)
-	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER")
+	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER (rediss-cluster://, rediss-sentinel:// over TLS)")
+	var st storeTLS
+	st.flags(fs)
 	prefix := fs.String("prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
 	summary := fs.Bool("summary", false, "print totals per key and overall to stderr")
 	usage := func(w io.Writer) {
@@ -318,7 +343,7 @@ joined by +, one unit per admitted request.
 			return err
 		}
 	}
-	store, err := openStore(*storeSpec, *prefix)
+	store, err := openStore(*storeSpec, *prefix, st)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ type serveFlags struct {
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
+	storeTLS                                                                         storeTLS
 }
 
 func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -49,7 +50,8 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
-	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]")
+	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
+	f.storeTLS.flags(fs)
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
@@ -244,7 +246,7 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 		o.Store = memstore.New()
 		return o, nothing, nil
 	}
-	c, err := redisClient(f.store)
+	c, err := redisClient(f.store, f.storeTLS)
 	if err != nil {
 		return o, nothing, err
 	}

@@ -32,6 +32,7 @@ var clusterSlotRanges = [clusterNodes][2]int{{0, 5460}, {5461, 10922}, {10923, 1
 // 127.0.0.1. Its methods are safe for concurrent use.
 type ClusterServer struct {
 	dir string
+	tls *TLS // nil: plain
 
 	mu     sync.Mutex
 	nodes  []*process
@@ -45,8 +46,21 @@ type ClusterServer struct {
 // are stopped and closed when t finishes.
 func Cluster(t testing.TB) *ClusterServer {
 	t.Helper()
+	return newCluster(t, nil)
+}
+
+// ClusterTLS is Cluster over TLS, with x's certificates: clients and the
+// cluster bus use TLS (tls-cluster), Addrs are the TLS ports, and clients
+// must present a certificate x's authority signed (x.ClientConfig does).
+func ClusterTLS(t testing.TB, x *TLS) *ClusterServer {
+	t.Helper()
+	return newCluster(t, x)
+}
+
+func newCluster(t testing.TB, x *TLS) *ClusterServer {
+	t.Helper()
 	Require(t)
-	c := &ClusterServer{dir: t.TempDir()}
+	c := &ClusterServer{dir: t.TempDir(), tls: x}
 	t.Cleanup(func() {
 		if err := c.close(); err != nil {
 			t.Errorf("redistest: %v", err)
@@ -60,7 +74,11 @@ func Cluster(t testing.TB) *ClusterServer {
 		c.nodes = append(c.nodes, p)
 	}
 	if err := c.create(); err != nil {
-		t.Fatalf("redistest: creating cluster on %v: %v", c.Addrs(), err)
+		var logs strings.Builder
+		for _, p := range c.nodes {
+			fmt.Fprintf(&logs, "\n%s:\n%s", p.cfg.logFile, readLogFrom(p.cfg.logFile, 0))
+		}
+		t.Fatalf("redistest: creating cluster on %v: %v; the nodes' logs:%s", c.Addrs(), err, logs.String())
 	}
 	return c
 }
@@ -69,13 +87,22 @@ func (c *ClusterServer) startNode(i int) (*process, error) {
 	var err error
 	for range portAttempts {
 		var ports []int
-		if ports, err = freePorts(2); err != nil {
+		n := 2
+		if c.tls != nil {
+			n = 3 // a TLS port too
+		}
+		if ports, err = freePorts(n); err != nil {
 			return nil, err
+		}
+		tlsPort := 0
+		if c.tls != nil {
+			tlsPort = ports[2]
 		}
 		var p *process
 		p, err = launch(procConfig{
 			port:    ports[0],
 			busPort: ports[1],
+			tls:     c.tls, tlsPort: tlsPort, tlsBus: true,
 			dir:     c.dir,
 			logFile: filepath.Join(c.dir, fmt.Sprintf("node-%d.log", i)),
 			extra: []string{
@@ -114,7 +141,7 @@ func (c *ClusterServer) create() error {
 		addr := p.cfg.addr()
 		for _, q := range c.nodes[i+1:] {
 			if _, err := command(addr, probeTimeout, "CLUSTER", "MEET", "127.0.0.1",
-				strconv.Itoa(q.cfg.port), strconv.Itoa(q.cfg.busPort)); err != nil {
+				strconv.Itoa(q.clientPort()), strconv.Itoa(q.cfg.busPort)); err != nil {
 				return fmt.Errorf("%s: CLUSTER MEET %s: %w", addr, q.cfg.addr(), err)
 			}
 		}
@@ -189,6 +216,8 @@ func (c *ClusterServer) nodeConverged(p *process) error {
 			return fmt.Errorf("%s: CLUSTER NODES line %q is not connected", addr, line)
 		}
 		for i, q := range c.nodes {
+			// The harness's plain connection sees plain ports (Redis 7
+			// shows a TLS connection the TLS ports).
 			if !strings.HasPrefix(f[1], fmt.Sprintf("%s@%d", q.cfg.addr(), q.cfg.busPort)) {
 				continue
 			}
@@ -207,11 +236,11 @@ func (c *ClusterServer) nodeConverged(p *process) error {
 
 // Addrs returns the "127.0.0.1:port" addresses of the three masters, in
 // slot order: the first owns slots 0-5460, the second 5461-10922, the third
-// 10923-16383.
+// 10923-16383. Those of a ClusterTLS are its TLS ports.
 func (c *ClusterServer) Addrs() []string {
 	addrs := make([]string, len(c.nodes))
 	for i, p := range c.nodes {
-		addrs[i] = p.cfg.addr()
+		addrs[i] = tlsAddr(p.clientPort())
 	}
 	return addrs
 }
@@ -230,11 +259,15 @@ func (c *ClusterServer) Client() *redis.ClusterClient {
 // Options returns fresh go-redis cluster options for the cluster, for tests
 // that need clients with special settings.
 func (c *ClusterServer) Options() *redis.ClusterOptions {
-	return &redis.ClusterOptions{
+	o := &redis.ClusterOptions{
 		Addrs: c.Addrs(),
 		// CLIENT SETINFO does not exist before Redis 7.2.
 		DisableIdentity: true,
 	}
+	if c.tls != nil {
+		o.TLSConfig = c.tls.ClientConfig()
+	}
+	return o
 }
 
 // NewClient returns a new go-redis cluster client, closed when t finishes.

@@ -44,6 +44,12 @@ type procConfig struct {
 	logFile  string // redis-server log file, appended to
 	sentinel string // Sentinel mode: its configuration file (written to by Sentinel); "" for a server
 	extra    []string
+	// With tls set, the server serves TLS on tlsPort too (port stays
+	// plain, for the harness); tlsBus and tlsReplication put a cluster's
+	// bus and a replica's link on TLS.
+	tls                    *TLS
+	tlsPort                int
+	tlsBus, tlsReplication bool
 }
 
 func (c procConfig) addr() string {
@@ -70,6 +76,9 @@ func (c procConfig) args() []string {
 	)
 	if c.busPort != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(c.busPort))
+	}
+	if c.tls != nil {
+		args = append(args, c.tls.serverArgs(c.tlsPort, c.tlsBus, c.tlsReplication)...)
 	}
 	return append(args, c.extra...)
 }
@@ -193,6 +202,15 @@ func (p *process) stop() error {
 }
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// clientPort is the port a cluster node announces to clients: its TLS port
+// when the cluster runs on TLS.
+func (p *process) clientPort() int {
+	if p.cfg.tls != nil && p.cfg.tlsBus {
+		return p.cfg.tlsPort
+	}
+	return p.cfg.port
+}
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
 // ago. Another process may take them before redis-server binds them; callers

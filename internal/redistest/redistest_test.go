@@ -209,3 +209,30 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("GET after the failover: %q, %v", got, err)
 	}
 }
+
+// A TLS server and a TLS cluster answer a client with the authority's
+// certificate and refuse one without its client certificate.
+func TestTLS(t *testing.T) {
+	x := redistest.NewTLS(t)
+	ctx := context.Background()
+	s := redistest.StandaloneTLS(t, x)
+	c := redis.NewClient(&redis.Options{Addr: s.TLSAddr(), TLSConfig: x.ClientConfig(), DisableIdentity: true})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET over TLS: %v", err)
+	}
+	bare := x.ClientConfig()
+	bare.Certificates = nil
+	nocert := redis.NewClient(&redis.Options{Addr: s.TLSAddr(), TLSConfig: bare, DisableIdentity: true, MaxRetries: -1})
+	defer nocert.Close()
+	if err := nocert.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING over TLS without a client certificate: no error")
+	}
+	cl := redistest.ClusterTLS(t, x)
+	cc := cl.Client()
+	for i := range 20 { // keys on every master
+		if err := cc.Set(ctx, fmt.Sprint("k", i), "v", 0).Err(); err != nil {
+			t.Fatalf("SET over TLS on the cluster: %v", err)
+		}
+	}
+}

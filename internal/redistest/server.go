@@ -47,17 +47,47 @@ func Standalone(t testing.TB) *Server {
 	return s
 }
 
-// startFresh starts the server on a newly picked free port, retrying with
-// another port if the picked one is taken meanwhile.
+// StandaloneTLS is Standalone with TLS as well, on a port of its own
+// (TLSAddr), with x's certificates: clients must present a certificate x's
+// authority signed (x.ClientConfig does).
+func StandaloneTLS(t testing.TB, x *TLS) *Server {
+	t.Helper()
+	Require(t)
+	s := &Server{cfg: procConfig{dir: t.TempDir(), tls: x}}
+	s.cfg.logFile = filepath.Join(s.cfg.dir, "redis.log")
+	if err := s.startFresh(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.close(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	})
+	return s
+}
+
+// TLSAddr returns the "127.0.0.1:port" address of a StandaloneTLS server's
+// TLS port.
+func (s *Server) TLSAddr() string { return tlsAddr(s.cfg.tlsPort) }
+
+// startFresh starts the server on a newly picked free port (two with TLS),
+// retrying with others if one is taken meanwhile.
 func (s *Server) startFresh() error {
 	var err error
+	n := 1
+	if s.cfg.tls != nil {
+		n = 2
+	}
 	for range portAttempts {
 		var ports []int
-		if ports, err = freePorts(1); err != nil {
+		if ports, err = freePorts(n); err != nil {
 			return err
 		}
 		cfg := s.cfg
 		cfg.port = ports[0]
+		if n == 2 {
+			cfg.tlsPort = ports[1]
+		}
 		var p *process
 		if p, err = launch(cfg); err == nil {
 			s.cfg = cfg

@@ -1,0 +1,72 @@
+package serve
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// `sluice serve` over TLS stores: a TLS redis-server and a TLS Redis
+// Cluster (its bus on TLS too) that require client certificates. With the
+// CA and the client certificate, decisions are made there, exactly; with
+// either missing, or a certificate for another host, no call passes
+// (fail-closed) and the log says why; --store-tls-skip-hostname-verification
+// accepts the other host's certificate, but not one from another CA.
+func TestBinaryStoreTLS(t *testing.T) {
+	x := redistest.NewTLS(t)
+	srv := redistest.StandaloneTLS(t, x)
+	cl := redistest.ClusterTLS(t, x)
+	dir := writeConfig(t, map[string]string{"tls.yaml": "domain: tls\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"})
+	awayFromHourBoundary(t, 2*time.Minute)
+	ca, cert, key := "--store-tls-ca="+x.CAFile, "--store-tls-cert="+x.ClientCertFile, "--store-tls-key="+x.ClientKeyFile
+	codes4 := func(p *proc, user string) string {
+		var got []string
+		for range 4 {
+			r, err := p.call(context.Background(), "tls", desc("user="+user))
+			if err != nil {
+				got = append(got, status.Code(err).String())
+				continue
+			}
+			got = append(got, r.OverallCode.String())
+		}
+		return strings.Join(got, " ")
+	}
+	for _, store := range []string{"rediss://" + srv.TLSAddr(), "rediss-cluster://" + strings.Join(cl.Addrs(), ",")} {
+		p := startProc(t, "--config", dir, "--store", store, ca, cert, key)
+		for _, user := range []string{"a", "b", "c", "d"} { // over the masters
+			if got := codes4(p, user); got != "OK OK OK OVER_LIMIT" {
+				t.Errorf("%s, user %s: %s, want OK OK OK OVER_LIMIT", store, user, got)
+			}
+		}
+	}
+	unavailable := codes.Unavailable.String()
+	refused := func(store, why string, args ...string) {
+		t.Helper()
+		p := startProc(t, append([]string{"--config", dir, "--store", store, "--store-timeout", "2s"}, args...)...)
+		if got := codes4(p, "z"); got != strings.Repeat(unavailable+" ", 3)+unavailable {
+			t.Errorf("%s %v: %s, want every call %s", store, args, got, unavailable)
+		}
+		if !strings.Contains(p.logText(), why) {
+			t.Errorf("%s %v: the log does not say %q:\n%s", store, args, why, p.logText())
+		}
+	}
+	refused("rediss://"+srv.TLSAddr(), "certificate signed by unknown authority", cert, key)
+	refused("rediss-cluster://"+strings.Join(cl.Addrs(), ","), "certificate signed by unknown authority", cert, key)
+	refused("rediss://"+srv.TLSAddr(), "store unavailable", ca) // Redis wants a client certificate: it closes the connection
+
+	other := redistest.NewTLSFor(t, "redis.internal")
+	named := redistest.StandaloneTLS(t, other)
+	oca, ocert, okey := "--store-tls-ca="+other.CAFile, "--store-tls-cert="+other.ClientCertFile, "--store-tls-key="+other.ClientKeyFile
+	refused("rediss://"+named.TLSAddr(), "x509: cannot validate certificate for 127.0.0.1", oca, ocert, okey)
+	p := startProc(t, "--config", dir, "--store", "rediss://"+named.TLSAddr(), oca, ocert, okey, "--store-tls-skip-hostname-verification")
+	if got := codes4(p, "a"); got != "OK OK OK OVER_LIMIT" {
+		t.Errorf("another host's certificate, hostname not verified: %s, want OK OK OK OVER_LIMIT", got)
+	}
+	refused("rediss://"+named.TLSAddr(), "certificate signed by unknown authority", ca, ocert, okey, "--store-tls-skip-hostname-verification")
+}
