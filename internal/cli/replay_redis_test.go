@@ -89,3 +89,22 @@ func TestReplayRedisUnreachable(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
 }
+
+// replay over a TLS Redis that wants a client certificate: the same output
+// as in memory, with the --store-tls-… flags; without the client
+// certificate it fails.
+func TestReplayTLS(t *testing.T) {
+	x := redistest.NewTLS(t)
+	srv := redistest.StandaloneTLS(t, x)
+	in := randomTraceText(rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 3)), 100)
+	args := []string{"replay", "--limit", "7/1s", "--burst", "3"}
+	_, want, _ := runCLI(t, in, args...)
+	tlsArgs := append(args, "--store", "rediss://"+srv.TLSAddr(), "--store-tls-ca", x.CAFile)
+	code, got, errs := runCLI(t, in, append(tlsArgs, "--store-tls-cert", x.ClientCertFile, "--store-tls-key", x.ClientKeyFile)...)
+	if code != 0 || got != want {
+		t.Fatalf("replay over TLS: exit %d %s\n%s", code, errs, firstDiff(got, want))
+	}
+	if code, _, _ := runCLI(t, in, tlsArgs...); code == 0 {
+		t.Fatal("replay over TLS without the client certificate Redis wants: exit 0")
+	}
+}

@@ -203,10 +203,11 @@ func (p *process) stop() error {
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-// clientPort is the port a cluster node announces to clients: its TLS port
-// when the cluster runs on TLS.
+// clientPort is the port a cluster node or a Sentinel's server announces
+// to clients, and a Sentinel's clients dial: its TLS port when the cluster
+// bus or the replication runs on TLS.
 func (p *process) clientPort() int {
-	if p.cfg.tls != nil && p.cfg.tlsBus {
+	if p.cfg.tls != nil && (p.cfg.tlsBus || p.cfg.tlsReplication) {
 		return p.cfg.tlsPort
 	}
 	return p.cfg.port

@@ -235,4 +235,22 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("SET over TLS on the cluster: %v", err)
 		}
 	}
+	st := redistest.SentinelTLS(t, x)
+	sc := st.NewClient(t, nil)
+	if err := sc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET over TLS through the sentinel: %v", err)
+	}
+	st.WaitReplicated(t)
+	st.Failover(t)
+	var got string
+	var err error
+	for range 100 {
+		if got, err = sc.Get(ctx, "k").Result(); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || got != "v" {
+		t.Fatalf("GET over TLS after the failover: %q, %v", got, err)
+	}
 }

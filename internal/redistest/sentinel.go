@@ -33,6 +33,7 @@ const (
 // but those taking a testing.TB must be called from the test's goroutine.
 type SentinelServer struct {
 	dir string
+	tls *TLS // nil: plain
 
 	mu       sync.Mutex
 	master   *process
@@ -47,8 +48,23 @@ type SentinelServer struct {
 // the replica. The processes are stopped when t finishes.
 func Sentinel(t testing.TB) *SentinelServer {
 	t.Helper()
+	return newSentinel(t, nil)
+}
+
+// SentinelTLS is Sentinel over TLS, with x's certificates: the Sentinel,
+// the master and the replica serve TLS (SentinelAddrs and the addresses the
+// Sentinel gives are the TLS ports), replication and the Sentinel's links
+// use it, and clients must present a certificate x's authority signed
+// (Options does).
+func SentinelTLS(t testing.TB, x *TLS) *SentinelServer {
+	t.Helper()
+	return newSentinel(t, x)
+}
+
+func newSentinel(t testing.TB, x *TLS) *SentinelServer {
+	t.Helper()
 	Require(t)
-	s := &SentinelServer{dir: t.TempDir()}
+	s := &SentinelServer{dir: t.TempDir(), tls: x}
 	t.Cleanup(func() {
 		if err := s.close(); err != nil {
 			t.Errorf("redistest: %v", err)
@@ -58,7 +74,7 @@ func Sentinel(t testing.TB) *SentinelServer {
 	if s.master, err = s.start("master", nil, ""); err != nil {
 		t.Fatalf("redistest: sentinel's master: %v", err)
 	}
-	host, port := "127.0.0.1", strconv.Itoa(s.master.cfg.port)
+	host, port := "127.0.0.1", strconv.Itoa(s.master.clientPort())
 	if s.replica, err = s.start("replica", []string{"--replicaof", host, port}, ""); err != nil {
 		t.Fatalf("redistest: sentinel's replica: %v", err)
 	}
@@ -77,16 +93,24 @@ func Sentinel(t testing.TB) *SentinelServer {
 	return s
 }
 
-// start launches one process of the set, on a fresh port.
+// start launches one process of the set, on a fresh port (two with TLS).
 func (s *SentinelServer) start(name string, extra []string, conf string) (*process, error) {
 	var err error
+	n := 1
+	if s.tls != nil {
+		n = 2
+	}
 	for range portAttempts {
 		var ports []int
-		if ports, err = freePorts(1); err != nil {
+		if ports, err = freePorts(n); err != nil {
 			return nil, err
 		}
+		cfg := procConfig{port: ports[0], dir: s.dir, logFile: filepath.Join(s.dir, name+".log"), sentinel: conf, extra: extra}
+		if s.tls != nil {
+			cfg.tls, cfg.tlsPort, cfg.tlsReplication = s.tls, ports[1], true
+		}
 		var p *process
-		p, err = launch(procConfig{port: ports[0], dir: s.dir, logFile: filepath.Join(s.dir, name+".log"), sentinel: conf, extra: extra})
+		p, err = launch(cfg)
 		if err == nil {
 			return p, nil
 		}
@@ -106,7 +130,7 @@ func (s *SentinelServer) waitReplica() error {
 		known := false
 		if err == nil && strings.Contains(info, "master_link_status:up") {
 			var v any
-			if v, err = command(s.SentinelAddrs()[0], probeTimeout, "SENTINEL", "REPLICAS", SentinelMaster); err == nil {
+			if v, err = command(s.sentinel.cfg.addr(), probeTimeout, "SENTINEL", "REPLICAS", SentinelMaster); err == nil {
 				list, _ := v.([]any)
 				known = len(list) > 0
 			}
@@ -121,12 +145,12 @@ func (s *SentinelServer) waitReplica() error {
 	}
 }
 
-// SentinelAddrs returns the Sentinel's address.
+// SentinelAddrs returns the Sentinel's address (its TLS port with TLS).
 func (s *SentinelServer) SentinelAddrs() []string {
-	return []string{s.sentinel.cfg.addr()}
+	return []string{tlsAddr(s.sentinel.clientPort())}
 }
 
-// MasterAddr returns the address of the server that is master now.
+// MasterAddr returns the plain address of the server that is master now.
 func (s *SentinelServer) MasterAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -135,12 +159,16 @@ func (s *SentinelServer) MasterAddr() string {
 
 // Options returns fresh go-redis failover options for the set.
 func (s *SentinelServer) Options() *redis.FailoverOptions {
-	return &redis.FailoverOptions{
+	o := &redis.FailoverOptions{
 		MasterName:    SentinelMaster,
 		SentinelAddrs: s.SentinelAddrs(),
 		// CLIENT SETINFO does not exist before Redis 7.2.
 		DisableIdentity: true,
 	}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.ClientConfig()
+	}
+	return o
 }
 
 // NewClient returns a new go-redis failover client for the set, closed when
@@ -184,12 +212,15 @@ func (s *SentinelServer) Failover(t testing.TB) {
 		t.Fatalf("redistest: %v", err)
 	}
 	s.hold(t, old.cfg.addr())
-	want := next.cfg.addr()
+	if old.cfg.tls != nil {
+		s.hold(t, tlsAddr(old.cfg.tlsPort))
+	}
+	want := tlsAddr(next.clientPort()) // what the Sentinel gives
 	deadline := time.Now().Add(failoverTimeout)
 	for {
-		v, err := command(s.SentinelAddrs()[0], probeTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
+		v, err := command(s.sentinel.cfg.addr(), probeTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
 		if pair, ok := v.([]any); err == nil && ok && len(pair) == 2 && fmt.Sprint(pair[0])+":"+fmt.Sprint(pair[1]) == want {
-			if role, err := command(want, probeTimeout, "ROLE"); err == nil {
+			if role, err := command(next.cfg.addr(), probeTimeout, "ROLE"); err == nil {
 				if r, ok := role.([]any); ok && len(r) > 0 && r[0] == "master" {
 					break
 				}

@@ -12,9 +12,10 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
-// `sluice serve` over TLS stores: a TLS redis-server and a TLS Redis
-// Cluster (its bus on TLS too) that require client certificates. With the
-// CA and the client certificate, decisions are made there, exactly; with
+// `sluice serve` over TLS stores: a TLS redis-server, a TLS Redis Cluster
+// (its bus on TLS too) and a TLS Sentinel set (replication on TLS too, and
+// a failover), all requiring client certificates. With the CA and the
+// client certificate, decisions are made there, exactly; with
 // either missing, or a certificate for another host, no call passes
 // (fail-closed) and the log says why; --store-tls-skip-hostname-verification
 // accepts the other host's certificate, but not one from another CA.
@@ -37,13 +38,35 @@ func TestBinaryStoreTLS(t *testing.T) {
 		}
 		return strings.Join(got, " ")
 	}
-	for _, store := range []string{"rediss://" + srv.TLSAddr(), "rediss-cluster://" + strings.Join(cl.Addrs(), ",")} {
+	st := redistest.SentinelTLS(t, x)
+	sentinel := "rediss-sentinel://" + st.SentinelAddrs()[0] + "/" + redistest.SentinelMaster
+	var viaSentinel *proc
+	for _, store := range []string{"rediss://" + srv.TLSAddr(), "rediss-cluster://" + strings.Join(cl.Addrs(), ","), sentinel} {
 		p := startProc(t, "--config", dir, "--store", store, ca, cert, key)
 		for _, user := range []string{"a", "b", "c", "d"} { // over the masters
 			if got := codes4(p, user); got != "OK OK OK OVER_LIMIT" {
 				t.Errorf("%s, user %s: %s, want OK OK OK OVER_LIMIT", store, user, got)
 			}
 		}
+		if store == sentinel {
+			viaSentinel = p
+		}
+	}
+	// After a failover the promoted replica, reached over TLS too, carries
+	// on with what was spent.
+	st.WaitReplicated(t)
+	st.Failover(t)
+	var got string
+	for range 100 { // calls fail until the client finds the new master
+		r, err := viaSentinel.call(context.Background(), "tls", desc("user=e"))
+		if err == nil {
+			got = r.OverallCode.String()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got += " " + codes4(viaSentinel, "a"); got != "OK OVER_LIMIT OVER_LIMIT OVER_LIMIT OVER_LIMIT" {
+		t.Errorf("after the failover: a new user then a spent one: %s, want OK then OVER_LIMIT ×4", got)
 	}
 	unavailable := codes.Unavailable.String()
 	refused := func(store, why string, args ...string) {
