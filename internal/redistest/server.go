@@ -33,24 +33,18 @@ type Server struct {
 // obtained from it are stopped and closed when t finishes.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
-	Require(t)
-	s := &Server{cfg: procConfig{dir: t.TempDir()}}
-	s.cfg.logFile = filepath.Join(s.cfg.dir, "redis.log")
-	if err := s.startFresh(); err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.close(); err != nil {
-			t.Errorf("redistest: %v", err)
-		}
-	})
-	return s
+	return newStandalone(t, nil)
 }
 
 // StandaloneTLS is Standalone with TLS as well, on a port of its own
 // (TLSAddr), with x's certificates: clients must present a certificate x's
 // authority signed (x.ClientConfig does).
 func StandaloneTLS(t testing.TB, x *TLS) *Server {
+	t.Helper()
+	return newStandalone(t, x)
+}
+
+func newStandalone(t testing.TB, x *TLS) *Server {
 	t.Helper()
 	Require(t)
 	s := &Server{cfg: procConfig{dir: t.TempDir(), tls: x}}
