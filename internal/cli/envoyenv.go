@@ -47,8 +47,6 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		return nil, fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", getenv("BACKEND_TYPE"))
 	case boolean("REDIS_PERSECOND"):
 		return nil, fmt.Errorf("envoy environment: REDIS_PERSECOND: a second Redis for per-second limits is not offered")
-	case boolean("MERGE_DOMAIN_CONFIG"):
-		return nil, fmt.Errorf("envoy environment: MERGE_DOMAIN_CONFIG: a domain must be in one file")
 	case getenv("GRPC_CLIENT_TLS_SAN") != "":
 		return nil, fmt.Errorf("envoy environment: GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not offered")
 	}
@@ -107,7 +105,7 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 			out[flag] = v
 		}
 	}
-	for env, flag := range map[string]string{"SHADOW_MODE": "shadow", "QUOTA_MODE": "quota-mode", "RESPONSE_DYNAMIC_METADATA": "response-dynamic-metadata"} {
+	for env, flag := range map[string]string{"SHADOW_MODE": "shadow", "QUOTA_MODE": "quota-mode", "RESPONSE_DYNAMIC_METADATA": "response-dynamic-metadata", "MERGE_DOMAIN_CONFIG": "merge-domain-config"} {
 		if boolean(env) {
 			out[flag] = "true"
 		}

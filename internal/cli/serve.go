@@ -39,6 +39,7 @@ type serveFlags struct {
 	cpuProfile, limitHeader, remainingHeader, resetHeader, procs                     string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
+	mergeDomains                                                                     bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 	storeTLS                                                                         storeTLS
@@ -48,6 +49,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
+	fs.BoolVar(&f.mergeDomains, "merge-domain-config", false, "merge the --config files that configure one domain, as envoy's MERGE_DOMAIN_CONFIG does (a top-level descriptor in two of them is an error); without it two files with one domain are an error")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
@@ -187,7 +189,7 @@ func orNever(d time.Duration) time.Duration {
 // options turns the flags into serve.Options, opening the store.
 func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	o := serve.Options{
-		Config: f.config, NoWatch: f.noWatch, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
+		Config: f.config, NoWatch: f.noWatch, MergeDomains: f.mergeDomains, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
 		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
 		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,

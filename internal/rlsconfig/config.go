@@ -129,11 +129,24 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Options are how files are loaded; the zero value is envoy's default.
+type Options struct {
+	// MergeDomains merges files that configure the same domain, as envoy's
+	// MERGE_DOMAIN_CONFIG does: the later file's descriptors join the
+	// domain's, and a top-level descriptor both configure is an error
+	// ("duplicate descriptor composite key"). Without it, two files with one
+	// domain are an error.
+	MergeDomains bool
+}
+
 // Load reads a file, or every *.yaml and *.yml file of a directory (not its
 // subdirectories, nor files whose name starts with a dot), and returns the
 // configuration, or an *Error for the first file that cannot be loaded. A
 // directory without such files is an empty configuration.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return Options{}.Load(path) }
+
+// Load is the package's Load with o.
+func (o Options) Load(path string) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -145,7 +158,7 @@ func Load(path string) (*Config, error) {
 			return nil, err
 		}
 		files[path] = data
-		return Parse(files)
+		return o.Parse(files)
 	}
 	des, err := os.ReadDir(path)
 	if err != nil {
@@ -171,7 +184,7 @@ func Load(path string) (*Config, error) {
 		}
 		files[full] = data
 	}
-	return Parse(files)
+	return o.Parse(files)
 }
 
 // Check reports whether the configuration at path (as Load reads it) loads.
@@ -183,13 +196,17 @@ func Check(path string) error {
 // Parse builds the configuration from files, each file's name mapped to its
 // contents, in the order of their names (so a duplicate domain is reported on
 // the later name).
-func Parse(files map[string][]byte) (*Config, error) {
+func Parse(files map[string][]byte) (*Config, error) { return Options{}.Parse(files) }
+
+// Parse is the package's Parse with o: files that merge do so in the order
+// of their names, which is also the order of their wildcards.
+func (o Options) Parse(files map[string][]byte) (*Config, error) {
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	b := &builder{c: &Config{domains: map[string]*node{}, sources: names}, first: map[string]string{}}
+	b := &builder{c: &Config{domains: map[string]*node{}, sources: names}, first: map[string]string{}, merge: o.MergeDomains}
 	for _, name := range names {
 		f, err := readYAML(name, files[name])
 		if err != nil {
@@ -243,6 +260,7 @@ var unitSeconds = map[string]int64{
 type builder struct {
 	c     *Config
 	first map[string]string // domain -> the file that configured it
+	merge bool              // Options.MergeDomains
 }
 
 func (b *builder) file(name string, f *yamlFile) error {
@@ -254,7 +272,10 @@ func (b *builder) file(name string, f *yamlFile) error {
 		return &Error{File: name, Line: line, Msg: "config file cannot have empty domain"}
 	}
 	if prev, ok := b.first[f.domain]; ok {
-		return &Error{File: name, Line: f.domainLine, Msg: fmt.Sprintf("duplicate domain '%s' in config file (first in %s)", f.domain, prev)}
+		if !b.merge {
+			return &Error{File: name, Line: f.domainLine, Msg: fmt.Sprintf("duplicate domain '%s' in config file (first in %s)", f.domain, prev)}
+		}
+		return b.descs(name, f.domain, b.c.domains[f.domain], f.domain+".", "", nil, f.descs)
 	}
 	b.first[f.domain] = name
 	root := &node{children: map[string]*node{}}

@@ -105,8 +105,10 @@
 // sluice.Limit.Validate) is refused. Scalars of any type are read as strings
 // where a string is expected (envoy refuses a float such as value: 1.5).
 // Load reads *.yaml and *.yml files of one directory, not its
-// subdirectories. Two files with one domain are an error, always (envoy's
-// MERGE_DOMAIN_CONFIG is not offered).
+// subdirectories. Two files with one domain are an error unless
+// Options.MergeDomains (envoy's MERGE_DOMAIN_CONFIG) merges them; merged
+// files are taken in the order of their names, where envoy's order is its
+// runtime's.
 //
 // Keys (Rule.Key) escape their separators, so two descriptors share a
 // counter only when envoy's matching says they should (share_threshold),

@@ -55,6 +55,16 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
+		// Merged with itself (MERGE_DOMAIN_CONFIG): a domain with rules
+		// configures them twice, envoy's error on the later file; one
+		// without loads as before.
+		m, merr := Options{MergeDomains: true}.Parse(map[string][]byte{"a.yaml": data, "b.yaml": data})
+		switch {
+		case len(c.Rules()) > 0 && (merr == nil || !strings.HasPrefix(merr.Error(), "b.yaml") || !strings.Contains(merr.Error(), "duplicate descriptor composite key")):
+			t.Fatalf("merged with itself: %v, want b.yaml's duplicate descriptor composite key", merr)
+		case len(c.Rules()) == 0 && merr == nil && len(m.Rules()) != 0:
+			t.Fatalf("merged with itself, no rules alone: %d rules", len(m.Rules()))
+		}
 		domains := c.Domains()
 		for _, r := range c.Rules() {
 			if !c.HasDomain(r.Domain) {

@@ -165,6 +165,53 @@ func TestDuplicateDomain(t *testing.T) {
 	}
 }
 
+// With MergeDomains (envoy's MERGE_DOMAIN_CONFIG) files of one domain
+// merge in the order of their names: each file's descriptors are matched as
+// if written in one, wildcards in that order; a top-level descriptor both
+// configure is envoy's error, on the later file.
+func TestMergeDomains(t *testing.T) {
+	files := map[string][]byte{
+		"b.yaml": []byte("domain: shared\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: user\n    descriptors:\n      - key: plan\n        rate_limit: {unit: minute, requests_per_unit: 3}\n"),
+		"a.yaml": []byte("domain: shared\ndescriptors:\n  - key: path\n    value: /api/v1/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 4}\n"),
+		"c.yaml": []byte("domain: other\ndescriptors: [{key: x, rate_limit: {unit: day, requests_per_unit: 5}}]\n"),
+	}
+	c, err := Options{MergeDomains: true}.Parse(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Domains(), " "); got != "other shared" {
+		t.Errorf("domains %q, want other shared", got)
+	}
+	for _, m := range []struct{ entries, want string }{
+		{"path=/api/v1/users", "path=/api/v1/*"}, // a.yaml's wildcard first
+		{"path=/api/v2/users", "path=/api/*"},
+		{"tenant=t1", "tenant"},
+		{"user=u1 plan=p", "user/plan"},
+	} {
+		if r := c.Resolve("shared", [][]Entry{es(m.entries)}); pathOf(r[0]) != m.want {
+			t.Errorf("%s: rule %s, want %s", m.entries, pathOf(r[0]), m.want)
+		}
+	}
+	if _, err := Parse(files); err == nil || !strings.Contains(err.Error(), "duplicate domain 'shared'") {
+		t.Errorf("without MergeDomains: %v, want the duplicate domain error", err)
+	}
+	files["d.yaml"] = []byte("domain: shared\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+	_, err = Options{MergeDomains: true}.Parse(files)
+	var e *Error
+	if !errors.As(err, &e) || e.File != "d.yaml" || e.Msg != "duplicate descriptor composite key 'shared.tenant'" {
+		t.Errorf("a top-level descriptor in two merged files: %v, want d.yaml: duplicate descriptor composite key 'shared.tenant'", err)
+	}
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"a.yaml": files["a.yaml"], "b.yaml": files["b.yaml"]} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := (Options{MergeDomains: true}).Load(dir); err != nil || len(c.Rules()) != 4 {
+		t.Errorf("Load of the directory, merged: %v rules, %v; want 4 and no error", c, err)
+	}
+}
+
 func TestUnits(t *testing.T) {
 	tests := []struct {
 		unit string

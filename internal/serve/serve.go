@@ -62,6 +62,10 @@ type Options struct {
 	// NoWatch turns off reloading when Config's files change (SIGHUP and
 	// Server.Reload still reload).
 	NoWatch bool
+	// MergeDomains merges Config's files that configure one domain, as
+	// envoy's MERGE_DOMAIN_CONFIG does (rlsconfig.Options.MergeDomains);
+	// without it they are a load error.
+	MergeDomains bool
 	// Store keeps the budgets; nil is a new memstore.
 	Store sluice.Store
 	// Ping reports whether the store is reachable, for /readyz; nil is
@@ -398,7 +402,7 @@ func (s *Server) Reload() error {
 	if s.opts.Config == "" {
 		cfg, err = rlsconfig.Parse(map[string][]byte{})
 	} else {
-		cfg, err = rlsconfig.Load(s.opts.Config)
+		cfg, err = rlsconfig.Options{MergeDomains: s.opts.MergeDomains}.Load(s.opts.Config)
 	}
 	var meta map[*rlsconfig.Rule]*structpb.Struct
 	if err == nil {
