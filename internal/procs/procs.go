@@ -105,6 +105,17 @@ func (c *Controller) Step(now time.Time, used float64) int {
 	return c.p
 }
 
+// SetMax changes the ceiling to ceiling (at least 1), as when the CPUs the
+// process may use change, and returns the Ps to run: fewer at once if they
+// were more than the new ceiling.
+func (c *Controller) SetMax(now time.Time, ceiling int) int {
+	c.max = max(ceiling, 1)
+	if c.p > c.max {
+		c.set(now, c.max, false)
+	}
+	return c.p
+}
+
 // set moves to p Ps at now.
 func (c *Controller) set(now time.Time, p int, trying bool) {
 	c.p, c.since, c.trying, c.n = p, now, trying, 0

@@ -202,3 +202,22 @@ func TestRandomLoads(t *testing.T) {
 		}
 	}
 }
+
+// SetMax follows the CPUs the process may use: fewer Ps at once when the
+// ceiling drops under them, and room to grow when it rises.
+func TestSetMax(t *testing.T) {
+	now := t0
+	c := New(8, now)
+	if p := c.SetMax(now, 2); p != 2 || c.Max() != 2 {
+		t.Fatalf("SetMax 2 from 8 Ps: %d Ps, ceiling %d; want 2 and 2", p, c.Max())
+	}
+	if p := c.SetMax(now, 0); p != 1 || c.Max() != 1 {
+		t.Fatalf("SetMax 0: %d Ps, ceiling %d; want 1 and 1", p, c.Max())
+	}
+	if p := c.SetMax(now, 16); p != 1 || c.Max() != 16 {
+		t.Fatalf("SetMax 16 from 1 P: %d Ps, ceiling %d; want 1 and 16", p, c.Max())
+	}
+	if p := feed(c, &now, 0.95, 1); p != 2 {
+		t.Fatalf("saturated under the new ceiling: %d Ps, want 2", p)
+	}
+}

@@ -15,46 +15,62 @@ import (
 // it sets, and each change is reported.
 func TestRunnerSets(t *testing.T) {
 	// The load, in cores, over each sample: idle for the hold, then more
-	// than one P can do, then more than two.
+	// than one P can do, then more than two; then, after a recheck that
+	// finds 3 CPUs, 3 Ps saturated (no more to give), and after one that
+	// finds 8, saturated again.
 	var load []float64
 	for range MinHold / Interval {
 		load = append(load, 0.2)
 	}
-	load = append(load, 2, 2.5)
+	load = append(load, 2, 2.5, 2.9, 2.95)
 	var (
-		cpuCalls, nowCalls int
-		cpu                time.Duration
-		set                []int
-		changes            []string
+		cpuCalls int
+		cpu      time.Duration
+		set      []int
+		changes  []string
 	)
-	tick := make(chan time.Time)
+	tick, recheck := make(chan time.Time), make(chan time.Time)
+	ceiling := 4
 	r := &Runner{stop: make(chan struct{}), done: make(chan struct{}), max: 4}
 	// The runner reads the CPU, then the time, once to start and once a
-	// tick; the k-th reading is the load's first k samples.
-	go r.run(func() (time.Duration, bool) {
-		if cpuCalls > 0 {
-			cpu += time.Duration(load[cpuCalls-1] * float64(Interval))
-		}
-		cpuCalls++
-		return cpu, true
-	}, func(n int) int {
-		set = append(set, n)
-		return 0
-	}, func() time.Time {
-		nowCalls++
-		return t0.Add(time.Duration(nowCalls-1) * Interval)
-	}, tick, func(from, to int, used float64) {
+	// tick; the k-th reading is the load's first k samples, at k samples.
+	e := env{
+		cpu: func() (time.Duration, bool) {
+			if cpuCalls > 0 {
+				cpu += time.Duration(load[cpuCalls-1] * float64(Interval))
+			}
+			cpuCalls++
+			return cpu, true
+		},
+		set: func(n int) int {
+			set = append(set, n)
+			return 0
+		},
+		now:     func() time.Time { return t0.Add(time.Duration(cpuCalls-1) * Interval) },
+		tick:    tick,
+		ceiling: func() int { return ceiling },
+		recheck: recheck,
+	}
+	go r.run(e, func(from, to int, used float64) {
 		changes = append(changes, fmt.Sprintf("%d→%d at %.2f", from, to, used))
 	})
-	for range load {
+	for _, l := range load {
+		switch l {
+		case 2.9:
+			ceiling = 3
+			recheck <- time.Time{}
+		case 2.95:
+			ceiling = 8
+			recheck <- time.Time{}
+		}
 		tick <- time.Time{}
 	}
 	close(r.stop)
 	<-r.done
-	if want := []int{1, 2, 4}; !slices.Equal(set, want) {
+	if want := []int{1, 2, 4, 3, 3, 6}; !slices.Equal(set, want) {
 		t.Fatalf("set %v, want %v (changes %v)", set, want, changes)
 	}
-	if want := []string{"4→1 at 0.20", "1→2 at 2.00", "2→4 at 2.50"}; !slices.Equal(changes, want) {
+	if want := []string{"4→1 at 0.20", "1→2 at 2.00", "2→4 at 2.50", "4→3 at 2.50", "3→6 at 2.95"}; !slices.Equal(changes, want) {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}
 }
