@@ -56,7 +56,8 @@ func (memDecider) Close() error { return nil }
 
 // openStore returns the decider a --store flag names: memory, or a Redis URL
 // (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT,
-// redis-sentinel://HOST:PORT,HOST:PORT/MASTER).
+// redis-sentinel://HOST:PORT,HOST:PORT/MASTER, their rediss forms over TLS
+// as st says).
 func openStore(spec, prefix string, st storeTLS) (decider, error) {
 	if spec == "memory" {
 		return memDecider{storeapi.MemAt(memstore.New())}, nil

@@ -64,7 +64,7 @@ func defaultProcs() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// Stop stops the Runner and sets GOMAXPROCS back to its ceiling.
+// Stop stops the Runner and sets GOMAXPROCS back to what it was at Start.
 func (r *Runner) Stop() {
 	r.once.Do(func() {
 		close(r.stop)
