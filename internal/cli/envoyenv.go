@@ -47,8 +47,6 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		return nil, fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", getenv("BACKEND_TYPE"))
 	case boolean("REDIS_PERSECOND"):
 		return nil, fmt.Errorf("envoy environment: REDIS_PERSECOND: a second Redis for per-second limits is not offered")
-	case getenv("GRPC_CLIENT_TLS_SAN") != "":
-		return nil, fmt.Errorf("envoy environment: GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not offered")
 	}
 
 	// Listeners.
@@ -70,6 +68,9 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		out["grpc-tls-cert"], out["grpc-tls-key"] = getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY")
 		if ca := getenv("GRPC_CLIENT_TLS_CACERT"); ca != "" {
 			out["grpc-tls-client-ca"] = ca
+			if san := getenv("GRPC_CLIENT_TLS_SAN"); san != "" { // envoy checks it only with a CA
+				out["grpc-tls-client-san"] = san
+			}
 		}
 	}
 

@@ -41,6 +41,7 @@ type serveFlags struct {
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains                                                                     bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
+	grpcSAN, httpSAN                                                                 string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 	storeTLS                                                                         storeTLS
 }
@@ -74,9 +75,11 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
 	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
 	fs.StringVar(&f.grpcCA, "grpc-tls-client-ca", "", "PEM CA bundle: require client certificates signed by it on the gRPC listener (mTLS)")
+	fs.StringVar(&f.grpcSAN, "grpc-tls-client-san", "", "with --grpc-tls-client-ca: also require the client certificate to be valid for this DNS name (a SAN; wildcards as in TLS; envoy's GRPC_CLIENT_TLS_SAN)")
 	fs.StringVar(&f.httpCert, "http-tls-cert", "", "PEM certificate for the HTTP listener (with --http-tls-key: serve TLS)")
 	fs.StringVar(&f.httpKey, "http-tls-key", "", "PEM private key for the HTTP listener")
 	fs.StringVar(&f.httpCA, "http-tls-client-ca", "", "PEM CA bundle: require client certificates signed by it on the HTTP listener (mTLS)")
+	fs.StringVar(&f.httpSAN, "http-tls-client-san", "", "with --http-tls-client-ca: also require the client certificate to be valid for this DNS name")
 	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
 	fs.IntVar(&f.maxBytes, "max-request-bytes", 64<<10, "largest request accepted, in bytes")
@@ -214,10 +217,10 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	if o.Headers, err = serve.ParseHeaders(f.headers); err != nil {
 		return o, nothing, fmt.Errorf("--response-headers: %w", err)
 	}
-	if o.GRPCTLS, err = tlsConfig("grpc", f.grpcCert, f.grpcKey, f.grpcCA); err != nil {
+	if o.GRPCTLS, err = tlsConfig("grpc", f.grpcCert, f.grpcKey, f.grpcCA, f.grpcSAN); err != nil {
 		return o, nothing, err
 	}
-	if o.HTTPTLS, err = tlsConfig("http", f.httpCert, f.httpKey, f.httpCA); err != nil {
+	if o.HTTPTLS, err = tlsConfig("http", f.httpCert, f.httpKey, f.httpCA, f.httpSAN); err != nil {
 		return o, nothing, err
 	}
 	o.HTTPToken = f.token
@@ -269,10 +272,14 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 var _ sluice.Store = (*redisstore.Store)(nil)
 
 // tlsConfig builds a listener's TLS configuration from its flags: nil when
-// none is given.
-func tlsConfig(name, cert, key, ca string) (*tls.Config, error) {
-	if cert == "" && key == "" && ca == "" {
+// none is given. With san, a client's certificate, once its chain is
+// verified against ca, must also be valid for the DNS name san.
+func tlsConfig(name, cert, key, ca, san string) (*tls.Config, error) {
+	if cert == "" && key == "" && ca == "" && san == "" {
 		return nil, nil
+	}
+	if san != "" && ca == "" {
+		return nil, fmt.Errorf("--%s-tls-client-san wants --%s-tls-client-ca", name, name)
 	}
 	if cert == "" || key == "" {
 		return nil, fmt.Errorf("--%s-tls-cert and --%s-tls-key go together", name, name)
@@ -292,6 +299,17 @@ func tlsConfig(name, cert, key, ca string) (*tls.Config, error) {
 			return nil, errors.New("--" + name + "-tls-client-ca: no PEM certificate in " + ca)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	if san != "" {
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("no client certificate")
+			}
+			if err := cs.PeerCertificates[0].VerifyHostname(san); err != nil {
+				return fmt.Errorf("client certificate: %w", err)
+			}
+			return nil
+		}
 	}
 	return cfg, nil
 }
