@@ -45,8 +45,6 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		return nil, fmt.Errorf("envoy environment: CONFIG_TYPE=%s: sluice reads its configuration from files only", getenv("CONFIG_TYPE"))
 	case !strings.EqualFold(get("BACKEND_TYPE", "redis"), "redis"):
 		return nil, fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", getenv("BACKEND_TYPE"))
-	case boolean("REDIS_PERSECOND"):
-		return nil, fmt.Errorf("envoy environment: REDIS_PERSECOND: a second Redis for per-second limits is not offered")
 	}
 
 	// Listeners.
@@ -118,6 +116,23 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 		return nil, serr
 	}
 	out["store"] = store
+	if boolean("REDIS_PERSECOND") {
+		// The per-second Redis: REDIS_PERSECOND_TYPE, _SOCKET_TYPE, _URL,
+		// _TLS, _AUTH and _SENTINEL_AUTH, with envoy's defaults.
+		sub := func(k string) string {
+			switch k {
+			case "REDIS_AUTH", "REDIS_SENTINEL_AUTH":
+				return getenv(strings.Replace(k, "REDIS_", "REDIS_PERSECOND_", 1))
+			}
+			return getenv(k)
+		}
+		ps, perr := envoyStore(sub, get("REDIS_PERSECOND_TYPE", "SINGLE"), get("REDIS_PERSECOND_SOCKET_TYPE", "unix"),
+			get("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), boolean("REDIS_PERSECOND_TLS"))
+		if perr != nil {
+			return nil, fmt.Errorf("%w (the REDIS_PERSECOND_… settings)", perr)
+		}
+		out["store-per-second"] = ps
+	}
 	for env, flag := range map[string]string{"REDIS_TLS_CACERT": "store-tls-ca", "REDIS_TLS_CLIENT_CERT": "store-tls-cert", "REDIS_TLS_CLIENT_KEY": "store-tls-key"} {
 		if v := getenv(env); v != "" {
 			out[flag] = v

@@ -41,7 +41,7 @@ type serveFlags struct {
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains                                                                     bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
-	grpcSAN, httpSAN                                                                 string
+	grpcSAN, httpSAN, perSecond                                                      string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 	storeTLS                                                                         storeTLS
 }
@@ -55,6 +55,7 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
 	f.storeTLS.flags(fs)
+	fs.StringVar(&f.perSecond, "store-per-second", "", "a second store, as --store takes it, for the limits counted per second (envoy's unit second; envoy's REDIS_PERSECOND): a call with descriptors in both is decided in each in turn, the per-second ones given back when the others refuse")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
@@ -247,26 +248,53 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	default:
 		return o, nothing, fmt.Errorf("--on-store-error %q: want fail-closed, fail-open or local", f.onError)
 	}
-	if f.store == "memory" {
-		o.Store = memstore.New()
-		return o, nothing, nil
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
 	}
-	c, err := redisClient(f.store, f.storeTLS)
-	if err != nil {
+	var pings []func(context.Context) error
+	open := func(spec string) (sluice.Store, error) {
+		if spec == "memory" {
+			return memstore.New(), nil
+		}
+		c, err := redisClient(spec, f.storeTLS)
+		if err != nil {
+			return nil, err
+		}
+		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
+		if f.prefix != "" {
+			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
+		}
+		rs, err := redisstore.New(c, ropts...)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		closers = append(closers, func() { rs.Close(); c.Close() })
+		pings = append(pings, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+		return rs, nil
+	}
+	if o.Store, err = open(f.store); err != nil {
 		return o, nothing, err
 	}
-	ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
-	if f.prefix != "" {
-		ropts = append(ropts, redisstore.WithPrefix(f.prefix))
+	if f.perSecond != "" {
+		if o.PerSecondStore, err = open(f.perSecond); err != nil {
+			closeAll()
+			return o, nothing, fmt.Errorf("--store-per-second: %w", err)
+		}
 	}
-	rs, err := redisstore.New(c, ropts...)
-	if err != nil {
-		c.Close()
-		return o, nothing, err
+	if len(pings) > 0 {
+		o.Ping = func(ctx context.Context) error {
+			var errs []error
+			for _, p := range pings {
+				errs = append(errs, p(ctx))
+			}
+			return errors.Join(errs...)
+		}
 	}
-	o.Store = rs
-	o.Ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
-	return o, func() { rs.Close(); c.Close() }, nil
+	return o, closeAll, nil
 }
 
 var _ sluice.Store = (*redisstore.Store)(nil)

@@ -161,7 +161,7 @@ func TestBinaryDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve --help: %v\n%s", err, out)
 	}
-	for _, f := range []string{"-config", "-store", "-grpc", "-http", "-on-store-error", "-response-headers", "-http-token", "-grpc-tls-cert", "-http-tls-client-ca", "-log-format", "-max-descriptors", "-shadow", "-quota-mode", "-response-dynamic-metadata", "-envoy-env", "-grpc-max-connection-age", "-limit-header", "-remaining-header", "-reset-header", "-shutdown-timeout", "-gomaxprocs", "-store-tls-ca", "-store-tls-cert", "-store-tls-key", "-store-tls-skip-hostname-verification", "-merge-domain-config", "-grpc-tls-client-san", "-http-tls-client-san"} {
+	for _, f := range []string{"-config", "-store", "-grpc", "-http", "-on-store-error", "-response-headers", "-http-token", "-grpc-tls-cert", "-http-tls-client-ca", "-log-format", "-max-descriptors", "-shadow", "-quota-mode", "-response-dynamic-metadata", "-envoy-env", "-grpc-max-connection-age", "-limit-header", "-remaining-header", "-reset-header", "-shutdown-timeout", "-gomaxprocs", "-store-tls-ca", "-store-tls-cert", "-store-tls-key", "-store-tls-skip-hostname-verification", "-merge-domain-config", "-grpc-tls-client-san", "-http-tls-client-san", "-store-per-second"} {
 		if !strings.Contains(string(out), f) {
 			t.Errorf("--help lacks %s", f)
 		}

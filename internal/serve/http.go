@@ -337,7 +337,7 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 	if t.Cost != nil {
 		c = *t.Cost
 	}
-	res, err := s.lim.Take(ctx, t.Key, lim, c)
+	res, err := s.limFor(lim).Take(ctx, t.Key, lim, c)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return res, err

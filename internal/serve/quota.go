@@ -108,7 +108,7 @@ func (s *Server) giveBack(ctx context.Context, q *quotaScratch) error {
 		if p.Limit.Rate == 0 {
 			return nil // requests_per_unit 0 holds nothing to give back
 		}
-		r, err := s.lim.Refund(ctx, p.Key, p.Limit, p.Cost)
+		r, err := s.limFor(p.Limit).Refund(ctx, p.Key, p.Limit, p.Cost)
 		q.refunded[i] = r
 		return err
 	})
@@ -145,7 +145,7 @@ func (s *Server) undoQuota(ctx context.Context, sc *scratch) {
 		if !q.spent[i] || !canGiveBack(p.Limit) {
 			return nil
 		}
-		r, err := s.lim.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
+		r, err := s.limFor(p.Limit).Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
 		if err != nil {
 			s.metrics.storeErrors.Inc()
 			return nil

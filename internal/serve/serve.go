@@ -68,6 +68,14 @@ type Options struct {
 	MergeDomains bool
 	// Store keeps the budgets; nil is a new memstore.
 	Store sluice.Store
+	// PerSecondStore, when not nil, keeps the budgets of the limits counted
+	// per second (an epoch-aligned window of one second: envoy's unit
+	// second), as envoy's REDIS_PERSECOND keeps them on a second Redis.
+	// A call whose descriptors are in both stores is decided in each in
+	// turn: the per-second parts first, then the others, the per-second
+	// parts given back when the others refuse (not one atomic step: a
+	// concurrent call may be refused while they are held).
+	PerSecondStore sluice.Store
 	// Ping reports whether the store is reachable, for /readyz; nil is
 	// always reachable.
 	Ping func(context.Context) error
@@ -175,6 +183,7 @@ type state struct {
 type Server struct {
 	opts    Options
 	lim     *sluice.Limiter
+	lim2    *sluice.Limiter // Options.PerSecondStore's; nil without one
 	now     func() time.Time // the store's clock, when it was given one; nil: fastclock
 	state   atomic.Pointer[state]
 	metrics *metrics
@@ -248,6 +257,9 @@ func New(o Options) (*Server, error) {
 		o.Store = memstore.New()
 	}
 	s := &Server{opts: o, lim: sluice.New(o.Store), metrics: newMetrics(), log: o.Logger}
+	if o.PerSecondStore != nil {
+		s.lim2 = sluice.New(o.PerSecondStore)
+	}
 	_, s.local = o.Store.(*memstore.Store)
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.

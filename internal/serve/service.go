@@ -544,10 +544,30 @@ func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 }
 
 // decideParts decides the enforced parts, all or nothing, in one Take or
-// TakeEach. res receives each part's own numbers at the decision, over
-// (zeroed, one per part) which parts refused. The composite's result is
-// returned.
+// TakeEach (per store, with Options.PerSecondStore: see decideSplit). res
+// receives each part's own numbers at the decision, over (zeroed, one per
+// part) which parts refused. The composite's result is returned.
 func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
+	if s.lim2 != nil {
+		n := 0
+		for i := range parts {
+			if perSecond(parts[i].Limit) {
+				n++
+			}
+		}
+		switch n {
+		case 0:
+		case len(parts):
+			return s.decideOn(ctx, s.lim2, parts, res, over)
+		default:
+			return s.decideSplit(ctx, parts, res, over)
+		}
+	}
+	return s.decideOn(ctx, s.lim, parts, res, over)
+}
+
+// decideOn is decideParts on one limiter.
+func (s *Server) decideOn(ctx context.Context, lim *sluice.Limiter, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
 	if len(parts) == 0 {
 		return sluice.Result{Allowed: true}, nil
 	}
@@ -563,7 +583,7 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 		return r, nil
 	}
 	// Each part's own numbers come from the decision itself.
-	comp, err := s.lim.TakeEach(ctx, parts, res)
+	comp, err := lim.TakeEach(ctx, parts, res)
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		// A cost that could never pass refuses the call, which spends
 		// nothing: the parts' numbers come from a look.
@@ -584,13 +604,94 @@ func (s *Server) decideParts(ctx context.Context, parts []sluice.Part, res []slu
 	return comp, nil
 }
 
+// decideSplit decides parts some of which are per second (Options.
+// PerSecondStore) and some not: the per-second ones first, all or nothing;
+// when they refuse, the others are only looked at; when they pass, the
+// others are decided, and if those refuse, what the per-second ones spent
+// is given back, so that a refused call spends nothing.
+func (s *Server) decideSplit(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
+	var idx [2][]int
+	var group [2][]sluice.Part
+	for i := range parts {
+		g := 0
+		if perSecond(parts[i].Limit) {
+			g = 1
+		}
+		idx[g] = append(idx[g], i)
+		group[g] = append(group[g], parts[i])
+	}
+	var gres [2][]sluice.Result
+	var gover [2][]bool
+	for g := range 2 {
+		gres[g], gover[g] = make([]sluice.Result, len(group[g])), make([]bool, len(group[g]))
+	}
+	defer func() {
+		for g := range 2 {
+			for j, i := range idx[g] {
+				res[i], over[i] = gres[g][j], gover[g][j]
+			}
+		}
+	}()
+	sec, err := s.decideOn(ctx, s.lim2, group[1], gres[1], gover[1])
+	if err != nil {
+		return sec, err
+	}
+	if !sec.Allowed {
+		if err := s.look(ctx, group[0], gres[0]); err != nil {
+			return sluice.Result{}, err
+		}
+		for j := range group[0] {
+			gover[0][j] = gres[0][j].Remaining < group[0][j].Cost
+		}
+		return sec, nil
+	}
+	rest, err := s.decideOn(ctx, s.lim, group[0], gres[0], gover[0])
+	if err != nil || !rest.Allowed {
+		for j := range group[1] {
+			p := &group[1][j]
+			if p.Cost <= 0 {
+				continue
+			}
+			r, rerr := s.lim2.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
+			if rerr != nil {
+				s.metrics.storeErrors.Inc()
+				continue
+			}
+			gres[1][j] = r // what the part has now that nothing is spent
+		}
+		return rest, err
+	}
+	return sluice.Result{
+		Allowed:    true,
+		Remaining:  min(rest.Remaining, sec.Remaining),
+		ResetAfter: max(rest.ResetAfter, sec.ResetAfter),
+		Delay:      max(rest.Delay, sec.Delay),
+		Degraded:   rest.Degraded || sec.Degraded,
+	}, nil
+}
+
+// perSecond reports whether l is counted per second: an epoch-aligned
+// window of one second, envoy's unit second.
+func perSecond(l sluice.Limit) bool {
+	return l.Algorithm == sluice.AlignedWindow && l.Period == time.Second
+}
+
+// limFor is the limiter that keeps l's budgets.
+func (s *Server) limFor(l sluice.Limit) *sluice.Limiter {
+	if s.lim2 != nil && perSecond(l) {
+		return s.lim2
+	}
+	return s.lim
+}
+
 // take spends cost on p alone. A cost that could never pass (over the
 // limit's capacity) is refused, as envoy refuses it: r is then a look, and
 // tooBig is set.
 func (s *Server) take(ctx context.Context, p *sluice.Part, cost int64) (r sluice.Result, tooBig bool, err error) {
-	r, err = s.lim.Take(ctx, p.Key, p.Limit, cost)
+	lim := s.limFor(p.Limit)
+	r, err = lim.Take(ctx, p.Key, p.Limit, cost)
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
-		r, err = s.lim.Take(ctx, p.Key, p.Limit, 0)
+		r, err = lim.Take(ctx, p.Key, p.Limit, 0)
 		return r, true, err
 	}
 	return r, false, err
@@ -673,7 +774,7 @@ func (s *Server) look(ctx context.Context, parts []sluice.Part, res []sluice.Res
 		return nil
 	}
 	one := func(i int) error {
-		r, err := s.lim.Take(ctx, parts[i].Key, parts[i].Limit, 0)
+		r, err := s.limFor(parts[i].Limit).Take(ctx, parts[i].Key, parts[i].Limit, 0)
 		res[i] = r
 		if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 			return err
