@@ -47,7 +47,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	s.lim = sluice.New(memstore.New(memstore.WithClock(clock)))
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	// And envoy's modes: global quota, dynamic metadata, renamed headers,
-	// with the parts decided at once (as on Redis).
+	// with the parts decided at once (as on Redis), and a per-second store.
 	mcfg, err := rlsconfig.Parse(map[string][]byte{"test.yaml": []byte(testConfig), "meta.yaml": []byte(metaConfig), "gq.yaml": []byte(globalQuotaConfig)})
 	if err != nil {
 		f.Fatal(err)
@@ -58,7 +58,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	names, _ := EnvoyHeaderNames{Limit: "X-Limit"}.withDefaults()
 	m := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names},
-		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim}
+		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim, lim2: sluice.New(memstore.New(memstore.WithClock(clock)))} // per-second limits apart (--store-per-second)
 	m.state.Store(&state{cfg: mcfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta})
 	enc := newCodec()
 	f.Fuzz(func(t *testing.T, b []byte) {
