@@ -45,6 +45,7 @@ import (
 	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 // Default listen addresses: loopback only.
@@ -183,7 +184,7 @@ type state struct {
 type Server struct {
 	opts    Options
 	lim     *sluice.Limiter
-	lim2    *sluice.Limiter // Options.PerSecondStore's; nil without one
+	lim2    *sluice.Limiter  // Options.PerSecondStore's; nil without one
 	now     func() time.Time // the store's clock, when it was given one; nil: fastclock
 	state   atomic.Pointer[state]
 	metrics *metrics
@@ -206,6 +207,7 @@ type Server struct {
 	storeErrs      atomic.Int64   // store failures not yet logged
 	storeErrLogged atomic.Int64   // when the last was logged, fastclock µs
 	local          bool           // the store is in this process (see each)
+	exactEach      bool           // the stores' TakeEach says which parts refused (memstore, redisstore)
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -261,6 +263,7 @@ func New(o Options) (*Server, error) {
 		s.lim2 = sluice.New(o.PerSecondStore)
 	}
 	_, s.local = o.Store.(*memstore.Store)
+	s.exactEach = exactEach(o.Store) && (o.PerSecondStore == nil || exactEach(o.PerSecondStore))
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
 	if c := s.lim.Clock(); c != (core.SystemClock{}) {
@@ -374,6 +377,17 @@ func staleSocket(path string) bool {
 // CPU.
 func streamWorkers() uint32 {
 	return uint32(64 * runtime.GOMAXPROCS(0))
+}
+
+// exactEach reports whether st's TakeEach reports exactly which parts
+// refused: this module's stores do, a Store from outside only approximates
+// it (sluice.Limiter.TakeEach).
+func exactEach(st sluice.Store) bool {
+	switch st.(type) {
+	case *memstore.Store, *redisstore.Store:
+		return true
+	}
+	return false
 }
 
 // GRPCAddr is the gRPC listener's address.

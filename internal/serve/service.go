@@ -123,6 +123,7 @@ type scratch struct {
 	shadow   []sluice.Part
 	results  []sluice.Result // per enforced part, then per shadow part
 	over     []bool          // per enforced part, then per shadow part
+	both     []sluice.Part   // the enforced parts, then the shadow parts (decideTogether)
 	quota    quotaScratch
 }
 
@@ -364,6 +365,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		blocked = blocked || (sc.desc[i].zero && sc.desc[i].kind == kindEnforced)
 	}
 	var comp sluice.Result
+	shadowDone := false // decideTogether decided the shadow parts too
 	quotaOver, err := s.decideQuota(ctx, sc, blocked)
 	blocked = blocked || quotaOver
 	switch {
@@ -376,6 +378,11 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 			}
 		}
 	default:
+		if len(sc.shadow) > 0 && len(sc.enforced) > 0 && len(sc.quota.parts) == 0 {
+			if comp, shadowDone, err = s.decideTogether(ctx, sc, enf, enfOver, sha, shaOver); shadowDone || err != nil {
+				break
+			}
+		}
 		comp, err = s.decideParts(ctx, sc.enforced, enf, enfOver)
 		if err == nil && !comp.Allowed && len(sc.enforced) > 0 {
 			s.undoQuota(ctx, sc)
@@ -388,7 +395,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 	// Shadow parts spend as if enforced when the call is admitted, each on
 	// its own so that none blocks the others; when the call is refused they
 	// only look, since a refused call spends nothing.
-	if len(sc.shadow) > 0 {
+	if len(sc.shadow) > 0 && !shadowDone {
 		s.decideShadow(ctx, sc.shadow, comp.Allowed, sha, shaOver)
 	}
 	latency := sinceMicros(start)
@@ -498,6 +505,84 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 		resp.DynamicMetadata = s.dynamicMetadata(st, req, sc, resp.Statuses)
 	}
 	return comp, nil
+}
+
+// decideTogether decides the enforced and the shadow parts in one TakeEach,
+// one round trip, where that gives what deciding them in turn gives: when
+// every part passes (the call is admitted and each shadow part spends as
+// decideShadow would have it), or when an enforced part refuses (the call
+// is refused, and TakeEach spent nothing and looked at every part). When
+// only shadow parts refuse, nothing was spent and done is false: the
+// caller decides in turn. It is not tried (done false) for parts in two
+// stores (PerSecondStore), a key in both groups, a cost over a capacity,
+// or a store from outside this module, whose TakeEach only approximates
+// which parts refused.
+func (s *Server) decideTogether(ctx context.Context, sc *scratch, enf []sluice.Result, enfOver []bool, sha []sluice.Result, shaOver []bool) (comp sluice.Result, done bool, err error) {
+	if !s.exactEach {
+		return sluice.Result{}, false, nil
+	}
+	lim := s.limFor(sc.enforced[0].Limit)
+	for i := range sc.enforced {
+		if s.limFor(sc.enforced[i].Limit) != lim {
+			return sluice.Result{}, false, nil
+		}
+	}
+	for i := range sc.shadow {
+		if s.limFor(sc.shadow[i].Limit) != lim {
+			return sluice.Result{}, false, nil
+		}
+		for j := range sc.enforced {
+			if sc.shadow[i].Key == sc.enforced[j].Key {
+				return sluice.Result{}, false, nil
+			}
+		}
+	}
+	sc.both = append(append(sc.both[:0], sc.enforced...), sc.shadow...)
+	defer clear(sc.both)
+	res := sc.results[:len(sc.both)] // enf, then sha
+	all, err := lim.TakeEach(ctx, sc.both, res)
+	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		return sluice.Result{}, false, nil // nothing spent
+	}
+	if err != nil {
+		return all, true, err
+	}
+	if all.Allowed {
+		return fold(enf, true), true, nil
+	}
+	refused := false
+	for i := range enf {
+		enfOver[i] = !enf[i].Allowed
+		refused = refused || enfOver[i]
+	}
+	if !refused {
+		clear(enfOver)
+		clear(res)
+		return sluice.Result{}, false, nil // only shadow parts refused: in turn
+	}
+	for i := range sha {
+		// A look, as decideShadow makes it for a refused call.
+		shaOver[i] = sha[i].Remaining < sc.shadow[i].Cost
+		sha[i].Allowed, sha[i].RetryAfter = true, 0
+	}
+	return fold(enf, false), true, nil
+}
+
+// fold is the composite of parts' results: allowed as given, the smallest
+// Remaining, the largest ResetAfter, Delay and RetryAfter.
+func fold(rs []sluice.Result, allowed bool) sluice.Result {
+	c := sluice.Result{Allowed: allowed, Remaining: math.MaxInt64}
+	for _, r := range rs {
+		c.Remaining = min(c.Remaining, r.Remaining)
+		c.ResetAfter = max(c.ResetAfter, r.ResetAfter)
+		c.Delay = max(c.Delay, r.Delay)
+		c.RetryAfter = max(c.RetryAfter, r.RetryAfter)
+		c.Degraded = c.Degraded || r.Degraded
+	}
+	if allowed {
+		c.RetryAfter = 0
+	}
+	return c
 }
 
 // decideShadow decides the shadow parts, each on its own: spending as if
