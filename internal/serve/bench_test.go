@@ -23,6 +23,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
 
 func benchServer(b testing.TB) *Server {
@@ -37,7 +40,8 @@ func benchServer(b testing.TB) *Server {
 }
 
 // BenchmarkShouldRateLimit is the gRPC handler in process (no transport),
-// one descriptor over 10,000 keys, and two descriptors (one composite).
+// one descriptor over 10,000 keys, two descriptors (one composite), and an
+// enforced and a shadow descriptor (one composite too).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	s := benchServer(b)
 	h := rls{s}
@@ -63,6 +67,16 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := h.ShouldRateLimit(context.Background(), two); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// An enforced and a shadow descriptor: one TakeEach (decideTogether).
+	shadow := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("trial=42")}}
+	b.Run("shadow", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := h.ShouldRateLimit(context.Background(), shadow); err != nil {
 				b.Fatal(err)
 			}
 		}
