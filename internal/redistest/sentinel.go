@@ -185,15 +185,45 @@ func (s *SentinelServer) NewClient(t testing.TB, configure func(*redis.FailoverO
 }
 
 // WaitReplicated waits until the replica has every write the master has
-// taken (WAIT 1): a failover then loses none of them.
+// taken: until the replica's offset (the replication stream it has
+// applied) reaches the master's offset at the call. A failover then loses
+// none of them. (WAIT would not do: it waits only for the writes of its own
+// connection, and the test's writes came on others.)
 func (s *SentinelServer) WaitReplicated(t testing.TB) {
 	t.Helper()
-	v, err := command(s.MasterAddr(), failoverTimeout, "WAIT", "1", strconv.Itoa(int(failoverTimeout/time.Millisecond)))
-	if err != nil {
-		t.Fatalf("redistest: WAIT on the master: %v", err)
+	s.mu.Lock()
+	master, replica := s.master, s.replica
+	s.mu.Unlock()
+	if replica == nil {
+		t.Fatal("redistest: WaitReplicated after Failover: there is no replica")
 	}
-	if n, _ := v.(int64); n < 1 {
-		t.Fatalf("redistest: WAIT on the master: %v replicas acknowledged", v)
+	offset := func(p *process, field string) int64 {
+		t.Helper()
+		text, err := commandString(p.cfg.addr(), probeTimeout, "INFO", "replication")
+		if err != nil {
+			t.Fatalf("redistest: INFO replication on %s: %v", p.cfg.addr(), err)
+		}
+		for line := range strings.SplitSeq(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					return n
+				}
+			}
+		}
+		t.Fatalf("redistest: INFO replication on %s has no %s:\n%s", p.cfg.addr(), field, text)
+		return 0
+	}
+	want := offset(master, "master_repl_offset")
+	deadline := time.Now().Add(failoverTimeout)
+	for {
+		got := offset(replica, "slave_repl_offset")
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the replica is at offset %d after %v, the master was at %d", got, failoverTimeout, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
