@@ -358,22 +358,30 @@ func TestSendOnceDialers(t *testing.T) {
 // that holds the key, and the budget carries over.
 func TestSendOnceClusterRedirects(t *testing.T) {
 	cl := redistest.Cluster(t)
-	c := cl.NewClient(t, func(o *redis.ClusterOptions) {
-		o.ContextTimeoutEnabled = true
-		redisstore.SendOnceCluster(o)
-	})
-	st := newGoRedis(t, c, redisstore.WithPrefix("mv:"), redisstore.WithTimeout(5*time.Second))
-	defer st.Close()
+	client := func() *redisstore.Store {
+		c := cl.NewClient(t, func(o *redis.ClusterOptions) {
+			o.ContextTimeoutEnabled = true
+			redisstore.SendOnceCluster(o)
+		})
+		st := newGoRedis(t, c, redisstore.WithPrefix("mv:"), redisstore.WithTimeout(5*time.Second))
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	// Two clients: one meets the migration (ASK); the other, whose map is
+	// loaded before it and not used until the slot has moved, meets MOVED.
+	// (One client alone may have reloaded its map by then.)
+	asked, moved := client(), client()
 	ctx := context.Background()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 5}
-	take := func(want int64) {
+	take := func(st *redisstore.Store, cost, want int64) {
 		t.Helper()
-		r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
 		if err != nil || !r.Allowed || r.Remaining != want {
-			t.Fatalf("take: %+v, %v; want allowed with %d left", r, err, want)
+			t.Fatalf("take %d: %+v, %v; want allowed with %d left", cost, r, err, want)
 		}
 	}
-	take(4)
+	take(asked, 1, 4)
+	take(moved, 0, 4) // a look: its map is loaded
 	key := "mv:k"
 	slot := redisrun.Slot(key)
 	nodes := map[string]*redis.Client{}
@@ -411,11 +419,11 @@ func TestSendOnceClusterRedirects(t *testing.T) {
 	must(nodes[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src]))
 	must(nodes[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst]))
 	must(nodes[src].Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", key))
-	take(3) // the source answers ASK
+	take(asked, 1, 3) // the source answers ASK
 	for _, addr := range cl.Addrs() {
 		must(nodes[addr].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst]))
 	}
-	take(2) // the source answers MOVED
+	take(moved, 1, 2) // the source answers MOVED
 	if n, _ := nodes[dst].Exists(ctx, key).Result(); n != 1 {
 		t.Errorf("%s is not on the node it moved to", key)
 	}
