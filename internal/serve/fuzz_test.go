@@ -58,7 +58,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	names, _ := EnvoyHeaderNames{Limit: "X-Limit"}.withDefaults()
 	m := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names},
-		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim, lim2: sluice.New(memstore.New(memstore.WithClock(clock)))} // per-second limits apart (--store-per-second)
+		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim, lim2: sluice.New(memstore.New(memstore.WithClock(clock))), // per-second limits apart (--store-per-second)
+		togetherMain: true, togetherSec: true} // enforced and shadow parts in one TakeEach, as over Redis
 	m.state.Store(&state{cfg: mcfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta})
 	enc := newCodec()
 	f.Fuzz(func(t *testing.T, b []byte) {

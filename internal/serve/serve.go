@@ -207,7 +207,12 @@ type Server struct {
 	storeErrs      atomic.Int64   // store failures not yet logged
 	storeErrLogged atomic.Int64   // when the last was logged, fastclock µs
 	local          bool           // the store is in this process (see each)
-	exactEach      bool           // the stores' TakeEach says which parts refused (memstore, redisstore)
+	// togetherMain and togetherSec: decideTogether may decide a call's
+	// enforced and shadow parts in one TakeEach on the store, or on the
+	// per-second store: a Redis store, where that saves a round trip (in
+	// memory it saves nothing), and one whose TakeEach says exactly which
+	// parts refused (not a Store from outside this module).
+	togetherMain, togetherSec bool
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down
@@ -263,7 +268,8 @@ func New(o Options) (*Server, error) {
 		s.lim2 = sluice.New(o.PerSecondStore)
 	}
 	_, s.local = o.Store.(*memstore.Store)
-	s.exactEach = exactEach(o.Store) && (o.PerSecondStore == nil || exactEach(o.PerSecondStore))
+	s.togetherMain = together(o.Store)
+	s.togetherSec = o.PerSecondStore != nil && together(o.PerSecondStore)
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
 	if c := s.lim.Clock(); c != (core.SystemClock{}) {
@@ -379,15 +385,14 @@ func streamWorkers() uint32 {
 	return uint32(64 * runtime.GOMAXPROCS(0))
 }
 
-// exactEach reports whether st's TakeEach reports exactly which parts
-// refused: this module's stores do, a Store from outside only approximates
-// it (sluice.Limiter.TakeEach).
-func exactEach(st sluice.Store) bool {
-	switch st.(type) {
-	case *memstore.Store, *redisstore.Store:
-		return true
-	}
-	return false
+// together reports whether decideTogether decides in one TakeEach on st:
+// a redisstore, whose TakeEach is one script and says exactly which parts
+// refused. A memstore's says so too, but in memory one TakeEach saves
+// nothing over a Take a part; a Store from outside this module only
+// approximates which parts refused (sluice.Limiter.TakeEach).
+func together(st sluice.Store) bool {
+	_, ok := st.(*redisstore.Store)
+	return ok
 }
 
 // GRPCAddr is the gRPC listener's address.

@@ -515,13 +515,12 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, resp *pb.
 // only shadow parts refuse, nothing was spent and done is false: the
 // caller decides in turn. It is not tried (done false) for parts in two
 // stores (PerSecondStore), a key in both groups, a cost over a capacity,
-// or a store from outside this module, whose TakeEach only approximates
-// which parts refused.
+// or a store it does not pay on (see together).
 func (s *Server) decideTogether(ctx context.Context, sc *scratch, enf []sluice.Result, enfOver []bool, sha []sluice.Result, shaOver []bool) (comp sluice.Result, done bool, err error) {
-	if !s.exactEach {
+	lim := s.limFor(sc.enforced[0].Limit)
+	if (lim == s.lim && !s.togetherMain) || (lim == s.lim2 && !s.togetherSec) {
 		return sluice.Result{}, false, nil
 	}
-	lim := s.limFor(sc.enforced[0].Limit)
 	for i := range sc.enforced {
 		if s.limFor(sc.enforced[i].Limit) != lim {
 			return sluice.Result{}, false, nil
