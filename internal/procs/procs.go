@@ -7,8 +7,9 @@
 // fits in fewer Ps, running on fewer costs less CPU per call and, where the
 // process shares its cores with others, serves more calls.
 //
-// A Controller decides from the CPU the process used: a sample that keeps
-// its Ps busy (Saturated of them) doubles them at once, up to the ceiling;
+// A Controller decides from the CPU the process used: Sustain samples in a
+// row that keep its Ps busy (Saturated of them) double them, up to the
+// ceiling;
 // after a hold with room to spare it tries fewer, and a try that saturates
 // within Confirm is undone at once and makes the next hold twice as long.
 package procs
@@ -20,9 +21,13 @@ import (
 
 // The policy's figures.
 const (
-	// Saturated is the share of its Ps a process keeps busy over one sample
-	// when they are too few: it then gets twice as many.
-	Saturated = 0.9
+	// Saturated is the share of its Ps a process keeps busy over a sample
+	// when they are too few; Sustain samples in a row that saturated give it
+	// twice as many. (A P busy 80–95% of the time still has idle moments:
+	// on a machine whose other cores are busy too, a second P buys more
+	// wake-ups, not more work done.)
+	Saturated = 0.97
+	Sustain   = 2
 	// Room is the share of its Ps, averaged over the last Window of
 	// samples, under which a process tries fewer.
 	Room = 0.8
@@ -50,6 +55,7 @@ type Controller struct {
 	trying  bool // p was lowered by a try that has not yet stood for Confirm
 	samples [Window]float64
 	n       int // samples since p last changed, up to Window
+	hot     int // saturated samples in a row
 }
 
 // New returns a Controller that starts at now on ceiling Ps (at least 1),
@@ -76,7 +82,12 @@ func (c *Controller) Step(now time.Time, used float64) int {
 		used = math.Inf(1)
 	}
 	saturated := used >= Saturated*float64(c.p)
-	if saturated && c.p < c.max {
+	if saturated {
+		c.hot++
+	} else {
+		c.hot = 0
+	}
+	if saturated && c.hot >= Sustain && c.p < c.max {
 		if c.trying {
 			c.hold = min(2*c.hold, MaxHold)
 		}
@@ -118,5 +129,5 @@ func (c *Controller) SetMax(now time.Time, ceiling int) int {
 
 // set moves to p Ps at now.
 func (c *Controller) set(now time.Time, p int, trying bool) {
-	c.p, c.since, c.trying, c.n = p, now, trying, 0
+	c.p, c.since, c.trying, c.n, c.hot = p, now, trying, 0, 0
 }

@@ -81,7 +81,8 @@ func TestNoTryWithoutRoom(t *testing.T) {
 	}
 }
 
-// A saturating sample doubles the Ps at once, up to the ceiling.
+// Sustain saturating samples in a row double the Ps, up to the ceiling;
+// fewer, or samples just under saturation, do not.
 func TestSaturationDoubles(t *testing.T) {
 	now := t0
 	c := New(8, now)
@@ -90,14 +91,25 @@ func TestSaturationDoubles(t *testing.T) {
 		t.Fatalf("idle: %d Ps, want 1", c.Procs())
 	}
 	for _, want := range []int{2, 4, 8, 8} {
+		if p := feed(c, &now, Saturated*float64(c.Procs()), Sustain-1); p != want/2 && want != 8 {
+			t.Fatalf("%d saturated samples: %d Ps, want still %d", Sustain-1, p, want/2)
+		}
 		if p := feed(c, &now, Saturated*float64(c.Procs()), 1); p != want {
 			t.Fatalf("saturated: %d Ps, want %d", p, want)
 		}
 	}
-	// Just under saturation is not.
+	// Saturated samples with one under them between are not in a row.
 	now = t0
 	c = New(4, now)
 	feed(c, &now, 0, int(MinHold/Interval))
+	for range 50 {
+		feed(c, &now, 1, Sustain-1)
+		feed(c, &now, 0.5, 1)
+	}
+	if c.Procs() != 1 {
+		t.Fatalf("saturated samples, never %d in a row: %d Ps, want 1", Sustain, c.Procs())
+	}
+	// Just under saturation is not.
 	if p := feed(c, &now, math.Nextafter(Saturated, 0), 50); p != 1 {
 		t.Fatalf("just under saturation: %d Ps, want 1", p)
 	}
@@ -113,7 +125,7 @@ func TestFailedTryBacksOff(t *testing.T) {
 	}
 	hold := MinHold
 	for i := range 12 {
-		if p := feed(c, &now, 1.0, 1); p != 2 {
+		if p := feed(c, &now, 1.0, Sustain); p != 2 {
 			t.Fatalf("try %d saturated: %d Ps, want 2 again", i, p)
 		}
 		hold = min(2*hold, MaxHold)
@@ -137,7 +149,7 @@ func TestFailedTryBacksOff(t *testing.T) {
 	if c.Procs() != 1 || c.Hold() != MinHold {
 		t.Fatalf("a try that stood: %d Ps, hold %v; want 1 and %v", c.Procs(), c.Hold(), MinHold)
 	}
-	feed(c, &now, 1.0, 1)
+	feed(c, &now, 1.0, Sustain)
 	if c.Procs() != 2 || c.Hold() != MinHold {
 		t.Fatalf("saturated later: %d Ps, hold %v; want 2 and %v", c.Procs(), c.Hold(), MinHold)
 	}
@@ -150,8 +162,8 @@ func TestBadSamples(t *testing.T) {
 		now := t0
 		c := New(4, now)
 		feed(c, &now, 0, int(MinHold/Interval))
-		if p := feed(c, &now, used, 1); p != 2 {
-			t.Errorf("sample %v on 1 P: %d Ps, want 2", used, p)
+		if p := feed(c, &now, used, Sustain); p != 2 {
+			t.Errorf("%d samples %v on 1 P: %d Ps, want 2", Sustain, used, p)
 		}
 	}
 }
@@ -217,7 +229,7 @@ func TestSetMax(t *testing.T) {
 	if p := c.SetMax(now, 16); p != 1 || c.Max() != 16 {
 		t.Fatalf("SetMax 16 from 1 P: %d Ps, ceiling %d; want 1 and 16", p, c.Max())
 	}
-	if p := feed(c, &now, 0.95, 1); p != 2 {
+	if p := feed(c, &now, 1, Sustain); p != 2 {
 		t.Fatalf("saturated under the new ceiling: %d Ps, want 2", p)
 	}
 }

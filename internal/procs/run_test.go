@@ -15,14 +15,14 @@ import (
 // it sets, and each change is reported.
 func TestRunnerSets(t *testing.T) {
 	// The load, in cores, over each sample: idle for the hold, then more
-	// than one P can do, then more than two; then, after a recheck that
-	// finds 3 CPUs, 3 Ps saturated (no more to give), and after one that
-	// finds 8, saturated again.
+	// than one P can do, then more than two (each for Sustain samples);
+	// then, after a recheck that finds 3 CPUs, 3 Ps saturated (no more to
+	// give), and after one that finds 8, saturated twice more.
 	var load []float64
 	for range MinHold / Interval {
 		load = append(load, 0.2)
 	}
-	load = append(load, 2, 2.5, 2.9, 2.95)
+	load = append(load, 2, 2, 2.5, 2.5, 2.95, 2.99, 2.99)
 	var (
 		cpuCalls int
 		cpu      time.Duration
@@ -54,12 +54,12 @@ func TestRunnerSets(t *testing.T) {
 	go r.run(e, func(from, to int, used float64) {
 		changes = append(changes, fmt.Sprintf("%d→%d at %.2f", from, to, used))
 	})
-	for _, l := range load {
-		switch l {
-		case 2.9:
+	for i, l := range load {
+		switch {
+		case l == 2.95:
 			ceiling = 3
 			recheck <- time.Time{}
-		case 2.95:
+		case l == 2.99 && load[i-1] == 2.95:
 			ceiling = 8
 			recheck <- time.Time{}
 		}
@@ -70,7 +70,7 @@ func TestRunnerSets(t *testing.T) {
 	if want := []int{1, 2, 4, 3, 3, 6}; !slices.Equal(set, want) {
 		t.Fatalf("set %v, want %v (changes %v)", set, want, changes)
 	}
-	if want := []string{"4→1 at 0.20", "1→2 at 2.00", "2→4 at 2.50", "4→3 at 2.50", "3→6 at 2.95"}; !slices.Equal(changes, want) {
+	if want := []string{"4→1 at 0.20", "1→2 at 2.00", "2→4 at 2.50", "4→3 at 2.50", "3→6 at 2.99"}; !slices.Equal(changes, want) {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}
 }
