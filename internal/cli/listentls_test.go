@@ -1,93 +1,21 @@
 package cli
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/redistest"
 )
-
-// testCA is a certificate authority for a test, writing PEM files.
-type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	ca := &testCA{dir: t.TempDir()}
-	ca.cert, ca.key, _ = ca.issue(t, "ca", nil, true)
-	ca.file = filepath.Join(ca.dir, "ca.pem")
-	writePEMFile(t, ca.file, "CERTIFICATE", ca.cert.Raw)
-	return ca
-}
-
-// issue makes a certificate for dns (names and IP addresses), signed by
-// the CA (self-signed for the CA itself), and writes it and its key.
-func (ca *testCA) issue(t *testing.T, name string, dns []string, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey, [2]string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IsCA:        isCA, BasicConstraintsValid: true,
-	}
-	for _, d := range dns {
-		if ip := net.ParseIP(d); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, d)
-		}
-	}
-	parent, parentKey := tmpl, key
-	if ca.cert != nil {
-		parent, parentKey = ca.cert, ca.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := [2]string{filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")}
-	writePEMFile(t, files[0], "CERTIFICATE", der)
-	writePEMFile(t, files[1], "EC PRIVATE KEY", keyDER)
-	return cert, key, files
-}
-
-func writePEMFile(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // handshake runs a TLS handshake over loopback between a server with cfg
 // and a client presenting the certificate in files (none when empty), and
 // returns the server's error.
+func pair(cert, key string) [2]string { return [2]string{cert, key} }
+
 func handshake(t *testing.T, cfg *tls.Config, roots *x509.CertPool, files [2]string) error {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,14 +54,12 @@ func handshake(t *testing.T, cfg *tls.Config, roots *x509.CertPool, files [2]str
 // signed by the CA must also be valid for the name; without the CA the flag
 // is an error.
 func TestListenerClientSAN(t *testing.T) {
-	ca := newTestCA(t)
-	_, _, server := ca.issue(t, "server", []string{"127.0.0.1"}, false)
-	_, _, mesh := ca.issue(t, "mesh", []string{"envoy.mesh.local"}, false)
-	_, _, wild := ca.issue(t, "wild", []string{"*.mesh.local"}, false)
-	_, _, other := ca.issue(t, "other", []string{"other.local"}, false)
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
-	cfg, err := tlsConfig("grpc", server[0], server[1], ca.file, "envoy.mesh.local")
+	x := redistest.NewTLS(t) // its server certificate is for 127.0.0.1
+	mesh := pair(x.Leaf(t, "mesh", "envoy.mesh.local"))
+	wild := pair(x.Leaf(t, "wild", "*.mesh.local"))
+	other := pair(x.Leaf(t, "other", "other.local"))
+	roots := x.ClientConfig().RootCAs
+	cfg, err := tlsConfig("grpc", x.CertFile, x.KeyFile, x.CAFile, "envoy.mesh.local")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +76,14 @@ func TestListenerClientSAN(t *testing.T) {
 			t.Errorf("another name: %v, want an error naming envoy.mesh.local", err)
 		}
 	}
-	plain, err := tlsConfig("grpc", server[0], server[1], ca.file, "")
+	plain, err := tlsConfig("grpc", x.CertFile, x.KeyFile, x.CAFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := handshake(t, plain, roots, other); err != nil {
 		t.Errorf("no SAN asked, a certificate of the CA: %v", err)
 	}
-	if _, err := tlsConfig("http", server[0], server[1], "", "envoy.mesh.local"); err == nil || !strings.Contains(err.Error(), "--http-tls-client-san wants --http-tls-client-ca") {
+	if _, err := tlsConfig("http", x.CertFile, x.KeyFile, "", "envoy.mesh.local"); err == nil || !strings.Contains(err.Error(), "--http-tls-client-san wants --http-tls-client-ca") {
 		t.Errorf("a SAN without a CA: %v", err)
 	}
 }

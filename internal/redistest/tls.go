@@ -31,6 +31,10 @@ type TLS struct {
 
 	roots  *x509.CertPool
 	client tls.Certificate
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
 // NewTLS makes a certificate authority and its certificates (ECDSA P-256,
@@ -85,57 +89,77 @@ func newTLS(dir string, hosts []string) (*TLS, error) {
 		ClientCertFile: filepath.Join(dir, "client.pem"),
 		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
 		roots:          x509.NewCertPool(),
+		dir:            dir,
+		ca:             ca,
+		caKey:          caKey,
 	}
 	x.roots.AddCert(ca)
 	if err := writePEM(x.CAFile, "CERTIFICATE", caDER); err != nil {
 		return nil, err
 	}
-	leaf := func(serial int64, name string, server bool, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}
-		if server {
-			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-			for _, h := range hosts {
-				if ip := net.ParseIP(h); ip != nil {
-					tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-				} else {
-					tmpl.DNSNames = append(tmpl.DNSNames, h)
-				}
-			}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyFile, "EC PRIVATE KEY", keyDER)
-	}
-	if err := leaf(2, "redistest server", true, x.CertFile, x.KeyFile); err != nil {
+	if err := x.issue("redistest server", hosts, x.CertFile, x.KeyFile); err != nil {
 		return nil, err
 	}
-	if err := leaf(3, "redistest client", false, x.ClientCertFile, x.ClientKeyFile); err != nil {
+	if err := x.issue("redistest client", nil, x.ClientCertFile, x.ClientKeyFile); err != nil {
 		return nil, err
 	}
 	if x.client, err = tls.LoadX509KeyPair(x.ClientCertFile, x.ClientKeyFile); err != nil {
 		return nil, err
 	}
 	return x, nil
+}
+
+// Leaf makes another certificate of the authority, named name, for hosts
+// (IP addresses or DNS names; none: a client's only), usable by a client and
+// by a server, and returns its PEM files.
+func (x *TLS) Leaf(t testing.TB, name string, hosts ...string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile = filepath.Join(x.dir, name+".pem"), filepath.Join(x.dir, name+"-key.pem")
+	if err := x.issue(name, hosts, certFile, keyFile); err != nil {
+		t.Fatalf("redistest: certificate %s: %v", name, err)
+	}
+	return certFile, keyFile
+}
+
+// issue writes a certificate of the authority for hosts and its key: a
+// client's, and a server's too when it names hosts.
+func (x *TLS) issue(name string, hosts []string, certFile, keyFile string) error {
+	now := time.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	x.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1 + x.serial),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(hosts) > 0 {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		for _, h := range hosts {
+			if ip := net.ParseIP(h); ip != nil {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			} else {
+				tmpl.DNSNames = append(tmpl.DNSNames, h)
+			}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, x.ca, &key.PublicKey, x.caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writePEM(keyFile, "EC PRIVATE KEY", keyDER)
 }
 
 func writePEM(path, typ string, der []byte) error {

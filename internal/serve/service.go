@@ -560,9 +560,8 @@ func (s *Server) decideTogether(ctx context.Context, sc *scratch, enf []sluice.R
 		return sluice.Result{}, false, nil // only shadow parts refused: in turn
 	}
 	for i := range sha {
-		// A look, as decideShadow makes it for a refused call.
+		// Over as decideShadow reads a look for a refused call.
 		shaOver[i] = sha[i].Remaining < sc.shadow[i].Cost
-		sha[i].Allowed, sha[i].RetryAfter = true, 0
 	}
 	return fold(enf, false), true, nil
 }
