@@ -51,6 +51,14 @@ type Result struct {
 	// its failure policy (fail open, or a local fallback) rather than by the
 	// shared state.
 	Degraded bool
+	// Window names, under FixedWindow and AlignedWindow, the window the
+	// decision counted in: its end, in µs since the Unix epoch by the
+	// store's clock. RefundTake gives units back only while the key is
+	// still in that window: units spent in a window that has ended are not
+	// given to the next. It is 0 under the other algorithms, where no
+	// window is open, and in a composite's summary of more than one part
+	// (TakeEach reports each part's).
+	Window int64
 }
 
 // Request is one decision as a Limiter hands it to a Store, already
@@ -67,6 +75,11 @@ type Request struct {
 	// math.MaxInt64. It is math.MaxInt64 (no bound) from Take; Wait sets it
 	// to the time left before the context's deadline.
 	MaxDelay time.Duration
+	// Window is, for Refund under FixedWindow or AlignedWindow, the
+	// Result.Window of the take whose units are given back: the store gives
+	// them back only while the key is in that window. 0 gives them back to
+	// the window the key is in.
+	Window int64
 }
 
 // Store keeps limiter state and makes each decision atomically. The stores
@@ -105,7 +118,9 @@ type engine interface {
 	// TakeEach is TakeAll that also writes part i's result into each[i]
 	// (len(each) == len(reqs)); see Limiter.TakeEach.
 	TakeEach(ctx context.Context, reqs []core.Request, each []Result) (Result, error)
-	Refund(ctx context.Context, req core.Request) (Result, error)
+	// Refund gives req.Cost units back, a window's only to the window
+	// that ends at window (0: the key's current one).
+	Refund(ctx context.Context, req core.Request, window int64) (Result, error)
 	Reset(ctx context.Context, key string) error
 	// Clock is the clock the store decides by, or nil for the system's.
 	Clock() Clock
@@ -122,7 +137,7 @@ type engine interface {
 // result (parts[i]'s at [i]), by value: a slice of the caller's passed
 // through the interface would escape to the heap.
 type localEngine interface {
-	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error)
+	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay, window int64, err error)
 	TakeAllLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, error)
 	TakeEachLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, [maxLocalParts]Result, error)
 }
@@ -193,8 +208,10 @@ func (o outside) looks(ctx context.Context, reqs []core.Request, r Result, each 
 	}
 }
 
-func (o outside) Refund(ctx context.Context, req core.Request) (Result, error) {
-	return o.s.Refund(ctx, publicRequest(&req))
+func (o outside) Refund(ctx context.Context, req core.Request, window int64) (Result, error) {
+	r := publicRequest(&req)
+	r.Window = window
+	return o.s.Refund(ctx, r)
 }
 
 func (o outside) Reset(ctx context.Context, key string) error { return o.s.Reset(ctx, key) }
@@ -331,7 +348,7 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{}, err
 	}
 	if l.local != nil {
-		remaining, retry, reset, delay, err := l.local.TakeLocal(key, p, cost)
+		remaining, retry, reset, delay, window, err := l.local.TakeLocal(key, p, cost)
 		if err != nil {
 			return Result{}, err // never Allowed with an error
 		}
@@ -341,6 +358,7 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 			RetryAfter: core.Duration(retry),
 			ResetAfter: core.Duration(reset),
 			Delay:      core.Duration(delay),
+			Window:     window,
 		}, nil
 	}
 	if l.eng == nil {
@@ -644,10 +662,27 @@ func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs 
 // Refund gives units back to key under lim, for work whose real cost turned
 // out lower than what was taken (an LLM call's tokens). It never creates
 // capacity beyond the burst. TokenBucket and GCRA lower the bucket's level;
-// FixedWindow and AlignedWindow lower the count of the window the key is in,
-// never below 0 (a window that has ended has nothing to give back); the
-// others return an error wrapping ErrNoRefund.
+// FixedWindow and AlignedWindow lower the count of the window the key is in
+// now, never below 0 (a window that has ended has nothing to give back, and
+// a count brought to 0 leaves the key fresh); the others return an error
+// wrapping ErrNoRefund.
+//
+// To give back units of a take that may have been spent in an earlier
+// window, use RefundTake: Refund would give them to the current one.
 func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
+	return l.refund(ctx, key, lim, units, 0)
+}
+
+// RefundTake is Refund for units that the take whose Result is take spent:
+// under FixedWindow and AlignedWindow they are given back only while the key
+// is still in the window take counted in (take.Window), so that units spent
+// in a window that has ended never become room in the next. Under the
+// bucket algorithms it is Refund.
+func (l *Limiter) RefundTake(ctx context.Context, key string, lim Limit, units int64, take Result) (Result, error) {
+	return l.refund(ctx, key, lim, units, take.Window)
+}
+
+func (l *Limiter) refund(ctx context.Context, key string, lim Limit, units, window int64) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {
 		err = core.CheckRefund(key, &p, units)
@@ -658,7 +693,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	return l.eng.Refund(ctx, core.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never})
+	return l.eng.Refund(ctx, core.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never}, window)
 }
 
 // Reset returns key to its fresh state.

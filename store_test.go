@@ -45,7 +45,7 @@ func resultOf(d *algo.Decision) sluice.Result {
 		}
 		return time.Duration(v) * time.Microsecond
 	}
-	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
+	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay), Window: d.Window}
 }
 
 func (m *mapStore) state(key string) *algo.State {
@@ -107,7 +107,7 @@ func (m *mapStore) Refund(_ context.Context, req sluice.Request) (sluice.Result,
 	defer m.mu.Unlock()
 	m.seen = append(m.seen, req)
 	p := paramsOf(req.Limit)
-	d, err := algo.Refund(&p, m.state(req.Key), m.clock.micros(), req.Cost)
+	d, err := algo.Refund(&p, m.state(req.Key), m.clock.micros(), req.Cost, req.Window)
 	return resultOf(&d), err
 }
 

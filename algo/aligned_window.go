@@ -30,7 +30,7 @@ func alignedWindow(p *Params, s *State, now, cost int64, d *Decision) {
 	if c > 0 {
 		d.ResetAfter = e - now
 	}
-	d.FreshAt = now + d.ResetAfter
+	d.Window, d.FreshAt = e, now+d.ResetAfter
 	if cost > 0 {
 		s.set(p, k, c, 0)
 	}

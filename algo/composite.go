@@ -3,9 +3,11 @@ package algo
 // Combine folds the decision d of one limit of a composite request into acc,
 // the decision so far (start from the first limit's decision), as
 // SEMANTICS.md's "Composite limits" says for an admitted request: Remaining
-// the smallest, ResetAfter, Delay and FreshAt the largest, RetryAfter 0. A
-// refused composite spends nothing; its decision is CombineRefused's.
+// the smallest, ResetAfter, Delay and FreshAt the largest, RetryAfter 0, and
+// no Window (a window is one part's). A refused composite spends nothing;
+// its decision is Refused's.
 func Combine(acc *Decision, d Decision) {
+	acc.Window = 0
 	acc.Allowed = acc.Allowed && d.Allowed
 	acc.Remaining = min(acc.Remaining, d.Remaining)
 	acc.ResetAfter = max(acc.ResetAfter, d.ResetAfter)
@@ -21,9 +23,9 @@ func Combine(acc *Decision, d Decision) {
 // its parts' decisions, into what SEMANTICS.md reports: nothing was spent, so
 // Remaining and ResetAfter come from looks (cost 0) at every part — looks[i]
 // is part i's look — Delay is 0 and RetryAfter stays the largest of the
-// refusing parts'. FreshAt is the largest of the looks'.
+// refusing parts'. FreshAt is the largest of the looks'; Window is 0.
 func Refused(acc *Decision, looks []Decision) {
-	acc.Allowed, acc.Delay = false, 0
+	acc.Allowed, acc.Delay, acc.Window = false, 0, 0
 	for i, l := range looks {
 		if i == 0 {
 			acc.Remaining, acc.ResetAfter, acc.FreshAt = l.Remaining, l.ResetAfter, l.FreshAt

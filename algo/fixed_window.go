@@ -36,7 +36,7 @@ func fixedWindow(p *Params, s *State, now, cost int64, d *Decision) {
 	}
 	d.Remaining = max(0, p.Rate-c)
 	d.ResetAfter = e - now
-	d.FreshAt = e
+	d.Window, d.FreshAt = e, e
 	if cost > 0 {
 		s.set(p, c, e, 0)
 	}

@@ -18,11 +18,15 @@ var ErrNoRefund = errors.New("sluice: only token-bucket, gcra, fixed-window and 
 //
 // A fixed or aligned window takes the units off the count of the window the
 // key is in, never below 0 (see refundWindow); a window that has ended has
-// nothing to give back.
-func Refund(p *Params, s *State, now, units int64) (Decision, error) {
+// nothing to give back, and a count brought to 0 leaves the key fresh.
+// window names the window the units were spent in (the Decision.Window of
+// their take): when it is not 0 and is not the window the key is in now,
+// nothing is given back, since the units were spent in a window that has
+// ended. 0 gives back to whatever window the key is in. Buckets ignore it.
+func Refund(p *Params, s *State, now, units, window int64) (Decision, error) {
 	if p.Kind == FixedWindow || p.Kind == AlignedWindow {
 		if s.Kind != 0 {
-			now = refundWindow(p, s, now, max(units, 0))
+			now = refundWindow(p, s, now, max(units, 0), window)
 		}
 		return Step(p, s, now, 0, Never), nil
 	}
@@ -47,27 +51,30 @@ func Refund(p *Params, s *State, now, units int64) (Decision, error) {
 // 0. The window is read as its step reads it: a request of one unit, decided
 // on a copy of s, carries the state into p's terms (its own window, its end
 // moved by a changed period, or the units another limit's state holds, in a
-// window opened now). A window that has ended, or a state holding nothing, is
-// left as it is. It returns the time the state was read at.
-func refundWindow(p *Params, s *State, now, units int64) int64 {
+// window opened now). A window that has ended, one that is not window (when
+// window is not 0), or a state holding nothing, is left as it is; a count
+// brought to 0 leaves s fresh, as its window would be. It returns the time
+// the state was read at.
+func refundWindow(p *Params, s *State, now, units, window int64) int64 {
 	w := *s // the copy shares s.Log, which a window step never writes
 	d := Step(p, &w, now, 1, Never)
 	one := int64(0) // the unit the copy took
 	if d.Allowed {
 		one = 1
 	}
-	if p.Kind == FixedWindow { // w: count, end
-		if c := w.A - one; c > 0 {
-			s.set(p, max(0, c-units), w.B, 0)
-		}
-		return w.B - d.ResetAfter
+	at := d.Window - d.ResetAfter // the copy holds a unit or more: ResetAfter runs to the end
+	c := w.A - one // fixed: count, end
+	if p.Kind == AlignedWindow {
+		c = w.B - one // aligned: window index, count
 	}
-	end := (w.A + 1) * p.Period // w: window index, count
-	if c := w.B - one; c > 0 {
-		s.set(p, w.A, max(0, c-units), 0)
+	switch {
+	case c <= 0 || (window != 0 && window != d.Window):
+	case c <= units:
+		*s = State{}
+	case p.Kind == FixedWindow:
+		s.set(p, c-units, w.B, 0)
+	default:
+		s.set(p, w.A, c-units, 0)
 	}
-	if d.Allowed {
-		return end - d.ResetAfter
-	}
-	return end - d.RetryAfter
+	return at
 }

@@ -35,6 +35,7 @@ func TestRefundModel(t *testing.T) {
 			ks := model.NewKeys()
 			state := map[string]algo.State{}
 			freshAt := map[string]int64{}
+			spentIn := map[string]int64{} // the Window of each key's last take
 			now := t0 + rng.Int64N(2*p.Period)
 			for i := range 300 {
 				key := []string{"a", "b"}[rng.IntN(2)]
@@ -58,8 +59,9 @@ func TestRefundModel(t *testing.T) {
 				switch r := rng.IntN(4); {
 				case r == 0:
 					units := rng.Int64N(p.Capacity() + 2)
-					got, err = algo.Refund(&p, &s, now, units)
-					want = ks.Refund(key, model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}, now, units)
+					window := []int64{0, spentIn[key], spentIn[key] + p.Period}[rng.IntN(3)]
+					got, err = algo.Refund(&p, &s, now, units, window)
+					want = ks.Refund(key, model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst}, now, units, window)
 					refunds++
 					changed = s.Kind != before.Kind || s.A != before.A || s.B != before.B || s.C != before.C || s.Rate != before.Rate || s.Period != before.Period
 				default:
@@ -71,6 +73,9 @@ func TestRefundModel(t *testing.T) {
 					cost := rng.Int64N(lim.Capacity() + 1)
 					got = algo.Step(&lim, &s, now, cost, algo.Never)
 					changed = cost > 0
+					if changed {
+						spentIn[key] = got.Window
+					}
 					want = ks.Take(key, model.Limit{Kind: lim.Kind, Rate: lim.Rate, Period: lim.Period, Burst: lim.Burst}, now, cost)
 				}
 				if err != nil {
@@ -97,11 +102,46 @@ func TestRefundRefused(t *testing.T) {
 		s := algo.State{}
 		algo.Step(&p, &s, t0, 1, algo.Never)
 		before := s
-		if _, err := algo.Refund(&p, &s, t0, 1); !errors.Is(err, algo.ErrNoRefund) {
+		if _, err := algo.Refund(&p, &s, t0, 1, 0); !errors.Is(err, algo.ErrNoRefund) {
 			t.Errorf("%v: %v, want ErrNoRefund", k, err)
 		}
 		if s.Kind != before.Kind || s.A != before.A || s.B != before.B || s.C != before.C || len(s.Log) != len(before.Log) {
 			t.Errorf("%v: a refused refund changed the state: %+v → %+v", k, before, s)
+		}
+	}
+}
+
+// Units spent in a window that has ended are not given back to the next:
+// a refund that names the window of its take (its Decision.Window) gives
+// nothing once the key has moved on, and one that names none gives back to
+// the window the key is in. A count brought to 0 leaves the key fresh.
+func TestRefundLateWindow(t *testing.T) {
+	for _, k := range []algo.Kind{algo.FixedWindow, algo.AlignedWindow} {
+		p := algo.Params{Kind: k, Rate: 10, Period: 60_000_000}
+		start := (t0/p.Period + 1) * p.Period // a window's start, for both kinds
+		var s algo.State
+		first := algo.Step(&p, &s, start, 10, algo.Never)
+		if !first.Allowed || first.Window != start+p.Period {
+			t.Fatalf("%v: first take %+v, want allowed in the window ending %d", k, first, start+p.Period)
+		}
+		next := algo.Step(&p, &s, start+p.Period, 10, algo.Never)
+		if !next.Allowed || next.Window != start+2*p.Period {
+			t.Fatalf("%v: take in the next window %+v", k, next)
+		}
+		d, err := algo.Refund(&p, &s, start+p.Period+1, 10, first.Window)
+		if err != nil || d.Remaining != 0 {
+			t.Errorf("%v: a late refund of the first window's units: %+v, %v; want nothing given back", k, d, err)
+		}
+		if d := algo.Step(&p, &s, start+p.Period+2, 1, algo.Never); d.Allowed {
+			t.Errorf("%v: the next window admitted 11 of 10 after a late refund", k)
+		}
+		d, err = algo.Refund(&p, &s, start+p.Period+3, 4, next.Window)
+		if err != nil || d.Remaining != 4 || d.ResetAfter != p.Period-3 {
+			t.Errorf("%v: refund of 4 to its own window: %+v, %v; want remaining 4", k, d, err)
+		}
+		d, err = algo.Refund(&p, &s, start+p.Period+4, 6, 0)
+		if err != nil || d.Remaining != 10 || d.ResetAfter != 0 || s.Kind != 0 {
+			t.Errorf("%v: refund of the last 6: %+v (state %+v), %v; want the key fresh", k, d, s, err)
 		}
 	}
 }

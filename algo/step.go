@@ -31,6 +31,12 @@ type Decision struct {
 	RetryAfter int64 // denied: smallest wait after which the same request would pass
 	ResetAfter int64 // wait until the key is back to its fresh state
 	Delay      int64 // leaky-bucket: how long the admitted request waits before it proceeds
+	// Window is, under fixed-window and aligned-window, the end (µs) of the
+	// window the decision counted in, which names that window: a refund
+	// that carries it gives units back only to it (see Refund). It is 0
+	// where no window is open (a fixed window a query found ended) and under
+	// the other algorithms.
+	Window int64
 	// FreshAt is the time (µs) from which the state returned with this
 	// decision is equivalent to the fresh state: the earliest a store may drop
 	// it (a Redis key's expiry).

@@ -30,13 +30,13 @@ func (e *engine) Take(_ context.Context, req core.Request) (sluice.Result, error
 // TakeLocal is Take for the Limiter's hot path. On an error every figure is
 // 0 but retryAfter, which is algo.Never: read as "allowed is retryAfter ==
 // 0", an error is never allowed.
-func (e *engine) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay int64, err error) {
+func (e *engine) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay, window int64, err error) {
 	var d algo.Decision
 	s := e.store()
 	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
-		return 0, algo.Never, 0, 0, err
+		return 0, algo.Never, 0, 0, 0, err
 	}
-	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, d.Window, nil
 }
 
 // TakeAll makes one decision for a composite at the store's clock time.
@@ -107,9 +107,10 @@ func (e *engine) TakeEachLocal(parts []sluice.Part, ps [4]algo.Params) (r sluice
 	return storeapi.Result(&d), each, nil
 }
 
-// Refund gives req.Cost units back to req.Key at the store's clock time.
-func (e *engine) Refund(_ context.Context, req core.Request) (sluice.Result, error) {
-	d, err := e.store().refund(&req)
+// Refund gives req.Cost units back to req.Key at the store's clock time, a
+// window's only to the window that ends at window (0: any).
+func (e *engine) Refund(_ context.Context, req core.Request, window int64) (sluice.Result, error) {
+	d, err := e.store().refund(&req, window)
 	return storeapi.Result(&d), err
 }
 

@@ -164,12 +164,13 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, er
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	d, err := s.refund(&r)
+	d, err := s.refund(&r, req.Window)
 	return storeapi.Result(&d), err
 }
 
-// refund gives req.Cost units back to req.Key at the store's clock time.
-func (s *Store) refund(req *core.Request) (algo.Decision, error) {
+// refund gives req.Cost units back to req.Key at the store's clock time, a
+// window's only to the window that ends at window (0: any).
+func (s *Store) refund(req *core.Request, window int64) (algo.Decision, error) {
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err
@@ -178,11 +179,11 @@ func (s *Store) refund(req *core.Request) (algo.Decision, error) {
 	e := sh.lockEntry(h, req.Key, now, false)
 	if e == nil {
 		var fresh algo.State
-		return algo.Refund(&req.Params, &fresh, now, req.Cost)
+		return algo.Refund(&req.Params, &fresh, now, req.Cost, window)
 	}
 	defer e.mu.Unlock()
 	before := e.st
-	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost)
+	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost, window)
 	if err == nil && !sameFields(&before, &e.st) {
 		// A refund that left the state as it was (a window's refund on a
 		// state holding nothing) keeps its FreshAt, as a query does.

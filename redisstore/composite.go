@@ -101,12 +101,12 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64, eac
 	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
-	if len(c.Reply) != 5*len(reqs) {
+	if len(c.Reply) != redisrun.Width*len(reqs) {
 		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	var acc algo.Decision
 	for i := range reqs {
-		d, err := decisionOf(c.Reply[5*i:5*i+5], c.Keys[i])
+		d, err := decisionOf(c.Reply[redisrun.Width*i:redisrun.Width*(i+1)], c.Keys[i])
 		if err != nil {
 			return algo.Decision{}, err
 		}
@@ -122,8 +122,9 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64, eac
 	if !acc.Allowed {
 		// Refused, the script replied a look for every part that granted
 		// (a refusing part's decision is one already), so Combine has folded
-		// looks: what is left of algo.Refused is that nothing waits.
-		acc.Delay = 0
+		// looks: what is left of algo.Refused is that nothing waits, and
+		// that no window was spent in.
+		acc.Delay, acc.Window = 0, 0
 		for i := range each {
 			algo.RefusedPart(&each[i], &each[i])
 		}
@@ -158,7 +159,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, 
 			looks := taken
 			for j, oj := range order[:i] {
 				if t := reqs[oj]; t.Cost > 0 && core.Refundable(t.Params.Kind) {
-					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now); rerr == nil {
+					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now, taken[j].Window); rerr == nil {
 						looks[j] = l
 					}
 				}

@@ -28,8 +28,8 @@ func (e *engine) TakeEach(ctx context.Context, reqs []core.Request, each []sluic
 	return (*Store)(e).takeEachNow(ctx, reqs, each)
 }
 
-func (e *engine) Refund(ctx context.Context, req core.Request) (sluice.Result, error) {
-	return (*Store)(e).refundNow(ctx, req)
+func (e *engine) Refund(ctx context.Context, req core.Request, window int64) (sluice.Result, error) {
+	return (*Store)(e).refundNow(ctx, req, window)
 }
 
 func (e *engine) Reset(ctx context.Context, key string) error { return (*Store)(e).Reset(ctx, key) }

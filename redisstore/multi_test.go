@@ -93,15 +93,15 @@ func TestMultiMatchesSingle(t *testing.T) {
 			if m.Err != nil {
 				t.Fatalf("multi: %v", m.Err)
 			}
-			if len(m.Reply) != 5*len(ps) {
+			if len(m.Reply) != redisrun.Width*len(ps) {
 				t.Fatalf("multi replied %d values for %d decisions", len(m.Reply), len(ps))
 			}
 			replies[k] = m.Reply
 		}
 		for i, c := range singles {
 			k := order[i]
-			got := replies[k][:5]
-			replies[k] = replies[k][5:]
+			got := replies[k][:redisrun.Width]
+			replies[k] = replies[k][redisrun.Width:]
 			// At the server's time the two runs are apart in time: only
 			// decisions at the caller's time must agree to the µs.
 			if c.Args[6].(int64) < 0 {
@@ -140,7 +140,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 			}
 		}
 		for i, c := range singles {
-			got := m.Reply[5*i : 5*i+5]
+			got := m.Reply[redisrun.Width*i : redisrun.Width*(i+1)]
 			if got[0] != c.Reply[0] || got[1] != c.Reply[1] {
 				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].Key, got, c.Reply)
 			}

@@ -81,7 +81,7 @@ func decisionOf(r []int64, key string) (algo.Decision, error) {
 	if r[0] < 0 {
 		return algo.Decision{}, failure(r[1], key)
 	}
-	d := algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Delay: r[4]}
+	d := algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Delay: r[4], Window: r[5]}
 	if d.RetryAfter < 0 {
 		d.RetryAfter = algo.Never
 	}

@@ -51,6 +51,9 @@ func TakeAll(models []*Model, keys []string, costs []int64, now int64) algo.Deci
 		}
 	}
 	acc.Allowed = allowed
+	if len(models) > 1 || !allowed {
+		acc.Window = 0 // a window is one part's, and a refusal spent in none
+	}
 	if allowed {
 		acc.RetryAfter = 0
 		return acc
@@ -129,6 +132,7 @@ func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []a
 func fold(ds []algo.Decision) algo.Decision {
 	acc := ds[0]
 	for _, d := range ds[1:] {
+		acc.Window = 0 // a window is one part's
 		acc.Allowed = acc.Allowed && d.Allowed
 		acc.Remaining = min(acc.Remaining, d.Remaining)
 		acc.RetryAfter = max(acc.RetryAfter, d.RetryAfter)

@@ -140,8 +140,8 @@ func (ks *Keys) Take(key string, lim Limit, now, cost int64) algo.Decision {
 func (m *Model) Capacity() int64 { return m.lim.Capacity() }
 
 // Take decides a request of cost units for key at time now (µs) and updates
-// the key's state. It fills Allowed, Remaining, RetryAfter, ResetAfter and
-// Delay; FreshAt is left zero. It panics when cost is outside [0, Capacity()]
+// the key's state. It fills Allowed, Remaining, RetryAfter, ResetAfter,
+// Delay and a window's Window (its end); FreshAt is left zero. It panics when cost is outside [0, Capacity()]
 // (the contract's error, which leaves the state unchanged) or when now is
 // before the key's previous time.
 //
@@ -426,7 +426,7 @@ func (m *Model) fixedWindow(st *keyState, now, cost int64) algo.Decision {
 		}
 		c, e = 0, now+m.lim.Period
 	}
-	var d algo.Decision
+	d := algo.Decision{Window: e}
 	if cost == 0 || c+cost <= m.lim.Rate { // a query passes, even over a lowered rate
 		d.Allowed = true
 		c += cost
@@ -452,7 +452,7 @@ func (m *Model) alignedWindow(st *keyState, now, cost int64) algo.Decision {
 	if st.k == k {
 		c = st.c
 	}
-	var d algo.Decision
+	d := algo.Decision{Window: e}
 	if cost == 0 || c+cost <= m.lim.Rate {
 		d.Allowed = true
 		c += cost
@@ -631,18 +631,20 @@ func ceil(r *big.Rat) int64 {
 }
 
 // Refund gives units back to key at now under lim (see Model.Refund).
-func (ks *Keys) Refund(key string, lim Limit, now, units int64) algo.Decision {
-	return ks.Model(lim).Refund(key, now, units)
+func (ks *Keys) Refund(key string, lim Limit, now, units, window int64) algo.Decision {
+	return ks.Model(lim).Refund(key, now, units, window)
 }
 
 // Refund gives units back to key at time now (µs), as SEMANTICS.md's
 // "Refunds" says, and returns what a query sees afterwards. The state is
 // read as the limit reads it (carry); a bucket's level falls by the units,
 // a fixed or aligned window's count in the window the key is in falls by
-// them, never below 0. A fresh key, a window that has ended, or another
-// limit's state holding nothing is left as it is. It panics under the other
+// them, never below 0, and a count brought to 0 leaves the key fresh. A
+// fresh key, a window that has ended, a window other than window (the end
+// of the window the units were spent in; 0 for any), or another limit's
+// state holding nothing is left as it is. It panics under the other
 // algorithms, for units < 0, or when now is before the key's previous time.
-func (m *Model) Refund(key string, now, units int64) algo.Decision {
+func (m *Model) Refund(key string, now, units, window int64) algo.Decision {
 	if units < 0 {
 		panic(fmt.Sprintf("model: refund of %d", units))
 	}
@@ -655,31 +657,39 @@ func (m *Model) Refund(key string, now, units int64) algo.Decision {
 	if ok && now < old.last {
 		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, old.last))
 	}
-	if ok {
-		st := m.carry(old, now)
-		switch m.lim.Kind {
-		case algo.TokenBucket, algo.GCRA:
-			lv := rat(0) // carried from a state that holds nothing
-			if st.x != nil || st.tat != nil {
-				lv = st.level(now)
-			}
-			m.setLevel(st, now, maxRat(rat(0), sub(lv, rat(units))))
-		case algo.FixedWindow:
-			if !st.open || now >= st.e {
-				st = nil
-			}
-		case algo.AlignedWindow:
-			if k, _ := m.window(now); st.k != k || st.c == 0 {
-				st = nil
-			}
+	if !ok {
+		return m.Take(key, now, 0)
+	}
+	st := m.carry(old, now)
+	switch m.lim.Kind {
+	case algo.TokenBucket, algo.GCRA:
+		lv := rat(0) // carried from a state that holds nothing
+		if st.x != nil || st.tat != nil {
+			lv = st.level(now)
 		}
-		if st != nil {
-			if !m.lim.bucket() {
-				st.c = max(0, st.c-units)
-			}
-			st.last = now
-			m.keys[key] = st
+		m.setLevel(st, now, maxRat(rat(0), sub(lv, rat(units))))
+		st.last = now
+		m.keys[key] = st
+		return m.Take(key, now, 0)
+	case algo.FixedWindow:
+		if !st.open || now >= st.e || (window != 0 && window != st.e) {
+			return m.Take(key, now, 0)
 		}
+	case algo.AlignedWindow:
+		k, _ := m.window(now)
+		if st.k != k || (window != 0 && window != (k+1)*m.lim.Period) {
+			return m.Take(key, now, 0)
+		}
+	}
+	if st.c == 0 { // a window holding nothing is left as it is
+		return m.Take(key, now, 0)
+	}
+	if st.c <= units { // nothing left in the window: the key is fresh
+		delete(m.keys, key)
+	} else {
+		st.c -= units
+		st.last = now
+		m.keys[key] = st
 	}
 	return m.Take(key, now, 0)
 }

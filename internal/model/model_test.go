@@ -81,11 +81,11 @@ func TestLeakyBucketTenInstantRequests(t *testing.T) {
 func TestFixedWindowQueryOpensNoWindow(t *testing.T) {
 	run(t, model.New(algo.FixedWindow, 2, 100, 0), []take{
 		{10, 0, algo.Decision{Allowed: true, Remaining: 2}},
-		{50, 2, algo.Decision{Allowed: true, Remaining: 0, ResetAfter: 100}},
-		{60, 1, algo.Decision{RetryAfter: 90, ResetAfter: 90}},
-		{149, 0, algo.Decision{Allowed: true, ResetAfter: 1}},
+		{50, 2, algo.Decision{Allowed: true, Remaining: 0, ResetAfter: 100, Window: 150}},
+		{60, 1, algo.Decision{RetryAfter: 90, ResetAfter: 90, Window: 150}},
+		{149, 0, algo.Decision{Allowed: true, ResetAfter: 1, Window: 150}},
 		{150, 0, algo.Decision{Allowed: true, Remaining: 2}},
-		{151, 1, algo.Decision{Allowed: true, Remaining: 1, ResetAfter: 100}},
+		{151, 1, algo.Decision{Allowed: true, Remaining: 1, ResetAfter: 100, Window: 251}},
 	})
 }
 

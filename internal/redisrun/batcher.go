@@ -105,7 +105,7 @@ type pending struct {
 	done     chan struct{} // one signal, once answered
 	one      Single        // when call is nil
 	call     *Call
-	reply    [5]int64 // one's decision
+	reply    Reply // one's decision
 	err      error    // one's error
 }
 
@@ -141,11 +141,11 @@ func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, cl
 
 // Decide sends one decision with the next pipeline and returns the script's
 // reply. It needs the Batcher's scripts.
-func (b *Batcher) Decide(ctx context.Context, one *Single) ([5]int64, error) {
+func (b *Batcher) Decide(ctx context.Context, one *Single) (Reply, error) {
 	p := pendings.Get().(*pending)
 	p.one, p.call, p.err = *one, nil, nil
 	if err := b.wait(ctx, p); err != nil {
-		return [5]int64{}, err
+		return Reply{}, err
 	}
 	r, err := p.reply, p.err
 	pendings.Put(p)
@@ -421,14 +421,14 @@ func (b *Batcher) send(ctx context.Context, batch []*pending) {
 			continue
 		}
 		r, err := g.call.Reply, g.call.Err
-		if err == nil && len(r) != 5*len(g.members) {
+		if err == nil && len(r) != Width*len(g.members) {
 			err = fmt.Errorf("%w: %d values for %d decisions", ErrBadReply, len(r), len(g.members))
 		}
 		for i, p := range g.members {
 			if err != nil {
 				p.err = err
 			} else {
-				copy(p.reply[:], r[5*i:])
+				copy(p.reply[:], r[Width*i:])
 			}
 			p.answer()
 		}

@@ -19,6 +19,14 @@ type Scripts struct {
 	Refund, Reset *Script
 }
 
+// Width is how many values a script replies for one decision (see decision
+// in redisstore/scripts/prelude.lua): allowed, remaining, retry_after,
+// reset_after, delay and window.
+const Width = 6
+
+// A Reply is a script's reply for one decision.
+type Reply = [Width]int64
+
 // A Single is one decision on one key, kept as integers until it is sent:
 // the decisions of a pipeline that share a group and an algorithm are merged
 // into one multi-decision script, which names each distinct limit once.
@@ -61,12 +69,14 @@ func AddPart(c *Call, key string, l Limit, cost int64) {
 }
 
 // RefundCall returns the refund script's call giving units back to key
-// under l (token-bucket or gcra), at now (µs, -1 for the server's TIME).
-func (s *Scripts) RefundCall(key string, l Limit, units, now, margin int64) *Call {
+// under l (token-bucket, gcra, fixed-window or aligned-window), at now (µs,
+// -1 for the server's TIME); a window's units only to the window that ends
+// at window (0: the window the key is in).
+func (s *Scripts) RefundCall(key string, l Limit, units, now, margin, window int64) *Call {
 	return &Call{
 		Script: s.Refund,
 		Keys:   []string{key},
-		Args:   []any{l.Kind, l.Rate, l.Period, l.Burst, units, now, margin},
+		Args:   []any{l.Kind, l.Rate, l.Period, l.Burst, units, now, margin, window},
 	}
 }
 
@@ -100,7 +110,7 @@ func SplitComposites(m *Call, cs []*Call) {
 		return
 	}
 	r, err := m.Reply, m.Err
-	if err == nil && len(r) != 5*len(m.Keys) {
+	if err == nil && len(r) != Width*len(m.Keys) {
 		err = fmt.Errorf("%w: composite script replied %d values for %d limits", ErrBadReply, len(r), len(m.Keys))
 	}
 	for _, c := range cs {
@@ -108,7 +118,7 @@ func SplitComposites(m *Call, cs []*Call) {
 			c.Err = err
 			continue
 		}
-		n := 5 * len(c.Keys)
+		n := Width * len(c.Keys)
 		c.Reply, r = r[:n:n], r[n:]
 	}
 }

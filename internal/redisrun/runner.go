@@ -45,21 +45,21 @@ func (r *Runner) Close() {
 }
 
 // Decide makes one decision (a Single) and returns the script's reply.
-func (r *Runner) Decide(ctx context.Context, one *Single) ([5]int64, error) {
+func (r *Runner) Decide(ctx context.Context, one *Single) (Reply, error) {
 	if r.shut.Load() {
-		return [5]int64{}, r.closed
+		return Reply{}, r.closed
 	}
 	if !r.alone() {
 		return r.batch.Decide(ctx, one)
 	}
 	c := r.scripts.SingleCall(one)
 	if err := r.direct(ctx, c); err != nil {
-		return [5]int64{}, err
+		return Reply{}, err
 	}
-	if len(c.Reply) != 5 {
-		return [5]int64{}, fmt.Errorf("%w: script replied %v", ErrBadReply, c.Reply)
+	if len(c.Reply) != Width {
+		return Reply{}, fmt.Errorf("%w: script replied %v", ErrBadReply, c.Reply)
 	}
-	return [5]int64(c.Reply), nil
+	return Reply(c.Reply), nil
 }
 
 // Run sends c and returns the error of its round trip or c's.

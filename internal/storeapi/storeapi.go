@@ -88,6 +88,7 @@ func Result(d *algo.Decision) sluice.Result {
 		RetryAfter: core.Duration(d.RetryAfter),
 		ResetAfter: core.Duration(d.ResetAfter),
 		Delay:      core.Duration(d.Delay),
+		Window:     d.Window,
 	}
 }
 

@@ -257,6 +257,48 @@ func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 	}
 }
 
+// LateRefund checks that units a window spent are not given back to the
+// next one: 10 of 10 taken in one window, 10 in the next, then RefundTake
+// of the first take's 10 gives nothing (the next window still admits no
+// more), where Refund, which names no window, gives them to the current
+// one. A refund that brings the count to 0 leaves the key fresh.
+func LateRefund(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	for _, l := range []sluice.Limit{
+		sluice.PerMinute(10).Using(sluice.FixedWindow),
+		sluice.PerMinute(10).Using(sluice.AlignedWindow),
+	} {
+		a := l.Algorithm
+		key := "late:" + a.String()
+		start := (Base/60_000_000 + 1) * 60_000_000 // on the minute, for both
+		clock.us.Store(start)
+		first, err := lim.Take(ctx, key, l, 10)
+		if err != nil || !first.Allowed || first.Window != start+60_000_000 {
+			t.Fatalf("%s: first take %+v %v", a, first, err)
+		}
+		clock.us.Store(start + 60_000_000)
+		next, err := lim.Take(ctx, key, l, 10)
+		if err != nil || !next.Allowed || next.Window != start+120_000_000 {
+			t.Fatalf("%s: take in the next window %+v %v", a, next, err)
+		}
+		clock.us.Store(start + 61_000_000)
+		if r, err := lim.RefundTake(ctx, key, l, 10, first); err != nil || r.Remaining != 0 {
+			t.Fatalf("%s: late refund of the first window's units: %+v %v; want none given back", a, r, err)
+		}
+		if r, _ := lim.Take(ctx, key, l, 1); r.Allowed {
+			t.Fatalf("%s: the next window admitted 11 of 10 after a late refund", a)
+		}
+		if r, err := lim.RefundTake(ctx, key, l, 4, next); err != nil || r.Remaining != 4 {
+			t.Fatalf("%s: refund of 4 to the take's own window: %+v %v", a, r, err)
+		}
+		if r, err := lim.Refund(ctx, key, l, 6); err != nil || r.Remaining != 10 || r.ResetAfter != 0 {
+			t.Fatalf("%s: refund of the last 6: %+v %v; want the key fresh", a, r, err)
+		}
+	}
+}
+
 // A TraceReq is one request of a trace whose limits change.
 type TraceReq struct {
 	Key       string
@@ -470,6 +512,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Trace", func(t *testing.T) { Trace(t, newStore, 3000) })
 	t.Run("Each", func(t *testing.T) { Each(t, newStore, 1500) })
 	t.Run("Refund", func(t *testing.T) { Refund(t, sluice.New(newStore(t, nil)), "") })
+	t.Run("LateRefund", func(t *testing.T) { LateRefund(t, newStore) })
 	t.Run("ChangedLimits", func(t *testing.T) { ChangedLimits(t, sluice.New(newStore(t, nil)), "") })
 	t.Run("Errors", func(t *testing.T) {
 		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
@@ -479,8 +522,9 @@ func Run(t *testing.T, newStore NewStore) {
 // Trace checks a random trace of n requests whose limits change (see
 // ChangedTrace) through a Limiter over a store that decides by a clock the
 // trace sets: every decision equals the exact model's. About one request in
-// four under an algorithm that can give units back is a refund of its cost
-// (Limiter.Refund against Model.Refund).
+// four under an algorithm that can give units back is a refund of its cost:
+// half of them Limiter.Refund, half Limiter.RefundTake naming the window of
+// the key's last take (against Model.Refund).
 func Trace(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
@@ -490,26 +534,52 @@ func Trace(t *testing.T, newStore NewStore, n int) {
 	ks := model.NewKeys()
 	ctx := context.Background()
 	gave := 0
+	lastTake := map[string]sluice.Result{} // each key's last take of cost > 0
 	for i, q := range ChangedTrace(r, n) {
 		clock.us.Store(q.Now)
 		l := sluice.Limit{Algorithm: sluice.Algorithm(q.Params.Kind), Rate: q.Params.Rate, Period: time.Duration(q.Params.Period) * time.Microsecond, Burst: q.Params.Burst}
-		refund := canRefund(q.Params.Kind) && refunds.IntN(4) == 0
-		take, exact, op := lim.Take, ks.Take, "take"
-		if refund {
-			take, exact, op = lim.Refund, ks.Refund, "refund"
+		var got sluice.Result
+		var err error
+		var d algo.Decision
+		op := "take"
+		if canRefund(q.Params.Kind) && refunds.IntN(4) == 0 {
 			gave++
+			op = "refund"
+			if refunds.IntN(2) == 0 {
+				op = "refund of the last take"
+				got, err = lim.RefundTake(ctx, q.Key, l, q.Cost, lastTake[q.Key])
+			} else {
+				got, err = lim.Refund(ctx, q.Key, l, q.Cost)
+			}
+			if err == nil {
+				d = ks.Refund(q.Key, ModelLimit(q.Params), q.Now, q.Cost, windowOf(op, lastTake[q.Key]))
+			}
+		} else {
+			got, err = lim.Take(ctx, q.Key, l, q.Cost)
+			if err == nil {
+				d = ks.Take(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
+			}
+			if q.Cost > 0 {
+				lastTake[q.Key] = got
+			}
 		}
-		got, err := take(ctx, q.Key, l, q.Cost)
 		if err != nil {
 			t.Fatalf("seed %d request %d (%s): %v", seed, i, op, err)
 		}
-		d := exact(q.Key, ModelLimit(q.Params), q.Now, q.Cost)
-		want := sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
+		want := resultOf(d)
 		if got != want {
 			t.Fatalf("seed %d request %d (%s %s %v cost %d at +%dµs): %+v, model %+v", seed, i, op, q.Key, l, q.Cost, q.Now-Base, got, want)
 		}
 	}
 	t.Logf("%d requests, %d of them refunds, equal to the model (seed %d)", n, gave, seed)
+}
+
+// windowOf is the window a refund op names: its take's, or none.
+func windowOf(op string, take sluice.Result) int64 {
+	if op == "refund" {
+		return 0
+	}
+	return take.Window
 }
 
 // canRefund reports whether k's algorithm can give units back.
@@ -590,7 +660,7 @@ func Each(t *testing.T, newStore NewStore, n int) {
 }
 
 func resultOf(d algo.Decision) sluice.Result {
-	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay)}
+	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay), Window: d.Window}
 }
 
 func us(v int64) time.Duration {

@@ -27,6 +27,6 @@ steps[7] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)
   if c > 0 then
     reset = e - t
   end
-  local d = decision(allowed, max(0, rate - c), retry, reset, 0)
+  local d = decision(allowed, max(0, rate - c), retry, reset, 0, e)
   return d, cost > 0 and {7, kk, c, 0, rate, period} or nil, t + reset
 end

@@ -84,8 +84,8 @@ for _ = 1, tonumber(ARGV[2]) do
   a = a + 6 * n
   for i = 1, n do
     local d = code and failed(code) or ds[i]
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = d[1], d[2], d[3], d[4], d[5]
-    r = r + 5
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
+    r = r + 6
   end
   k = k + n
 end

@@ -31,6 +31,6 @@ steps[4] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)
   else
     retry = e - t
   end
-  local d = decision(allowed, max(0, rate - c), retry, e - t, 0)
+  local d = decision(allowed, max(0, rate - c), retry, e - t, 0, e)
   return d, cost > 0 and {4, c, e, 0, rate, period} or nil, e
 end

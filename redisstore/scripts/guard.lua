@@ -37,7 +37,7 @@ end
 
 -- The reply of a failed decision: allowed -1, then its code.
 local function failed(code)
-  return {-1, code, 0, 0, 0}
+  return {-1, code, 0, 0, 0, 0}
 end
 
 -- Sets now to clock(t) under pcall: nil, or the failure's code when reading

@@ -52,8 +52,8 @@ for i = 1, #KEYS do
   else
     d = guarded(l[1], KEYS[i], l[2], l[3], l[4], cost, l[5])
   end
-  reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] = d[1], d[2], d[3], d[4], d[5]
-  n = n + 5
+  reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5], reply[n + 6] = d[1], d[2], d[3], d[4], d[5], d[6]
+  n = n + 6
   a = a + per
 end
 return reply

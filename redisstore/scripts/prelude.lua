@@ -102,10 +102,11 @@ local function store(key, fields, fresh_at)
 end
 
 -- A decision as the script replies it: allowed (0/1), remaining, retry_after
--- (µs, -1 for never), reset_after (µs), delay (µs).
-local function decision(allowed, remaining, retry, reset, delay)
+-- (µs, -1 for never), reset_after (µs), delay (µs), window (the end of a
+-- fixed or aligned window's window, in µs; 0 elsewhere: see algo.Decision).
+local function decision(allowed, remaining, retry, reset, delay, window)
   if retry == huge then
     retry = -1
   end
-  return {allowed and 1 or 0, remaining, retry, reset, delay}
+  return {allowed and 1 or 0, remaining, retry, reset, delay, window or 0}
 end

@@ -2,12 +2,14 @@
 -- aligned-window), the mirror of algo/refund.go. Under a bucket the state,
 -- whichever limit wrote it, is read as the bucket reads it (bucket_level)
 -- and the units come off its level; under a window they come off the count
--- of the window the key is in, never below 0 (refundWindow). The script
--- replies what a query sees afterwards. A fresh key stays fresh. The script
--- holds the two window steps (fixed_window.lua, aligned_window.lua).
+-- of the window the key is in, never below 0, and only when that window is
+-- the one named (refundWindow); a count brought to 0 leaves the key fresh.
+-- The script replies what a query sees afterwards. A fresh key stays fresh.
+-- The script holds the two window steps (fixed_window.lua, aligned_window.lua).
 -- KEYS[1]  the key
 -- ARGV     kind, rate, period (µs), burst, units, now (µs, -1 for the
---          server's TIME), TTL margin (µs)
+--          server's TIME), TTL margin (µs), window (the end of the window
+--          the units were spent in, µs; 0 for the one the key is in)
 -- reply    the decision a query sees afterwards
 now = clock(tonumber(ARGV[6]))
 margin = tonumber(ARGV[7])
@@ -19,19 +21,18 @@ if kind == 4 or kind == 7 then
   if k then
     -- The window as a request of one unit reads it (the step, which stores
     -- nothing here), less the units (refundWindow).
-    local units = max(tonumber(ARGV[5]), 0)
+    local units, window = max(tonumber(ARGV[5]), 0), tonumber(ARGV[8])
     local d, f = steps[kind](rate, period, burst, 1, 0, k, a, b, c, r, p, raw)
-    local one = d[1]
-    if kind == 4 then -- f: kind, count, end
-      t = f[3] - d[4]
-      if f[2] - one > 0 then
-        fields = {4, max(0, f[2] - one - units), f[3], 0, rate, period}
-      end
-    else -- f: kind, window index, count
-      local e = (f[2] + 1) * period
-      t = e - (one == 1 and d[4] or d[3])
-      if f[3] - one > 0 then
-        fields = {7, f[2], max(0, f[3] - one - units), 0, rate, period}
+    t = d[6] - d[4]
+    local held = (kind == 4 and f[2] or f[3]) - d[1] -- f: kind, count, end; or kind, index, count
+    if held > 0 and (window == 0 or window == d[6]) then
+      if held <= units then
+        call('DEL', KEYS[1])
+        k = nil
+      elseif kind == 4 then
+        fields = {4, held - units, f[3], 0, rate, period}
+      else
+        fields = {7, f[2], held - units, 0, rate, period}
       end
     end
   end
