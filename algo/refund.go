@@ -63,7 +63,7 @@ func refundWindow(p *Params, s *State, now, units, window int64) int64 {
 		one = 1
 	}
 	at := d.Window - d.ResetAfter // the copy holds a unit or more: ResetAfter runs to the end
-	c := w.A - one // fixed: count, end
+	c := w.A - one                // fixed: count, end
 	if p.Kind == AlignedWindow {
 		c = w.B - one // aligned: window index, count
 	}

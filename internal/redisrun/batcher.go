@@ -106,7 +106,7 @@ type pending struct {
 	one      Single        // when call is nil
 	call     *Call
 	reply    Reply // one's decision
-	err      error    // one's error
+	err      error // one's error
 }
 
 var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
