@@ -213,3 +213,28 @@ func ExampleParseLimit() {
 	// 20/100ms gcra burst 5
 	// sluice: invalid limit: period "0s" in "10/0s" must be positive (like 1s, 100ms, 1m, 250us)
 }
+
+// A job takes an estimate of 10 units from a window of 10 a minute and
+// turns out to need 4: RefundTake gives 6 back to the window the take
+// counted in. A job that ran past the window's end has nothing to give back
+// there: its units were spent in a window that has ended, and the next one
+// is not given room it never had.
+func ExampleLimiter_RefundTake() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	l := sluice.PerMinute(10).Using(sluice.AlignedWindow)
+
+	take, _ := lim.Take(ctx, "export", l, 10)
+	r, _ := lim.RefundTake(ctx, "export", l, 6, take)
+	fmt.Println("same window:", r.Remaining, "left")
+
+	take, _ = lim.Take(ctx, "export", l, 6)
+	clock.now = clock.now.Add(time.Minute) // the job ran past the minute
+	next, _ := lim.Take(ctx, "export", l, 10)
+	r, _ = lim.RefundTake(ctx, "export", l, 6, take)
+	fmt.Println("next window:", next.Allowed, r.Remaining, "left")
+	// Output:
+	// same window: 6 left
+	// next window: true 0 left
+}

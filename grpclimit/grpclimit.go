@@ -199,6 +199,7 @@ type charge struct {
 	pol            *policy
 	key            string
 	cost, refunded int64
+	window         int64 // the window the units were spent in (sluice.Result.Window)
 }
 
 // ErrNoDecision is returned by Refund for a context that did not pass
@@ -209,8 +210,9 @@ var ErrNoDecision = errors.New("grpclimit: no admitted call in this context")
 // and shadow, each message included), never more than it spent there: for a
 // handler that learns the real cost afterwards (taken 100, used 30: Refund
 // 70). Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
-// give units back (Limiter.Refund); the others are left as they are and
-// named in the error (wrapping algo.ErrNoRefund).
+// give units back (Limiter.RefundTake); the others are left as they are and
+// named in the error (wrapping algo.ErrNoRefund). A window policy gives
+// back only while its key is still in the window the call spent in.
 // ctx is the handler's context (a stream's: its Context()).
 func Refund(ctx context.Context, units int64) error {
 	if units < 0 {
@@ -232,7 +234,7 @@ func Refund(ctx context.Context, units int64) error {
 		if n <= 0 {
 			continue
 		}
-		if _, err := cl.lim.Refund(ctx, c.key, c.pol.Limit, n); err != nil {
+		if _, err := cl.lim.RefundTake(ctx, c.key, c.pol.Limit, n, sluice.Result{Window: c.window}); err != nil {
 			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
 			continue
 		}
@@ -299,12 +301,14 @@ func toParts(ss []spend) []sluice.Part {
 	return parts
 }
 
-func (cl *call) charge(ss []spend) {
+// charge records what the admitted spends ss cost, each in the window its
+// own result each[i] names, for Refund.
+func (cl *call) charge(ss []spend, each []sluice.Result) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	for _, s := range ss {
+	for i, s := range ss {
 		if s.cost > 0 {
-			cl.charged = append(cl.charged, charge{pol: s.pol, key: s.key, cost: s.cost})
+			cl.charged = append(cl.charged, charge{pol: s.pol, key: s.key, cost: s.cost, window: each[i].Window})
 		}
 	}
 }

@@ -844,3 +844,54 @@ func TestObserverOnRefusal(t *testing.T) {
 		t.Errorf("events %v\nwant   %v", got, want)
 	}
 }
+
+// movingClock is a store clock the test moves.
+type movingClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *movingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *movingClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *movingClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+// A handler that runs across a fixed window's end gives nothing back to the
+// next window: its units were spent in the one that ended (before, the next
+// window admitted 20 of 10).
+func TestRefundAcrossWindowEnd(t *testing.T) {
+	c := &movingClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(c)), sluice.WithClock(core.SystemClock{}))
+	s := mustNew(t, lim, []grpclimit.Policy{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Cost: 10}})
+	es := &echoServer{}
+	conn := serve(t, s, es)
+	var first atomic.Bool
+	var nested, refund error
+	es.onEcho = func(ctx context.Context) error {
+		if !first.CompareAndSwap(false, true) {
+			return nil
+		}
+		c.Add(time.Minute) // the next window: another call spends its 10
+		nested = echo(context.Background(), conn)
+		refund = grpclimit.Refund(ctx, 10)
+		return nil
+	}
+	if err := echo(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	if nested != nil || refund != nil {
+		t.Fatalf("the next window's call: %v; refund: %v", nested, refund)
+	}
+	if err := echo(context.Background(), conn); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("after a refund of the ended window's units: %v, want ResourceExhausted (the window holds 10 of 10)", err)
+	}
+}

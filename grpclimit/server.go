@@ -159,7 +159,7 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 			recordAll(o, "grpc", es, observe.Degraded, lat)
 			send = false // numbers the store did not make
 		case res.Allowed:
-			cl.charge(es)
+			cl.charge(es, each)
 		}
 		if !res.Degraded && send {
 			figs = figuresOf(es, each)
@@ -227,7 +227,7 @@ func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []f
 	}
 	withHeaders := send && s.cfg.shadowHeaders
 	if res.Allowed {
-		cl.charge(ss)
+		cl.charge(ss, each)
 		recordAll(o, "grpc", ss, observe.Allowed, lat)
 	} else {
 		for i, p := range refusedOf(ss, each) {

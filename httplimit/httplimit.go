@@ -627,8 +627,8 @@ type state struct {
 	// one is set when the request was admitted at once by its one enforced
 	// policy and no shadow policy applied: dec is made from it and the
 	// result's figures.
-	one                   part
-	remaining, resetAfter int64
+	one                           part
+	remaining, resetAfter, window int64
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
@@ -678,6 +678,7 @@ type charge struct {
 	pol      *policy
 	key      string // the store key
 	cost     int64
+	window   int64 // the window the units were spent in (sluice.Result.Window)
 	refunded atomic.Int64
 }
 
@@ -696,12 +697,12 @@ func (st *state) decision() *decision {
 	d := newDecision()
 	if p := &st.one; p.pol != nil {
 		d.Allowed = true
-		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter)}
+		d.Result = sluice.Result{Allowed: true, Remaining: st.remaining, ResetAfter: time.Duration(st.resetAfter), Window: st.window}
 		if len(st.m.headers) > 0 {
 			d.Policies = append(d.resultBuf[:0], p.result(st.remaining, st.resetAfter))
 		}
 		if p.cost > 0 {
-			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost, window: st.window})
 		}
 	}
 	if st.dec.CompareAndSwap(nil, d) {
@@ -728,8 +729,10 @@ var ErrNoDecision = errors.New("httplimit: no admitted request in this context")
 // (enforced and shadow), never more than it spent there: for a handler that
 // learns the real cost afterwards (taken 100, used 30: Refund 70). Only
 // TokenBucket, GCRA, FixedWindow and AlignedWindow policies can give units
-// back (Limiter.Refund); the others are left as they are and named in the
-// error (wrapping algo.ErrNoRefund).
+// back (Limiter.RefundTake); the others are left as they are and named in
+// the error (wrapping algo.ErrNoRefund). A window policy gives back only
+// while its key is still in the window the request spent in: a handler that
+// ran across the window's end has nothing to give back there.
 func Refund(ctx context.Context, units int64) error {
 	return refund(ctx, "", units)
 }
@@ -773,7 +776,7 @@ func refund(ctx context.Context, name string, units int64) error {
 		if n <= 0 {
 			continue
 		}
-		if _, err := st.m.lim.Refund(ctx, c.key, c.pol.Limit, n); err != nil {
+		if _, err := st.m.lim.RefundTake(ctx, c.key, c.pol.Limit, n, sluice.Result{Window: c.window}); err != nil {
 			c.refunded.Add(-n)
 			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
 		}
@@ -904,7 +907,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			var vals *[2]string // the header values' backing
 			if st != nil {
 				st.one = p
-				st.remaining, st.resetAfter = res.Remaining, int64(res.ResetAfter)
+				st.remaining, st.resetAfter, st.window = res.Remaining, int64(res.ResetAfter), res.Window
 				vals = &st.headerVals
 			}
 			if len(m.headers) > 0 {
@@ -979,7 +982,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 			for _, p := range enforced {
 				p.pol.stats.allowed.Add(1)
 			}
-			st.charge(enforced)
+			st.charge(enforced, enfEach)
 		}
 		if !res.Degraded && send {
 			results = numbers(results, enforced, enfEach)
@@ -1032,7 +1035,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 				for _, p := range shadows {
 					p.pol.stats.allowed.Add(1)
 				}
-				st.charge(shadows)
+				st.charge(shadows, shaEach)
 				m.report(shadows, nil, observe.Allowed, lat, 0)
 			} else {
 				dec.ShadowRefused = refusers(shadows, shaEach)
@@ -1240,11 +1243,13 @@ func (m *Middleware) report(ps []part, only []string, o observe.Outcome, lat, wa
 	}
 }
 
-func (st *state) charge(ps []part) {
+// charge records what the admitted parts ps spent, each in the window its
+// own result each[i] names, for Refund.
+func (st *state) charge(ps []part, each []sluice.Result) {
 	d := st.decision()
-	for _, p := range ps {
+	for i, p := range ps {
 		if p.cost > 0 {
-			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost})
+			d.charged = append(d.charged, charge{pol: p.pol, key: p.skey, cost: p.cost, window: each[i].Window})
 		}
 	}
 }

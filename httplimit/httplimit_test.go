@@ -1119,3 +1119,44 @@ func TestWithoutDecisionContext(t *testing.T) {
 		t.Errorf("deny handler saw %v: want the decision", got)
 	}
 }
+
+// A handler that runs across a fixed window's end gives nothing back to the
+// next window: its units were spent in the one that ended. Before, the next
+// window admitted 20 of 10. Both paths: one policy (the request's state
+// keeps its one result) and a composite of two.
+func TestRefundAcrossWindowEnd(t *testing.T) {
+	for _, ps := range [][]httplimit.Policy{
+		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Cost: 10}},
+		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.AlignedWindow), Cost: 10},
+			{Name: "bucket", Limit: sluice.PerSecond(1000).WithBurst(1000)}},
+	} {
+		c := newClock()
+		m := mustNew(t, frozenLimiter(c), ps)
+		var srv *httptest.Server
+		var nested, refundErr atomic.Value
+		srv = httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/long" {
+				return
+			}
+			c.Add(time.Minute) // the next window: another request spends its 10
+			resp, _ := get(t, srv.Client(), srv.URL+"/quick")
+			nested.Store(resp.StatusCode)
+			if err := httplimit.Refund(r.Context(), 10); err != nil {
+				refundErr.Store(err)
+			}
+		})))
+		if resp, _ := get(t, srv.Client(), srv.URL+"/long"); resp.StatusCode != 200 {
+			t.Fatalf("%s: first request %d", ps[0].Limit, resp.StatusCode)
+		}
+		if code, _ := nested.Load().(int); code != 200 {
+			t.Fatalf("%s: the next window's request %d, want 200", ps[0].Limit, code)
+		}
+		if err, _ := refundErr.Load().(error); err != nil {
+			t.Fatalf("%s: refund: %v", ps[0].Limit, err)
+		}
+		if resp, _ := get(t, srv.Client(), srv.URL+"/quick"); resp.StatusCode != 429 {
+			t.Errorf("%s: after a refund of the ended window's units: %d, want 429 (the window holds 10 of 10)", ps[0].Limit, resp.StatusCode)
+		}
+		srv.Close()
+	}
+}

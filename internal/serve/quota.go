@@ -145,7 +145,7 @@ func (s *Server) undoQuota(ctx context.Context, sc *scratch) {
 		if !q.spent[i] || !canGiveBack(p.Limit) {
 			return nil
 		}
-		r, err := s.limFor(p.Limit).Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
+		r, err := s.limFor(p.Limit).RefundTake(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, q.res[i])
 		if err != nil {
 			s.metrics.storeErrors.Inc()
 			return nil

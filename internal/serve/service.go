@@ -735,7 +735,7 @@ func (s *Server) decideSplit(ctx context.Context, parts []sluice.Part, res []slu
 			if p.Cost <= 0 {
 				continue
 			}
-			r, rerr := s.lim2.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost)
+			r, rerr := s.lim2.RefundTake(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, gres[1][j])
 			if rerr != nil {
 				s.metrics.storeErrors.Inc()
 				continue
