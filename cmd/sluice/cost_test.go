@@ -33,9 +33,7 @@ import (
 // 10 polls a second with the first. CPU time, unlike calls/s, barely moves
 // with what else the machine runs; still, only with SLUICE_TIMING=1.
 func TestConsolePollingCost(t *testing.T) {
-	if !testenv.Timing(t, "10 polling pages cost the service under 5% of its CPU") {
-		return
-	}
+	testenv.SkipUnlessTiming(t, "10 polling pages cost the service under 5% of its CPU")
 	if runtime.GOOS != "linux" {
 		t.Skip("reads the server's CPU time from /proc")
 	}

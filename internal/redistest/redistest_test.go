@@ -198,13 +198,10 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("the master is still %s after Failover", first)
 	}
 	var got string
-	var err error
-	for range 100 { // the client finds the new master after a failed call or two
-		if got, err = c.Get(ctx, "k").Result(); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	err := redistest.AfterFailover(func() (err error) {
+		got, err = c.Get(ctx, "k").Result()
+		return err
+	})
 	if err != nil || got != "v" {
 		t.Fatalf("GET after the failover: %q, %v", got, err)
 	}
@@ -243,13 +240,10 @@ func TestTLS(t *testing.T) {
 	st.WaitReplicated(t)
 	st.Failover(t)
 	var got string
-	var err error
-	for range 100 {
-		if got, err = sc.Get(ctx, "k").Result(); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	err := redistest.AfterFailover(func() (err error) {
+		got, err = sc.Get(ctx, "k").Result()
+		return err
+	})
 	if err != nil || got != "v" {
 		t.Fatalf("GET over TLS after the failover: %q, %v", got, err)
 	}

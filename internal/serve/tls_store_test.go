@@ -57,14 +57,13 @@ func TestBinaryStoreTLS(t *testing.T) {
 	st.WaitReplicated(t)
 	st.Failover(t)
 	var got string
-	for range 100 { // calls fail until the client finds the new master
+	redistest.AfterFailover(func() error { // calls fail until the client finds the new master
 		r, err := viaSentinel.call(context.Background(), "tls", desc("user=e"))
 		if err == nil {
 			got = r.OverallCode.String()
-			break
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	if got += " " + codes4(viaSentinel, "a"); got != "OK OVER_LIMIT OVER_LIMIT OVER_LIMIT OVER_LIMIT" {
 		t.Errorf("after the failover: a new user then a spent one: %s, want OK then OVER_LIMIT ×4", got)
 	}

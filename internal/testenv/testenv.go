@@ -40,6 +40,16 @@ func Timing(t testing.TB, what string) bool {
 	return false
 }
 
+// SkipUnlessTiming skips a test that is a wall-clock measurement and
+// nothing else, so that it is reported skipped rather than passed when
+// SLUICE_TIMING is not 1.
+func SkipUnlessTiming(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(TimingEnv) != "1" {
+		t.Skipf("the wall-clock measurement %q runs only with %s=1 (CI sets it, with -p 1)", what, TimingEnv)
+	}
+}
+
 // TimingOn is Timing without the log line, for a check made in a loop.
 func TimingOn() bool { return os.Getenv(TimingEnv) == "1" }
 
