@@ -74,6 +74,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		usage(stdout)
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
