@@ -102,11 +102,11 @@ func check(t *testing.T, items []item) {
 func TestFieldsParse(t *testing.T) {
 	check(t, []item{
 		{"per-ip", 100, 60, 99, 1},
-		{"café", 10, 1, 9, 1},               // UTF-8: percent-encoded
-		{"a\tb\x00\x7f\xff", 1, 1, 0, 0},    // controls and a byte that is not UTF-8
-		{`say "hi" \ bye`, 5, 5, 5, 5},      // escaped
-		{"50%", 5, 5, 5, 5},                 // '%' itself is encoded, so that decoding is exact
-		{"caf%c3%a9", 5, 5, 5, 5},           // not the same as "café"
+		{"café", 10, 1, 9, 1},            // UTF-8: percent-encoded
+		{"a\tb\x00\x7f\xff", 1, 1, 0, 0}, // controls and a byte that is not UTF-8
+		{`say "hi" \ bye`, 5, 5, 5, 5},   // escaped
+		{"50%", 5, 5, 5, 5},              // '%' itself is encoded, so that decoding is exact
+		{"caf%c3%a9", 5, 5, 5, 5},        // not the same as "café"
 		{"big", algo.MaxScaled, math.MaxInt64, algo.MaxScaled, math.MaxInt64},
 		{"negative", -1, -1, -5, -1},
 		{"r above q", 10, 1, 49, 1},
