@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -67,20 +68,30 @@ func FuzzKeyPrefix(f *testing.F) {
 
 func TestQuota(t *testing.T) {
 	for _, tc := range []struct {
-		p    algo.Params
+		lim  string
 		q, w int64
 	}{
-		{algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1e6, Burst: 50}, 50, 5},
-		{algo.Params{Kind: algo.GCRA, Rate: 10, Period: 1e6, Burst: 50}, 50, 5},
-		{algo.Params{Kind: algo.LeakyBucket, Rate: 4, Period: 1e6, Burst: 3}, 4, 1},
-		{algo.Params{Kind: algo.FixedWindow, Rate: 30, Period: 90e6}, 30, 90},
-		{algo.Params{Kind: algo.AlignedWindow, Rate: 2, Period: 1000}, 2, 1}, // a 1ms window: w is at least 1
+		{"100/1m", 100, 60},
+		{"10/1s token-bucket burst 50", 50, 5},
+		{"10/1s gcra burst 50", 50, 5},
+		{"3/1s gcra burst 1", 1, 1},
+		{"4/1s leaky-bucket burst 3", 4, 1},
+		{"1/1h leaky-bucket burst 2", 3, 10800},
+		{"30/90s fixed-window", 30, 90},
+		{"5/15m sliding-log", 5, 900},
+		{"7/1500ms sliding-window", 7, 2},
+		{"2/1ms aligned-window", 2, 1}, // w is at least 1
 	} {
-		if err := tc.p.Validate(); err != nil {
+		l, err := sluice.ParseLimit(tc.lim)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if q, w := policycore.Quota(tc.p); q != tc.q || w != tc.w {
-			t.Errorf("Quota(%+v) = %d, %d; want %d, %d", tc.p, q, w, tc.q, tc.w)
+		p, err := storeapi.Params(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, w := policycore.Quota(p); q != tc.q || w != tc.w {
+			t.Errorf("%s: q=%d w=%d, want q=%d w=%d", tc.lim, q, w, tc.q, tc.w)
 		}
 	}
 }
