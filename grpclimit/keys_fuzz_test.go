@@ -84,4 +84,3 @@ func TestPeerWithoutIP(t *testing.T) {
 		t.Error("no peer: found an address")
 	}
 }
-
