@@ -170,3 +170,17 @@ func FuzzFields(f *testing.F) {
 		check(t, []item{{name, q, w, r, tt}, {"other", 1, 1, 1, 1}})
 	})
 }
+
+// TestEncoderAllocatesNothing: httplimit writes its fields in a stack
+// buffer, one allocation a style; the encoder adds none.
+func TestEncoderAllocatesNothing(t *testing.T) {
+	var buf [256]byte
+	n := testing.AllocsPerRun(100, func() {
+		b := policycore.AppendPolicy(buf[:0], "per-ip", 100, 60)
+		b = append(b, ", "...)
+		_ = policycore.AppendLimit(b, "café", 99, 1, 100)
+	})
+	if n != 0 {
+		t.Errorf("%v allocations a run, want 0", n)
+	}
+}
