@@ -97,7 +97,16 @@
 // that could still pass now, and t the seconds (rounded up) until the
 // budget is back to q with no other traffic. httplimit's package doc says
 // what they mean for each algorithm. A client reads them with
-// grpc.Header(&md). Each policy's r and t are its own at the decision.
+// grpc.Header(&md). Each policy's r and t are its own at the decision; r is
+// never above q, and a figure beyond an RFC 9651 Integer (15 digits) is
+// sent as the largest one. A '%' in a name is sent as %25, as in an RFC
+// 9651 Display String, so that the name percent-decodes back.
+//
+// A stream names each policy once, with its latest figures: those decided
+// at its start and for the messages received before its header goes out
+// (its first message sent, SendHeader, or its end). When PerMessage
+// policies decide messages after that, the trailer (grpc.Trailer(&md))
+// carries every policy once more, with the figures of the last decision.
 //
 // # Store failures
 //

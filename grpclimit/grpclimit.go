@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -24,7 +25,9 @@ import (
 type Policy struct {
 	// Name names the policy in QuotaFailure violations, the rate-limit
 	// metadata, Stats and Events, and in its store keys: unique within a
-	// Server or Client, 1 to 64 printable ASCII characters, no '"' or '\'.
+	// Server or Client, 1 to 64 printable ASCII characters, no '"', '\' or
+	// ':' (a key is prefix + name + ":" + the call's key, so that no call's
+	// key can name another policy's).
 	Name string
 	// Limit is the budget: rate, period, burst and algorithm.
 	Limit sluice.Limit
@@ -98,14 +101,15 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 	seen := map[string]bool{}
 	out := make([]*policy, 0, len(ps))
 	for i, p := range ps {
-		if err := validName(p.Name); err != nil {
+		if err := policycore.CheckName(p.Name); err != nil {
 			return nil, fmt.Errorf("grpclimit: policy %d: %w", i, err)
 		}
 		if seen[p.Name] {
 			return nil, fmt.Errorf("grpclimit: two policies named %q", p.Name)
 		}
 		seen[p.Name] = true
-		if err := p.Limit.Validate(); err != nil {
+		params, err := storeapi.Params(p.Limit)
+		if err != nil {
 			return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
 		}
 		if p.Stream > PerMessage {
@@ -117,8 +121,8 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 		case p.Cost == 0:
 			p.Cost = 1
 		}
-		pol := &policy{Policy: p, keyPrefix: c.prefix + p.Name + ":"}
-		pol.q, pol.w = quota(p.Limit)
+		pol := &policy{Policy: p, keyPrefix: policycore.KeyPrefix(c.prefix, p.Name)}
+		pol.q, pol.w = policycore.Quota(params)
 		if p.CostFunc == nil && p.Cost > pol.q {
 			return nil, fmt.Errorf("grpclimit: policy %q: cost %d exceeds the limit's capacity %d: no call could pass", p.Name, p.Cost, pol.q)
 		}
@@ -133,29 +137,6 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 		out = append(out, pol)
 	}
 	return out, nil
-}
-
-func validName(n string) error {
-	if len(n) < 1 || len(n) > 64 {
-		return fmt.Errorf("name %q: want 1 to 64 characters", n)
-	}
-	for _, r := range []byte(n) {
-		if r < ' ' || r > '~' || r == '"' || r == '\\' {
-			return fmt.Errorf("name %q: printable ASCII only, without '\"' or '\\'", n)
-		}
-	}
-	return nil
-}
-
-// quota returns a valid limit's q (the largest cost a fresh key admits at
-// once) and w (the seconds, rounded up, in which a budget spent to nothing
-// comes back to q with no traffic).
-func quota(l sluice.Limit) (q, w int64) {
-	p, err := storeapi.Params(l)
-	if err != nil {
-		return 0, 0
-	}
-	return p.Capacity(), (p.Refill() + 999_999) / 1_000_000
 }
 
 // ceilSeconds rounds d up to whole seconds.
@@ -423,27 +404,18 @@ func storeError(ctx context.Context, err error, retry time.Duration) error {
 	return unavailable(retry)
 }
 
-// appendDraft11 sets the ratelimit-policy and ratelimit fields of figs in
-// md, one item per policy, as draft-ietf-httpapi-ratelimit-headers-11
-// writes the HTTP fields: "name";q=100;w=60 and "name";r=99;t=1.
-func appendDraft11(md metadata.MD, figs []figures) {
-	if len(figs) == 0 {
-		return
-	}
+// draft11 is the ratelimit-policy and ratelimit metadata of figs, one item
+// per policy, as draft-ietf-httpapi-ratelimit-headers-11 writes the HTTP
+// fields: "name";q=100;w=60 and "name";r=99;t=1.
+func draft11(figs []figures) metadata.MD {
 	var pol, cur []byte
 	for i, f := range figs {
 		if i > 0 {
 			pol = append(pol, ", "...)
 			cur = append(cur, ", "...)
 		}
-		// Names hold no '"' or '\' (validName): quoting is enclosing.
-		pol = append(append(append(pol, '"'), f.pol.Name...), `";q=`...)
-		pol = strconv.AppendInt(pol, f.pol.q, 10)
-		pol = strconv.AppendInt(append(pol, ";w="...), f.pol.w, 10)
-		cur = append(append(append(cur, '"'), f.pol.Name...), `";r=`...)
-		cur = strconv.AppendInt(cur, max(f.remaining, 0), 10)
-		cur = strconv.AppendInt(append(cur, ";t="...), f.reset, 10)
+		pol = policycore.AppendPolicy(pol, f.pol.Name, f.pol.q, f.pol.w)
+		cur = policycore.AppendLimit(cur, f.pol.Name, f.remaining, f.reset, f.pol.q)
 	}
-	md["ratelimit-policy"] = []string{string(pol)}
-	md["ratelimit"] = []string{string(cur)}
+	return metadata.MD{"ratelimit-policy": {string(pol)}, "ratelimit": {string(cur)}}
 }

@@ -85,8 +85,27 @@ var echoDesc = grpc.ServiceDesc{
 				return err
 			}
 		}
+	}}, {StreamName: "Collect", ClientStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
+		// Receives every message, then answers once: the header goes out
+		// after every message was decided.
+		es := srv.(*echoServer)
+		n := 0
+		for {
+			if err := ss.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+				if errors.Is(err, io.EOF) {
+					return ss.SendMsg(wrapperspb.String(fmt.Sprint(n)))
+				}
+				return err
+			}
+			es.served.Add(1)
+			n++
+		}
 	}}},
 }
+
+const collectMethod = "/sluice.test.Echo/Collect"
+
+var collectDesc = &grpc.StreamDesc{StreamName: "Collect", ClientStreams: true}
 
 var chatDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
 
@@ -206,6 +225,7 @@ func TestRefusalCarriesRetryInfoAndQuotaFailure(t *testing.T) {
 				if got := md.Get("ratelimit-policy"); len(got) != 1 || !strings.HasPrefix(got[0], `"per-ip";q=`) {
 					t.Errorf("a refusal's ratelimit-policy %q", got)
 				}
+				readFields(t, md)
 				if int(es.served.Load()) != i {
 					t.Errorf("served %d calls, want %d", es.served.Load(), i)
 				}
@@ -235,6 +255,7 @@ func TestDraft11Metadata(t *testing.T) {
 	if got := md.Get("ratelimit"); len(got) != 1 || got[0] != wantCur {
 		t.Errorf("ratelimit %q\nwant %q", got, wantCur)
 	}
+	readFields(t, md)
 
 	// No headers when asked for none.
 	s2 := mustNew(t, frozen(), []grpclimit.Policy{{Name: "per-ip", Limit: sluice.PerMinute(100)}}, grpclimit.WithHeaders())
@@ -741,6 +762,7 @@ func TestBadConfiguration(t *testing.T) {
 		"no policy":     {lim, nil, nil},
 		"empty name":    {lim, []grpclimit.Policy{{Limit: ok}}, nil},
 		"quoted name":   {lim, []grpclimit.Policy{{Name: `a"b`, Limit: ok}}, nil},
+		"colon in name": {lim, []grpclimit.Policy{{Name: "a:b", Limit: ok}}, nil},
 		"twice":         {lim, []grpclimit.Policy{{Name: "a", Limit: ok}, {Name: "a", Limit: ok}}, nil},
 		"bad limit":     {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.Limit{Rate: 1}}}, nil},
 		"negative cost": {lim, []grpclimit.Policy{{Name: "a", Limit: ok, Cost: -1}}, nil},

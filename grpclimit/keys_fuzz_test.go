@@ -9,8 +9,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-
-	"github.com/sluice-go/sluice"
 )
 
 func peerCtx(addr string, xff ...string) context.Context {
@@ -86,29 +84,3 @@ func TestPeerWithoutIP(t *testing.T) {
 		t.Error("no peer: found an address")
 	}
 }
-
-func TestQuota(t *testing.T) {
-	for _, tc := range []struct {
-		lim  string
-		q, w int64
-	}{
-		{"100/1m", 100, 60},
-		{"10/1s token-bucket burst 50", 50, 5},
-		{"3/1s gcra burst 1", 1, 1},
-		{"4/1s leaky-bucket burst 3", 4, 1},
-		{"1/1h leaky-bucket burst 2", 3, 10800},
-		{"30/90s fixed-window", 30, 90},
-		{"5/15m sliding-log", 5, 900},
-		{"7/1500ms sliding-window", 7, 2},
-	} {
-		l, err := parseLimit(tc.lim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q, w := quota(l); q != tc.q || w != tc.w {
-			t.Errorf("%s: q=%d w=%d, want q=%d w=%d", tc.lim, q, w, tc.q, tc.w)
-		}
-	}
-}
-
-var parseLimit = sluice.ParseLimit

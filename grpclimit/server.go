@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,8 +74,8 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		cl := &call{Context: ctx, cfg: &s.cfg, lim: s.lim}
-		setHeader := func(md metadata.MD) { _ = grpc.SetHeader(ctx, md) }
-		if err := s.decide(cl, info.FullMethod, s.enforced, s.shadows, req, setHeader); err != nil {
+		send := func(figs []figures) { _ = grpc.SetHeader(ctx, draft11(figs)) }
+		if err := s.decide(cl, info.FullMethod, s.enforced, s.shadows, req, send); err != nil {
 			return nil, err
 		}
 		return handler(cl, req)
@@ -93,8 +94,9 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		w := &serverStream{ServerStream: ss, s: s, method: info.FullMethod}
 		w.cl = &call{Context: ss.Context(), cfg: &s.cfg, lim: s.lim}
+		defer w.finish()
 		if len(s.startEnf)+len(s.startShadow) > 0 {
-			if err := s.decide(w.cl, info.FullMethod, s.startEnf, s.startShadow, nil, w.setHeader); err != nil {
+			if err := s.decide(w.cl, info.FullMethod, s.startEnf, s.startShadow, nil, w.update); err != nil {
 				return err
 			}
 		}
@@ -102,17 +104,79 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
+// serverStream is a stream under a Server's policies. Its rate-limit
+// metadata names each policy once, with its latest figures: a stream
+// decides at its start and for each message, and grpc merges every
+// SetHeader into the header, so the figures are kept here and set once,
+// just before the header goes out (the first SendMsg or SendHeader, or the
+// end of the stream). Figures decided after that go in the trailer.
 type serverStream struct {
 	grpc.ServerStream
 	s      *Server
 	cl     *call
 	method string
+
+	mu   sync.Mutex
+	figs []figures // each policy's latest, in the order first decided
+	sent bool      // the header went out, or set its figures
+	late bool      // figures changed once the header could no longer carry them
 }
 
 // Context is the stream's context, through which Refund finds the call.
 func (w *serverStream) Context() context.Context { return w.cl }
 
-func (w *serverStream) setHeader(md metadata.MD) { _ = w.ServerStream.SetHeader(md) }
+// update keeps figs as each policy's latest figures.
+func (w *serverStream) update(figs []figures) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.late = w.late || w.sent
+next:
+	for _, f := range figs {
+		for i := range w.figs {
+			if w.figs[i].pol == f.pol {
+				w.figs[i] = f
+				continue next
+			}
+		}
+		w.figs = append(w.figs, f)
+	}
+}
+
+// setHeader sets the figures in the header, once, before it goes out.
+func (w *serverStream) setHeader() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sent {
+		return
+	}
+	w.sent = true
+	if len(w.figs) > 0 && w.ServerStream.SetHeader(draft11(w.figs)) != nil {
+		w.late = true // sent already (grpc.SendHeader on the context): the trailer carries them
+	}
+}
+
+// SendHeader sends the header with the rate-limit metadata.
+func (w *serverStream) SendHeader(md metadata.MD) error {
+	w.setHeader()
+	return w.ServerStream.SendHeader(md)
+}
+
+// SendMsg sends a message, after the header with the rate-limit metadata.
+func (w *serverStream) SendMsg(m any) error {
+	w.setHeader()
+	return w.ServerStream.SendMsg(m)
+}
+
+// finish sets the figures at the stream's end: in the header if it has not
+// gone out (it goes with the status), else in the trailer if they changed.
+func (w *serverStream) finish() {
+	w.setHeader()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.late && len(w.figs) > 0 {
+		w.ServerStream.SetTrailer(draft11(w.figs))
+	}
+}
 
 // RecvMsg receives a message and decides the PerMessage policies for it.
 func (w *serverStream) RecvMsg(m any) error {
@@ -122,14 +186,14 @@ func (w *serverStream) RecvMsg(m any) error {
 	if len(w.s.msgEnf)+len(w.s.msgShadow) == 0 {
 		return nil
 	}
-	return w.s.decide(w.cl, w.method, w.s.msgEnf, w.s.msgShadow, m, w.setHeader)
+	return w.s.decide(w.cl, w.method, w.s.msgEnf, w.s.msgShadow, m, w.update)
 }
 
 // decide decides the enforced policies enf as one composite and then the
-// shadow policies sh as another, sets the rate-limit metadata, and returns
-// the status the call fails with, or nil for a call that goes on (after a
-// leaky bucket's delay).
-func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, setHeader func(metadata.MD)) error {
+// shadow policies sh as another, hands the figures to send for the
+// rate-limit metadata, and returns the status the call fails with, or nil
+// for a call that goes on (after a leaky bucket's delay).
+func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, send func([]figures)) error {
 	all, err := gather(cl, method, enf, msg, make([]spend, 0, len(enf)+len(sh)))
 	if err != nil {
 		return err
@@ -139,7 +203,7 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 		return err // shadow policies return none; kept for safety
 	}
 	es, ss := all[:n], all[n:]
-	send := s.cfg.headers
+	withHeaders := s.cfg.headers
 	o := s.cfg.observer
 	var figs []figures
 	var res sluice.Result
@@ -157,11 +221,11 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 			return storeError(cl, err, s.cfg.unavailable)
 		case res.Degraded:
 			recordAll(o, "grpc", es, observe.Degraded, lat)
-			send = false // numbers the store did not make
+			withHeaders = false // numbers the store did not make
 		case res.Allowed:
 			cl.charge(es, each)
 		}
-		if !res.Degraded && send {
+		if !res.Degraded && withHeaders {
 			figs = figuresOf(es, each)
 		}
 		if !res.Allowed && !res.Degraded {
@@ -172,12 +236,10 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, set
 		}
 	}
 	if len(ss) > 0 {
-		figs = s.shadow(cl, method, ss, send, figs)
+		figs = s.shadow(cl, method, ss, withHeaders, figs)
 	}
-	if send && len(figs) > 0 {
-		md := metadata.MD{}
-		appendDraft11(md, figs)
-		setHeader(md)
+	if withHeaders && len(figs) > 0 {
+		send(figs)
 	}
 	if len(es) == 0 || res.Degraded {
 		return nil

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/sluice-go/sluice/internal/policycore"
 )
 
 // The headers' canonical keys, so that setting them does not canonicalize
@@ -37,7 +39,7 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 					if i > 0 {
 						b = append(b, ", "...)
 					}
-					b = appendPolicyItem(b, pr.Name, pr.Quota, pr.Window)
+					b = policycore.AppendPolicy(b, pr.Name, pr.Quota, pr.Window)
 				}
 			}
 			n := len(b)
@@ -45,11 +47,7 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 				if i > 0 {
 					b = append(b, ", "...)
 				}
-				b = appendSFString(b, pr.Name)
-				b = append(b, ";r="...)
-				b = appendSFInt(b, pr.Remaining)
-				b = append(b, ";t="...)
-				b = appendSFInt(b, pr.Reset)
+				b = policycore.AppendLimit(b, pr.Name, pr.Remaining, pr.Reset, pr.Quota)
 			}
 			v := string(b)
 			vals[0], vals[1] = v[:n], v[n:]
@@ -91,38 +89,6 @@ func (m *Middleware) enforcedOnly(results []PolicyResult) bool {
 		}
 	}
 	return true
-}
-
-// appendPolicyItem appends one RateLimit-Policy item.
-func appendPolicyItem(b []byte, name string, q, w int64) []byte {
-	b = appendSFString(b, name)
-	b = append(b, ";q="...)
-	b = appendSFInt(b, q)
-	b = append(b, ";w="...)
-	return appendSFInt(b, w)
-}
-
-// maxSFInt is the largest RFC 9651 Integer (15 digits). A limit's capacity
-// can exceed it (up to algo.MaxScaled, 16 digits).
-const maxSFInt = 999_999_999_999_999
-
-// appendSFInt appends v as a non-negative RFC 9651 Integer, as the draft's
-// parameters are: a larger v is sent as the largest Integer.
-func appendSFInt(b []byte, v int64) []byte {
-	return strconv.AppendInt(b, min(max(v, 0), maxSFInt), 10)
-}
-
-// appendSFString appends s as an RFC 9651 String (names are printable
-// ASCII, checked by New).
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return append(b, '"')
 }
 
 // problem is an RFC 9457 problem details object.

@@ -92,10 +92,12 @@
 //     oldest leaves earlier, giving some back before t).
 //
 // The syntax was checked against draft-11's own text (sections 3 and 4):
-// each item is a String naming the policy; q (required) and w on
+// each item is a String naming the policy (a '%' in the name is sent as
+// %25, as in an RFC 9651 Display String, so that the name percent-decodes
+// back); q (required) and w on
 // RateLimit-Policy, r (required) and t on RateLimit, all non-negative
-// Integers, w at least 1. A figure beyond an RFC 9651 Integer (15 digits) is
-// sent as the largest one. The draft's optional qu (the quota unit, by
+// Integers, w at least 1, r never above q. A figure beyond an RFC 9651
+// Integer (15 digits) is sent as the largest one. The draft's optional qu (the quota unit, by
 // default "requests") and pk (a partition key, a Byte Sequence) are not
 // sent: a policy's cost need not count one of the registered units, and the
 // key is the server's business.
@@ -153,6 +155,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -161,7 +164,9 @@ import (
 type Policy struct {
 	// Name names the policy in the RateLimit headers, problem bodies and
 	// Stats, and in its store keys: unique within a Middleware, 1 to 64
-	// printable ASCII characters, no '"' or '\'.
+	// printable ASCII characters, no '"', '\' or ':' (a key is prefix +
+	// name + ":" + the request's key, so that no request's key can name
+	// another policy's).
 	Name string
 	// Limit is the budget: rate, period, burst and algorithm.
 	Limit sluice.Limit
@@ -491,8 +496,8 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		if err != nil {
 			return nil, err
 		}
-		pol := &policy{Policy: p, q: params.Capacity(), keyPrefix: m.prefix + p.Name + ":", clientIP: clientIP}
-		pol.w = ceilDiv(params.Refill(), 1e6) // seconds, rounded up
+		pol := &policy{Policy: p, keyPrefix: policycore.KeyPrefix(m.prefix, p.Name), clientIP: clientIP}
+		pol.q, pol.w = policycore.Quota(params)
 		if p.Shadow {
 			m.shadows = append(m.shadows, pol)
 		} else {
@@ -506,7 +511,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		if i > 0 {
 			hb = append(hb, ", "...)
 		}
-		hb = appendPolicyItem(hb, p.Name, p.q, p.w)
+		hb = policycore.AppendPolicy(hb, p.Name, p.q, p.w)
 	}
 	m.policyHeader = string(hb)
 	return m, nil
@@ -516,7 +521,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 // (it adds it), and returns it with its defaults (cost 1, the key
 // defaultKey()) and its limit's params.
 func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFunc) (Policy, algo.Params, error) {
-	if err := checkName(p.Name); err != nil {
+	if err := policycore.CheckName(p.Name); err != nil {
 		return p, algo.Params{}, fmt.Errorf("httplimit: policy %d: %w", i, err)
 	}
 	if seen[p.Name] {
@@ -540,18 +545,6 @@ func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFun
 		p.Key = defaultKey()
 	}
 	return p, params, nil
-}
-
-func checkName(n string) error {
-	if n == "" || len(n) > 64 {
-		return fmt.Errorf("name %q: want 1 to 64 characters", n)
-	}
-	for i := 0; i < len(n); i++ {
-		if c := n[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return fmt.Errorf("name %q: only printable ASCII, no '\"' or '\\'", n)
-		}
-	}
-	return nil
 }
 
 func ceilDiv(a, b int64) int64 {

@@ -861,6 +861,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"no policy", lim, nil, nil},
 		{"no name", lim, []httplimit.Policy{{Limit: ok}}, nil},
 		{"quote in name", lim, []httplimit.Policy{{Name: `a"b`, Limit: ok}}, nil},
+		{"colon in name", lim, []httplimit.Policy{{Name: "a:b", Limit: ok}}, nil},
 		{"two names", lim, []httplimit.Policy{{Name: "a", Limit: ok}, {Name: "a", Limit: ok}}, nil},
 		{"zero limit", lim, []httplimit.Policy{{Name: "a"}}, nil},
 		{"cost over capacity", lim, []httplimit.Policy{{Name: "a", Limit: ok, Cost: 2}}, nil},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -29,7 +30,7 @@ import (
 //	client := &http.Client{Transport: t}
 //
 // A hold is kept in the store as a GCRA budget of one unit per millisecond
-// under the key prefix + "hold:" + host: held while a cost-0 look finds it
+// under the key prefix + "hold:" + host (no policy may be named "hold"): held while a cost-0 look finds it
 // not full (Result.ResetAfter > 0). A 429/503 tops it up so that it is full
 // again when the Retry-After ends. Two answers that arrive at once may both
 // top it up, so a hold can last longer than the longest Retry-After (up to
@@ -99,6 +100,10 @@ func WithHoldClock(c sluice.Clock) TransportOption {
 // stopped, reports nothing under it. No policy may take the name.
 const UpstreamPolicy = "upstream"
 
+// holdName is the name the holds' store keys are made under, as a
+// policy's are, so that no policy's key can be a hold's.
+const holdName = "hold"
+
 // WithTransportObserver reports to o, with Source "http-out", one Event per
 // policy per request: Allowed (with Wait, how long it waited for its turn,
 // and Latency, the store's time for the first decision), Denied (it would
@@ -151,15 +156,18 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 		if p.Shadow {
 			return nil, fmt.Errorf("httplimit: policy %q: shadow policies are not supported outbound", p.Name)
 		}
-		if p.Name == UpstreamPolicy {
+		switch p.Name {
+		case UpstreamPolicy:
 			return nil, fmt.Errorf("httplimit: policy %q: the name is the Transport's own (UpstreamPolicy)", p.Name)
+		case holdName:
+			return nil, fmt.Errorf("httplimit: policy %q: the name is the Transport's own (its holds' store keys)", p.Name)
 		}
 		t.leaky = t.leaky || p.Limit.Algorithm == sluice.LeakyBucket
 		p, _, err := checkPolicy(i, p, seen, Host)
 		if err != nil {
 			return nil, err
 		}
-		t.policies = append(t.policies, &policy{Policy: p})
+		t.policies = append(t.policies, &policy{Policy: p, keyPrefix: policycore.KeyPrefix(t.prefix, p.Name)})
 	}
 	// One unit per millisecond, as many units as the longest hold.
 	t.hold = sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Millisecond, Burst: t.maxHold.Milliseconds()}
@@ -211,7 +219,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: t.prefix + p.Name + ":" + key, Limit: p.Limit, Cost: cost})
+			parts = append(parts, sluice.Part{Key: p.keyPrefix + key, Limit: p.Limit, Cost: cost})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}
@@ -336,7 +344,7 @@ type holdReport struct {
 // waitHold waits while host is held, bounded by the request's context.
 func (t *Transport) waitHold(req *http.Request, host string) (h holdReport) {
 	ctx := req.Context()
-	key := t.prefix + "hold:" + host
+	key := policycore.KeyPrefix(t.prefix, holdName) + host
 	for first := true; ; first = false {
 		start := time.Now()
 		look, err := t.lim.Take(ctx, key, t.hold, 0)
@@ -367,7 +375,7 @@ func (t *Transport) waitHold(req *http.Request, host string) (h holdReport) {
 // leaves the host unheld: the next request will learn the Retry-After again.
 func (t *Transport) setHold(req *http.Request, host string, d time.Duration) {
 	ctx := req.Context()
-	key := t.prefix + "hold:" + host
+	key := policycore.KeyPrefix(t.prefix, holdName) + host
 	look, err := t.lim.Take(ctx, key, t.hold, 0)
 	if err != nil || look.Degraded {
 		return

@@ -181,6 +181,9 @@ func TestNewTransportRejectsBadInput(t *testing.T) {
 		{"bad limit", lim, []httplimit.Policy{{Name: "a"}}, nil},
 		{"nil base", lim, nil, []httplimit.TransportOption{httplimit.WithBase(nil)}},
 		{"max hold 0", lim, nil, []httplimit.TransportOption{httplimit.WithMaxHold(0)}},
+		// A policy "hold" keyed on the host would share the hold's store key.
+		{"the holds' name", lim, []httplimit.Policy{{Name: "hold", Limit: sluice.PerSecond(1)}}, nil},
+		{"':' in a name", lim, []httplimit.Policy{{Name: "hold:x", Limit: sluice.PerSecond(1)}}, nil},
 	} {
 		if tr, err := httplimit.NewTransport(tc.lim, tc.ps, tc.opts...); err == nil || tr != nil {
 			t.Errorf("%s: no error", tc.name)

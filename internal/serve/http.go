@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 )
 
 // httpHandler routes the HTTP listener.
@@ -348,8 +349,9 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 		s.metrics.degraded.Inc()
 	}
 	h := w.Header()
-	h.Set("RateLimit-Policy", fmt.Sprintf(`"key";q=%d;w=%d`, lim.Rate, max(ceilSeconds(lim.Period), 1)))
-	h.Set("RateLimit", fmt.Sprintf(`"key";r=%d;t=%d`, max(res.Remaining, 0), ceilSeconds(max(res.ResetAfter, res.RetryAfter))))
+	q, wnd := draft11Quota(lim)
+	h.Set("RateLimit-Policy", string(policycore.AppendPolicy(nil, "key", q, wnd)))
+	h.Set("RateLimit", string(policycore.AppendLimit(nil, "key", res.Remaining, ceilSeconds(max(res.ResetAfter, res.RetryAfter)), q)))
 	return res, nil
 }
 

@@ -19,7 +19,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -807,27 +809,18 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 	case HeadersDraft11:
 		var pol, cur []byte
 		for i := range desc {
-			if !limits(desc[i].kind) {
+			d := &desc[i]
+			if !limits(d.kind) {
 				continue
 			}
-			st := sts[i]
-			name := policyName(desc[i].rule)
+			name := policyName(d.rule)
 			if len(pol) > 0 {
 				pol = append(pol, ", "...)
 				cur = append(cur, ", "...)
 			}
-			pol = strconv.AppendQuote(pol, name)
-			pol = append(pol, ";q="...)
-			pol = strconv.AppendUint(pol, uint64(st.CurrentLimit.RequestsPerUnit), 10)
-			if w := desc[i].rule.Limit.Period; w >= time.Second {
-				pol = append(pol, ";w="...)
-				pol = strconv.AppendInt(pol, ceilSeconds(w), 10)
-			}
-			cur = strconv.AppendQuote(cur, name)
-			cur = append(cur, ";r="...)
-			cur = strconv.AppendUint(cur, uint64(st.LimitRemaining), 10)
-			cur = append(cur, ";t="...)
-			cur = strconv.AppendInt(cur, ceilSeconds(st.DurationUntilReset.AsDuration()), 10)
+			q, w := draft11Quota(d.rule.Limit)
+			pol = policycore.AppendPolicy(pol, name, q, w)
+			cur = policycore.AppendLimit(cur, name, d.res.Remaining, ceilSeconds(sts[i].DurationUntilReset.AsDuration()), q)
 		}
 		if len(pol) == 0 {
 			return nil
@@ -835,6 +828,17 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 		return []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: string(pol)}, {Key: "RateLimit", Value: string(cur)}}
 	}
 	return nil
+}
+
+// draft11Quota is a limit's q and w in the draft-11 fields, as httplimit
+// and grpclimit send them: q the capacity r is counted against (a bucket's
+// burst, not its rate). A requests_per_unit of 0 admits nothing: q is 0.
+func draft11Quota(l sluice.Limit) (q, w int64) {
+	p, err := storeapi.Params(l)
+	if err != nil {
+		return 0, max(ceilSeconds(l.Period), 1)
+	}
+	return policycore.Quota(p)
 }
 
 // policyName is a rule's name in headers and metrics: its name, else its
