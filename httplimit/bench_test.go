@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,9 @@ func BenchmarkMiddleware(b *testing.B) {
 			benchMiddleware(b, tc.name+obs.name, tc.ps, httplimit.WithObserver(obs.o))
 		}
 	}
+	// Behind a trusted proxy: the X-Forwarded-For walk.
+	benchMiddleware(b, "one-policy/trusted-proxy", []httplimit.Policy{{Name: "ip", Limit: sluice.PerSecond(1 << 30)}},
+		httplimit.WithTrustedProxies(netip.MustParsePrefix("192.0.2.0/24")))
 }
 
 func benchMiddleware(b *testing.B, name string, ps []httplimit.Policy, opts ...httplimit.Option) {
@@ -50,6 +54,7 @@ func benchMiddleware(b *testing.B, name string, ps []httplimit.Policy, opts ...h
 			reqs[i] = httptest.NewRequest("GET", "/", nil)
 			reqs[i].RemoteAddr = "192.0.2." + strconv.Itoa(i) + ":1234"
 			reqs[i].Header.Set("X-User", "u"+strconv.Itoa(i))
+			reqs[i].Header.Set("X-Forwarded-For", "198.51.100.1, 203.0.113."+strconv.Itoa(i)+", 192.0.2.9")
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
