@@ -180,6 +180,33 @@ func (l Limit) Validate() error {
 	return err
 }
 
+// Capacity returns the largest cost that can pass at once on a fresh key:
+// Burst for TokenBucket and GCRA, Burst+1 for LeakyBucket (the units that
+// may wait and the one leaving), Rate for the windows. A larger cost is an
+// error (ErrCostExceedsCapacity), never a refusal. A limit that does not
+// validate has no capacity: 0.
+func (l Limit) Capacity() int64 {
+	p, err := l.params()
+	if err != nil {
+		return 0
+	}
+	return p.Capacity()
+}
+
+// Refill returns the time in which a budget spent to nothing comes back to
+// Capacity with no traffic: for the buckets, Capacity units at one per
+// Period/Rate, rounded up to the microsecond; for the windows, Period. It
+// is the w of the RateLimit-Policy header (in whole seconds, rounded up)
+// that httplimit and grpclimit send. A limit that does not validate
+// refills in 0.
+func (l Limit) Refill() time.Duration {
+	p, err := l.params()
+	if err != nil {
+		return 0
+	}
+	return time.Duration(p.Refill()) * time.Microsecond // Validate keeps it below 2^50µs
+}
+
 // params returns the limit in the form the algorithms and stores take.
 func (l Limit) params() (algo.Params, error) {
 	return core.Params(uint8(l.Algorithm), l.Rate, l.Period, l.Burst)

@@ -87,6 +87,52 @@ func TestLimitValidate(t *testing.T) {
 	}
 }
 
+// TestLimitCapacityAndRefill: what a limit admits at once on a fresh key,
+// and how long an emptied budget takes to come back, worked out by hand.
+func TestLimitCapacityAndRefill(t *testing.T) {
+	for _, c := range []struct {
+		lim      string
+		capacity int64
+		refill   time.Duration
+	}{
+		{"100/1m", 100, time.Minute},
+		{"10/1s token-bucket burst 50", 50, 5 * time.Second},
+		{"10/1s gcra burst 50", 50, 5 * time.Second},
+		{"3/1s gcra burst 1", 1, 333334 * time.Microsecond}, // 1/3 s, rounded up to the µs
+		{"4/1s leaky-bucket burst 3", 4, time.Second},       // burst+1
+		{"1/1h leaky-bucket burst 2", 3, 3 * time.Hour},
+		{"2/1s leaky-bucket burst 0", 1, 500 * time.Millisecond},
+		{"30/90s fixed-window", 30, 90 * time.Second},
+		{"30/90s aligned-window", 30, 90 * time.Second},
+		{"5/15m sliding-log", 5, 15 * time.Minute},
+		{"7/1500ms sliding-window", 7, 1500 * time.Millisecond},
+	} {
+		l, err := sluice.ParseLimit(c.lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Capacity(); got != c.capacity {
+			t.Errorf("%s: Capacity() = %d, want %d", c.lim, got, c.capacity)
+		}
+		if got := l.Refill(); got != c.refill {
+			t.Errorf("%s: Refill() = %v, want %v", c.lim, got, c.refill)
+		}
+	}
+	// The longest refill a valid limit can have fits a Duration.
+	long := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1, Period: time.Duration(algo.MaxScaled/2) * time.Microsecond}
+	if err := long.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := long.Refill(); got != long.Period {
+		t.Errorf("%v: Refill() = %v", long, got)
+	}
+	for _, bad := range []sluice.Limit{{}, sluice.PerSecond(0), sluice.PerSecond(10).WithBurst(0), sluice.PerHour(1).WithBurst(1 << 30), {Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}} {
+		if c, r := bad.Capacity(), bad.Refill(); c != 0 || r != 0 {
+			t.Errorf("%v (invalid): Capacity() = %d, Refill() = %v, want 0 and 0", bad, c, r)
+		}
+	}
+}
+
 func TestAlgorithmNames(t *testing.T) {
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket, sluice.FixedWindow, sluice.AlignedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
 		b, err := sluice.ParseAlgorithm(a.String())
