@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -108,8 +107,7 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 			return nil, fmt.Errorf("grpclimit: two policies named %q", p.Name)
 		}
 		seen[p.Name] = true
-		params, err := storeapi.Params(p.Limit)
-		if err != nil {
+		if err := p.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
 		}
 		if p.Stream > PerMessage {
@@ -122,7 +120,7 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 			p.Cost = 1
 		}
 		pol := &policy{Policy: p, keyPrefix: policycore.KeyPrefix(c.prefix, p.Name)}
-		pol.q, pol.w = policycore.Quota(params)
+		pol.q, pol.w = policycore.Quota(p.Limit)
 		if p.CostFunc == nil && p.Cost > pol.q {
 			return nil, fmt.Errorf("grpclimit: policy %q: cost %d exceeds the limit's capacity %d: no call could pass", p.Name, p.Cost, pol.q)
 		}
@@ -137,14 +135,6 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 		out = append(out, pol)
 	}
 	return out, nil
-}
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // call is one call's passage through a Server or Client. It is also the
@@ -307,7 +297,7 @@ type figures struct {
 func figuresOf(ss []spend, each []sluice.Result) []figures {
 	out := make([]figures, len(ss))
 	for i, s := range ss {
-		out[i] = figures{pol: s.pol, cost: s.cost, remaining: each[i].Remaining, reset: ceilSeconds(each[i].ResetAfter)}
+		out[i] = figures{pol: s.pol, cost: s.cost, remaining: each[i].Remaining, reset: policycore.Seconds(each[i].ResetAfter)}
 	}
 	return out
 }

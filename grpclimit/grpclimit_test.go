@@ -567,6 +567,8 @@ func TestKeysFromProxies(t *testing.T) {
 			{xff("198.51.100.1", "203.0.113.7", "10.1.1.1, 10.2.2.2"), "203.0.113.7"},
 			{xff("10.3.3.3, 10.1.1.1"), "10.3.3.3"},
 			{xff("garbage, 10.1.1.1"), "10.1.1.1"},
+			{xff(`"198.51.100.7, 203.0.113.9, 10.1.1.1`), "203.0.113.9"}, // a client's quote hides no hop
+			{xff("[203.0.113.9], 10.1.1.1"), "10.1.1.1"},                 // brackets are for IPv6
 			{xff("::ffff:192.0.2.4"), "192.0.2.4"},
 			{xff("[2001:db8:1:2::7]:443"), "2001:db8:1:2::/64"},
 			{context.Background(), "127.0.0.1"},
@@ -605,6 +607,16 @@ func TestKeysFromProxies(t *testing.T) {
 			t.Fatal(err)
 		}
 		if k := last(es); k != "2001:db8::5/128" {
+			t.Errorf("keyed %q", k)
+		}
+	})
+	t.Run("forwarded", func(t *testing.T) {
+		conn, es := keyed(t, trusted, grpclimit.WithProxyHeader("Forwarded"))
+		ctx := metadata.AppendToOutgoingContext(xff("198.51.100.1"), "forwarded", `for=198.51.100.2, for="[2001:db8::1]:4711";proto=https, for=10.1.1.1`)
+		if err := echo(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		if k := last(es); k != "2001:db8::/64" {
 			t.Errorf("keyed %q", k)
 		}
 	})

@@ -2,15 +2,14 @@ package grpclimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/sluice-go/sluice/internal/policycore"
 )
 
 // KeyFunc returns the key a policy counts a call under, and false when the
@@ -19,19 +18,6 @@ import (
 // ("/package.Service/Method"). A call whose key is not found is never
 // counted under a shared empty key: see Policy.Optional.
 type KeyFunc func(ctx context.Context, method string) (key string, ok bool)
-
-// longKey is the length past which a key read from the call (a metadata
-// value, an identity) is replaced by its SHA-256, so that a client cannot make
-// the store keep keys of any size.
-const longKey = 128
-
-func shorten(s string) string {
-	if len(s) > longKey {
-		h := sha256.Sum256([]byte(s))
-		return "sha256:" + hex.EncodeToString(h[:])
-	}
-	return s
-}
 
 // PeerIP keys a call on its client's address as the Server resolves it (see
 // ClientAddr): the peer's IP address, or with trusted proxies the address
@@ -46,15 +32,16 @@ func PeerIP() KeyFunc {
 		if cl != nil && cl.client {
 			return "", false
 		}
-		ip := &defaultIP
+		ip := &noProxies
 		if cl != nil {
 			ip = &cl.cfg.ip
 		}
-		a, ok := ip.resolve(ctx)
+		a, ok := clientAddr(ctx, ip)
 		if !ok {
 			return "", false
 		}
-		return string(ip.appendKey(nil, a)), true
+		var buf [64]byte
+		return string(ip.AppendKey(buf[:0], a)), true
 	}
 }
 
@@ -74,11 +61,7 @@ func Metadata(name string) KeyFunc {
 		} else {
 			vs = metadata.ValueFromIncomingContext(ctx, name)
 		}
-		v := strings.TrimSpace(strings.Join(vs, ","))
-		if v == "" {
-			return "", false
-		}
-		return shorten(v), true
+		return policycore.ValuesKey(vs)
 	}
 }
 
@@ -110,16 +93,7 @@ func Target() KeyFunc {
 // found.
 func FromContext(ctxKey any) KeyFunc {
 	return func(ctx context.Context, _ string) (string, bool) {
-		var s string
-		if v, ok := ctx.Value(ctxKey).(string); ok {
-			s = v
-		} else if v, ok := ctx.Value(ctxKey).(fmt.Stringer); ok {
-			s = v.String()
-		}
-		if s == "" {
-			return "", false
-		}
-		return shorten(s), true
+		return policycore.ContextKey(ctx.Value(ctxKey))
 	}
 }
 
@@ -128,30 +102,12 @@ func FromContext(ctxKey any) KeyFunc {
 // different lists of keys never join to the same key.
 func Join(keys ...KeyFunc) KeyFunc {
 	return func(ctx context.Context, method string) (string, bool) {
-		out := make([]byte, 0, 64)
-		for i, k := range keys {
-			if k == nil {
+		return policycore.JoinKeys(len(keys), func(i int) (string, bool) {
+			if keys[i] == nil {
 				return "", false
 			}
-			s, ok := k(ctx, method)
-			if !ok {
-				return "", false
-			}
-			if i > 0 {
-				out = append(out, '|')
-			}
-			for j := 0; j < len(s); j++ {
-				switch c := s[j]; c {
-				case '|':
-					out = append(out, "%7C"...)
-				case '%':
-					out = append(out, "%25"...)
-				default:
-					out = append(out, c)
-				}
-			}
-		}
-		return string(out), true
+			return keys[i](ctx, method)
+		})
 	}
 }
 
@@ -161,26 +117,32 @@ func Static(key string) KeyFunc {
 	return func(context.Context, string) (string, bool) { return key, key != "" }
 }
 
-// ipRules is how a Server finds a call's client address.
-type ipRules struct {
-	proxies []netip.Prefix // trusted proxies, masked, IPv4 unmapped
-	field   string         // the forwarding metadata field, lower case
-	v6bits  int
-}
-
-var defaultIP = ipRules{field: "x-forwarded-for", v6bits: 64}
-
 // ClientAddr returns the address of the client that made the call whose
 // server context is ctx, as the Server that admitted it resolves it (its
 // trusted proxies), or the peer's address when the call did not pass
 // through a Server. IPv4-mapped IPv6 addresses are returned as IPv4. False
 // when the peer has no IP address.
 func ClientAddr(ctx context.Context) (netip.Addr, bool) {
-	ip := &defaultIP
+	ip := &noProxies
 	if cl := callOf(ctx); cl != nil && !cl.client {
 		ip = &cl.cfg.ip
 	}
-	return ip.resolve(ctx)
+	return clientAddr(ctx, ip)
+}
+
+// noProxies is how a call that passed through no Server is read: its
+// peer's address, IPv6 by /64.
+var noProxies policycore.ClientIP
+
+// clientAddr is the peer's address, unless the peer is a trusted proxy:
+// then the client its forwarding field names
+// (policycore.ClientIP.Client).
+func clientAddr(ctx context.Context, ip *policycore.ClientIP) (netip.Addr, bool) {
+	peer, ok := peerIP(ctx)
+	if !ok || !ip.Proxied(peer) {
+		return peer, ok
+	}
+	return ip.Client(peer, metadata.ValueFromIncomingContext(ctx, ip.Field())), true
 }
 
 // peerIP reads the IP address of the call's peer, without zone, IPv4-mapped
@@ -208,84 +170,4 @@ func peerIP(ctx context.Context) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a.Unmap().WithZone(""), true
-}
-
-func (r *ipRules) trusts(a netip.Addr) bool {
-	for _, p := range r.proxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// resolve is the peer's address, unless the peer is a trusted proxy: then
-// the forwarding field is read. x-forwarded-for (all its values, in order,
-// as one comma-separated list) is read from the right: each trusted hop is
-// passed over and the first address that is not trusted is the client's.
-// When every hop is trusted, the leftmost is the client; an entry that is
-// not an address stops the reading, and the last trusted hop is the client.
-// Another field (x-real-ip) is read as one address, and only when the
-// call carries exactly one value.
-func (r *ipRules) resolve(ctx context.Context) (netip.Addr, bool) {
-	client, ok := peerIP(ctx)
-	if !ok || len(r.proxies) == 0 || !r.trusts(client) {
-		return client, ok
-	}
-	vals := metadata.ValueFromIncomingContext(ctx, r.field)
-	if r.field != "x-forwarded-for" {
-		if len(vals) == 1 {
-			if a, ok := hostAddr(vals[0]); ok {
-				return a, true
-			}
-		}
-		return client, true
-	}
-	// The values from last to first, each from its last entry to its first.
-	for i := len(vals) - 1; i >= 0; i-- {
-		rest := vals[i]
-		for {
-			cut := strings.LastIndexByte(rest, ',')
-			hop := rest[cut+1:]
-			a, ok := hostAddr(hop)
-			if !ok {
-				return client, true
-			}
-			if !r.trusts(a) {
-				return a, true
-			}
-			client = a
-			if cut < 0 {
-				break
-			}
-			rest = rest[:cut]
-		}
-	}
-	return client, true
-}
-
-// hostAddr reads an address written alone, with a port, or in brackets.
-func hostAddr(s string) (netip.Addr, bool) {
-	s = strings.TrimSpace(s)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		s = ap.Addr().String()
-	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		s = s[1 : len(s)-1]
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, false
-	}
-	return a.Unmap(), true
-}
-
-// appendKey appends a's key to b: an IPv4 address as it is, an IPv6 address
-// as its prefix of r.v6bits.
-func (r *ipRules) appendKey(b []byte, a netip.Addr) []byte {
-	if a.Is6() {
-		if p, err := a.Prefix(r.v6bits); err == nil {
-			return p.AppendTo(b)
-		}
-	}
-	return a.AppendTo(b)
 }

@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/sluice-go/sluice/internal/policycore"
 )
 
 func peerCtx(addr string, xff ...string) context.Context {
@@ -31,27 +33,31 @@ func FuzzForwardedFor(f *testing.F) {
 	} {
 		f.Add(s, s)
 	}
-	trusted := ipRules{field: "x-forwarded-for", v6bits: 64, proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8")}}
-	untrusted := ipRules{field: "x-forwarded-for", v6bits: 64}
+	c, err := newConfig("", []Option{WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8"))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	trusted := &c.ip
+	untrusted := &noProxies
 	f.Fuzz(func(t *testing.T, a, b string) {
 		for _, peerAddr := range []string{"127.0.0.1:5000", "[::ffff:10.9.9.9]:1", "[2001:db8:5::1]:443"} {
 			ctx := peerCtx(peerAddr, a, b)
 			p := netip.MustParseAddrPort(peerAddr).Addr().Unmap()
-			got, ok := untrusted.resolve(ctx)
+			got, ok := clientAddr(ctx, untrusted)
 			if !ok || got != p {
 				t.Fatalf("untrusted peer %s with x-forwarded-for %q, %q resolved %v", peerAddr, a, b, got)
 			}
-			got, ok = trusted.resolve(ctx)
+			got, ok = clientAddr(ctx, trusted)
 			if !ok || !got.IsValid() || got.Zone() != "" || got.Is4In6() {
 				t.Fatalf("trusted peer %s with %q, %q resolved %v %v", peerAddr, a, b, got, ok)
 			}
-			if !trusted.trusts(p) && got != p {
+			if !trusted.Proxied(p) && got != p {
 				t.Fatalf("untrusted peer %s keyed on %v", peerAddr, got)
 			}
 			if got != p && !containsAddr(a+","+b, got) {
 				t.Fatalf("resolved %v appears nowhere in %q, %q", got, a, b)
 			}
-			key := string(trusted.appendKey(nil, got))
+			key := string(trusted.AppendKey(nil, got))
 			if key == "" {
 				t.Fatal("empty key")
 			}
@@ -65,7 +71,7 @@ func FuzzForwardedFor(f *testing.F) {
 // containsAddr reports whether some comma-separated entry of s reads as a.
 func containsAddr(s string, a netip.Addr) bool {
 	for _, e := range strings.Split(s, ",") {
-		if x, ok := hostAddr(e); ok && x == a {
+		if x, ok := policycore.ParseHost(e); ok && x == a {
 			return true
 		}
 	}

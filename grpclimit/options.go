@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -37,7 +38,7 @@ const HeadersDraft11 HeaderStyle = 1
 
 // config is what the options set, for a Server and a Client alike.
 type config struct {
-	ip            ipRules
+	ip            policycore.ClientIP
 	skip          func(ctx context.Context, method string) bool
 	headers       bool
 	shadowHeaders bool
@@ -98,31 +99,25 @@ func SkipMethods(methods ...string) func(ctx context.Context, method string) boo
 // address is the client's, whatever the call's metadata says.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 	return func(c *config) error {
-		for _, p := range prefixes {
-			if !p.IsValid() {
-				return fmt.Errorf("WithTrustedProxies: invalid prefix %v", p)
-			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-			c.ip.proxies = append(c.ip.proxies, p.Masked())
+		if err := c.ip.Trust(prefixes); err != nil {
+			return fmt.Errorf("WithTrustedProxies: %w", err)
 		}
 		return nil
 	}
 }
 
 // WithProxyHeader names the metadata field trusted proxies set (Server
-// only): "x-forwarded-for" (the default), read from the right, or a
-// single-value field such as "x-real-ip", read as it is. Only that field is
-// read, so that a client cannot slip an address into one its proxy does not
-// set.
+// only): "x-forwarded-for" (the default) or "forwarded" (RFC 7239), read
+// from the right, or a single-value field such as "x-real-ip", read as it
+// is. Only that field is read, so that a client cannot slip an address
+// into one its proxy does not set.
 func WithProxyHeader(name string) Option {
 	return func(c *config) error {
 		name = strings.ToLower(strings.TrimSpace(name))
 		if name == "" || strings.ContainsAny(name, " \t:\r\n") || strings.HasSuffix(name, "-bin") {
 			return fmt.Errorf("WithProxyHeader(%q): not a text metadata field name", name)
 		}
-		c.ip.field = name
+		c.ip.SetField(name)
 		return nil
 	}
 }
@@ -132,10 +127,9 @@ func WithProxyHeader(name string) Option {
 // address alone).
 func WithIPv6Prefix(bits int) Option {
 	return func(c *config) error {
-		if bits < 1 || bits > 128 {
-			return fmt.Errorf("WithIPv6Prefix(%d): not in 1..128", bits)
+		if err := c.ip.SetIPv6Prefix(bits); err != nil {
+			return fmt.Errorf("WithIPv6Prefix(%d): %w", bits, err)
 		}
-		c.ip.v6bits = bits
 		return nil
 	}
 }
@@ -220,12 +214,12 @@ func WithStreamMode(m StreamMode) Option {
 
 func newConfig(prefix string, opts []Option) (config, error) {
 	c := config{
-		ip:          ipRules{field: "x-forwarded-for", v6bits: 64},
 		headers:     true,
 		unavailable: time.Second,
 		prefix:      prefix,
 		mode:        PerCall,
 	}
+	c.ip.SetField("x-forwarded-for")
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -154,9 +154,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -311,14 +309,8 @@ func SkipNetworks(prefixes ...netip.Prefix) func(r *http.Request) bool {
 // read as IPv4.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 	return func(m *Middleware) error {
-		for _, p := range prefixes {
-			if !p.IsValid() {
-				return fmt.Errorf("WithTrustedProxies: invalid prefix %v", p)
-			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-			m.ip.trusted = append(m.ip.trusted, p.Masked())
+		if err := m.ip.Trust(prefixes); err != nil {
+			return fmt.Errorf("WithTrustedProxies: %w", err)
 		}
 		return nil
 	}
@@ -335,7 +327,7 @@ func WithProxyHeader(name string) Option {
 		if name == "" || strings.ContainsAny(name, " \t:\r\n") {
 			return fmt.Errorf("WithProxyHeader(%q): not a header name", name)
 		}
-		m.ip.header = http.CanonicalHeaderKey(name)
+		m.ip.SetField(http.CanonicalHeaderKey(name))
 		return nil
 	}
 }
@@ -344,10 +336,9 @@ func WithProxyHeader(name string) Option {
 // /bits prefix shares a budget (default 64; 128 keys each address alone).
 func WithIPv6Prefix(bits int) Option {
 	return func(m *Middleware) error {
-		if bits < 1 || bits > 128 {
-			return fmt.Errorf("WithIPv6Prefix(%d): not in 1..128", bits)
+		if err := m.ip.SetIPv6Prefix(bits); err != nil {
+			return fmt.Errorf("WithIPv6Prefix(%d): %w", bits, err)
 		}
-		m.ip.v6bits = bits
 		return nil
 	}
 }
@@ -427,7 +418,7 @@ func WithKeyPrefix(prefix string) Option {
 type Middleware struct {
 	lim               *sluice.Limiter
 	enforced, shadows []*policy
-	ip                ipConfig
+	ip                policycore.ClientIP
 	status            int
 	deny, missing     http.Handler
 	headers           []HeaderStyle
@@ -474,13 +465,13 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 	}
 	m := &Middleware{
 		lim:         lim,
-		ip:          ipConfig{v6bits: 64},
 		status:      http.StatusTooManyRequests,
 		headers:     []HeaderStyle{HeadersDraft11},
 		unavailable: time.Second,
 		prefix:      "httplimit:",
 		clock:       lim.Clock(),
 	}
+	m.ip.SetField("X-Forwarded-For")
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -492,12 +483,12 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 	seen := map[string]bool{}
 	for i, p := range policies {
 		clientIP := p.Key == nil
-		p, params, err := checkPolicy(i, p, seen, ClientIP)
+		p, err := checkPolicy(i, p, seen, ClientIP)
 		if err != nil {
 			return nil, err
 		}
 		pol := &policy{Policy: p, keyPrefix: policycore.KeyPrefix(m.prefix, p.Name), clientIP: clientIP}
-		pol.q, pol.w = policycore.Quota(params)
+		pol.q, pol.w = policycore.Quota(p.Limit)
 		if p.Shadow {
 			m.shadows = append(m.shadows, pol)
 		} else {
@@ -519,47 +510,31 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 
 // checkPolicy checks the i-th policy p, whose name must not be in seen
 // (it adds it), and returns it with its defaults (cost 1, the key
-// defaultKey()) and its limit's params.
-func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFunc) (Policy, algo.Params, error) {
+// defaultKey()).
+func checkPolicy(i int, p Policy, seen map[string]bool, defaultKey func() KeyFunc) (Policy, error) {
 	if err := policycore.CheckName(p.Name); err != nil {
-		return p, algo.Params{}, fmt.Errorf("httplimit: policy %d: %w", i, err)
+		return p, fmt.Errorf("httplimit: policy %d: %w", i, err)
 	}
 	if seen[p.Name] {
-		return p, algo.Params{}, fmt.Errorf("httplimit: two policies named %q", p.Name)
+		return p, fmt.Errorf("httplimit: two policies named %q", p.Name)
 	}
 	seen[p.Name] = true
-	params, err := storeapi.Params(p.Limit)
-	if err != nil {
-		return p, params, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	if err := p.Limit.Validate(); err != nil {
+		return p, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}
 	if p.Cost < 0 {
-		return p, params, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
+		return p, fmt.Errorf("httplimit: policy %q: negative cost %d", p.Name, p.Cost)
 	}
 	if p.Cost == 0 {
 		p.Cost = 1
 	}
-	if p.CostFunc == nil && p.Cost > params.Capacity() {
-		return p, params, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, params.Capacity())
+	if p.CostFunc == nil && p.Cost > p.Limit.Capacity() {
+		return p, fmt.Errorf("httplimit: policy %q: cost %d exceeds the limit's capacity %d: no request could pass", p.Name, p.Cost, p.Limit.Capacity())
 	}
 	if p.Key == nil {
 		p.Key = defaultKey()
 	}
-	return p, params, nil
-}
-
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
-		return 0
-	}
-	return (a-1)/b + 1
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return ceilDiv(int64(d), int64(time.Second))
+	return p, nil
 }
 
 // Decision is what the Middleware decided for a request, for a deny handler,
@@ -851,7 +826,7 @@ func (p part) key() string { return p.skey[len(p.pol.keyPrefix):] }
 // result is p's numbers from a result's Remaining and ResetAfter.
 func (p part) result(remaining, resetAfter int64) PolicyResult {
 	return PolicyResult{Name: p.pol.Name, Shadow: p.pol.Shadow, Key: p.key(), Cost: p.cost, Quota: p.pol.q, Window: p.pol.w,
-		Remaining: remaining, Reset: seconds(time.Duration(resetAfter))}
+		Remaining: remaining, Reset: policycore.Seconds(time.Duration(resetAfter))}
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -1051,7 +1026,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r, in *http.Request, st *stat
 	}
 
 	if !allowed {
-		retry := max(seconds(res.RetryAfter), 1)
+		retry := max(policycore.Seconds(res.RetryAfter), 1)
 		w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
 		if m.deny != nil {
 			sw := &statusWriter{ResponseWriter: w, status: m.status}
@@ -1112,15 +1087,15 @@ func (m *Middleware) parts(out []part, w http.ResponseWriter, r *http.Request, s
 			// in a stack buffer: the store key is the one allocation.
 			var buf [128]byte
 			b := append(buf[:0], p.keyPrefix...)
-			if len(m.ip.trusted) == 0 {
+			if !m.ip.TrustsProxies() {
 				// The peer's IPv4 address as RemoteAddr writes it, when
 				// that is its canonical form.
 				b, ok = appendIPv4Host(b, r.RemoteAddr)
 			}
 			if !ok {
 				var a netip.Addr
-				if a, ok = m.ip.clientAddr(r); ok {
-					b = m.ip.appendGroup(b[:len(p.keyPrefix)], a)
+				if a, ok = clientAddr(&m.ip, r); ok {
+					b = m.ip.AppendKey(b[:len(p.keyPrefix)], a)
 				}
 			}
 			if ok {
@@ -1281,7 +1256,7 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, ps []part, e
 			"the request's cost exceeds what a rate-limit policy can ever admit", nil)
 		return
 	}
-	w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(m.unavailable), 1), 10))
+	w.Header().Set("Retry-After", strconv.FormatInt(max(policycore.Seconds(m.unavailable), 1), 10))
 	writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
 		"the rate limiter is unavailable", nil)
 }

@@ -163,6 +163,11 @@ func TestTrustedChainWalkedFromTheRight(t *testing.T) {
 		{"Forwarded", []string{`for=198.51.100.1, for="[2001:db8::1]:4711";proto=https, for=10.0.0.1;by=10.0.0.2`}, "2001:db8::/64"},
 		{"Forwarded", []string{`For="203.0.113.5:80"`}, "203.0.113.5"},
 		{"Forwarded", []string{`for=unknown, for=10.0.0.3`}, "10.0.0.3"},
+		// A quote is not the client's to open: an entry its proxies appended
+		// after it is read as they wrote it.
+		{"", []string{`"198.51.100.7, 203.0.113.9, 10.0.0.1`}, "203.0.113.9"},
+		{"", []string{`198.51.100.7, "x\", 203.0.113.9`}, "203.0.113.9"},
+		{"Forwarded", []string{`for="198.51.100.7, for=203.0.113.9`}, "203.0.113.9"},
 		{"CF-Connecting-IP", []string{"203.0.113.8"}, "203.0.113.8"},
 		{"CF-Connecting-IP", []string{"nonsense"}, "127.0.0.1"},
 	}

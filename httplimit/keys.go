@@ -1,12 +1,10 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
+
+	"github.com/sluice-go/sluice/internal/policycore"
 )
 
 // KeyFunc returns the key a policy counts a request under, and false when the
@@ -14,19 +12,6 @@ import (
 // key is not found is never counted under a shared empty key: see
 // Policy.Optional and WithMissingKey.
 type KeyFunc func(r *http.Request) (key string, ok bool)
-
-// maxKeyLen bounds a key taken from the request as it is; a longer value (a
-// header of a kilobyte) is replaced by its SHA-256, so that a client cannot
-// make the store keep large keys.
-const maxKeyLen = 128
-
-func bound(s string) string {
-	if len(s) <= maxKeyLen {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
 
 // ClientIP keys a request on its client's address as the Middleware resolves
 // it (see ClientAddr): the peer address, or with trusted proxies the address
@@ -36,15 +21,13 @@ func bound(s string) string {
 // (a Unix socket, a handler called outside a server).
 func ClientIP() KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		cfg := defaultIPConfig
-		if st := stateOf(r.Context()); st != nil {
-			cfg = &st.m.ip
-		}
-		a, ok := cfg.clientAddr(r)
+		ip := ipOf(r)
+		a, ok := clientAddr(ip, r)
 		if !ok {
 			return "", false
 		}
-		return cfg.group(a), true
+		var buf [64]byte
+		return string(ip.AppendKey(buf[:0], a)), true
 	}
 }
 
@@ -54,12 +37,7 @@ func ClientIP() KeyFunc {
 func Header(name string) KeyFunc {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, bool) {
-		vs := r.Header[name]
-		v := strings.TrimSpace(strings.Join(vs, ","))
-		if v == "" {
-			return "", false
-		}
-		return bound(v), true
+		return policycore.ValuesKey(r.Header[name])
 	}
 }
 
@@ -99,17 +77,7 @@ func MuxRoute(mux *http.ServeMux) KeyFunc {
 // non-empty string or a fmt.Stringer; anything else is not found.
 func FromContext(ctxKey any) KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		var s string
-		switch v := r.Context().Value(ctxKey).(type) {
-		case string:
-			s = v
-		case fmt.Stringer:
-			s = v.String()
-		}
-		if s == "" {
-			return "", false
-		}
-		return bound(s), true
+		return policycore.ContextKey(r.Context().Value(ctxKey))
 	}
 }
 
@@ -118,25 +86,14 @@ func FromContext(ctxKey any) KeyFunc {
 // different lists never join to one key.
 func Join(keys ...KeyFunc) KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		var b strings.Builder
-		for i, k := range keys {
-			if k == nil {
+		return policycore.JoinKeys(len(keys), func(i int) (string, bool) {
+			if keys[i] == nil {
 				return "", false
 			}
-			s, ok := k(r)
-			if !ok {
-				return "", false
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			b.WriteString(joinEscaper.Replace(s))
-		}
-		return b.String(), true
+			return keys[i](r)
+		})
 	}
 }
-
-var joinEscaper = strings.NewReplacer("%", "%25", "|", "%7C")
 
 // Static keys every request on one key: a global budget shared by all
 // clients. key must not be empty.
@@ -144,38 +101,42 @@ func Static(key string) KeyFunc {
 	return func(*http.Request) (string, bool) { return key, key != "" }
 }
 
-// ipConfig is how a Middleware finds the client's address.
-type ipConfig struct {
-	trusted []netip.Prefix
-	header  string // canonical; "" = X-Forwarded-For
-	v6bits  int
-}
-
-var defaultIPConfig = &ipConfig{v6bits: 64}
-
-const (
-	hdrXFF       = "X-Forwarded-For"
-	hdrForwarded = "Forwarded"
-)
-
 // ClientAddr returns the address of the client that sent r, as the
 // Middleware that admitted r resolves it (its trusted proxies and proxy
 // header), or the peer address when r did not pass through one. IPv4-mapped
 // IPv6 addresses are returned as IPv4. False when r has no usable peer
 // address.
 func ClientAddr(r *http.Request) (netip.Addr, bool) {
-	cfg := defaultIPConfig
+	return clientAddr(ipOf(r), r)
+}
+
+// noProxies is how a request that passed through no Middleware is read:
+// its peer address, IPv6 by /64.
+var noProxies policycore.ClientIP
+
+// ipOf is the rules of the Middleware r passed through, or noProxies.
+func ipOf(r *http.Request) *policycore.ClientIP {
 	if st := stateOf(r.Context()); st != nil {
-		cfg = &st.m.ip
+		return &st.m.ip
 	}
-	return cfg.clientAddr(r)
+	return &noProxies
+}
+
+// clientAddr is the peer address, unless the peer is a trusted proxy: then
+// the client its proxy header names (policycore.ClientIP.Client).
+func clientAddr(ip *policycore.ClientIP, r *http.Request) (netip.Addr, bool) {
+	peer, ok := peerAddr(r)
+	if !ok || !ip.Proxied(peer) {
+		return peer, ok
+	}
+	return ip.Client(peer, r.Header.Values(ip.Field())), true
 }
 
 // appendIPv4Host appends the address of hostport when it is an IPv4
 // address and a port ("192.0.2.1:8080") that netip.ParseAddrPort accepts and
 // the address is written as netip writes it (always so: netip refuses
-// leading zeros), so that the text is group's key of the address read by
-// peerAddr, unparsed. False (b unchanged) for anything else, which
+// leading zeros), so that the text is the key (AppendKey) of the address
+// peerAddr would read, unparsed. False (b unchanged) for anything else, which
 // peerAddr decides.
 func appendIPv4Host(b []byte, hostport string) ([]byte, bool) {
 	fields, digits, val := 0, 0, 0
@@ -237,141 +198,6 @@ func peerAddr(r *http.Request) (netip.Addr, bool) {
 	}
 	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
 		return a.WithZone("").Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
-func (c *ipConfig) isTrusted(a netip.Addr) bool {
-	for _, p := range c.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// clientAddr is the peer address, unless the peer is a trusted proxy: then
-// the proxy header is read. A list header (X-Forwarded-For, Forwarded) is
-// walked from the right, skipping trusted hops: the first untrusted address
-// is the client; when every hop is trusted, the leftmost is; an entry that is
-// not an address ("unknown", an obfuscated id, garbage) stops the walk and
-// the hop that wrote it (the last trusted one) is the client. A single-value
-// header is taken as it is when it holds an address.
-func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, bool) {
-	peer, ok := peerAddr(r)
-	if !ok {
-		return netip.Addr{}, false
-	}
-	if len(c.trusted) == 0 || !c.isTrusted(peer) {
-		return peer, true
-	}
-	switch c.header {
-	case "", hdrXFF:
-		return c.walk(peer, splitList(r.Header.Values(hdrXFF)), parseXFF), true
-	case hdrForwarded:
-		return c.walk(peer, splitList(r.Header.Values(hdrForwarded)), parseForwarded), true
-	default:
-		vs := r.Header.Values(c.header)
-		if len(vs) != 1 {
-			return peer, true // absent, or sent twice: not one proxy's word
-		}
-		if a, ok := parseHost(strings.TrimSpace(vs[0])); ok {
-			return a, true
-		}
-		return peer, true
-	}
-}
-
-func (c *ipConfig) walk(peer netip.Addr, hops []string, parse func(string) (netip.Addr, bool)) netip.Addr {
-	last := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, ok := parse(hops[i])
-		if !ok {
-			return last
-		}
-		if !c.isTrusted(a) {
-			return a
-		}
-		last = a
-	}
-	return last
-}
-
-// group is the key of address a: IPv4 as it is, IPv6 as its prefix.
-func (c *ipConfig) group(a netip.Addr) string {
-	var buf [64]byte
-	return string(c.appendGroup(buf[:0], a))
-}
-
-// appendGroup appends group(a) to b.
-func (c *ipConfig) appendGroup(b []byte, a netip.Addr) []byte {
-	if a.Is4() {
-		return a.AppendTo(b)
-	}
-	p, err := a.WithZone("").Prefix(c.v6bits)
-	if err != nil {
-		return a.AppendTo(b)
-	}
-	return p.AppendTo(b)
-}
-
-// splitList splits the lines of a list header at commas outside quoted
-// strings.
-func splitList(lines []string) []string {
-	var out []string
-	for _, l := range lines {
-		start, quoted := 0, false
-		for i := 0; i < len(l); i++ {
-			switch l[i] {
-			case '\\':
-				if quoted {
-					i++
-				}
-			case '"':
-				quoted = !quoted
-			case ',':
-				if !quoted {
-					out = append(out, strings.TrimSpace(l[start:i]))
-					start = i + 1
-				}
-			}
-		}
-		out = append(out, strings.TrimSpace(l[start:]))
-	}
-	return out
-}
-
-func parseXFF(s string) (netip.Addr, bool) { return parseHost(s) }
-
-// parseHost reads an address, possibly with a port or in brackets.
-func parseHost(s string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Zone() == "" {
-		return ap.Addr().Unmap(), true
-	}
-	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
-			return a.Unmap(), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// parseForwarded reads the for= parameter of one RFC 7239 element:
-// for=192.0.2.60;proto=http, for="[2001:db8::1]:4711".
-func parseForwarded(elem string) (netip.Addr, bool) {
-	for _, pair := range strings.Split(elem, ";") {
-		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-			v = strings.ReplaceAll(v[1:len(v)-1], `\`, "")
-		}
-		return parseHost(v)
 	}
 	return netip.Addr{}, false
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzAppendIPv4Host checks the unparsed IPv4 key against peerAddr and
-// group: whenever appendIPv4Host takes RemoteAddr as it is, peerAddr reads
+// AppendKey: whenever appendIPv4Host takes RemoteAddr as it is, peerAddr reads
 // an IPv4 address from it whose key is the same text.
 func FuzzAppendIPv4Host(f *testing.F) {
 	for _, s := range []string{
@@ -18,7 +18,6 @@ func FuzzAppendIPv4Host(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	cfg := &ipConfig{v6bits: 64}
 	f.Fuzz(func(t *testing.T, s string) {
 		b, ok := appendIPv4Host([]byte("p:"), s)
 		a, pok := peerAddr(&http.Request{RemoteAddr: s})
@@ -31,8 +30,8 @@ func FuzzAppendIPv4Host(f *testing.F) {
 		if !pok || !a.Is4() {
 			t.Fatalf("%q: taken as %q, but peerAddr reads %v, %v", s, b, a, pok)
 		}
-		if want := "p:" + cfg.group(a); string(b) != want {
-			t.Fatalf("%q: key %q, group %q", s, b, want)
+		if want := noProxies.AppendKey([]byte("p:"), a); string(b) != string(want) {
+			t.Fatalf("%q: key %q, AppendKey %q", s, b, want)
 		}
 	})
 }

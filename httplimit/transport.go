@@ -163,7 +163,7 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 			return nil, fmt.Errorf("httplimit: policy %q: the name is the Transport's own (its holds' store keys)", p.Name)
 		}
 		t.leaky = t.leaky || p.Limit.Algorithm == sluice.LeakyBucket
-		p, _, err := checkPolicy(i, p, seen, Host)
+		p, err := checkPolicy(i, p, seen, Host)
 		if err != nil {
 			return nil, err
 		}

@@ -319,7 +319,7 @@ func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
 		s.count("take", "ok")
 	} else {
 		s.count("take", "over_limit")
-		w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(res.RetryAfter), 1), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(max(policycore.Seconds(res.RetryAfter), 1), 10))
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	json.NewEncoder(w).Encode(&out)
@@ -351,7 +351,7 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 	h := w.Header()
 	q, wnd := draft11Quota(lim)
 	h.Set("RateLimit-Policy", string(policycore.AppendPolicy(nil, "key", q, wnd)))
-	h.Set("RateLimit", string(policycore.AppendLimit(nil, "key", res.Remaining, ceilSeconds(max(res.ResetAfter, res.RetryAfter)), q)))
+	h.Set("RateLimit", string(policycore.AppendLimit(nil, "key", res.Remaining, policycore.Seconds(max(res.ResetAfter, res.RetryAfter)), q)))
 	return res, nil
 }
 

@@ -21,7 +21,6 @@ import (
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
-	"github.com/sluice-go/sluice/internal/storeapi"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -804,7 +803,7 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 		return []*corev3.HeaderValue{
 			{Key: names.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: names.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			{Key: names.Reset, Value: strconv.FormatInt(ceilSeconds(reset), 10)},
+			{Key: names.Reset, Value: strconv.FormatInt(policycore.Seconds(reset), 10)},
 		}
 	case HeadersDraft11:
 		var pol, cur []byte
@@ -820,7 +819,7 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 			}
 			q, w := draft11Quota(d.rule.Limit)
 			pol = policycore.AppendPolicy(pol, name, q, w)
-			cur = policycore.AppendLimit(cur, name, d.res.Remaining, ceilSeconds(sts[i].DurationUntilReset.AsDuration()), q)
+			cur = policycore.AppendLimit(cur, name, d.res.Remaining, policycore.Seconds(sts[i].DurationUntilReset.AsDuration()), q)
 		}
 		if len(pol) == 0 {
 			return nil
@@ -834,11 +833,10 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 // and grpclimit send them: q the capacity r is counted against (a bucket's
 // burst, not its rate). A requests_per_unit of 0 admits nothing: q is 0.
 func draft11Quota(l sluice.Limit) (q, w int64) {
-	p, err := storeapi.Params(l)
-	if err != nil {
-		return 0, max(ceilSeconds(l.Period), 1)
+	if l.Validate() != nil {
+		return 0, max(policycore.Seconds(l.Period), 1)
 	}
-	return policycore.Quota(p)
+	return policycore.Quota(l)
 }
 
 // policyName is a rule's name in headers and metrics: its name, else its
@@ -848,11 +846,6 @@ func policyName(r *rlsconfig.Rule) string {
 		return r.Name
 	}
 	return r.Path
-}
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // look fills res with a look (cost 0) at each part.
