@@ -1,0 +1,83 @@
+package policycore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Charge is what an admitted request spent on one policy's key: what a
+// Refund may give back, and where.
+type Charge struct {
+	Rule *Rule
+	Key  string // the store key
+	Cost int64
+	// Window is the window the units were spent in (sluice.Result.Window):
+	// a window policy gives back only while its key is still in it.
+	Window   int64
+	refunded atomic.Int64
+}
+
+// AppendCharge appends p's charge, spent in window, to cs; a part that
+// spent nothing has none.
+func AppendCharge(cs []Charge, p *Part, window int64) []Charge {
+	if p.Cost <= 0 {
+		return cs
+	}
+	return append(cs, Charge{Rule: p.Rule, Key: p.Key, Cost: p.Cost, Window: window})
+}
+
+// AppendCharges appends the charges of the admitted parts ps, each spent
+// in the window its own result each[i] names.
+func AppendCharges(cs []Charge, ps []Part, each []sluice.Result) []Charge {
+	for i := range ps {
+		cs = AppendCharge(cs, &ps[i], each[i].Window)
+	}
+	return cs
+}
+
+// Refund gives up to units back to each charge of cs of the policy named
+// name (every charge when name is ""), never more than the charge spent in
+// all, through lim.RefundTake in the window the units were spent in. It
+// reports whether name named a charge, and the errors of the charges that
+// could not give back (an algorithm that cannot, wrapping
+// algo.ErrNoRefund; a store error), each naming its policy.
+//
+// Refunds may run at once, from several goroutines, on one request's
+// charges: each takes its units from what is left to give back before its
+// store call, and returns them if the call fails, so that together they
+// never give back more than was spent.
+func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, units int64) (found bool, err error) {
+	var errs []error
+	for i := range cs {
+		c := &cs[i]
+		if name != "" && c.Rule.Name != name {
+			continue
+		}
+		found = true
+		n := c.reserve(units)
+		if n <= 0 {
+			continue
+		}
+		if _, err := lim.RefundTake(ctx, c.Key, c.Rule.Limit, n, sluice.Result{Window: c.Window}); err != nil {
+			c.refunded.Add(-n)
+			errs = append(errs, fmt.Errorf("policy %q: %w", c.Rule.Name, err))
+		}
+	}
+	return found, errors.Join(errs...)
+}
+
+// reserve takes up to units from what c has left to give back, and
+// returns how many it took.
+func (c *Charge) reserve(units int64) int64 {
+	for {
+		done := c.refunded.Load()
+		n := min(units, c.Cost-done)
+		if n <= 0 || c.refunded.CompareAndSwap(done, done+n) {
+			return n
+		}
+	}
+}
