@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -129,41 +130,42 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	if len(pols) == 0 {
 		return nil
 	}
-	ss, err := gather(cl, method, pols, msg, make([]spend, 0, len(pols)))
-	if err != nil || len(ss) == 0 {
+	ps, err := gather(cl, method, pols, msg, make([]policycore.Part, 0, len(pols)))
+	if err != nil || len(ps) == 0 {
 		return err
 	}
 	o := c.cfg.observer
 	start := time.Now()
 	var buf [4]sluice.Result
 	var each []sluice.Result
-	if len(ss) <= len(buf) {
-		each = buf[:len(ss)]
+	if len(ps) <= len(buf) {
+		each = buf[:len(ps)]
 	} else {
-		each = make([]sluice.Result, len(ss))
+		each = make([]sluice.Result, len(ps))
 	}
-	res, err := c.lim.WaitEach(cl, toParts(ss), each)
+	parts := make([]sluice.Part, len(ps))
+	for i, p := range ps {
+		parts[i] = sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost}
+	}
+	res, err := c.lim.WaitEach(cl, parts, each)
 	lat := time.Since(start)
 	switch {
 	case err == nil && res.Degraded:
-		recordAll(o, "grpc-client", ss, observe.Degraded, lat)
+		policycore.Record(o, sourceClient, ps, observe.Degraded, lat, 0)
 	case err == nil:
-		recordAll(o, "grpc-client", ss, observe.Allowed, lat)
+		policycore.Record(o, sourceClient, ps, observe.Allowed, lat, 0)
 	case errors.Is(err, sluice.ErrDeadline) && cl.Err() == nil:
 		// It could not be admitted before the deadline: refuse it here,
 		// naming the policies that refused the last decision (all of them
 		// when none was made).
-		refusers := refusedOf(ss, each)
-		for i, p := range refusers {
-			record(o, "grpc-client", p, observe.Denied, lat, i)
-		}
+		policycore.RecordRefused(o, sourceClient, ps, each, observe.Denied, lat)
 		retry := res.RetryAfter
 		if retry <= 0 || retry == time.Duration(math.MaxInt64) { // a leaky bucket's turn: when it comes
 			retry = res.ResetAfter
 		}
-		return refusal(refusers, retry, "outgoing call")
+		return refusal(policycore.Refused(ps, each), retry, "outgoing call")
 	default:
-		recordAll(o, "grpc-client", ss, observe.Error, lat)
+		policycore.Record(o, sourceClient, ps, observe.Error, lat, 0)
 		cl.logError(method, err)
 		return storeError(cl, err, c.cfg.unavailable)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -58,17 +57,19 @@ type Policy struct {
 	Stream StreamMode
 }
 
-// policy is a checked Policy with what its calls need.
-type policy struct {
-	Policy
-	keyPrefix string // the store key's head: the prefix, the name, ":"
-	q, w      int64  // ratelimit-policy's q and w
-	perMsg    bool
-	stats     counters
-}
+// The Sources of the Events a Server and a Client report (WithObserver).
+const (
+	sourceServer = "grpc"
+	sourceClient = "grpc-client"
+)
 
-type counters struct {
-	allowed, refused, degraded, errors, missing atomic.Uint64
+// policy is a checked Policy: the rule both doors keep, its key and cost
+// functions, and when it spends on a stream.
+type policy struct {
+	policycore.Rule
+	Key      KeyFunc
+	CostFunc func(ctx context.Context, method string, msg any) (int64, error)
+	perMsg   bool
 }
 
 // Stats holds one policy's counts since its Server or Client was made, one
@@ -88,8 +89,7 @@ func statsOf(groups ...[]*policy) []Stats {
 	var out []Stats
 	for _, g := range groups {
 		for _, p := range g {
-			c := &p.stats
-			out = append(out, Stats{p.Name, p.Shadow, c.allowed.Load(), c.refused.Load(), c.degraded.Load(), c.errors.Load(), c.missing.Load()})
+			out = append(out, Stats(p.Rule.Stats()))
 		}
 	}
 	return out
@@ -97,41 +97,24 @@ func statsOf(groups ...[]*policy) []Stats {
 
 // checkPolicies checks ps and returns them with their defaults and figures.
 func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error) {
-	seen := map[string]bool{}
+	check := policycore.Checker{Prefix: c.prefix, Noun: "call"}
 	out := make([]*policy, 0, len(ps))
-	for i, p := range ps {
-		if err := policycore.CheckName(p.Name); err != nil {
-			return nil, fmt.Errorf("grpclimit: policy %d: %w", i, err)
-		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("grpclimit: two policies named %q", p.Name)
-		}
-		seen[p.Name] = true
-		if err := p.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
-		}
+	for _, p := range ps {
 		if p.Stream > PerMessage {
 			return nil, fmt.Errorf("grpclimit: policy %q: unknown stream mode %d", p.Name, p.Stream)
-		}
-		switch {
-		case p.Cost < 0:
-			return nil, fmt.Errorf("grpclimit: policy %q: negative cost %d", p.Name, p.Cost)
-		case p.Cost == 0:
-			p.Cost = 1
-		}
-		pol := &policy{Policy: p, keyPrefix: policycore.KeyPrefix(c.prefix, p.Name)}
-		pol.q, pol.w = policycore.Quota(p.Limit)
-		if p.CostFunc == nil && p.Cost > pol.q {
-			return nil, fmt.Errorf("grpclimit: policy %q: cost %d exceeds the limit's capacity %d: no call could pass", p.Name, p.Cost, pol.q)
-		}
-		if pol.Key == nil {
-			pol.Key = defaultKey
 		}
 		mode := p.Stream
 		if mode == StreamDefault {
 			mode = c.mode
 		}
-		pol.perMsg = mode == PerMessage
+		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, perMsg: mode == PerMessage}
+		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Shadow: p.Shadow, Optional: p.Optional}
+		if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
+			return nil, fmt.Errorf("grpclimit: %w", err)
+		}
+		if pol.Key == nil {
+			pol.Key = defaultKey
+		}
 		out = append(out, pol)
 	}
 	return out, nil
@@ -147,8 +130,10 @@ type call struct {
 	client bool
 	target string // a Client's ClientConn target
 
+	// mu guards charged, which a stream's messages add to while its
+	// handler may call Refund.
 	mu      sync.Mutex
-	charged []charge
+	charged []policycore.Charge
 }
 
 type callKey struct{}
@@ -164,13 +149,6 @@ func (cl *call) Value(k any) any {
 func callOf(ctx context.Context) *call {
 	cl, _ := ctx.Value(callKey{}).(*call)
 	return cl
-}
-
-type charge struct {
-	pol            *policy
-	key            string
-	cost, refunded int64
-	window         int64 // the window the units were spent in (sluice.Result.Window)
 }
 
 // ErrNoDecision is returned by Refund for a context that did not pass
@@ -195,56 +173,33 @@ func Refund(ctx context.Context, units int64) error {
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if len(cl.charged) == 0 {
+	found, err := policycore.Refund(ctx, cl.lim, cl.charged, "", units)
+	if !found {
 		return ErrNoDecision
 	}
-	var errs []error
-	for i := range cl.charged {
-		c := &cl.charged[i]
-		n := min(units, c.cost-c.refunded)
-		if n <= 0 {
-			continue
-		}
-		if _, err := cl.lim.RefundTake(ctx, c.key, c.pol.Limit, n, sluice.Result{Window: c.window}); err != nil {
-			errs = append(errs, fmt.Errorf("policy %q: %w", c.pol.Name, err))
-			continue
-		}
-		c.refunded += n
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("grpclimit: refund: %w", errors.Join(errs...))
+	if err != nil {
+		return fmt.Errorf("grpclimit: refund: %w", err)
 	}
 	return nil
-}
-
-// spend is one policy's share of a call.
-type spend struct {
-	pol  *policy
-	key  string // the store key
-	cost int64
 }
 
 // gather reads each policy's key and cost for a call. A failing status is
 // returned for a non-Optional enforced policy with no key, or a cost that
 // cannot be read; shadow policies are left out instead.
-func gather(cl *call, method string, pols []*policy, msg any, out []spend) ([]spend, error) {
+func gather(cl *call, method string, pols []*policy, msg any, out []policycore.Part) ([]policycore.Part, error) {
 	for _, p := range pols {
 		k, ok := p.Key(cl, method)
 		if !ok || k == "" {
-			p.stats.missing.Add(1)
-			if p.Optional || p.Shadow {
+			if p.MissingKey() {
 				continue
 			}
 			return out, status.Errorf(codes.InvalidArgument, "the call carries no key for rate-limit policy %q", p.Name)
 		}
 		cost := p.Cost
 		if p.CostFunc != nil {
-			c, err := p.CostFunc(cl, method, msg)
-			if err == nil && c < 0 {
-				err = fmt.Errorf("negative cost %d", c)
-			}
+			c, err := policycore.CheckCost(p.CostFunc(cl, method, msg))
 			if err != nil {
-				p.stats.errors.Add(1)
+				p.Count(observe.Error)
 				cl.logError(method, fmt.Errorf("grpclimit: policy %q: cost: %w", p.Name, err))
 				if p.Shadow {
 					continue
@@ -253,7 +208,7 @@ func gather(cl *call, method string, pols []*policy, msg any, out []spend) ([]sp
 			}
 			cost = c
 		}
-		out = append(out, spend{pol: p, key: p.keyPrefix + k, cost: cost})
+		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost})
 	}
 	return out, nil
 }
@@ -264,84 +219,35 @@ func (cl *call) logError(method string, err error) {
 	}
 }
 
-func toParts(ss []spend) []sluice.Part {
-	parts := make([]sluice.Part, len(ss))
-	for i, s := range ss {
-		parts[i] = sluice.Part{Key: s.key, Limit: s.pol.Limit, Cost: s.cost}
-	}
-	return parts
-}
-
-// charge records what the admitted spends ss cost, each in the window its
+// charge records what the admitted parts ps cost, each in the window its
 // own result each[i] names, for Refund.
-func (cl *call) charge(ss []spend, each []sluice.Result) {
+func (cl *call) charge(ps []policycore.Part, each []sluice.Result) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	for i, s := range ss {
-		if s.cost > 0 {
-			cl.charged = append(cl.charged, charge{pol: s.pol, key: s.key, cost: s.cost, window: each[i].Window})
-		}
-	}
+	cl.charged = policycore.AppendCharges(cl.charged, ps, each)
 }
 
 // figures is one policy's numbers after a decision, as the rate-limit
 // metadata reports them.
 type figures struct {
-	pol              *policy
+	rule             *policycore.Rule
 	cost             int64
 	remaining, reset int64 // r, and t in whole seconds
 }
 
 // figuresOf returns each policy's figures from its part's own result at the
 // decision (sluice.Limiter.TakeEach).
-func figuresOf(ss []spend, each []sluice.Result) []figures {
-	out := make([]figures, len(ss))
-	for i, s := range ss {
-		out[i] = figures{pol: s.pol, cost: s.cost, remaining: each[i].Remaining, reset: policycore.Seconds(each[i].ResetAfter)}
+func figuresOf(ps []policycore.Part, each []sluice.Result) []figures {
+	out := make([]figures, len(ps))
+	for i, p := range ps {
+		out[i] = figures{rule: p.Rule, cost: p.Cost, remaining: each[i].Remaining, reset: policycore.Seconds(each[i].ResetAfter)}
 	}
 	return out
-}
-
-// refusedOf returns the policies whose part could not grant its cost in a
-// refused composite (sluice.Limiter.TakeEach).
-func refusedOf(ss []spend, each []sluice.Result) []*policy {
-	var out []*policy
-	for i, s := range ss {
-		if !each[i].Allowed {
-			out = append(out, s.pol)
-		}
-	}
-	return out
-}
-
-// record counts outcome oc of policy p in its Stats and reports it to o; idx
-// is the Event's place among the Events of one store call.
-func record(o observe.Observer, source string, p *policy, oc observe.Outcome, lat time.Duration, idx int) {
-	switch oc {
-	case observe.Allowed:
-		p.stats.allowed.Add(1)
-	case observe.Denied, observe.ShadowDenied:
-		p.stats.refused.Add(1)
-	case observe.Error:
-		p.stats.errors.Add(1)
-	case observe.Degraded:
-		p.stats.degraded.Add(1)
-	}
-	if o != nil {
-		o.Observe(observe.Event{Source: source, Policy: p.Name, Outcome: oc, Latency: lat, Index: idx})
-	}
-}
-
-// recordAll records one outcome for every policy of ss.
-func recordAll(o observe.Observer, source string, ss []spend, oc observe.Outcome, lat time.Duration) {
-	for i, s := range ss {
-		record(o, source, s.pol, oc, lat, i)
-	}
 }
 
 // refusal is the ResourceExhausted status of a refusal by pols: RetryInfo
 // with the wait (never 0) and one QuotaFailure violation per policy.
-func refusal(pols []*policy, retry time.Duration, what string) error {
+func refusal(pols []*policycore.Rule, retry time.Duration, what string) error {
 	retry = max(retry, time.Microsecond)
 	names := ""
 	qf := &errdetails.QuotaFailure{}
@@ -404,8 +310,8 @@ func draft11(figs []figures) metadata.MD {
 			pol = append(pol, ", "...)
 			cur = append(cur, ", "...)
 		}
-		pol = policycore.AppendPolicy(pol, f.pol.Name, f.pol.q, f.pol.w)
-		cur = policycore.AppendLimit(cur, f.pol.Name, f.remaining, f.reset, f.pol.q)
+		pol = policycore.AppendPolicy(pol, f.rule.Name, f.rule.Q, f.rule.W)
+		cur = policycore.AppendLimit(cur, f.rule.Name, f.remaining, f.reset, f.rule.Q)
 	}
 	return metadata.MD{"ratelimit-policy": {string(pol)}, "ratelimit": {string(cur)}}
 }

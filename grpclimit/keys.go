@@ -36,12 +36,7 @@ func PeerIP() KeyFunc {
 		if cl != nil {
 			ip = &cl.cfg.ip
 		}
-		a, ok := clientAddr(ctx, ip)
-		if !ok {
-			return "", false
-		}
-		var buf [64]byte
-		return string(ip.AppendKey(buf[:0], a)), true
+		return ip.ResolveKey(peerIP(ctx), func(field string) []string { return metadata.ValueFromIncomingContext(ctx, field) })
 	}
 }
 
@@ -127,30 +122,19 @@ func ClientAddr(ctx context.Context) (netip.Addr, bool) {
 	if cl := callOf(ctx); cl != nil && !cl.client {
 		ip = &cl.cfg.ip
 	}
-	return clientAddr(ctx, ip)
+	return ip.Resolve(peerIP(ctx), func(field string) []string { return metadata.ValueFromIncomingContext(ctx, field) })
 }
 
 // noProxies is how a call that passed through no Server is read: its
 // peer's address, IPv6 by /64.
 var noProxies policycore.ClientIP
 
-// clientAddr is the peer's address, unless the peer is a trusted proxy:
-// then the client its forwarding field names
-// (policycore.ClientIP.Client).
-func clientAddr(ctx context.Context, ip *policycore.ClientIP) (netip.Addr, bool) {
-	peer, ok := peerIP(ctx)
-	if !ok || !ip.Proxied(peer) {
-		return peer, ok
-	}
-	return ip.Client(peer, metadata.ValueFromIncomingContext(ctx, ip.Field())), true
-}
-
 // peerIP reads the IP address of the call's peer, without zone, IPv4-mapped
-// addresses as IPv4.
-func peerIP(ctx context.Context) (netip.Addr, bool) {
+// addresses as IPv4; the zero Addr when it has none.
+func peerIP(ctx context.Context) netip.Addr {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
-		return netip.Addr{}, false
+		return netip.Addr{}
 	}
 	var a netip.Addr
 	switch addr := p.Addr.(type) {
@@ -167,7 +151,7 @@ func peerIP(ctx context.Context) (netip.Addr, bool) {
 		}
 	}
 	if !ok || !a.IsValid() {
-		return netip.Addr{}, false
+		return netip.Addr{}
 	}
-	return a.Unmap().WithZone(""), true
+	return a.Unmap().WithZone("")
 }

@@ -38,16 +38,15 @@ func FuzzForwardedFor(f *testing.F) {
 		f.Fatal(err)
 	}
 	trusted := &c.ip
-	untrusted := &noProxies
 	f.Fuzz(func(t *testing.T, a, b string) {
 		for _, peerAddr := range []string{"127.0.0.1:5000", "[::ffff:10.9.9.9]:1", "[2001:db8:5::1]:443"} {
 			ctx := peerCtx(peerAddr, a, b)
 			p := netip.MustParseAddrPort(peerAddr).Addr().Unmap()
-			got, ok := clientAddr(ctx, untrusted)
+			got, ok := ClientAddr(ctx)
 			if !ok || got != p {
 				t.Fatalf("untrusted peer %s with x-forwarded-for %q, %q resolved %v", peerAddr, a, b, got)
 			}
-			got, ok = clientAddr(ctx, trusted)
+			got, ok = trusted.Resolve(peerIP(ctx), func(f string) []string { return metadata.ValueFromIncomingContext(ctx, f) })
 			if !ok || !got.IsValid() || got.Zone() != "" || got.Is4In6() {
 				t.Fatalf("trusted peer %s with %q, %q resolved %v %v", peerAddr, a, b, got, ok)
 			}

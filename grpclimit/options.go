@@ -98,12 +98,7 @@ func SkipMethods(methods ...string) func(ctx context.Context, method string) boo
 // client that the proxy header (WithProxyHeader) names. Without it the peer
 // address is the client's, whatever the call's metadata says.
 func WithTrustedProxies(prefixes ...netip.Prefix) Option {
-	return func(c *config) error {
-		if err := c.ip.Trust(prefixes); err != nil {
-			return fmt.Errorf("WithTrustedProxies: %w", err)
-		}
-		return nil
-	}
+	return func(c *config) error { return c.ip.Trust(prefixes) }
 }
 
 // WithProxyHeader names the metadata field trusted proxies set (Server
@@ -126,12 +121,7 @@ func WithProxyHeader(name string) Option {
 // address of one /bits prefix shares a budget (default 64; 128 keys each
 // address alone).
 func WithIPv6Prefix(bits int) Option {
-	return func(c *config) error {
-		if err := c.ip.SetIPv6Prefix(bits); err != nil {
-			return fmt.Errorf("WithIPv6Prefix(%d): %w", bits, err)
-		}
-		return nil
-	}
+	return func(c *config) error { return c.ip.SetIPv6Prefix(bits) }
 }
 
 // WithHeaders chooses the rate-limit response metadata sent (Server only;

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -133,7 +134,7 @@ func (w *serverStream) update(figs []figures) {
 next:
 	for _, f := range figs {
 		for i := range w.figs {
-			if w.figs[i].pol == f.pol {
+			if w.figs[i].rule == f.rule {
 				w.figs[i] = f
 				continue next
 			}
@@ -194,7 +195,7 @@ func (w *serverStream) RecvMsg(m any) error {
 // rate-limit metadata, and returns the status the call fails with, or nil
 // for a call that goes on (after a leaky bucket's delay).
 func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, send func([]figures)) error {
-	all, err := gather(cl, method, enf, msg, make([]spend, 0, len(enf)+len(sh)))
+	all, err := gather(cl, method, enf, msg, make([]policycore.Part, 0, len(enf)+len(sh)))
 	if err != nil {
 		return err
 	}
@@ -203,100 +204,114 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, sen
 		return err // shadow policies return none; kept for safety
 	}
 	es, ss := all[:n], all[n:]
-	withHeaders := s.cfg.headers
-	o := s.cfg.observer
-	var figs []figures
-	var res sluice.Result
-	var refusers []*policy
-	var lat time.Duration
+	v := verdict{send: s.cfg.headers}
 	if len(es) > 0 {
-		each := make([]sluice.Result, len(es))
-		start := time.Now()
-		res, err = s.lim.TakeEach(cl, toParts(es), each)
-		lat = time.Since(start)
-		switch {
-		case err != nil:
-			recordAll(o, "grpc", es, observe.Error, lat)
-			cl.logError(method, err)
-			return storeError(cl, err, s.cfg.unavailable)
-		case res.Degraded:
-			recordAll(o, "grpc", es, observe.Degraded, lat)
-			withHeaders = false // numbers the store did not make
-		case res.Allowed:
-			cl.charge(es, each)
-		}
-		if !res.Degraded && withHeaders {
-			figs = figuresOf(es, each)
-		}
-		if !res.Allowed && !res.Degraded {
-			refusers = refusedOf(es, each)
-			for i, p := range refusers {
-				record(o, "grpc", p, observe.Denied, lat, i)
-			}
+		if err := s.enforce(cl, method, es, &v); err != nil {
+			return err
 		}
 	}
 	if len(ss) > 0 {
-		figs = s.shadow(cl, method, ss, withHeaders, figs)
+		v.figs = s.shadow(cl, method, ss, v.send, v.figs)
 	}
-	if withHeaders && len(figs) > 0 {
-		send(figs)
+	if v.send && len(v.figs) > 0 {
+		send(v.figs)
 	}
-	if len(es) == 0 || res.Degraded {
+	switch {
+	case len(es) == 0 || v.res.Degraded:
 		return nil
+	case !v.res.Allowed:
+		return refusal(v.refusers, v.res.RetryAfter, "call")
 	}
-	if !res.Allowed {
-		return refusal(refusers, res.RetryAfter, "call")
+	return s.admit(cl, es, v.res, v.lat)
+}
+
+// verdict is what decide has found so far.
+type verdict struct {
+	res      sluice.Result // the enforced composite's, in lat
+	lat      time.Duration
+	refusers []*policycore.Rule
+	// send: the metadata is sent (not with numbers the store did not
+	// make); figs are its figures.
+	send bool
+	figs []figures
+}
+
+// enforce decides the enforced parts es as one composite, counts and
+// reports each part's outcome but an admission's (admit's), records what
+// they spent, and keeps the figures in v. The error is the status of a
+// decision the store could not make.
+func (s *Server) enforce(cl *call, method string, es []policycore.Part, v *verdict) error {
+	o := s.cfg.observer
+	each := make([]sluice.Result, len(es))
+	var err error
+	v.res, v.lat, err = policycore.Take(cl, s.lim, es, each, o != nil)
+	switch {
+	case err != nil:
+		policycore.Record(o, sourceServer, es, observe.Error, v.lat, 0)
+		cl.logError(method, err)
+		return storeError(cl, err, s.cfg.unavailable)
+	case v.res.Degraded:
+		policycore.Record(o, sourceServer, es, observe.Degraded, v.lat, 0)
+		v.send = false // numbers the store did not make
+	case v.res.Allowed:
+		cl.charge(es, each)
+	default:
+		v.refusers = policycore.Refused(es, each)
+		policycore.RecordRefused(o, sourceServer, es, each, observe.Denied, v.lat)
 	}
-	// Admitted: a leaky bucket's turn may still be ahead.
+	if v.send {
+		v.figs = figuresOf(es, each)
+	}
+	return nil
+}
+
+// admit lets an admitted call go on once a leaky bucket's turn has come,
+// and records each part's outcome: a leaky bucket whose turn came after
+// the call's deadline, or after its end, refused it.
+func (s *Server) admit(cl *call, es []policycore.Part, res sluice.Result, lat time.Duration) error {
 	late := false
-	var err2 error
+	var err error
 	if res.Delay > 0 {
 		if dl, ok := cl.Deadline(); ok && dl.Sub(s.cfg.clock.Now()) < res.Delay {
 			late = true
-			err2 = status.Errorf(codes.DeadlineExceeded, "the call's turn comes in %v, after its deadline", res.Delay)
-		} else if err := s.cfg.clock.Sleep(cl, res.Delay); err != nil {
+			err = status.Errorf(codes.DeadlineExceeded, "the call's turn comes in %v, after its deadline", res.Delay)
+		} else if serr := s.cfg.clock.Sleep(cl, res.Delay); serr != nil {
 			late = true
-			err2 = status.FromContextError(err).Err()
+			err = status.FromContextError(serr).Err()
 		}
 	}
-	for i, e := range es {
+	for i := range es {
 		oc := observe.Allowed
-		if late && e.pol.Limit.Algorithm == sluice.LeakyBucket {
+		if late && es[i].Rule.Limit.Algorithm == sluice.LeakyBucket {
 			oc = observe.Denied
 		}
-		record(o, "grpc", e.pol, oc, lat, i)
+		es[i].Rule.Record(s.cfg.observer, sourceServer, oc, lat, 0, i)
 	}
-	return err2
+	return err
 }
 
-// shadow decides the shadow policies ss as a composite: counted, never
+// shadow decides the shadow parts ss as a composite: counted, never
 // refusing. It returns figs with the shadows' figures after the enforced
 // ones' when they are sent.
-func (s *Server) shadow(cl *call, method string, ss []spend, send bool, figs []figures) []figures {
+func (s *Server) shadow(cl *call, method string, ss []policycore.Part, send bool, figs []figures) []figures {
 	o := s.cfg.observer
 	each := make([]sluice.Result, len(ss))
-	start := time.Now()
-	res, err := s.lim.TakeEach(cl, toParts(ss), each)
-	lat := time.Since(start)
+	res, lat, err := policycore.Take(cl, s.lim, ss, each, o != nil)
 	switch {
 	case err != nil:
-		recordAll(o, "grpc", ss, observe.Error, lat)
+		policycore.Record(o, sourceServer, ss, observe.Error, lat, 0)
 		cl.logError(method, err)
 		return figs
 	case res.Degraded:
-		recordAll(o, "grpc", ss, observe.Degraded, lat)
+		policycore.Record(o, sourceServer, ss, observe.Degraded, lat, 0)
 		return figs
-	}
-	withHeaders := send && s.cfg.shadowHeaders
-	if res.Allowed {
+	case res.Allowed:
 		cl.charge(ss, each)
-		recordAll(o, "grpc", ss, observe.Allowed, lat)
-	} else {
-		for i, p := range refusedOf(ss, each) {
-			record(o, "grpc", p, observe.ShadowDenied, lat, i)
-		}
+		policycore.Record(o, sourceServer, ss, observe.Allowed, lat, 0)
+	default:
+		policycore.RecordRefused(o, sourceServer, ss, each, observe.ShadowDenied, lat)
 	}
-	if withHeaders {
+	if send && s.cfg.shadowHeaders {
 		figs = append(figs, figuresOf(ss, each)...)
 	}
 	return figs

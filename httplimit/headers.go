@@ -84,7 +84,7 @@ func (m *Middleware) enforcedOnly(results []PolicyResult) bool {
 		return false
 	}
 	for i, pr := range results {
-		if p := m.enforced[i]; pr.Name != p.Name || pr.Shadow || pr.Quota != p.q || pr.Window != p.w {
+		if p := m.enforced[i]; pr.Name != p.Name || pr.Shadow || pr.Quota != p.Q || pr.Window != p.W {
 			return false
 		}
 	}

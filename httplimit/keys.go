@@ -21,13 +21,7 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 // (a Unix socket, a handler called outside a server).
 func ClientIP() KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		ip := ipOf(r)
-		a, ok := clientAddr(ip, r)
-		if !ok {
-			return "", false
-		}
-		var buf [64]byte
-		return string(ip.AppendKey(buf[:0], a)), true
+		return ipOf(r).ResolveKey(peerAddr(r), r.Header.Values)
 	}
 }
 
@@ -107,7 +101,7 @@ func Static(key string) KeyFunc {
 // IPv6 addresses are returned as IPv4. False when r has no usable peer
 // address.
 func ClientAddr(r *http.Request) (netip.Addr, bool) {
-	return clientAddr(ipOf(r), r)
+	return ipOf(r).Resolve(peerAddr(r), r.Header.Values)
 }
 
 // noProxies is how a request that passed through no Middleware is read:
@@ -120,16 +114,6 @@ func ipOf(r *http.Request) *policycore.ClientIP {
 		return &st.m.ip
 	}
 	return &noProxies
-}
-
-// clientAddr is the peer address, unless the peer is a trusted proxy: then
-// the client its proxy header names (policycore.ClientIP.Client).
-func clientAddr(ip *policycore.ClientIP, r *http.Request) (netip.Addr, bool) {
-	peer, ok := peerAddr(r)
-	if !ok || !ip.Proxied(peer) {
-		return peer, ok
-	}
-	return ip.Client(peer, r.Header.Values(ip.Field())), true
 }
 
 // appendIPv4Host appends the address of hostport when it is an IPv4
@@ -191,13 +175,13 @@ func appendIPv4Host(b []byte, hostport string) ([]byte, bool) {
 }
 
 // peerAddr parses r.RemoteAddr ("1.2.3.4:5678", "[::1]:80", or an address
-// alone).
-func peerAddr(r *http.Request) (netip.Addr, bool) {
+// alone); the zero Addr when it holds none.
+func peerAddr(r *http.Request) netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().WithZone("").Unmap(), true // a zone would match no prefix
+		return ap.Addr().WithZone("").Unmap() // a zone would match no prefix
 	}
 	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-		return a.WithZone("").Unmap(), true
+		return a.WithZone("").Unmap()
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}
 }

@@ -151,8 +151,8 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 			return nil, fmt.Errorf("httplimit: %w", err)
 		}
 	}
-	seen := map[string]bool{}
-	for i, p := range policies {
+	check := policycore.Checker{Prefix: t.prefix, Noun: "request"}
+	for _, p := range policies {
 		if p.Shadow {
 			return nil, fmt.Errorf("httplimit: policy %q: shadow policies are not supported outbound", p.Name)
 		}
@@ -163,11 +163,11 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 			return nil, fmt.Errorf("httplimit: policy %q: the name is the Transport's own (its holds' store keys)", p.Name)
 		}
 		t.leaky = t.leaky || p.Limit.Algorithm == sluice.LeakyBucket
-		p, err := checkPolicy(i, p, seen, Host)
+		pol, err := newPolicy(&check, p, Host)
 		if err != nil {
 			return nil, err
 		}
-		t.policies = append(t.policies, &policy{Policy: p, keyPrefix: policycore.KeyPrefix(t.prefix, p.Name)})
+		t.policies = append(t.policies, pol)
 	}
 	// One unit per millisecond, as many units as the longest hold.
 	t.hold = sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Millisecond, Burst: t.maxHold.Milliseconds()}
@@ -208,10 +208,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			cost := p.Cost
 			if p.CostFunc != nil {
-				c, err := p.CostFunc(req)
-				if err == nil && c < 0 {
-					err = fmt.Errorf("negative cost %d", c)
-				}
+				c, err := policycore.CheckCost(p.CostFunc(req))
 				if err != nil {
 					t.report(p.Name, 0, observe.Error, 0, 0)
 					closeBody(req)
@@ -219,7 +216,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: p.keyPrefix + key, Limit: p.Limit, Cost: cost})
+			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}

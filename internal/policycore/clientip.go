@@ -1,7 +1,6 @@
 package policycore
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -40,12 +39,13 @@ const (
 	single
 )
 
-// Trust adds prefixes to the trusted proxies. An IPv4-mapped prefix
-// (::ffff:10.0.0.0/104) is read as IPv4, as peer addresses are.
+// Trust adds prefixes to the trusted proxies: what both doors'
+// WithTrustedProxies do. An IPv4-mapped prefix (::ffff:10.0.0.0/104) is
+// read as IPv4, as peer addresses are.
 func (c *ClientIP) Trust(prefixes []netip.Prefix) error {
 	for _, p := range prefixes {
 		if !p.IsValid() {
-			return fmt.Errorf("invalid prefix %v", p)
+			return fmt.Errorf("WithTrustedProxies: invalid prefix %v", p)
 		}
 		if p.Addr().Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
@@ -70,14 +70,11 @@ func (c *ClientIP) SetField(name string) {
 	}
 }
 
-// Field is the forwarding field's name as SetField was given it.
-func (c *ClientIP) Field() string { return c.field }
-
 // SetIPv6Prefix groups IPv6 clients by their prefix of bits (1 to 128:
-// 128 keys each address alone).
+// 128 keys each address alone): what both doors' WithIPv6Prefix do.
 func (c *ClientIP) SetIPv6Prefix(bits int) error {
 	if bits < 1 || bits > 128 {
-		return errors.New("not in 1..128")
+		return fmt.Errorf("WithIPv6Prefix(%d): not in 1..128", bits)
 	}
 	c.v6bits = bits
 	return nil
@@ -88,10 +85,34 @@ func (c *ClientIP) SetIPv6Prefix(bits int) error {
 func (c *ClientIP) TrustsProxies() bool { return len(c.trusted) > 0 }
 
 // Proxied reports whether a request from peer may be forwarded: there are
-// trusted proxies and peer is one of them. The door reads the forwarding
-// field only then, and hands its values to Client.
+// trusted proxies and peer is one of them.
 func (c *ClientIP) Proxied(peer netip.Addr) bool {
 	return len(c.trusted) > 0 && c.trusts(peer)
+}
+
+// Resolve returns the address of the client that sent a request from peer
+// (false when peer is not valid: the request came from no IP address):
+// peer itself, unless it is a trusted proxy; then the client its
+// forwarding field names (Client), whose values it reads with values, and
+// only then.
+func (c *ClientIP) Resolve(peer netip.Addr, values func(field string) []string) (netip.Addr, bool) {
+	if !peer.IsValid() {
+		return netip.Addr{}, false
+	}
+	if !c.Proxied(peer) {
+		return peer, true
+	}
+	return c.Client(peer, values(c.field)), true
+}
+
+// ResolveKey is the key (AppendKey) of the client Resolve finds.
+func (c *ClientIP) ResolveKey(peer netip.Addr, values func(field string) []string) (string, bool) {
+	a, ok := c.Resolve(peer, values)
+	if !ok {
+		return "", false
+	}
+	var buf [64]byte
+	return string(c.AppendKey(buf[:0], a)), true
 }
 
 func (c *ClientIP) trusts(a netip.Addr) bool {

@@ -107,6 +107,32 @@ func TestProxied(t *testing.T) {
 	}
 }
 
+// TestResolve: the field is read only for a trusted peer, and only the
+// field named; no peer address, no client.
+func TestResolve(t *testing.T) {
+	c := trusting(t, "X-Real-IP")
+	read := 0
+	values := func(field string) []string {
+		read++
+		if field != "X-Real-IP" {
+			t.Errorf("read field %q", field)
+		}
+		return []string{"203.0.113.4"}
+	}
+	if a, ok := c.Resolve(netip.Addr{}, values); ok || a.IsValid() {
+		t.Errorf("no peer: %v, %v", a, ok)
+	}
+	if a, ok := c.Resolve(netip.MustParseAddr("198.51.100.1"), values); !ok || a.String() != "198.51.100.1" || read != 0 {
+		t.Errorf("untrusted peer: %v, %v (field read %d times)", a, ok, read)
+	}
+	if k, ok := c.ResolveKey(netip.MustParseAddr("10.0.0.1"), values); !ok || k != "203.0.113.4" || read != 1 {
+		t.Errorf("trusted peer: key %q, %v (field read %d times)", k, ok, read)
+	}
+	if k, ok := c.ResolveKey(netip.MustParseAddr("2001:db8::1:2:3:4"), values); !ok || k != "2001:db8::/64" {
+		t.Errorf("IPv6 peer: key %q, %v", k, ok)
+	}
+}
+
 func TestAppendKey(t *testing.T) {
 	var c policycore.ClientIP
 	var c128 policycore.ClientIP
