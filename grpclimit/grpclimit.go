@@ -19,6 +19,12 @@ import (
 	"github.com/sluice-go/sluice/observe"
 )
 
+// The Sources of the Events a Server and a Client report (WithObserver).
+const (
+	sourceServer = "grpc"
+	sourceClient = "grpc-client"
+)
+
 // Policy is one budget a call must fit in.
 type Policy struct {
 	// Name names the policy in QuotaFailure violations, the rate-limit
@@ -56,12 +62,6 @@ type Policy struct {
 	// spends once, whatever the mode.
 	Stream StreamMode
 }
-
-// The Sources of the Events a Server and a Client report (WithObserver).
-const (
-	sourceServer = "grpc"
-	sourceClient = "grpc-client"
-)
 
 // policy is a checked Policy: the rule both doors keep, its key and cost
 // functions, and when it spends on a stream.

@@ -109,11 +109,10 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 func WithProxyHeader(name string) Option {
 	return func(c *config) error {
 		name = strings.ToLower(strings.TrimSpace(name))
-		if name == "" || strings.ContainsAny(name, " \t:\r\n") || strings.HasSuffix(name, "-bin") {
-			return fmt.Errorf("WithProxyHeader(%q): not a text metadata field name", name)
+		if strings.HasSuffix(name, "-bin") {
+			return fmt.Errorf("WithProxyHeader(%q): a binary metadata field, not text", name)
 		}
-		c.ip.SetField(name)
-		return nil
+		return c.ip.SetField(name)
 	}
 }
 
@@ -148,13 +147,7 @@ func WithShadowHeaders() Option {
 // WithUnavailableRetryAfter sets the RetryInfo delay of the Unavailable
 // answered when the store fails closed (Server only; default 1s).
 func WithUnavailableRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("WithUnavailableRetryAfter(%v): not positive", d)
-		}
-		c.unavailable = d
-		return nil
-	}
+	return func(c *config) error { return policycore.SetUnavailableRetryAfter(&c.unavailable, d) }
 }
 
 // WithErrorLog receives the errors kept out of the statuses a client sees:
@@ -167,13 +160,7 @@ func WithErrorLog(f func(ctx context.Context, method string, err error)) Option 
 // reads its deadline by (Server only; default the Limiter's Clock). A Client
 // waits on the Limiter's clock (sluice.WithClock).
 func WithClock(clock sluice.Clock) Option {
-	return func(c *config) error {
-		if clock == nil {
-			return errors.New("WithClock(nil)")
-		}
-		c.clock = clock
-		return nil
-	}
+	return func(c *config) error { return policycore.Set("WithClock", &c.clock, clock) }
 }
 
 // WithKeyPrefix sets the prefix of the store keys (default "grpclimit:" for
@@ -209,7 +196,7 @@ func newConfig(prefix string, opts []Option) (config, error) {
 		prefix:      prefix,
 		mode:        PerCall,
 	}
-	c.ip.SetField("x-forwarded-for")
+	_ = c.ip.SetField("x-forwarded-for") // a valid name: no error
 	for _, o := range opts {
 		if o == nil {
 			continue

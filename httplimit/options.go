@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -47,26 +49,14 @@ func WithStatus(code int) Option {
 // WithStatus's unless h calls WriteHeader with another;
 // DecisionFrom(r.Context()) tells it which policies refused.
 func WithDenyHandler(h http.Handler) Option {
-	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("WithDenyHandler(nil)")
-		}
-		m.deny = h
-		return nil
-	}
+	return func(m *Middleware) error { return policycore.Set("WithDenyHandler", &m.deny, h) }
 }
 
 // WithMissingKey answers a request whose key a non-Optional policy cannot
 // find with h (default: 400 Bad Request with a problem body naming the
 // policy). DecisionFrom(r.Context()).Missing names the policy.
 func WithMissingKey(h http.Handler) Option {
-	return func(m *Middleware) error {
-		if h == nil {
-			return errors.New("WithMissingKey(nil)")
-		}
-		m.missing = h
-		return nil
-	}
+	return func(m *Middleware) error { return policycore.Set("WithMissingKey", &m.missing, h) }
 }
 
 // WithHeaders chooses the rate-limit headers sent (default HeadersDraft11);
@@ -113,15 +103,7 @@ func SkipNetworks(prefixes ...netip.Prefix) func(r *http.Request) bool {
 	}
 	return func(r *http.Request) bool {
 		a, ok := ClientAddr(r)
-		if !ok {
-			return false
-		}
-		for _, p := range ps {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
+		return ok && slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
 	}
 }
 
@@ -139,14 +121,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 // one header is read, so that a client cannot slip an address into the one
 // its proxy does not set.
 func WithProxyHeader(name string) Option {
-	return func(m *Middleware) error {
-		name = strings.TrimSpace(name)
-		if name == "" || strings.ContainsAny(name, " \t:\r\n") {
-			return fmt.Errorf("WithProxyHeader(%q): not a header name", name)
-		}
-		m.ip.SetField(http.CanonicalHeaderKey(name))
-		return nil
-	}
+	return func(m *Middleware) error { return m.ip.SetField(http.CanonicalHeaderKey(strings.TrimSpace(name))) }
 }
 
 // WithIPv6Prefix sets how IPv6 clients are grouped: every address of one
@@ -158,13 +133,7 @@ func WithIPv6Prefix(bits int) Option {
 // WithUnavailableRetryAfter sets the Retry-After of the 503 answered when the
 // store fails closed (default 1s; rounded up to whole seconds).
 func WithUnavailableRetryAfter(d time.Duration) Option {
-	return func(m *Middleware) error {
-		if d <= 0 {
-			return fmt.Errorf("WithUnavailableRetryAfter(%v): not positive", d)
-		}
-		m.unavailable = d
-		return nil
-	}
+	return func(m *Middleware) error { return policycore.SetUnavailableRetryAfter(&m.unavailable, d) }
 }
 
 // WithErrorLog receives the errors kept out of responses: store failures, a
@@ -176,13 +145,7 @@ func WithErrorLog(f func(r *http.Request, err error)) Option {
 // WithClock sets the clock an admitted leaky-bucket request sleeps out its
 // Delay on (default the system clock); tests pass one that does not sleep.
 func WithClock(c sluice.Clock) Option {
-	return func(m *Middleware) error {
-		if c == nil {
-			return errors.New("WithClock(nil)")
-		}
-		m.clock = c
-		return nil
-	}
+	return func(m *Middleware) error { return policycore.Set("WithClock", &m.clock, c) }
 }
 
 // WithObserver reports every policy's outcome of every request that reaches

@@ -96,7 +96,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		prefix:      "httplimit:",
 		clock:       lim.Clock(),
 	}
-	m.ip.SetField("X-Forwarded-For")
+	_ = m.ip.SetField("X-Forwarded-For") // a valid name: no error
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -57,13 +57,7 @@ type TransportOption func(*Transport) error
 // WithBase sets the RoundTripper that sends the requests (default
 // http.DefaultTransport).
 func WithBase(rt http.RoundTripper) TransportOption {
-	return func(t *Transport) error {
-		if rt == nil {
-			return errors.New("WithBase(nil)")
-		}
-		t.base = rt
-		return nil
-	}
+	return func(t *Transport) error { return policycore.Set("WithBase", &t.base, rt) }
 }
 
 // WithMaxHold caps how long an upstream's Retry-After holds its host
@@ -82,13 +76,7 @@ func WithMaxHold(d time.Duration) TransportOption {
 // the system clock); give it the clock the Limiter waits by (its store's,
 // as memstore.WithClock set it, unless sluice.WithClock set another).
 func WithHoldClock(c sluice.Clock) TransportOption {
-	return func(t *Transport) error {
-		if c == nil {
-			return errors.New("WithHoldClock(nil)")
-		}
-		t.clock = c
-		return nil
-	}
+	return func(t *Transport) error { return policycore.Set("WithHoldClock", &t.clock, c) }
 }
 
 // UpstreamPolicy is the policy name under which a Transport with an observer

@@ -56,9 +56,14 @@ func (c *ClientIP) Trust(prefixes []netip.Prefix) error {
 }
 
 // SetField names the field trusted proxies set, as the door's transport
-// spells it. X-Forwarded-For and Forwarded (any case) are lists walked
-// from the right; any other field is read as one address.
-func (c *ClientIP) SetField(name string) {
+// spells it: what both doors' WithProxyHeader do. X-Forwarded-For and
+// Forwarded (any case) are lists walked from the right; any other field is
+// read as one address. A name with a space, a colon or a line break names
+// no field.
+func (c *ClientIP) SetField(name string) error {
+	if name == "" || strings.ContainsAny(name, " \t:\r\n") {
+		return fmt.Errorf("WithProxyHeader(%q): not a field name", name)
+	}
 	c.field = name
 	switch {
 	case name == "" || strings.EqualFold(name, "X-Forwarded-For"):
@@ -68,6 +73,7 @@ func (c *ClientIP) SetField(name string) {
 	default:
 		c.list = single
 	}
+	return nil
 }
 
 // SetIPv6Prefix groups IPv6 clients by their prefix of bits (1 to 128:

@@ -17,7 +17,9 @@ func trusting(t testing.TB, field string) *policycore.ClientIP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetField(field)
+	if err := c.SetField(field); err != nil {
+		t.Fatal(err)
+	}
 	return &c
 }
 

@@ -102,3 +102,26 @@ func TestRecordAndStats(t *testing.T) {
 		t.Errorf("RequestKey %q", k)
 	}
 }
+
+func TestSet(t *testing.T) {
+	var o observe.Observer
+	if err := policycore.Set("WithObserver", &o, nil); err == nil || err.Error() != "WithObserver(nil)" {
+		t.Errorf("Set(nil): %v", err)
+	}
+	var got events
+	if err := policycore.Set[observe.Observer]("WithObserver", &o, &got); err != nil || o != &got {
+		t.Errorf("Set: %v, %v", o, err)
+	}
+}
+
+func TestSetUnavailableRetryAfter(t *testing.T) {
+	d := time.Second
+	for _, bad := range []time.Duration{0, -time.Second} {
+		if err := policycore.SetUnavailableRetryAfter(&d, bad); err == nil || d != time.Second {
+			t.Errorf("%v: %v, left %v", bad, err, d)
+		}
+	}
+	if err := policycore.SetUnavailableRetryAfter(&d, 3*time.Second); err != nil || d != 3*time.Second {
+		t.Errorf("3s: %v, set %v", err, d)
+	}
+}
