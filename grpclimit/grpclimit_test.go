@@ -879,31 +879,11 @@ func TestObserverOnRefusal(t *testing.T) {
 	}
 }
 
-// movingClock is a store clock the test moves.
-type movingClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *movingClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *movingClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *movingClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
-
 // A handler that runs across a fixed window's end gives nothing back to the
 // next window: its units were spent in the one that ended (before, the next
 // window admitted 20 of 10).
 func TestRefundAcrossWindowEnd(t *testing.T) {
-	c := &movingClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)), sluice.WithClock(core.SystemClock{}))
 	s := mustNew(t, lim, []grpclimit.Policy{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Cost: 10}})
 	es := &echoServer{}

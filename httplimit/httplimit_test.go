@@ -29,31 +29,11 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// clock is a frozen clock the tests move by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// newClock is a frozen clock the tests move by hand; its Sleep returns at
+// once, so a leaky-bucket admission's delay is not waited out.
+func newClock() *testenv.Clock { return testenv.NewClock() }
 
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// Sleep returns at once: a leaky-bucket admission's delay is not waited out
-// on a frozen clock.
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
-
-func frozenLimiter(c *clock) *sluice.Limiter {
+func frozenLimiter(c *testenv.Clock) *sluice.Limiter {
 	return sluice.New(memstore.New(memstore.WithClock(c)))
 }
 

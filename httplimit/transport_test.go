@@ -12,12 +12,13 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
 
 // stepClock is a frozen clock whose Sleep moves it on: waits take no real
 // time and their lengths are exact.
-type stepClock struct{ *clock }
+type stepClock struct{ *testenv.Clock }
 
 func (c stepClock) Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
@@ -31,7 +32,7 @@ func (c stepClock) Sleep(ctx context.Context, d time.Duration) error {
 // once it runs out) and records the clock's time of each request.
 type upstream struct {
 	mu     sync.Mutex
-	clock  *clock
+	clock  *testenv.Clock
 	script []string // "429 3", "503 <http-date>", "200"
 	seen   []time.Duration
 	start  time.Time

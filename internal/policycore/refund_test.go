@@ -9,28 +9,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
-
-// clock is a store clock the test moves.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *clock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 
 // rule is a checked rule named name under "t:".
 func rule(t *testing.T, name string, l sluice.Limit) *policycore.Rule {
@@ -55,7 +36,7 @@ func left(t *testing.T, lim *sluice.Limiter, r *policycore.Rule, key string) int
 
 func TestTakeAndRefund(t *testing.T) {
 	ctx := context.Background()
-	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)))
 	tb := rule(t, "tb", sluice.PerMinute(10))
 	win := rule(t, "win", sluice.PerMinute(10).Using(sluice.FixedWindow))
@@ -97,7 +78,7 @@ func TestTakeAndRefund(t *testing.T) {
 
 	// The window's last unit, once the window has ended, goes nowhere:
 	// the next window, spent to nothing, stays so.
-	c.add(time.Minute)
+	c.Add(time.Minute)
 	if res, err := lim.Take(ctx, win.KeyPrefix+"k", win.Limit, 10); err != nil || !res.Allowed {
 		t.Fatalf("the next window: %+v, %v", res, err)
 	}
@@ -113,7 +94,7 @@ func TestTakeAndRefund(t *testing.T) {
 // what it spent, never more (run with -race).
 func TestConcurrentRefunds(t *testing.T) {
 	ctx := context.Background()
-	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)))
 	tb := rule(t, "tb", sluice.PerHour(1000))
 	ps := []policycore.Part{{tb, tb.KeyPrefix + "k", 600}}

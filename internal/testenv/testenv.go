@@ -1,5 +1,6 @@
 // Package testenv holds what sluice's tests read from the environment: whether
-// wall-clock assertions run, and the seed of random tests.
+// wall-clock assertions run, and the seed of random tests; and the Clock
+// tests move by hand.
 //
 // Wall-clock assertions (a drain within 5% of its ideal time, enough load in
 // each phase of a fault test, a limiter saturated under load, a call back
