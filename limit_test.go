@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +214,17 @@ func TestAlgorithmsAreKinds(t *testing.T) {
 			t.Errorf("%v is %d, algo's %v is %d", a, a, k, k)
 		}
 	}
+}
+
+// A limit's capacity is the most one request can spend on a fresh key; its
+// refill, how long an emptied budget takes to come back: what the
+// RateLimit-Policy header calls q and w.
+func ExampleLimit_Capacity() {
+	l := sluice.PerSecond(10).WithBurst(50)
+	fmt.Println(l.Capacity(), l.Refill())
+	w := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	fmt.Println(w.Capacity(), w.Refill())
+	// Output:
+	// 50 5s
+	// 100 1m0s
 }

@@ -35,7 +35,8 @@
 // metadata is believed only when the peer is a trusted proxy
 // (WithTrustedProxies): then x-forwarded-for is read from the right,
 // passing over trusted hops, and the first untrusted address is the client
-// (WithProxyHeader names a single-value field such as x-real-ip instead).
+// (WithProxyHeader names forwarded, RFC 7239, or a single-value field such
+// as x-real-ip instead). The rules are httplimit's, written once.
 // Metadata (a metadata field: an API key, a tenant), Method (the full method
 // name), FromContext (an identity an earlier interceptor put in the
 // context), Static and Join build other keys. A policy's keys live under
