@@ -148,3 +148,30 @@ func TestRedisKilledMidRun(t *testing.T) {
 		})
 	}
 }
+
+// TestFailLocalRefuses: with Redis unreachable, a store that fails over to
+// a local store decides in process, flagged Degraded; what it refuses is
+// refused (before, every call went on: a FailLocal store failed open), and
+// counted and reported as a refusal, not as a degraded admission.
+func TestFailLocalRefuses(t *testing.T) {
+	store, err := redisstore.New(redistest.Unreachable(t), redisstore.WithFailurePolicy(redisstore.FailLocal), redisstore.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var outcomes [8]atomic.Int64
+	s := mustNew(t, sluice.New(store), []grpclimit.Policy{{Name: "all", Limit: sluice.PerHour(2), Key: grpclimit.Static("all")}},
+		grpclimit.WithObserver(observe.Func(func(e observe.Event) { outcomes[e.Outcome].Add(1) })))
+	conn := serve(t, s, &echoServer{})
+	var got []codes.Code
+	for range 3 {
+		got = append(got, status.Code(echo(context.Background(), conn)))
+	}
+	if got[0] != codes.OK || got[1] != codes.OK || got[2] != codes.ResourceExhausted {
+		t.Errorf("codes %v, want OK, OK, ResourceExhausted", got)
+	}
+	degraded, denied := outcomes[observe.Degraded].Load(), outcomes[observe.Denied].Load()
+	if st := s.Stats()[0]; st.Degraded != 2 || st.Refused != 1 || degraded != 2 || denied != 1 {
+		t.Errorf("stats %+v, %d degraded and %d denied events: want 2 degraded admissions and 1 refusal", st, degraded, denied)
+	}
+}

@@ -217,10 +217,12 @@ func (s *Server) decide(cl *call, method string, enf, sh []*policy, msg any, sen
 		send(v.figs)
 	}
 	switch {
-	case len(es) == 0 || v.res.Degraded:
+	case len(es) == 0:
 		return nil
 	case !v.res.Allowed:
 		return refusal(v.refusers, v.res.RetryAfter, "call")
+	case v.res.Degraded: // the store's failure policy admitted it
+		return nil
 	}
 	return s.admit(cl, es, v.res, v.lat)
 }
@@ -250,15 +252,15 @@ func (s *Server) enforce(cl *call, method string, es []policycore.Part, v *verdi
 		policycore.Record(o, sourceServer, es, observe.Error, v.lat, 0)
 		cl.logError(method, err)
 		return storeError(cl, err, s.cfg.unavailable)
-	case v.res.Degraded:
+	case v.res.Degraded && v.res.Allowed:
 		policycore.Record(o, sourceServer, es, observe.Degraded, v.lat, 0)
-		v.send = false // numbers the store did not make
 	case v.res.Allowed:
 		cl.charge(es, each)
-	default:
+	default: // refused by the store, or by its failure policy's local fallback
 		v.refusers = policycore.Refused(es, each)
 		policycore.RecordRefused(o, sourceServer, es, each, observe.Denied, v.lat)
 	}
+	v.send = v.send && !v.res.Degraded // not numbers the store did not make
 	if v.send {
 		v.figs = figuresOf(es, each)
 	}
@@ -302,16 +304,15 @@ func (s *Server) shadow(cl *call, method string, ss []policycore.Part, send bool
 		policycore.Record(o, sourceServer, ss, observe.Error, lat, 0)
 		cl.logError(method, err)
 		return figs
-	case res.Degraded:
+	case res.Degraded && res.Allowed:
 		policycore.Record(o, sourceServer, ss, observe.Degraded, lat, 0)
-		return figs
 	case res.Allowed:
 		cl.charge(ss, each)
 		policycore.Record(o, sourceServer, ss, observe.Allowed, lat, 0)
 	default:
 		policycore.RecordRefused(o, sourceServer, ss, each, observe.ShadowDenied, lat)
 	}
-	if send && s.cfg.shadowHeaders {
+	if send && s.cfg.shadowHeaders && !res.Degraded {
 		figs = append(figs, figuresOf(ss, each)...)
 	}
 	return figs

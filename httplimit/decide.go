@@ -87,23 +87,17 @@ func (m *Middleware) decideEnforced(w http.ResponseWriter, r *http.Request, st *
 	}
 	d := st.decision()
 	d.Result, v.allowed = v.res, v.res.Allowed
-	if !v.allowed {
-		d.Refused = policycore.RefusedNames(ps, each)
-	}
 	switch {
-	case v.res.Degraded:
+	case v.res.Degraded && v.allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Degraded, lat, 0)
-		if !v.allowed { // a local fallback's refusal: counted, reported as degraded
-			policycore.RecordRefused(nil, ObserveSource, ps, each, observe.Denied, lat)
-		}
-		v.send = false // numbers the store did not make
-		return true
 	case v.allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Allowed, lat, v.res.Delay)
 		d.charged = policycore.AppendCharges(d.charged, ps, each)
-	default:
+	default: // refused by the store, or by its failure policy's local fallback
+		d.Refused = policycore.RefusedNames(ps, each)
 		policycore.RecordRefused(m.obs, ObserveSource, ps, each, observe.Denied, lat)
 	}
+	v.send = v.send && !v.res.Degraded // not numbers the store did not make
 	if v.send {
 		v.results = numbers(v.results, ps, each)
 	}
@@ -120,9 +114,8 @@ func (m *Middleware) decideShadows(r *http.Request, st *state, ps []policycore.P
 		policycore.Record(m.obs, ObserveSource, ps, observe.Error, lat, 0)
 		m.logError(st, r, err)
 		return
-	case res.Degraded:
+	case res.Degraded && res.Allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Degraded, lat, 0)
-		return
 	case res.Allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Allowed, lat, 0)
 		d := st.decision()
@@ -131,7 +124,7 @@ func (m *Middleware) decideShadows(r *http.Request, st *state, ps []policycore.P
 		st.decision().ShadowRefused = policycore.RefusedNames(ps, each)
 		policycore.RecordRefused(m.obs, ObserveSource, ps, each, observe.ShadowDenied, lat)
 	}
-	if v.send && m.shadowHeaders {
+	if v.send && m.shadowHeaders && !res.Degraded {
 		v.results = numbers(v.results, ps, each)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,14 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/observe"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -497,15 +495,37 @@ func TestShadowNeverRefuses(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// TestFailLocalRefuses: with Redis unreachable, a store that fails over to
+// a local store decides in process, flagged Degraded; what it refuses is
+// answered 429, and counted and reported as a refusal (before, it was also
+// counted, and reported, as a degraded admission).
+func TestFailLocalRefuses(t *testing.T) {
+	store, err := redisstore.New(redistest.Unreachable(t), redisstore.WithFailurePolicy(redisstore.FailLocal), redisstore.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	defer store.Close()
+	var mu sync.Mutex
+	var got []string // status, then the Events of the request
+	m := mustNew(t, sluice.New(store), []httplimit.Policy{{Name: "all", Limit: sluice.PerMinute(2), Key: httplimit.Static("all")}},
+		httplimit.WithObserver(observe.Func(func(e observe.Event) {
+			mu.Lock()
+			got = append(got, e.Outcome.String())
+			mu.Unlock()
+		})))
+	for range 3 {
+		w := httptest.NewRecorder()
+		m.Handler(echo).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		mu.Lock()
+		got = append(got, strconv.Itoa(w.Code))
+		mu.Unlock()
+	}
+	if want := "[degraded 200 degraded 200 denied 429]"; fmt.Sprint(got) != want {
+		t.Errorf("events and statuses %v, want %s", got, want)
+	}
+	if st := m.Stats()[0]; st.Degraded != 2 || st.Refused != 1 {
+		t.Errorf("stats %+v, want 2 degraded admissions and 1 refusal", st)
+	}
 }
 
 func TestStoreFailure(t *testing.T) {
@@ -518,9 +538,8 @@ func TestStoreFailure(t *testing.T) {
 		{"FailClosed", redisstore.FailClosed, 503},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := closedPort(t)
-			client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-			defer client.Close()
+			client := redistest.Unreachable(t)
+			addr := client.Options().Addr
 			store, err := redisstore.New(client, redisstore.WithFailurePolicy(tc.policy), redisstore.WithTimeout(500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
