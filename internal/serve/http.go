@@ -188,7 +188,8 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := &pb.RateLimitResponse{}
-	if _, err := s.decide(r.Context(), req, resp, s.opts.Headers); err != nil {
+	res, err := s.decide(r.Context(), req, resp, s.opts.Headers)
+	if err != nil {
 		s.count("json", codeLabel(grpcError(err)))
 		httpError(w, err)
 		return
@@ -201,9 +202,17 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		setRetryAfter(w.Header(), res.RetryAfter)
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// setRetryAfter sets a refusal's Retry-After: the call's wait, rounded up
+// to whole seconds once, at least 1 (a refusal with no wait of its own, as
+// requests_per_unit 0 gives, still asks the client to wait).
+func setRetryAfter(h http.Header, wait time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(wait), 1), 10))
 }
 
 // TakeRequest is the body of POST /v1/take: either a domain and its
@@ -318,7 +327,7 @@ func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
 		s.count("take", "ok")
 	} else {
 		s.count("take", "over_limit")
-		w.Header().Set("Retry-After", strconv.FormatInt(max(ceilSeconds(res.RetryAfter), 1), 10))
+		setRetryAfter(w.Header(), res.RetryAfter)
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	json.NewEncoder(w).Encode(&out)

@@ -32,6 +32,11 @@ func TestJSONEndpoint(t *testing.T) {
 		if r.Statuses[0].CurrentLimit.Name != "sub_limit" {
 			t.Errorf("call %d: %s", i, out)
 		}
+		// A refusal says when to come back, as /v1/take's does: the
+		// hour's window ends at 13:00, 59m30s after t0.
+		if ra := resp.Header.Get("Retry-After"); (code == 429) != (ra != "") || code == 429 && ra != "3570" {
+			t.Errorf("call %d: %d with Retry-After %q, want 3570 on the 429 only", i, code, ra)
+		}
 	}
 	for _, bad := range []string{`{`, `{"domain": 1}`, `{"domain": "test"}`, `{"nope": 1}`} {
 		if resp, out := httpPost(t, ts.base+"/json", bad); resp.StatusCode != 400 {
