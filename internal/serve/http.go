@@ -333,6 +333,13 @@ func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(&out)
 }
 
+// takeKeyPrefix begins the store key of every key /v1/take is given. A
+// descriptor's store key never begins with it (rlsconfig.Rule.Key begins
+// with the domain, not empty and its '/' escaped; domainSlot with '{'), so
+// a key a caller names never reaches a descriptor's budget, nor a
+// descriptor a key's; and a prefix keeps distinct keys distinct.
+const takeKeyPrefix = "/"
+
 // takeKey decides a key under the caller's limit.
 func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
 	if len(t.Key) > s.opts.MaxEntryBytes {
@@ -346,7 +353,7 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 	if t.Cost != nil {
 		c = *t.Cost
 	}
-	res, err := s.limFor(lim).Take(ctx, t.Key, lim, c)
+	res, err := s.limFor(lim).Take(ctx, takeKeyPrefix+t.Key, lim, c)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return res, err
