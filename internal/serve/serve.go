@@ -450,12 +450,8 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta, loaded: now}
-	for _, r := range cfg.Rules() {
-		if !r.DetailedMetric && !r.ValueToMetric {
-			st.counters[r] = s.metrics.ruleCounters(r)
-		}
-	}
+	counters, shared := s.metrics.forRules(cfg.Rules())
+	st := &state{cfg: cfg, counters: counters, metadata: meta, loaded: now}
 	s.state.Store(st)
 	s.errMu.Lock()
 	s.lastErr = nil
@@ -467,6 +463,9 @@ func (s *Server) Reload() error {
 		s.log.Info("no --config given: serving an empty configuration (every descriptor OK, no limit)")
 	} else {
 		s.log.Info("configuration loaded", "path", s.opts.Config, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "files", len(cfg.Sources()))
+	}
+	if shared > 0 {
+		s.log.Warn("rules beyond the first ones are counted together in sluice_serve_rule_decisions_total{rule=\""+otherLabel+"\"}", "series", maxRuleSeries, "rules_together", shared)
 	}
 	return nil
 }
