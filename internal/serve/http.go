@@ -412,20 +412,30 @@ func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeR
 }
 
 // serveReady is 200 when a configuration is loaded and the store answers.
+// A store that answers but may not keep the limiter's budgets (a Redis
+// whose maxmemory-policy may evict keys) leaves it ready, since the
+// service still decides and every instance on that Redis would be taken
+// out at once, but each such problem is a "warning:" line of the body.
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	if s.state.Load() == nil {
 		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
 	if s.opts.Ping != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		if err := s.opts.Ping(ctx); err != nil {
 			http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}
-	io.WriteString(w, "ready\n")
+	problems, _ := s.checkStores(ctx)
+	var b strings.Builder
+	b.WriteString("ready\n")
+	for _, p := range problems {
+		b.WriteString("warning: " + p + "\n")
+	}
+	io.WriteString(w, b.String())
 }
 
 // configRule is one rule in /debug/config's JSON.

@@ -27,6 +27,7 @@ type metrics struct {
 	loads        *prometheus.CounterVec // result
 	lastLoad     prometheus.Gauge
 	rules        prometheus.Gauge
+	mayEvict     prometheus.Gauge
 	// the gRPC door's series, resolved once
 	grpcOK, grpcOver prometheus.Counter
 	grpcLatency      prometheus.Observer
@@ -90,8 +91,11 @@ func newMetrics() *metrics {
 		rules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_serve_config_rules", Help: "Rules in the configuration in use.",
 		}),
+		mayEvict: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_serve_store_may_evict", Help: "1 when a store's Redis may evict the limiter's keys (its maxmemory-policy is not noeviction: an evicted key forgets what was spent), as last checked, at start and by each /readyz.",
+		}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules,
+	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
 	m.grpcLatency = m.latency.WithLabelValues("grpc")
