@@ -3,7 +3,6 @@ package serve
 import (
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,11 +36,10 @@ type metrics struct {
 	// no longer has. Only Reload touches it, under Server.loadMu.
 	ruleLabels map[[2]string]bool
 	// values holds the decision series of detailed_metric and
-	// value_to_metric rules, one per stat name sent, up to maxValueSeries;
-	// valuesFull is set once a name found none left.
-	valuesMu   sync.RWMutex
-	values     map[[2]string]*outcomeCounters
-	valuesFull atomic.Bool
+	// value_to_metric rules, one per stat name sent, up to maxValueSeries,
+	// then otherLabel's.
+	valuesMu sync.RWMutex
+	values   map[[2]string]*outcomeCounters
 }
 
 // The decision series (sluice_serve_rule_decisions_total) are bounded
