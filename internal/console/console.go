@@ -178,8 +178,8 @@ type Live struct {
 	Since int64 `json:"since"`
 	// WindowS is how many seconds the console keeps.
 	WindowS int64 `json:"window_s"`
-	// Rules holds the configuration's rules in its order, then the other
-	// policies seen, by name.
+	// Rules holds the configuration's named rules in its order (of its
+	// first maxPageRules rules), then the other policies seen, by name.
 	Rules []RuleLive `json:"rules"`
 	// Top lists the keys refused most often recently, the most first.
 	Top []Refusal `json:"top"`
@@ -221,7 +221,8 @@ func (c *Console) Live(since int64) Live {
 		}
 		out.Rules = append(out.Rules, rl)
 	}
-	for _, r := range c.config().Rules {
+	rules := c.config().Rules
+	for _, r := range rules[:min(len(rules), maxPageRules)] {
 		if r.Name != "" {
 			add(r.Name)
 		}

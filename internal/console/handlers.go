@@ -61,9 +61,18 @@ func fmtPeriod(d time.Duration) string {
 	return s[strings.IndexByte(s, '/')+1:]
 }
 
+// maxPageRules bounds the rules the page lists (its rules table, the
+// playground's choices) and the live report's rules not seen yet, so that
+// the page stays small whatever the configuration; /console/api/config
+// gives every one.
+const maxPageRules = 500
+
 // pageData is what the page template renders.
 type pageData struct {
-	Config     ConfigView
+	Config ConfigView
+	// RulesTotal is how many rules the configuration has; Config.Rules
+	// holds the first maxPageRules of them.
+	RulesTotal int
 	Live       Live
 	Algorithms []string
 	Form       formValues
@@ -88,6 +97,8 @@ func defaultForm() formValues {
 
 func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	d.Config = c.config()
+	d.RulesTotal = len(d.Config.Rules)
+	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
 	d.Live = c.Live(0)
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())

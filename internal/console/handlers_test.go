@@ -424,3 +424,33 @@ func TestPlaygroundForm(t *testing.T) {
 		t.Errorf("bad ticks: %d", resp.StatusCode)
 	}
 }
+
+// The page stays small whatever the configuration: its rules table, the
+// live view's rows of rules not seen yet and the playground's choices list
+// the first maxPageRules rules, and the table says how many there are and
+// where all of them are. (10,000 rules once made a 12 MB page.)
+func TestPageBounded(t *testing.T) {
+	var v ConfigView
+	for i := range 10_000 {
+		v.Rules = append(v.Rules, Rule{Domain: "d", Path: fmt.Sprintf("k%d", i), Name: fmt.Sprintf("d.k%d", i), Algorithm: "aligned-window", Rate: 1, Period: time.Second, Burst: 1, Unit: "second"})
+	}
+	c, _, srv := newTestServer(t, v)
+	_, _, body := get(t, srv.URL+"/")
+	if len(body) > 1<<20 {
+		t.Errorf("a page of %d bytes for 10,000 rules, want at most 1 MiB", len(body))
+	}
+	if n := strings.Count(body, `<td data-k="path">`); n != maxPageRules {
+		t.Errorf("%d rows in the rules table, want %d", n, maxPageRules)
+	}
+	if want := fmt.Sprintf(`10000 rules loaded; the first %d are listed`, maxPageRules); !strings.Contains(body, want) || !strings.Contains(body, `<a href="/console/api/config">`) {
+		t.Errorf("the rules table does not say %q and where the rest are", want)
+	}
+	if n := len(c.Live(0).Rules); n > maxPageRules {
+		t.Errorf("the live report lists %d rules, none seen: want at most %d", n, maxPageRules)
+	}
+	var all configJSON
+	_, _, js := get(t, srv.URL+"/console/api/config")
+	if err := json.Unmarshal([]byte(js), &all); err != nil || len(all.Rules) != 10_000 {
+		t.Errorf("/console/api/config: %d rules, %v; want every one", len(all.Rules), err)
+	}
+}
