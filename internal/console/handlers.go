@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -70,6 +71,7 @@ type pageData struct {
 	Sim        *SimResult
 	SimSVG     template.HTML
 	SimError   string
+	MaxTicks   int
 }
 
 // formValues are the playground form's fields, as typed.
@@ -83,12 +85,13 @@ func defaultForm() formValues {
 	for _, k := range algo.Kinds() {
 		all[k.String()] = true
 	}
-	return formValues{Limit: "10/1s", Burst: strconv.Itoa(defaultBurst), Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
+	return formValues{Limit: "10/1s", Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
 }
 
 func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	d.Config = c.config()
 	d.Live = c.Live(0)
+	d.MaxTicks = maxTicks
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())
 	}
@@ -187,52 +190,110 @@ func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
-	req, _, err := readSimRequest(w, r)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
+// runSlots is how many playground runs may go at once. The others are
+// answered 503 with Retry-After at once, never queued: queued runs would
+// pile up in memory, and more at once would take more CPUs from the
+// decisions the service is for.
+const runSlots = 1
+
+// answerTimeout bounds the time a run's answer may take to write. A run
+// keeps its slot until its answer is written, so that answers waiting on
+// slow readers never pile up in memory; a reader that stalls gives the slot
+// back after answerTimeout.
+const answerTimeout = 10 * time.Second
+
+// The errors of a run that are not about its values.
+var (
+	errBusy      = errors.New("the playground is busy with another run: try again in a second")
+	errMediaType = errors.New("send a run as JSON (Content-Type: application/json) or as the page's form (application/x-www-form-urlencoded)")
+	errTooLarge  = fmt.Errorf("the request is over %d bytes: paste a shorter trace", maxBodyBytes)
+)
+
+// statusOf is the HTTP status of a run's error: each is the request's.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errMediaType):
+		return http.StatusUnsupportedMediaType
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errBusy):
+		return http.StatusServiceUnavailable
 	}
-	res, err := simulate(req, c.config())
+	return http.StatusBadRequest
+}
+
+// run reads a playground run from r and runs it in a slot, or answers
+// errBusy (with Retry-After set) when every slot is taken. It returns the
+// form's fields as typed, to show them again, and done, which gives the
+// slot back: call it once the answer is written.
+func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, res *SimResult, done func(), err error) {
+	done = func() {}
+	req, form, err := readSimRequest(w, r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return form, nil, done, err
+	}
+	select {
+	case c.runs <- struct{}{}:
+	default:
+		w.Header().Set("Retry-After", "1")
+		return form, nil, done, errBusy
+	}
+	// A ResponseWriter that cannot (ErrNotSupported) writes as slowly as
+	// its reader reads.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerTimeout))
+	res, err = simulate(req, c.config())
+	return form, res, func() { <-c.runs }, err
+}
+
+func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
+	_, res, done, err := c.run(w, r)
+	defer done()
+	if err != nil {
+		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
 }
 
 func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
-	req, form, err := readSimRequest(w, r)
-	d := pageData{Form: form}
-	if err == nil {
-		d.Sim, err = simulate(req, c.config())
-	}
+	form, res, done, err := c.run(w, r)
+	defer done()
+	d := pageData{Form: form, Sim: res}
 	if err != nil {
 		d.SimError = err.Error()
-		c.render(w, http.StatusBadRequest, d)
+		c.render(w, statusOf(err), d)
 		return
 	}
-	d.SimSVG = template.HTML(d.Sim.SVG) // written by sim.WriteSVG, which escapes every text it draws
+	d.SimSVG = template.HTML(res.SVG) // written by sim.WriteSVG, which escapes every text it draws
 	c.render(w, http.StatusOK, d)
 }
 
 // readSimRequest reads a playground run from a JSON body or a form; it
-// returns the form's fields as typed too, to show them again.
+// returns the form's fields as typed too, to show them again. A body of
+// another type (or of none said) is errMediaType: read as a form it would
+// be an empty one, and run the default scenario in its place.
 func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formValues, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var req SimRequest
 	form := defaultForm()
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/json" {
+	ctype := r.Header.Get("Content-Type")
+	ct, _, _ := mime.ParseMediaType(ctype)
+	switch ct {
+	case "application/json":
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, form, fmt.Errorf("the request's JSON: %w", err)
+			return req, form, bodyError("the request's JSON", err)
 		}
 		return req, form, nil
+	case "application/x-www-form-urlencoded":
+	case "":
+		return req, form, fmt.Errorf("%w; the request has no Content-Type", errMediaType)
+	default:
+		return req, form, fmt.Errorf("%w, not %q", errMediaType, ctype)
 	}
 	if err := r.ParseForm(); err != nil {
-		return req, form, fmt.Errorf("the form: %w", err)
+		return req, form, bodyError("the form", err)
 	}
 	f := r.PostForm
 	form = formValues{
@@ -268,6 +329,16 @@ func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formVal
 		}
 	}
 	return req, form, nil
+}
+
+// bodyError is the error of reading what (a body), errTooLarge when the
+// body is over maxBodyBytes.
+func bodyError(what string, err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errTooLarge
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
