@@ -104,8 +104,7 @@ type Console struct {
 	live    *live
 	refused *topK
 	page    *pageAssets
-	// runs holds a token per playground run going on: at most runSlots.
-	runs chan struct{}
+	runs    *gate // the playground's
 }
 
 // The bounds of Options.
@@ -149,7 +148,7 @@ func New(o Options) (*Console, error) {
 		live:    newLive(int(w)),
 		refused: newTopK(o.TopK, w/2),
 		page:    page,
-		runs:    make(chan struct{}, runSlots),
+		runs:    newGate(),
 	}, nil
 }
 

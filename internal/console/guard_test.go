@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -158,12 +159,24 @@ func TestSimBounded(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// readCounter counts the reads of r.
+type readCounter struct {
+	r io.Reader
+	n int
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	c.n++
+	return c.r.Read(p)
+}
+
 // One run at a time: while one holds the playground, others are answered
 // 503 with Retry-After at once (the JSON API and the page's form alike),
-// never queued; once it is done the next runs.
+// unread and never queued; once it is done the next runs. (TestGate has
+// the rest between runs.)
 func TestSimOneAtATime(t *testing.T) {
 	c, _, srv := newTestServer(t, testView())
-	c.runs <- struct{}{} // a run in progress
+	c.runs.slot <- struct{}{} // a run in progress
 	resp, body := doPost(t, srv.URL, "/console/api/sim", `{}`, "Content-Type", "application/json")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `"error":"the playground is busy`) {
 		t.Errorf("a second run: %d Retry-After %q %s; want 503, Retry-After and why", resp.StatusCode, resp.Header.Get("Retry-After"), body)
@@ -172,7 +185,16 @@ func TestSimOneAtATime(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `id="sim-error"`) {
 		t.Errorf("a second run from the form: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	<-c.runs
+	// Turned away unread: reading (and decoding) bodies is work too.
+	rc := &readCounter{r: strings.NewReader(`{"ticks": 10}`)}
+	req := httptest.NewRequest("POST", "/console/api/sim", rc)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rc.n != 0 {
+		t.Errorf("a second run: %d, %d reads of its body; want 503 and none", rec.Code, rc.n)
+	}
+	<-c.runs.slot
 	for range 3 {
 		if _, code, body := postSim(t, srv, SimRequest{}); code != 200 {
 			t.Errorf("after the run: %d %s", code, body)

@@ -190,17 +190,9 @@ func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// runSlots is how many playground runs may go at once. The others are
-// answered 503 with Retry-After at once, never queued: queued runs would
-// pile up in memory, and more at once would take more CPUs from the
-// decisions the service is for.
-const runSlots = 1
-
-// answerTimeout bounds the time a run's answer may take to write. A run
-// keeps its slot until its answer is written, so that answers waiting on
-// slow readers never pile up in memory; a reader that stalls gives the slot
-// back after answerTimeout.
-const answerTimeout = 10 * time.Second
+// runTimeout bounds the time a run may take to read its request and write
+// its answer: a client that sends or reads slowly opens the gate then.
+const runTimeout = 10 * time.Second
 
 // The errors of a run that are not about its values.
 var (
@@ -222,27 +214,29 @@ func statusOf(err error) int {
 	return http.StatusBadRequest
 }
 
-// run reads a playground run from r and runs it in a slot, or answers
-// errBusy (with Retry-After set) when every slot is taken. It returns the
-// form's fields as typed, to show them again, and done, which gives the
-// slot back: call it once the answer is written.
+// run reads a playground run from r and runs it, through the console's
+// gate; while another run holds the gate it answers errBusy (with
+// Retry-After set) at once, without reading r. It returns the form's fields
+// as typed, to show them again, and done, which opens the gate again: call
+// it once the answer is written.
 func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, res *SimResult, done func(), err error) {
-	done = func() {}
+	done, ok := c.runs.enter()
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		return defaultForm(), nil, func() {}, errBusy
+	}
+	// A ResponseWriter that cannot (ErrNotSupported) waits on its client
+	// as long as the client takes.
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(runTimeout)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 	req, form, err := readSimRequest(w, r)
 	if err != nil {
 		return form, nil, done, err
 	}
-	select {
-	case c.runs <- struct{}{}:
-	default:
-		w.Header().Set("Retry-After", "1")
-		return form, nil, done, errBusy
-	}
-	// A ResponseWriter that cannot (ErrNotSupported) writes as slowly as
-	// its reader reads.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerTimeout))
 	res, err = simulate(req, c.config())
-	return form, res, func() { <-c.runs }, err
+	return form, res, done, err
 }
 
 func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
