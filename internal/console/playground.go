@@ -28,9 +28,9 @@ const (
 // arrival is read, then decided by all seven algorithms: some tens of ms in
 // all), maxTicks its answer (up to about 5 KB a tick with every row, the
 // figure most of it: under 1 MB; beyond 195 ticks the figure would outgrow
-// its width anyway), maxBodyBytes what is read before a run starts, and
-// runSlots how many run at once. `sluice sim`, on the user's own machine,
-// has only sim.MaxTicks.
+// its width anyway), and maxBodyBytes what a run reads; the gate (gate.go)
+// lets one run at a time. `sluice sim`, on the user's own machine, has only
+// sim.MaxTicks.
 const (
 	maxTicks     = 200
 	maxArrivals  = 10_000

@@ -29,7 +29,8 @@ import (
 )
 
 // httpHandler routes the HTTP listener, behind sameorigin's rule: no page
-// of another site can make a browser post here (take, sign in, the console).
+// of another origin can make a browser post here (take, sign in, the
+// console).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
