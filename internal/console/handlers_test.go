@@ -354,11 +354,11 @@ func TestSimAlgorithmsAndErrors(t *testing.T) {
 		{SimRequest{Burst: &neg}, "negative"},
 		{SimRequest{Tick: "soon"}, "tick"},
 		{SimRequest{Tick: "1ns"}, "microseconds"},
-		{SimRequest{Ticks: sim.MaxTicks + 1}, "ticks"},
+		{SimRequest{Ticks: -1}, "ticks"},
 		{SimRequest{Window: "-1s"}, "negative"},
 		{SimRequest{Shape: "sine"}, "shape"},
 		{SimRequest{Shape: ShapeSteady}, "rate"},
-		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: 10_000}, "more than"},
+		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: maxTicks}, "more than"},
 		{SimRequest{Shape: ShapeTrace}, "no requests"},
 		{SimRequest{Shape: ShapeTrace, Trace: "{\"t_us\": 1, \"key\": \"a\"}\nnot json\n"}, "line 2"},
 		{SimRequest{Shape: ShapeTrace, Trace: `{"t_us": 1764000000000000, "parts": [{"key": "a", "limit": "1/1s"}]}`}, "composite"},
@@ -385,7 +385,7 @@ func TestSimAlgorithmsAndErrors(t *testing.T) {
 // does: the page comes back with the totals and the figure.
 func TestPlaygroundForm(t *testing.T) {
 	_, _, srv := newTestServer(t, testView())
-	form := url.Values{"rule": {""}, "limit": {"10/1s"}, "burst": {"4"}, "window": {""}, "tick": {"100ms"}, "ticks": {""},
+	form := url.Values{"rule": {""}, "limit": {"10/1s"}, "burst": {""}, "window": {""}, "tick": {"100ms"}, "ticks": {""},
 		"shape": {"default"}, "rate": {"2"}, "size": {"8"}, "trace": {""}, "algorithms": {"token-bucket", "leaky-bucket"}}
 	resp, err := http.PostForm(srv.URL+"/console/playground", form)
 	if err != nil {

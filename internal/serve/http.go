@@ -26,9 +26,12 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
+	"github.com/sluice-go/sluice/internal/sameorigin"
 )
 
-// httpHandler routes the HTTP listener.
+// httpHandler routes the HTTP listener, behind sameorigin's rule: no page
+// of another origin can make a browser post here (take, sign in, the
+// console).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
@@ -47,11 +50,11 @@ func (s *Server) httpHandler() http.Handler {
 		http.NotFound(w, r)
 	})
 	if s.opts.HTTPToken == "" {
-		return mux
+		return sameorigin.Handler(mux)
 	}
 	want := []byte("Bearer " + s.opts.HTTPToken)
 	session := sessionValue(s.opts.HTTPToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return sameorigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
@@ -71,7 +74,7 @@ func (s *Server) httpHandler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // A browser cannot send an Authorization header when it opens a page, so
