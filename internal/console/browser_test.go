@@ -332,7 +332,7 @@ func TestBrowserKeyboard(t *testing.T) {
 	}
 }
 
-// TestBrowserScreenshot draws the page as the README shows it: four minutes
+// TestBrowserScreenshot draws the page as docs/console.md shows it: four minutes
 // of traffic on two rules, and a playground run. With SLUICE_UPDATE_DOCS=1
 // it writes docs/console.png.
 func TestBrowserScreenshot(t *testing.T) {

@@ -12,7 +12,7 @@ const maxRest = time.Second
 // decisions the service is for. A run asked for while another holds the
 // gate, or rests after it, is turned away at once, never queued: queued runs
 // would pile up in memory. The rest matters most on a service running on
-// one P, where a run shares the P with the decisions (README, Web console).
+// one P, where a run shares the P with the decisions (docs/console.md).
 type gate struct {
 	slot  chan struct{}
 	now   func() time.Time
