@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-go/sluice/internal/core"
 )
 
-// Algorithm names the shape of a limit's budget. See the README's trade-off
+// Algorithm names the shape of a limit's budget. See docs/algorithms.md's
 // table for when to reach for each.
 type Algorithm uint8
 

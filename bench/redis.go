@@ -35,7 +35,7 @@ func RedisOptions(addr string) *redis.Options {
 		PoolSize: Callers,
 		// CLIENT SETINFO does not exist before Redis 7.2.
 		DisableIdentity: true,
-		// Calls end by their context's deadline, as sluice's README
+		// Calls end by their context's deadline, as sluice's docs/stores.md
 		// advises: the store's timeout then holds without a goroutine
 		// per call.
 		ContextTimeoutEnabled: true,

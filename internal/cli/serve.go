@@ -15,8 +15,12 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/gctune"
@@ -214,6 +218,11 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	default:
 		return o, nothing, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
+	logRedisTo(o.Logger)
+	o.StoreName = redactStore(f.store)
+	if f.perSecond != "" {
+		o.StoreName += ", per second " + redactStore(f.perSecond)
+	}
 	var err error
 	if o.Headers, err = serve.ParseHeaders(f.headers); err != nil {
 		return o, nothing, fmt.Errorf("--response-headers: %w", err)
@@ -298,6 +307,31 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 }
 
 var _ sluice.Store = (*redisstore.Store)(nil)
+
+// redisLog is the logger go-redis's own lines go to (a failed dial, a
+// Sentinel's news), so that they are the service's lines, JSON with
+// --log-format json, rather than go-redis's plain text on stderr.
+// go-redis has one logger per process, set once (redis.SetLogger is not
+// safe beside a client that logs); each serve points it at its logger.
+var (
+	redisLog     atomic.Pointer[slog.Logger]
+	redisLogOnce sync.Once
+)
+
+// logRedisTo sends go-redis's lines to l, at warning level.
+func logRedisTo(l *slog.Logger) {
+	redisLog.Store(l)
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
+}
+
+// redisLogger is go-redis's logger (its internal.Logging) over redisLog.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.WarnContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "component", "go-redis")
+	}
+}
 
 // tlsConfig builds a listener's TLS configuration from its flags: nil when
 // none is given. With san, a client's certificate, once its chain is

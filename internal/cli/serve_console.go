@@ -28,6 +28,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
 	o.Handler = con.Handler()
+	o.ConsolePath = "/"
 	s, err := serve.New(o)
 	if err != nil {
 		return err

@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/trace"
 )
@@ -22,38 +24,35 @@ func init() {
 
 func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	lf := limitFlags{algorithm: "token-bucket", burstGiven: true} // sim shows all seven; parse needs one
+	lf := limitFlags{algorithm: "token-bucket"} // sim shows all seven; parse needs one
 	fs.StringVar(&lf.limit, "limit", "10/1s", "the limit every algorithm enforces, RATE/PERIOD: 10/1s, 20/100ms, 1/1m")
-	fs.Int64Var(&lf.burst, "burst", 4, "bucket capacity (token-bucket, gcra) and units that may wait (leaky-bucket)")
-	window := fs.Duration("window", 0, "the windows' length (fixed-window, sliding-window, sliding-log); default burst·period/rate, so a window holds burst units")
+	fs.Int64Var(&lf.burst, "burst", 0, "bucket capacity (token-bucket, gcra) and units that may wait (leaky-bucket); default the rate")
+	window := fs.Duration("window", 0, "the windows' length (fixed-window, aligned-window, sliding-window, sliding-log); default burst·period/rate, so a window holds burst units")
 	tracePath := fs.String("trace", "", "a JSON-lines trace in the replay format to show instead of the default scenario (- for stdin)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "the time one column stands for")
 	ticks := fs.Int("ticks", 0, "the number of columns (default 30, or what the --trace spans, up to 30)")
 	svgPath := fs.String("svg", "", "also write the figure as an SVG image to this file")
 	noColor := fs.Bool("no-color", false, "no ANSI colors (the default when stdout is not a terminal or NO_COLOR is set)")
+	var names []string
+	for _, k := range algo.Kinds() {
+		names = append(names, k.String())
+	}
 	usage := func(w io.Writer) {
 		fs.SetOutput(w)
 		fmt.Fprint(w, `Usage: sluice sim [--limit RATE/PERIOD] [--burst B] [--window D] [--tick D] [--ticks N]
                  [--trace FILE] [--svg FILE] [--no-color]
 
-Runs one bursty trace through each algorithm (token-bucket, gcra, leaky-bucket,
-fixed-window, sliding-window, sliding-log), each with a key of its own, and
-prints per tick what arrives and what each admits, delays and denies. The
-default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick,
-under 10/1s with a burst of 4; --trace shows a replay trace instead
-({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line).
-
 `)
+		fmt.Fprint(w, wrap(fmt.Sprintf(`Runs one bursty trace through each algorithm (%s), each with a key of its own, and prints per tick what arrives and what each admits, delays and denies. The default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick, under 10/1s with a burst of 10: --burst left out is the rate, as everywhere. --trace shows a replay trace instead ({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line).`, strings.Join(names, ", ")), 80))
+		fmt.Fprint(w, "\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		return err
 	}
+	lf.burstGiven = flagGiven(fs, "burst")
 	if *ticks < 0 || *ticks > sim.MaxTicks {
 		return fmt.Errorf("--ticks %d: want 1 to %d (or 0 to fit the arrivals)", *ticks, sim.MaxTicks)
-	}
-	if lf.burst < 0 {
-		return fmt.Errorf("--burst %d is negative", lf.burst)
 	}
 	if *tick < time.Microsecond || *tick%time.Microsecond != 0 {
 		return fmt.Errorf("--tick %v: want a whole number of microseconds, at least 1µs", *tick)
@@ -111,6 +110,27 @@ under 10/1s with a burst of 4; --trace shows a replay trace instead
 		fmt.Fprintf(stderr, "wrote %s\n", *svgPath)
 	}
 	return nil
+}
+
+// wrap breaks text into lines of at most width bytes, at spaces (a longer
+// word keeps a line of its own).
+func wrap(text string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case line+1+len(word) > width:
+			b.WriteByte('\n')
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
 }
 
 // readTrace reads a whole replay trace from the file at path, or stdin for -.

@@ -21,18 +21,22 @@ func simCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 	return code, out.String(), errb.String()
 }
 
+// The default: 10/1s and, --burst left out, a burst of the rate (10): the
+// bucket passes the burst of 8 and two ticks of 2 (refilled 1 a tick), then
+// 1 a tick; the windows (default burst·period/rate = 1s) admit 10 a second.
 func TestSimDefault(t *testing.T) {
 	code, out, errs := simCLI(t, "")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, s := range []string{
+		"limit 10/1s (1 per tick), burst 10;",
 		"arrivals              .  .  .  .  8  2  2  2  2  2",
-		"token-bucket   admit  .  .  .  .  4  1  1  1  1  1",
+		"token-bucket   admit  .  .  .  .  8  2  2  1  1  1",
 		"leaky-bucket   admit  .  .  .  .  1  .  .  .  .  .",
 		"               delay  .  .  .  .  .  1  1  1  1  1",
-		"fixed-window   admit  .  .  .  .  4  .  .  .  2  2  .  .  2  2",
-		"  sliding-log     admitted 28  denied 30",
+		"fixed-window   admit  .  .  .  .  8  2  .  .  .  .  .  .  .  .  2  2",
+		"  sliding-log     admitted 30  denied 28",
 		"--trace FILE",
 	} {
 		if !strings.Contains(out, s) {
@@ -122,7 +126,7 @@ func TestSimSVG(t *testing.T) {
 func TestSimTrace(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "burst.jsonl")
-	// 6 at once on one key, then one a tick: under 10/1s burst 4 the token
+	// 6 at once on one key, then one a tick: under 10/1s --burst 4 the token
 	// bucket admits 4 and then the rate.
 	trace := `{"t_us": 1764000000000000, "key": "u"}
 {"t_us": 1764000000000000, "key": "u"}
@@ -137,7 +141,7 @@ func TestSimTrace(t *testing.T) {
 	if err := os.WriteFile(path, []byte(trace), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := simCLI(t, "", "--trace", path)
+	code, out, errs := simCLI(t, "", "--trace", path, "--burst", "4")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -224,6 +228,40 @@ func TestSimBadTrace(t *testing.T) {
 	}
 }
 
+// --burst left out is the rate, as in replay and sluice.ParseLimit.
+func TestSimBurstIsTheRate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "limit 10/1s (1 per tick), burst 10;"},
+		{[]string{"--limit", "20/1s"}, "limit 20/1s (2 per tick), burst 20;"},
+		{[]string{"--limit", "3/1s"}, "limit 3/1s (0.3 per tick), burst 3;"},
+		{[]string{"--limit", "20/1s", "--burst", "5"}, "limit 20/1s (2 per tick), burst 5;"},
+	} {
+		code, out, errs := simCLI(t, "", append(tc.args, "--ticks", "5")...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d %s, output\n%s\nwant %q", tc.args, code, errs, out, tc.want)
+		}
+	}
+}
+
+// The usage names every algorithm sim runs: algo's list, not a copy.
+func TestSimHelpNamesEveryAlgorithm(t *testing.T) {
+	_, out, _ := simCLI(t, "", "--help")
+	para := strings.Join(strings.Fields(out[:strings.Index(out, "  -burst")]), " ")
+	for _, k := range algo.Kinds() {
+		if !strings.Contains(para, k.String()+",") && !strings.Contains(para, k.String()+")") {
+			t.Errorf("sluice sim --help does not name %s:\n%s", k, out)
+		}
+	}
+	for _, line := range strings.Split(out[:strings.Index(out, "  -burst")], "\n") {
+		if len(line) > 90 {
+			t.Errorf("a usage line of %d bytes: %q", len(line), line)
+		}
+	}
+}
+
 func TestSimBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -240,7 +278,7 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--tick", "1500ns"}, "--tick 1.5µs"},
 		{[]string{"--window", "150ms"}, "holds 1.500 units"},
 		{[]string{"--window", "-1s"}, "negative"},
-		{[]string{"--limit", "3/1s"}, "give a window"},
+		{[]string{"--limit", "3/1s", "--burst", "4"}, "give a window"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--ticks", "x"}, "invalid value"},
 		{[]string{"extra"}, "Usage: sluice sim"},

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -328,7 +332,7 @@ func TestBrowserKeyboard(t *testing.T) {
 	}
 }
 
-// TestBrowserScreenshot draws the page as the README shows it: four minutes
+// TestBrowserScreenshot draws the page as docs/console.md shows it: four minutes
 // of traffic on two rules, and a playground run. With SLUICE_UPDATE_DOCS=1
 // it writes docs/console.png.
 func TestBrowserScreenshot(t *testing.T) {
@@ -376,5 +380,113 @@ func TestBrowserScreenshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Log("wrote docs/console.png")
+	}
+}
+
+// TestBrowserPlaygroundForm runs the playground without the script: the
+// form posts to /console/playground (a same-origin form, which the
+// cross-site rule lets through), and the page comes back with `sluice
+// sim`'s totals for the default limit, whose burst is the rate.
+func TestBrowserPlaygroundForm(t *testing.T) {
+	_, _, ctx := browse(t, testView(), false)
+	if v := eval[string](t, ctx, `document.getElementById("sim-burst").value`); v != "" {
+		t.Errorf("the burst field holds %q, want it empty (the rate)", v)
+	}
+	err := chromedp.Do(ctx,
+		typeInto("sim-limit", "20/1s"),
+		chromedp.Click(chromedp.CSS("#sim-run")),
+		chromedp.WaitVisible(chromedp.CSS("#sim-totals")),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := eval[string](t, ctx, `location.pathname`); u != "/console/playground" {
+		t.Errorf("the form went to %s", u)
+	}
+	got, want := readSimTotals(t, ctx), cliTotals(t, "--limit", "20/1s")
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the page's totals\n%s\n`sluice sim --limit 20/1s`'s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if v := eval[string](t, ctx, `document.getElementById("sim-limit").value`); v != "20/1s" {
+		t.Errorf("the limit typed is shown as %q", v)
+	}
+}
+
+// statusLog records the method, path, Sec-Fetch-Site and answer status of
+// each request a handler answers.
+type statusLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (l *statusLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: 200}
+		h.ServeHTTP(sw, r)
+		l.mu.Lock()
+		l.lines = append(l.lines, fmt.Sprintf("%s %s %s %d", r.Method, r.URL.Path, r.Header.Get("Sec-Fetch-Site"), sw.code))
+		l.mu.Unlock()
+	})
+}
+
+func (l *statusLog) has(line string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.lines, line)
+}
+
+// TestBrowserCrossSite opens a page of another site (localhost, where the
+// console is 127.0.0.1) that does what the red team did: a no-cors fetch
+// of the playground's API with a text/plain JSON body, and a form posted to
+// the playground. The browser sends both; the console refuses both (403)
+// without running them.
+func TestBrowserCrossSite(t *testing.T) {
+	ctx := browsertest.New(t, browserTimeout)
+	c, _ := newTestConsole(t, Options{Config: testView})
+	var log statusLog
+	srv := httptest.NewServer(log.wrap(c.Handler()))
+	t.Cleanup(srv.Close)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><html><body>
+<form id="f" method="post" action="%[1]s/console/playground"><input name="shape" value="default"><input name="ticks" value="10"><button id="go">go</button></form>
+<script>
+fetch(%[1]q + "/console/api/sim", {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"}, body: '{"ticks": 200}'})
+  .finally(() => { document.body.dataset.fetched = "1"; });
+</script></body></html>`, srv.URL)
+	}))
+	t.Cleanup(evil.Close)
+	evilURL := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1)
+	if err := chromedp.Do(ctx, chromedp.Navigate(evilURL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `document.body.dataset.fetched == "1"`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#go"))); err != nil {
+		t.Fatal(err)
+	}
+	// The page navigates: evaluating in it fails until the next one loads.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.pathname == "/console/playground" && document.body.innerText.includes("another origin")`))
+		if err == nil && done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the form's answer never showed the refusal (%v): %q", err, log.lines)
+		}
+	}
+	for _, want := range []string{"POST /console/api/sim cross-site 403", "POST /console/playground cross-site 403"} {
+		if !log.has(want) {
+			t.Errorf("the console's log lacks %q: %q", want, log.lines)
+		}
 	}
 }

@@ -19,6 +19,11 @@
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	GET  /console/assets/...     the stylesheet and the script
+//
+// Anyone who reaches the listener may run the playground, so a run is
+// bounded (ticks, arrivals) and runs go one at a time; a POST a page of
+// another origin makes a browser send is refused (package sameorigin), and
+// a run's body must be JSON or the page's form (else 415).
 package console
 
 import (
@@ -28,6 +33,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -98,6 +104,7 @@ type Console struct {
 	live    *live
 	refused *topK
 	page    *pageAssets
+	runs    *gate // the playground's
 }
 
 // The bounds of Options.
@@ -141,6 +148,7 @@ func New(o Options) (*Console, error) {
 		live:    newLive(int(w)),
 		refused: newTopK(o.TopK, w/2),
 		page:    page,
+		runs:    newGate(),
 	}, nil
 }
 
@@ -178,8 +186,8 @@ type Live struct {
 	Since int64 `json:"since"`
 	// WindowS is how many seconds the console keeps.
 	WindowS int64 `json:"window_s"`
-	// Rules holds the configuration's rules in its order, then the other
-	// policies seen, by name.
+	// Rules holds the configuration's named rules in its order (of its
+	// first maxPageRules rules), then the other policies seen, by name.
 	Rules []RuleLive `json:"rules"`
 	// Top lists the keys refused most often recently, the most first.
 	Top []Refusal `json:"top"`
@@ -221,7 +229,8 @@ func (c *Console) Live(since int64) Live {
 		}
 		out.Rules = append(out.Rules, rl)
 	}
-	for _, r := range c.config().Rules {
+	rules := c.config().Rules
+	for _, r := range rules[:min(len(rules), maxPageRules)] {
 		if r.Name != "" {
 			add(r.Name)
 		}
@@ -251,5 +260,5 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/api/live", c.serveLive)
 	mux.HandleFunc("POST /console/api/sim", c.serveSim)
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
-	return mux
+	return sameorigin.Handler(mux)
 }

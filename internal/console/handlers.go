@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -61,15 +62,25 @@ func fmtPeriod(d time.Duration) string {
 	return s[strings.IndexByte(s, '/')+1:]
 }
 
+// maxPageRules bounds the rules the page lists (its rules table, the
+// playground's choices) and the live report's rules not seen yet, so that
+// the page stays small whatever the configuration; /console/api/config
+// gives every one.
+const maxPageRules = 500
+
 // pageData is what the page template renders.
 type pageData struct {
-	Config     ConfigView
+	Config ConfigView
+	// RulesTotal is how many rules the configuration has; Config.Rules
+	// holds the first maxPageRules of them.
+	RulesTotal int
 	Live       Live
 	Algorithms []string
 	Form       formValues
 	Sim        *SimResult
 	SimSVG     template.HTML
 	SimError   string
+	MaxTicks   int
 }
 
 // formValues are the playground form's fields, as typed.
@@ -83,12 +94,15 @@ func defaultForm() formValues {
 	for _, k := range algo.Kinds() {
 		all[k.String()] = true
 	}
-	return formValues{Limit: "10/1s", Burst: strconv.Itoa(defaultBurst), Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
+	return formValues{Limit: "10/1s", Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
 }
 
 func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	d.Config = c.config()
+	d.RulesTotal = len(d.Config.Rules)
+	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
 	d.Live = c.Live(0)
+	d.MaxTicks = maxTicks
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())
 	}
@@ -187,52 +201,104 @@ func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
-	req, _, err := readSimRequest(w, r)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
+// runTimeout bounds the time a run may take to read its request and write
+// its answer: a client that sends or reads slowly opens the gate then.
+const runTimeout = 10 * time.Second
+
+// The errors of a run that are not about its values.
+var (
+	errBusy      = errors.New("the playground is busy with another run: try again in a second")
+	errMediaType = errors.New("send a run as JSON (Content-Type: application/json) or as the page's form (application/x-www-form-urlencoded)")
+	errTooLarge  = fmt.Errorf("the request is over %d bytes: paste a shorter trace", maxBodyBytes)
+)
+
+// statusOf is the HTTP status of a run's error: each is the request's.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errMediaType):
+		return http.StatusUnsupportedMediaType
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errBusy):
+		return http.StatusServiceUnavailable
 	}
-	res, err := simulate(req, c.config())
+	return http.StatusBadRequest
+}
+
+// run reads a playground run from r and runs it, through the console's
+// gate; while another run holds the gate it answers errBusy (with
+// Retry-After set) at once, without reading r. It returns the form's fields
+// as typed, to show them again, and done, which opens the gate again: call
+// it once the answer is written.
+func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, res *SimResult, done func(), err error) {
+	done, ok := c.runs.enter()
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		return defaultForm(), nil, func() {}, errBusy
+	}
+	// A ResponseWriter that cannot (ErrNotSupported) waits on its client
+	// as long as the client takes.
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(runTimeout)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
+	req, form, err := readSimRequest(w, r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return form, nil, done, err
+	}
+	res, err = simulate(req, c.config())
+	return form, res, done, err
+}
+
+func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
+	_, res, done, err := c.run(w, r)
+	defer done()
+	if err != nil {
+		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
 }
 
 func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
-	req, form, err := readSimRequest(w, r)
-	d := pageData{Form: form}
-	if err == nil {
-		d.Sim, err = simulate(req, c.config())
-	}
+	form, res, done, err := c.run(w, r)
+	defer done()
+	d := pageData{Form: form, Sim: res}
 	if err != nil {
 		d.SimError = err.Error()
-		c.render(w, http.StatusBadRequest, d)
+		c.render(w, statusOf(err), d)
 		return
 	}
-	d.SimSVG = template.HTML(d.Sim.SVG) // written by sim.WriteSVG, which escapes every text it draws
+	d.SimSVG = template.HTML(res.SVG) // written by sim.WriteSVG, which escapes every text it draws
 	c.render(w, http.StatusOK, d)
 }
 
 // readSimRequest reads a playground run from a JSON body or a form; it
-// returns the form's fields as typed too, to show them again.
+// returns the form's fields as typed too, to show them again. A body of
+// another type (or of none said) is errMediaType: read as a form it would
+// be an empty one, and run the default scenario in its place.
 func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formValues, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var req SimRequest
 	form := defaultForm()
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/json" {
+	ctype := r.Header.Get("Content-Type")
+	ct, _, _ := mime.ParseMediaType(ctype)
+	switch ct {
+	case "application/json":
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, form, fmt.Errorf("the request's JSON: %w", err)
+			return req, form, bodyError("the request's JSON", err)
 		}
 		return req, form, nil
+	case "application/x-www-form-urlencoded":
+	case "":
+		return req, form, fmt.Errorf("%w; the request has no Content-Type", errMediaType)
+	default:
+		return req, form, fmt.Errorf("%w, not %q", errMediaType, ctype)
 	}
 	if err := r.ParseForm(); err != nil {
-		return req, form, fmt.Errorf("the form: %w", err)
+		return req, form, bodyError("the form", err)
 	}
 	f := r.PostForm
 	form = formValues{
@@ -268,6 +334,16 @@ func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formVal
 		}
 	}
 	return req, form, nil
+}
+
+// bodyError is the error of reading what (a body), errTooLarge when the
+// body is over maxBodyBytes.
+func bodyError(what string, err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errTooLarge
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -354,11 +354,11 @@ func TestSimAlgorithmsAndErrors(t *testing.T) {
 		{SimRequest{Burst: &neg}, "negative"},
 		{SimRequest{Tick: "soon"}, "tick"},
 		{SimRequest{Tick: "1ns"}, "microseconds"},
-		{SimRequest{Ticks: sim.MaxTicks + 1}, "ticks"},
+		{SimRequest{Ticks: -1}, "ticks"},
 		{SimRequest{Window: "-1s"}, "negative"},
 		{SimRequest{Shape: "sine"}, "shape"},
 		{SimRequest{Shape: ShapeSteady}, "rate"},
-		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: 10_000}, "more than"},
+		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: maxTicks}, "more than"},
 		{SimRequest{Shape: ShapeTrace}, "no requests"},
 		{SimRequest{Shape: ShapeTrace, Trace: "{\"t_us\": 1, \"key\": \"a\"}\nnot json\n"}, "line 2"},
 		{SimRequest{Shape: ShapeTrace, Trace: `{"t_us": 1764000000000000, "parts": [{"key": "a", "limit": "1/1s"}]}`}, "composite"},
@@ -385,7 +385,7 @@ func TestSimAlgorithmsAndErrors(t *testing.T) {
 // does: the page comes back with the totals and the figure.
 func TestPlaygroundForm(t *testing.T) {
 	_, _, srv := newTestServer(t, testView())
-	form := url.Values{"rule": {""}, "limit": {"10/1s"}, "burst": {"4"}, "window": {""}, "tick": {"100ms"}, "ticks": {""},
+	form := url.Values{"rule": {""}, "limit": {"10/1s"}, "burst": {""}, "window": {""}, "tick": {"100ms"}, "ticks": {""},
 		"shape": {"default"}, "rate": {"2"}, "size": {"8"}, "trace": {""}, "algorithms": {"token-bucket", "leaky-bucket"}}
 	resp, err := http.PostForm(srv.URL+"/console/playground", form)
 	if err != nil {
@@ -422,5 +422,35 @@ func TestPlaygroundForm(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || !strings.Contains(string(body), `id="sim-error"`) || !strings.Contains(string(body), `value="many"`) {
 		t.Errorf("bad ticks: %d", resp.StatusCode)
+	}
+}
+
+// The page stays small whatever the configuration: its rules table, the
+// live view's rows of rules not seen yet and the playground's choices list
+// the first maxPageRules rules, and the table says how many there are and
+// where all of them are. (10,000 rules once made a 12 MB page.)
+func TestPageBounded(t *testing.T) {
+	var v ConfigView
+	for i := range 10_000 {
+		v.Rules = append(v.Rules, Rule{Domain: "d", Path: fmt.Sprintf("k%d", i), Name: fmt.Sprintf("d.k%d", i), Algorithm: "aligned-window", Rate: 1, Period: time.Second, Burst: 1, Unit: "second"})
+	}
+	c, _, srv := newTestServer(t, v)
+	_, _, body := get(t, srv.URL+"/")
+	if len(body) > 1<<20 {
+		t.Errorf("a page of %d bytes for 10,000 rules, want at most 1 MiB", len(body))
+	}
+	if n := strings.Count(body, `<td data-k="path">`); n != maxPageRules {
+		t.Errorf("%d rows in the rules table, want %d", n, maxPageRules)
+	}
+	if want := fmt.Sprintf(`10000 rules loaded; the first %d are listed`, maxPageRules); !strings.Contains(body, want) || !strings.Contains(body, `<a href="/console/api/config">`) {
+		t.Errorf("the rules table does not say %q and where the rest are", want)
+	}
+	if n := len(c.Live(0).Rules); n > maxPageRules {
+		t.Errorf("the live report lists %d rules, none seen: want at most %d", n, maxPageRules)
+	}
+	var all configJSON
+	_, _, js := get(t, srv.URL+"/console/api/config")
+	if err := json.Unmarshal([]byte(js), &all); err != nil || len(all.Rules) != 10_000 {
+		t.Errorf("/console/api/config: %d rules, %v; want every one", len(all.Rules), err)
 	}
 }

@@ -22,11 +22,19 @@ const (
 	ShapeTrace   = "trace"   // a pasted trace in replay's format
 )
 
-// The playground's bounds, so that one request costs the service little.
+// The playground's bounds. It runs on the service's CPU for anyone who
+// reaches the listener (by default without a token), so one request must
+// cost little and answer little: maxArrivals bounds a run's work (each
+// arrival is read, then decided by all seven algorithms: some tens of ms in
+// all), maxTicks its answer (up to about 5 KB a tick with every row, the
+// figure most of it: under 1 MB; beyond 195 ticks the figure would outgrow
+// its width anyway), and maxBodyBytes what a run reads; the gate (gate.go)
+// lets one run at a time. `sluice sim`, on the user's own machine, has only
+// sim.MaxTicks.
 const (
-	maxArrivals  = 200_000
-	maxBodyBytes = 4 << 20
-	defaultBurst = 4 // as `sluice sim`
+	maxTicks     = 200
+	maxArrivals  = 10_000
+	maxBodyBytes = 1 << 20
 	defaultTick  = 100 * time.Millisecond
 )
 
@@ -42,14 +50,15 @@ type SimRequest struct {
 	Rule string `json:"rule,omitempty"`
 	// Limit is RATE/PERIOD (ParseLimit's form); default 10/1s.
 	Limit string `json:"limit,omitempty"`
-	// Burst is the buckets' capacity; nil means the rule's, or 4.
+	// Burst is the buckets' capacity; nil means the rule's, or the
+	// limit's (sluice.ParseLimit's: the rate, unless Limit says "burst N").
 	Burst *int64 `json:"burst,omitempty"`
 	// Window is the windows' length, a Go duration; "" for sim's default.
 	Window string `json:"window,omitempty"`
 	// Tick is one column's time, a Go duration; default 100ms.
 	Tick string `json:"tick,omitempty"`
-	// Ticks is the number of columns; 0 means 30, or what a trace spans
-	// (up to 30).
+	// Ticks is the number of columns, at most 200; 0 means 30, or what a
+	// trace spans (up to 30).
 	Ticks int `json:"ticks,omitempty"`
 	// Shape is default, steady, burst, ramp or trace.
 	Shape string `json:"shape,omitempty"`
@@ -122,12 +131,15 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("limit %q: %w", limText, err)
 	}
-	if burst < 0 {
-		return nil, fmt.Errorf("burst %d is negative", burst)
+	if burst != nil {
+		if *burst < 0 {
+			return nil, fmt.Errorf("burst %d is negative", *burst)
+		}
+		lim = lim.WithBurst(*burst)
 	}
-	lim = lim.Using(sluice.TokenBucket).WithBurst(burst)
+	lim = lim.Using(sluice.TokenBucket)
 	if err := lim.Validate(); err != nil {
-		return nil, fmt.Errorf("limit %s burst %d: %w", limText, burst, err)
+		return nil, fmt.Errorf("limit %s burst %d: %w", limText, lim.Burst, err)
 	}
 	cfg := sim.Config{Limit: lim, Tick: defaultTick, Ticks: req.Ticks}
 	if req.Tick != "" {
@@ -146,8 +158,8 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 			return nil, fmt.Errorf("window %v is negative", cfg.Window)
 		}
 	}
-	if cfg.Ticks < 0 || cfg.Ticks > sim.MaxTicks {
-		return nil, fmt.Errorf("ticks %d: want 1 to %d (or 0 for the default)", cfg.Ticks, sim.MaxTicks)
+	if cfg.Ticks < 0 || cfg.Ticks > maxTicks {
+		return nil, fmt.Errorf("ticks %d: the playground shows at most %d (or 0 for the default; `sluice sim` shows up to %d)", cfg.Ticks, maxTicks, sim.MaxTicks)
 	}
 	keep, err := algorithms(req.Algorithms)
 	if err != nil {
@@ -173,7 +185,7 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 		return nil, err
 	}
 	out := &SimResult{
-		Limit: limText, Burst: burst, Source: res.Config.Source,
+		Limit: limText, Burst: lim.Burst, Source: res.Config.Source,
 		TickUS: res.Config.Tick.Microseconds(), StartUS: res.Start, Ticks: res.Config.Ticks,
 		WindowUS: res.Config.Window.Microseconds(), WindowRate: res.WindowRate,
 		Requests: res.Requests, Omitted: res.Omitted, Units: res.Units,
@@ -191,8 +203,9 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 }
 
 // limit returns the limit's text and burst: the rule's, or the typed ones.
-func (req SimRequest) limit(view ConfigView) (string, int64, error) {
-	limText, burst := strings.TrimSpace(req.Limit), int64(defaultBurst)
+// A nil burst leaves the limit's own, as ParseLimit reads it.
+func (req SimRequest) limit(view ConfigView) (string, *int64, error) {
+	limText, burst := strings.TrimSpace(req.Limit), req.Burst
 	if req.Rule != "" {
 		var rule *Rule
 		for i := range view.Rules {
@@ -202,18 +215,17 @@ func (req SimRequest) limit(view ConfigView) (string, int64, error) {
 			}
 		}
 		if rule == nil {
-			return "", 0, fmt.Errorf("no loaded rule is named %q", req.Rule)
+			return "", nil, fmt.Errorf("no loaded rule is named %q", req.Rule)
 		}
 		if limText = rule.Limit(); limText == "" {
-			return "", 0, fmt.Errorf("rule %q is unlimited: nothing to simulate", req.Rule)
+			return "", nil, fmt.Errorf("rule %q is unlimited: nothing to simulate", req.Rule)
 		}
-		burst = rule.Burst
+		if burst == nil {
+			burst = &rule.Burst
+		}
 	}
 	if limText == "" {
 		limText = "10/1s"
-	}
-	if req.Burst != nil {
-		burst = *req.Burst
 	}
 	return limText, burst, nil
 }

@@ -326,6 +326,9 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 		})
 		n := &node{children: map[string]*node{}}
 		if d.rateLimit != nil {
+			if len(b.c.rules) >= MaxRules {
+				return &Error{File: file, Line: d.rateLimit.line, Path: full, Msg: tooManyRules()}
+			}
 			r, err := b.rule(file, domain, full, rulePath, d, here)
 			if err != nil {
 				return err

@@ -48,11 +48,16 @@
 // requests_per_unit of 0 makes every hit over the limit, as in envoy.
 //
 // sluice counts exactly, in integers that stay below 2^50 (see
-// sluice.Limit.Validate), which bounds requests_per_unit by unit for the
-// windows: 1,125,899,905 per second, 18,764,997 per minute, 312,748 per
-// hour, 13,030 per day, 1,860 per week, 433 per month, 34 per year. A larger
-// limit is a load error that says so; period: with a shorter period, or
-// another algorithm, is the way to express it.
+// sluice.Limit.Validate). envoy's windows (aligned-window, the default, and
+// fixed-window) only count, and take every requests_per_unit envoy reads
+// (up to 4,294,967,295) at every unit. The algorithms that scale units by
+// time (token-bucket, gcra, leaky-bucket, sliding-window, sliding-log) keep
+// (capacity+1)·period within 2^50 µs; with the default burst (the
+// requests_per_unit) that is at most 1,125,899,905 per second, 18,764,997
+// per minute, 312,748 per hour, 13,030 per day, 1,860 per week, 433 per
+// month and 34 per year (one less for leaky-bucket, whose capacity is
+// burst + 1). A larger limit is a load error that says so; a smaller burst,
+// a shorter period:, or one of envoy's windows is the way to express it.
 //
 // # Matching
 //
@@ -92,6 +97,13 @@
 // (containing '*'), but found key 'x'", "config error, unknown key 'x'",
 // "config error, key is not of type string: x", "config error, yaml file
 // contains list of type other than map: x", "error loading config file: …".
+//
+// Bounds keep a small file from exhausting the machine, each a load error
+// that names it: a file expands to at most 1,048,576 YAML nodes (an alias
+// counted at each use), descriptors nest at most 64 deep, and a
+// configuration, all its files together, holds at most MaxRules (10,000)
+// rules, an alias's counted at each use (a 2 KB file of anchors reused
+// under many parents once made 71,110).
 //
 // # Deliberate differences from envoyproxy/ratelimit
 //

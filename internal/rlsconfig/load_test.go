@@ -31,6 +31,31 @@ func aliasBomb() string {
 	return b.String()
 }
 
+// ruleBomb is a file of domain d whose anchors, reused under many parents,
+// make 1,110 + 1,000·uses + extra rules from a few kilobytes: 10 rules
+// under &l0, 10 copies of l0 under &l1, 10 of l1 under &l2, then uses
+// copies of l2 and extra rules of their own.
+func ruleBomb(d string, uses, extra int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n  - key: l0\n    descriptors: &l0\n", d)
+	for i := range 10 {
+		fmt.Fprintf(&b, "      - {key: r%d, rate_limit: {unit: second, requests_per_unit: 1}}\n", i)
+	}
+	for l := 1; l <= 2; l++ {
+		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &l%d\n", l, l)
+		for i := range 10 {
+			fmt.Fprintf(&b, "      - {key: n%d, descriptors: *l%d}\n", i, l-1)
+		}
+	}
+	for i := range uses {
+		fmt.Fprintf(&b, "  - {key: top%d, descriptors: *l2}\n", i)
+	}
+	for i := range extra {
+		fmt.Fprintf(&b, "  - {key: x%d, rate_limit: {unit: second, requests_per_unit: 1}}\n", i)
+	}
+	return b.String()
+}
+
 // deep is a file with descriptors nested n levels.
 func deep(n int) string {
 	var b strings.Builder
@@ -40,6 +65,23 @@ func deep(n int) string {
 		fmt.Fprintf(&b, "%s- key: k%d\n%s  descriptors:\n", ind, i, ind)
 	}
 	return b.String()
+}
+
+// MaxRules bounds a configuration's rules, all its files together: a
+// small file of anchors reused under many parents is a load error, not a
+// gigabyte of rules, metric series and console rows.
+func TestMaxRules(t *testing.T) {
+	src := ruleBomb("test", 8, 890)
+	c, err := Parse(map[string][]byte{"test.yaml": []byte(src)})
+	if err != nil || len(c.Rules()) != MaxRules {
+		t.Fatalf("%d bytes of YAML, %d rules: %v, want them loaded", len(src), MaxRules, err)
+	}
+	// Two files under the bound, together over it: the second is named.
+	_, err = Parse(map[string][]byte{"a.yaml": []byte(ruleBomb("a", 5, 0)), "b.yaml": []byte(ruleBomb("b", 5, 0))})
+	var e *Error
+	if !errors.As(err, &e) || e.File != "b.yaml" || !strings.Contains(e.Msg, "more than 10000 rules") {
+		t.Errorf("two files of 6,110 rules: %v, want an *Error in b.yaml naming the bound", err)
+	}
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -107,6 +149,8 @@ func TestLoadErrors(t *testing.T) {
 		{"token bucket with a zero burst", rl("{unit: second, requests_per_unit: 5, algorithm: token-bucket, burst: 0}"), 4, "test.k", "needs a burst of at least 1"},
 		// bounds
 		{"alias bomb", aliasBomb(), 0, "", "expands to more than"},
+		{"rule bomb", ruleBomb("test", 60, 0), 0, "", "the configuration has more than 10000 rules"},
+		{"one rule too many", ruleBomb("test", 8, 891), 0, "", "sluice loads at most 10000"},
 		{"nested too deep", deep(70), 0, "", "descriptors nested more than 64 deep"},
 		{"descriptors that contain themselves", "domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n", 0, "", "descriptors nested more than 64 deep"},
 	}

@@ -115,7 +115,9 @@ func globMatch(parts [][]byte, s []byte) bool {
 // value cannot pick a Redis Cluster hash tag either). At a level where
 // share_threshold applies, the value is the configured wildcard ("files*")
 // instead of the one sent, so every value matching it shares one counter, as
-// in envoy.
+// in envoy. A key never begins with '/' (the domain is not empty, and its
+// '/' are escaped): sluice serve keeps the keys its HTTP API is given apart
+// by beginning them with one.
 func (r *Rule) Key(entries []Entry) string {
 	n := len(r.Domain)
 	for _, e := range entries {

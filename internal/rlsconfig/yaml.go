@@ -88,10 +88,23 @@ const (
 	maxDepth = 64
 )
 
+// MaxRules bounds the rules (rate_limits, an alias's counted at each use)
+// of a configuration, all its files together: a few kilobytes of YAML whose
+// anchors are reused under many parents can expand to hundreds of thousands
+// of rules, each kept in memory, in the service's metrics and on its
+// console. More is a load error.
+const MaxRules = 10_000
+
+// tooManyRules is the message of a configuration over MaxRules.
+func tooManyRules() string {
+	return fmt.Sprintf("error loading config file: the configuration has more than %d rules (rate_limits, an alias's counted at each use): sluice loads at most %d", MaxRules, MaxRules)
+}
+
 // reader walks one file's YAML tree.
 type reader struct {
 	file  string
 	nodes int
+	rules int // rate_limits read
 }
 
 // readYAML reads one file. A YAML syntax error, an unknown or misplaced key,
@@ -340,7 +353,13 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 		case "value":
 			d.value, err = r.str(p)
 		case "rate_limit":
-			d.rateLimit, err = r.rateLimit(p)
+			if d.rateLimit, err = r.rateLimit(p); err == nil && d.rateLimit != nil {
+				// Counted as read, so that a file of too many stops
+				// before it is all expanded.
+				if r.rules++; r.rules > MaxRules {
+					err = r.errf(p.line, "%s", tooManyRules())
+				}
+			}
 		case "descriptors":
 			d.descs, err = r.descs(p, depth+1)
 		case "metadata":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -113,6 +114,32 @@ func FuzzDecodeProto(f *testing.F) {
 		}
 		if werr == nil && !proto.Equal(&want, &got) {
 			t.Fatalf("decoded\n%v\nwant\n%v", &got, &want)
+		}
+	})
+}
+
+// FuzzKeyNamespaces: no descriptor's store key, with or without
+// DomainSlot, begins as /v1/take's keys do, whatever the domain and entries
+// (TestTakeKeyOwnNamespace shows what that keeps apart).
+func FuzzKeyNamespaces(f *testing.F) {
+	for _, s := range [][3]string{
+		{"test", "key1", "alice"}, {"/", "/", "/"}, {"{", "}", "="}, {"%2F", "a", ""}, {"/edge", "k", "v"}, {"a/b", "c", "d/e"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, domain, key, value string) {
+		if domain == "" || key == "" {
+			return // refused before a key is built (validate)
+		}
+		r, err := rlsconfig.Override(domain, []rlsconfig.Entry{{Key: key, Value: value}}, 1, "second")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := r.Key([]rlsconfig.Entry{{Key: key, Value: value}})
+		for _, k := range []string{k, domainSlot(k)} {
+			if strings.HasPrefix(k, takeKeyPrefix) {
+				t.Errorf("domain %q, entry %q=%q: store key %q begins as a /v1/take key", domain, key, value, k)
+			}
 		}
 	})
 }

@@ -26,9 +26,12 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
+	"github.com/sluice-go/sluice/internal/sameorigin"
 )
 
-// httpHandler routes the HTTP listener.
+// httpHandler routes the HTTP listener, behind sameorigin's rule: no page
+// of another origin can make a browser post here (take, sign in, the
+// console).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
@@ -47,11 +50,11 @@ func (s *Server) httpHandler() http.Handler {
 		http.NotFound(w, r)
 	})
 	if s.opts.HTTPToken == "" {
-		return mux
+		return sameorigin.Handler(mux)
 	}
 	want := []byte("Bearer " + s.opts.HTTPToken)
 	session := sessionValue(s.opts.HTTPToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return sameorigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
@@ -71,7 +74,7 @@ func (s *Server) httpHandler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // A browser cannot send an Authorization header when it opens a page, so
@@ -189,7 +192,8 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := &pb.RateLimitResponse{}
-	if _, err := s.decide(r.Context(), req, resp, s.opts.Headers); err != nil {
+	res, err := s.decide(r.Context(), req, resp, s.opts.Headers)
+	if err != nil {
 		s.count("json", codeLabel(grpcError(err)))
 		httpError(w, err)
 		return
@@ -202,9 +206,17 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		setRetryAfter(w.Header(), res.RetryAfter)
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// setRetryAfter sets a refusal's Retry-After: the call's wait, rounded up
+// to whole seconds once, at least 1 (a refusal with no wait of its own, as
+// requests_per_unit 0 gives, still asks the client to wait).
+func setRetryAfter(h http.Header, wait time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(max(policycore.Seconds(wait), 1), 10))
 }
 
 // TakeRequest is the body of POST /v1/take: either a domain and its
@@ -319,11 +331,18 @@ func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
 		s.count("take", "ok")
 	} else {
 		s.count("take", "over_limit")
-		w.Header().Set("Retry-After", strconv.FormatInt(max(policycore.Seconds(res.RetryAfter), 1), 10))
+		setRetryAfter(w.Header(), res.RetryAfter)
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	json.NewEncoder(w).Encode(&out)
 }
+
+// takeKeyPrefix begins the store key of every key /v1/take is given. A
+// descriptor's store key never begins with it (rlsconfig.Rule.Key begins
+// with the domain, not empty and its '/' escaped; domainSlot with '{'), so
+// a key a caller names never reaches a descriptor's budget, nor a
+// descriptor a key's; and a prefix keeps distinct keys distinct.
+const takeKeyPrefix = "/"
 
 // takeKey decides a key under the caller's limit.
 func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
@@ -338,7 +357,7 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 	if t.Cost != nil {
 		c = *t.Cost
 	}
-	res, err := s.limFor(lim).Take(ctx, t.Key, lim, c)
+	res, err := s.limFor(lim).Take(ctx, takeKeyPrefix+t.Key, lim, c)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return res, err
@@ -398,20 +417,30 @@ func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeR
 }
 
 // serveReady is 200 when a configuration is loaded and the store answers.
+// A store that answers but may not keep the limiter's budgets (a Redis
+// whose maxmemory-policy may evict keys) leaves it ready, since the
+// service still decides and every instance on that Redis would be taken
+// out at once, but each such problem is a "warning:" line of the body.
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	if s.state.Load() == nil {
 		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
 	if s.opts.Ping != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		if err := s.opts.Ping(ctx); err != nil {
 			http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}
-	io.WriteString(w, "ready\n")
+	problems, _ := s.checkStores(ctx)
+	var b strings.Builder
+	b.WriteString("ready\n")
+	for _, p := range problems {
+		b.WriteString("warning: " + p + "\n")
+	}
+	io.WriteString(w, b.String())
 }
 
 // configRule is one rule in /debug/config's JSON.

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -13,6 +14,9 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 // envoy's POST /json: 200 with the response, 429 over the limit, 400 for a
@@ -31,6 +35,11 @@ func TestJSONEndpoint(t *testing.T) {
 		}
 		if r.Statuses[0].CurrentLimit.Name != "sub_limit" {
 			t.Errorf("call %d: %s", i, out)
+		}
+		// A refusal says when to come back, as /v1/take's does: the
+		// hour's window ends at 13:00, 59m30s after t0.
+		if ra := resp.Header.Get("Retry-After"); (code == 429) != (ra != "") || code == 429 && ra != "3570" {
+			t.Errorf("call %d: %d with Retry-After %q, want 3570 on the 429 only", i, code, ra)
 		}
 	}
 	for _, bad := range []string{`{`, `{"domain": 1}`, `{"domain": "test"}`, `{"nope": 1}`} {
@@ -219,4 +228,51 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Errorf("failed loads not counted:\n%s", grep(body, "config_loads"))
 	}
 	t.Logf("%d calls during the reloads, %d failed", calls.Load(), failures.Load())
+}
+
+// /v1/take by key has a key namespace of its own: no key a caller names
+// reaches a descriptor's budget, and no descriptor reaches a key's. (Before,
+// the key "test/key1=alice" was key1=alice's store key: on Redis, taking it
+// under a token bucket of burst 10 rewrote the descriptor's window and gave
+// alice 10 more in the same minute.)
+func TestTakeKeyOwnNamespace(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, c := range []struct {
+		name  string
+		redis bool
+		slot  bool
+	}{{"memory", false, false}, {"memory, domain slot", false, true}, {"redis", true, false}, {"redis, domain slot", true, true}} {
+		clock := &fakeClock{t: t0}
+		o := Options{Config: writeConfig(t, map[string]string{"test.yaml": testConfig}), DomainSlot: c.slot}
+		if c.redis {
+			srv.Client().FlushAll(context.Background())
+			rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Store = rs
+		}
+		ts := start(t, o, clock)
+		for range 5 {
+			ts.call(t, "test", desc("key1=alice"))
+		}
+		for _, k := range []string{"test/key1=alice", "{test}/key1=alice"} {
+			if resp, out := httpPost(t, ts.base+"/v1/take", `{"key": "`+k+`", "limit": "1000000/1s token-bucket burst 10"}`); resp.StatusCode != 200 {
+				t.Fatalf("%s: take %s: %d %s", c.name, k, resp.StatusCode, out)
+			}
+		}
+		clock.Set(t0.Add(time.Second)) // the same minute; the bucket has refilled
+		if r := ts.call(t, "test", desc("key1=alice")); r.OverallCode != over {
+			t.Errorf("%s: alice's 6th call in the minute, after /v1/take of her descriptor's key: %s, want OVER_LIMIT", c.name, codesOf(r))
+		}
+		// The other way: spending a key leaves the descriptor's budget.
+		for _, k := range []string{"test/key1=bob", "{test}/key1=bob"} {
+			for range 5 {
+				httpPost(t, ts.base+"/v1/take", `{"key": "`+k+`", "limit": "5/1m aligned-window"}`)
+			}
+		}
+		if st := ts.call(t, "test", desc("key1=bob")).Statuses[0]; st.Code != ok || st.LimitRemaining != 4 {
+			t.Errorf("%s: bob's first call after his descriptor's key was spent by key: %v %d left, want OK 4", c.name, st.Code, st.LimitRemaining)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +26,36 @@ type metrics struct {
 	loads        *prometheus.CounterVec // result
 	lastLoad     prometheus.Gauge
 	rules        prometheus.Gauge
+	mayEvict     prometheus.Gauge
 	// the gRPC door's series, resolved once
 	grpcOK, grpcOver prometheus.Counter
 	grpcLatency      prometheus.Observer
+
+	// ruleLabels are the (domain, rule) label values of the configured
+	// rules' decision series, so that a reload drops those of the rules it
+	// no longer has. Only Reload touches it, under Server.loadMu.
+	ruleLabels map[[2]string]bool
+	// values holds the decision series of detailed_metric and
+	// value_to_metric rules, one per stat name sent, up to maxValueSeries,
+	// then otherLabel's.
+	valuesMu sync.RWMutex
+	values   map[[2]string]*outcomeCounters
 }
+
+// The decision series (sluice_serve_rule_decisions_total) are bounded
+// whatever the configuration holds (up to rlsconfig.MaxRules rules) and
+// whatever values are sent: the first maxRuleSeries rules of a
+// configuration, in its order, and the first maxValueSeries stat names of
+// detailed_metric and value_to_metric rules have series of their own; the
+// others are counted together under otherLabel, as domain and rule.
+const (
+	maxRuleSeries  = 1000
+	maxValueSeries = 1000
+	otherLabel     = "(other)"
+)
+
+// outcomeCounters are one label set's decision counters, by outcome.
+type outcomeCounters [len(observe.Outcomes)]prometheus.Counter
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -62,31 +89,109 @@ func newMetrics() *metrics {
 		rules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_serve_config_rules", Help: "Rules in the configuration in use.",
 		}),
+		mayEvict: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_serve_store_may_evict", Help: "1 when a store's Redis may evict the limiter's keys (its maxmemory-policy is not noeviction: an evicted key forgets what was spent), as last checked, at start and by each /readyz.",
+		}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules,
+	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
 	m.grpcLatency = m.latency.WithLabelValues("grpc")
 	for _, r := range []string{"ok", "failed"} {
 		m.loads.WithLabelValues(r)
 	}
+	m.ruleLabels = map[[2]string]bool{}
+	m.values = map[[2]string]*outcomeCounters{}
 	return m
+}
+
+// series resolves one label set's decision counters.
+func (m *metrics) series(domain, rule string) outcomeCounters {
+	var c outcomeCounters
+	for i, o := range observe.Outcomes {
+		c[i] = m.decisions.WithLabelValues(domain, rule, o.String())
+	}
+	return c
 }
 
 // ruleCounters are one rule's decision counters and its name in Events,
 // resolved when its configuration is loaded so that a call does no label
 // lookup and builds no string.
 type ruleCounters struct {
-	by   [len(observe.Outcomes)]prometheus.Counter
+	by   outcomeCounters
 	name string // domain.name, or domain.path
 }
 
-func (m *metrics) ruleCounters(r *rlsconfig.Rule) *ruleCounters {
-	c := ruleCounters{name: r.Domain + "." + policyName(r)}
-	for i, o := range observe.Outcomes {
-		c.by[i] = m.decisions.WithLabelValues(r.Domain, policyName(r), o.String())
+// forRules resolves the counters of a configuration's rules (but those
+// that name their series by the values sent), the first maxRuleSeries
+// label sets their own and the rest otherLabel's, and drops the series of
+// the rules the configuration before had and this one has not. It returns
+// the counters and how many rules share otherLabel's. Reload calls it,
+// under Server.loadMu.
+func (m *metrics) forRules(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*ruleCounters, int) {
+	out := make(map[*rlsconfig.Rule]*ruleCounters, len(rules))
+	labels := map[[2]string]bool{}
+	var other *outcomeCounters
+	shared := 0
+	for _, r := range rules {
+		if r.DetailedMetric || r.ValueToMetric {
+			continue
+		}
+		c := &ruleCounters{name: r.Domain + "." + policyName(r)}
+		l := [2]string{r.Domain, policyName(r)}
+		switch {
+		case labels[l] || len(labels) < maxRuleSeries:
+			labels[l] = true
+			c.by = m.series(l[0], l[1])
+		default:
+			if other == nil {
+				other = new(outcomeCounters)
+				*other = m.series(otherLabel, otherLabel)
+			}
+			c.by = *other
+			shared++
+		}
+		out[r] = c
 	}
-	return &c
+	for l := range m.ruleLabels {
+		if !labels[l] {
+			for _, o := range observe.Outcomes {
+				m.decisions.DeleteLabelValues(l[0], l[1], o.String())
+			}
+		}
+	}
+	m.ruleLabels = labels
+	return out, shared
+}
+
+// valueSeries returns the counters of a stat name sent to a
+// detailed_metric or value_to_metric rule: its own while fewer than
+// maxValueSeries names have series, else otherLabel's (the first time,
+// full reports it).
+func (m *metrics) valueSeries(domain, stat string) (c *outcomeCounters, full bool) {
+	k := [2]string{domain, stat}
+	m.valuesMu.RLock()
+	c = m.values[k]
+	m.valuesMu.RUnlock()
+	if c != nil {
+		return c, false
+	}
+	m.valuesMu.Lock()
+	defer m.valuesMu.Unlock()
+	if c = m.values[k]; c != nil {
+		return c, false
+	}
+	if len(m.values) >= maxValueSeries {
+		k = [2]string{otherLabel, otherLabel}
+		if c = m.values[k]; c != nil {
+			return c, false
+		}
+		full = true
+	}
+	c = new(outcomeCounters)
+	*c = m.series(k[0], k[1])
+	m.values[k] = c
+	return c, full
 }
 
 // observe counts one descriptor's outcome and passes it to the options'
@@ -96,7 +201,11 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 	switch {
 	case r.DetailedMetric || r.ValueToMetric:
 		// the values sent, as envoy names them: asked for by the rule
-		s.metrics.decisions.WithLabelValues(domain, r.StatKey(entries), o.String()).Inc()
+		vc, full := s.metrics.valueSeries(domain, r.StatKey(entries))
+		vc[o].Inc()
+		if full {
+			s.log.Warn("detailed_metric and value_to_metric values beyond the first ones are counted together in sluice_serve_rule_decisions_total{rule=\""+otherLabel+"\"}", "series", maxValueSeries)
+		}
 	case c != nil:
 		c.by[o].Inc()
 	default: // a limit override: one series per domain

@@ -80,6 +80,10 @@ type Options struct {
 	// Ping reports whether the store is reachable, for /readyz; nil is
 	// always reachable.
 	Ping func(context.Context) error
+	// StoreName names the store in the start line: the URL it was opened
+	// with, credentials removed (the caller removes them). "" names a
+	// memstore "memory", another store by its type.
+	StoreName string
 
 	// GRPCAddr and HTTPAddr are the listen addresses (default
 	// DefaultGRPCAddr and DefaultHTTPAddr; port 0 picks a free one), HOST:PORT
@@ -100,6 +104,9 @@ type Options struct {
 	// Handler, when set, answers the HTTP paths the server does not (it is
 	// mounted at "/"). See also Server.SetHandler.
 	Handler http.Handler
+	// ConsolePath is the path of the web console Handler serves, "" when
+	// it serves none: the start line gives the console's URL.
+	ConsolePath string
 
 	// Headers chooses the rate-limit headers of a response (default none).
 	Headers Headers
@@ -202,11 +209,12 @@ type Server struct {
 	health         *health.Server
 	changes        <-chan struct{} // the configuration's files changed
 	stopWatch      func()
-	hup            chan os.Signal // SIGHUP, from New on
-	answered       atomic.Int64   // calls answered, on every door
-	storeErrs      atomic.Int64   // store failures not yet logged
-	storeErrLogged atomic.Int64   // when the last was logged, fastclock µs
-	local          bool           // the store is in this process (see each)
+	hup            chan os.Signal         // SIGHUP, from New on
+	answered       atomic.Int64           // calls answered, on every door
+	storeErrs      atomic.Int64           // store failures not yet logged
+	storeProblems  atomic.Pointer[string] // what the last check of the stores found (checkStores)
+	storeErrLogged atomic.Int64           // when the last was logged, fastclock µs
+	local          bool                   // the store is in this process (see each)
 	// togetherMain and togetherSec: decideTogether may decide a call's
 	// enforced and shadow parts in one TakeEach on the store, or on the
 	// per-second store: a Redis store, where that saves a round trip (in
@@ -450,12 +458,8 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	st := &state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta, loaded: now}
-	for _, r := range cfg.Rules() {
-		if !r.DetailedMetric && !r.ValueToMetric {
-			st.counters[r] = s.metrics.ruleCounters(r)
-		}
-	}
+	counters, shared := s.metrics.forRules(cfg.Rules())
+	st := &state{cfg: cfg, counters: counters, metadata: meta, loaded: now}
 	s.state.Store(st)
 	s.errMu.Lock()
 	s.lastErr = nil
@@ -467,6 +471,9 @@ func (s *Server) Reload() error {
 		s.log.Info("no --config given: serving an empty configuration (every descriptor OK, no limit)")
 	} else {
 		s.log.Info("configuration loaded", "path", s.opts.Config, "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "files", len(cfg.Sources()))
+	}
+	if shared > 0 {
+		s.log.Warn("rules beyond the first ones are counted together in sluice_serve_rule_decisions_total{rule=\""+otherLabel+"\"}", "series", maxRuleSeries, "rules_together", shared)
 	}
 	return nil
 }
@@ -498,13 +505,23 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		errc <- err
 	}()
-	s.log.Info("serving", "grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String(),
-		"grpc_tls", s.opts.GRPCTLS != nil, "http_tls", s.opts.HTTPTLS != nil)
+	start := []any{"grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String(),
+		"grpc_tls", s.opts.GRPCTLS != nil, "http_tls", s.opts.HTTPTLS != nil, "store", s.storeName()}
+	if s.opts.ConsolePath != "" {
+		start = append(start, "console", s.consoleURL())
+	}
+	s.log.Info("serving", start...)
 
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.watch(wctx) }()
+	go func() {
+		defer wg.Done()
+		if _, err := s.checkStores(wctx); err != nil && wctx.Err() == nil {
+			s.log.Warn("the store does not answer at start: until it does, decisions follow its failure policy", "store", s.storeName(), "err", err)
+		}
+	}()
 
 	var err error
 	received := 0
@@ -523,6 +540,89 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.log.Info("stopped", "calls_answered", s.answered.Load())
 	return err
+}
+
+// storeName is Options.StoreName, or what the store is.
+func (s *Server) storeName() string {
+	switch {
+	case s.opts.StoreName != "":
+		return s.opts.StoreName
+	case s.local:
+		return "memory"
+	}
+	return fmt.Sprintf("%T", s.opts.Store)
+}
+
+// consoleURL is where the web console (Options.ConsolePath) is served: a
+// URL on the HTTP listener, localhost for an address that listens on every
+// interface.
+func (s *Server) consoleURL() string {
+	addr := s.HTTPAddr()
+	if addr.Network() == "unix" {
+		return s.opts.ConsolePath + " on unix:" + addr.String()
+	}
+	scheme := "http"
+	if s.opts.HTTPTLS != nil {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + s.opts.ConsolePath
+}
+
+// checkStores asks each Redis store whether its servers keep the
+// limiter's keys (redisstore.Store.CheckConfig): one whose
+// maxmemory-policy may evict them forgets what was spent, and its next
+// decision admits as on a fresh key. It returns one line per problem
+// found, sets sluice_serve_store_may_evict and logs the problems when they
+// differ from the last check's; unreachable is the error of the stores
+// that did not answer (they are not checked). Serve checks at start,
+// /readyz at each probe.
+func (s *Server) checkStores(ctx context.Context) (problems []string, unreachable error) {
+	evict, checked := false, false
+	for _, st := range []struct {
+		name  string
+		store sluice.Store
+	}{{"store", s.opts.Store}, {"per-second store", s.opts.PerSecondStore}} {
+		rs, ok := st.store.(*redisstore.Store)
+		if !ok {
+			continue
+		}
+		err := rs.CheckConfig(ctx)
+		switch {
+		case errors.Is(err, sluice.ErrStoreUnavailable):
+			unreachable = errors.Join(unreachable, fmt.Errorf("%s: %w", st.name, err))
+			continue
+		case errors.Is(err, redisstore.ErrEvictingPolicy):
+			evict = true
+			problems = append(problems, st.name+": "+err.Error())
+		case errors.Is(err, redisstore.ErrConfigUnreadable):
+			problems = append(problems, st.name+": "+err.Error())
+		case err != nil:
+			continue // closed, or the caller gone: nothing learnt
+		}
+		checked = true
+	}
+	if !checked {
+		return problems, unreachable
+	}
+	if evict {
+		s.metrics.mayEvict.Set(1)
+	} else {
+		s.metrics.mayEvict.Set(0)
+	}
+	now := strings.Join(problems, "\n")
+	if last := s.storeProblems.Swap(&now); last == nil || *last != now {
+		for _, p := range problems {
+			s.log.Warn("the store may not keep the limiter's budgets", "problem", p)
+		}
+		if len(problems) == 0 && last != nil {
+			s.log.Info("the store keeps the limiter's budgets again (maxmemory-policy noeviction)")
+		}
+	}
+	return problems, unreachable
 }
 
 // shutdown stops both listeners, waits for the calls in flight up to the

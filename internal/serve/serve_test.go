@@ -246,6 +246,62 @@ func TestHitsAddend(t *testing.T) {
 	want(t, "hits 1", ts.call(t, "test", withHits(desc("key1=value1"), 1)).Statuses[0], ok, 0, 3, minute)
 }
 
+// Descriptors of one key add their hits_addend without wrapping: a sum
+// beyond int64 is over every limit, so the call is refused (OVER_LIMIT, as
+// envoy answers a hits_addend over the limit) and spends nothing; it is
+// neither Internal nor counted as a store error. (Before, 4×(2^62−1)+5
+// wrapped to 1 and passed, and 4×(2^62−1) wrapped to −4: Internal.)
+func TestHitsAddendSumSaturates(t *testing.T) {
+	ts, _ := startTest(t, Options{})
+	const big = math.MaxInt64 >> 1 // what one descriptor's hits_addend is capped at
+	four := func(last ...uint64) []*rlv3.RateLimitDescriptor {
+		var ds []*rlv3.RateLimitDescriptor
+		for range 4 {
+			ds = append(ds, withHits(desc("key1=other"), big))
+		}
+		for _, n := range last {
+			ds = append(ds, withHits(desc("key1=other"), n))
+		}
+		return ds
+	}
+	for name, ds := range map[string][]*rlv3.RateLimitDescriptor{
+		"4×(2^62−1)+5":      four(5),
+		"4×(2^62−1)":        four(),
+		"4×(2^62−1)+2^64−1": four(math.MaxUint64),
+		"2^64−1 twice":      {withHits(desc("key1=other"), math.MaxUint64), withHits(desc("key1=other"), math.MaxUint64)},
+	} {
+		r, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "test", Descriptors: ds})
+		if err != nil {
+			t.Errorf("%s: %v, want OVER_LIMIT", name, err)
+			continue
+		}
+		if r.OverallCode != over {
+			t.Errorf("%s: %s, want OVER_LIMIT", name, codesOf(r))
+		}
+	}
+	// The same through /json, whose hits_addend is a uint64 too.
+	body := `{"domain": "test", "descriptors": [` + strings.Repeat(`{"entries": [{"key": "key1", "value": "other"}], "hits_addend": "4611686018427387903"}, `, 4) +
+		`{"entries": [{"key": "key1", "value": "other"}], "hits_addend": "5"}]}`
+	if resp, out := httpPost(t, ts.base+"/json", body); resp.StatusCode != 429 {
+		t.Errorf("/json 4×(2^62−1)+5: %d %s, want 429", resp.StatusCode, out)
+	}
+	want(t, "key1=other after the refused calls", ts.call(t, "test", withHits(desc("key1=other"), 0)).Statuses[0], ok, 5, 5, minute)
+	// /v1/take by key sums nothing: a cost over the caller's own limit is
+	// the caller's error (400), one beyond int64 does not decode.
+	for body, msg := range map[string]string{
+		`{"key": "k", "limit": "1/1s", "cost": 9223372036854775807}`: "exceeds",
+		`{"key": "k", "limit": "1/1s", "cost": 9223372036854775808}`: "bad request JSON",
+	} {
+		if resp, out := httpPost(t, ts.base+"/v1/take", body); resp.StatusCode != 400 || !strings.Contains(out, msg) {
+			t.Errorf("/v1/take %s: %d %s, want 400 with %q", body, resp.StatusCode, out, msg)
+		}
+	}
+	_, m := httpGet(t, ts.base+"/metrics")
+	if !strings.Contains(m, "sluice_serve_store_errors_total 0") {
+		t.Errorf("store errors counted for a client's costs:\n%s", grep(m, "store_errors"))
+	}
+}
+
 // A descriptor's limit override replaces the configured limit.
 func TestLimitOverride(t *testing.T) {
 	ts, _ := startTest(t, Options{})

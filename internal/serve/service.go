@@ -245,12 +245,23 @@ func protoUnit(u string) pb.RateLimitResponse_RateLimit_Unit {
 func addPart(parts *[]sluice.Part, p sluice.Part) int {
 	for i := range *parts {
 		if (*parts)[i].Key == p.Key {
-			(*parts)[i].Cost += p.Cost
+			(*parts)[i].Cost = addCost((*parts)[i].Cost, p.Cost)
 			return i
 		}
 	}
 	*parts = append(*parts, p)
 	return len(*parts) - 1
+}
+
+// addCost adds two costs (neither negative), saturating at math.MaxInt64:
+// a sum that does not fit is over every limit's capacity, so the call is
+// refused as any cost that could never pass is, where a wrapped sum would
+// pass as a small cost or fail as a negative one.
+func addCost(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // decide answers one request into resp and returns the composite's result

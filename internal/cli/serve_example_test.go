@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/rlsconfig"
+)
+
+// examples/serve/rules.yaml loads, and holds the rules its comments and the
+// README describe: a new rule there needs a case here.
+func TestExampleServeRules(t *testing.T) {
+	c, err := rlsconfig.Load(filepath.Join("..", "..", "examples", "serve"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := func(kv ...string) []rlsconfig.Entry {
+		var out []rlsconfig.Entry
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, rlsconfig.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	cases := []struct {
+		desc              []rlsconfig.Entry
+		path, name, limit string
+		unlimited, shadow bool
+	}{
+		{desc: e("remote_address", "10.0.0.1"), path: "remote_address", limit: "100/1s aligned-window burst 100"},
+		{desc: e("api_key", "alice"), path: "api_key", limit: "5/1h0m0s token-bucket burst 5"},
+		{desc: e("api_key", "internal"), path: "api_key=internal", unlimited: true},
+		{desc: e("path", "/export/users", "api_key", "alice"), path: "path=/export/*/api_key", name: "exports", limit: "10/1h0m0s aligned-window burst 10"},
+		{desc: e("plan", "free", "api_key", "alice"), path: "plan=free/api_key", name: "free-plan", limit: "100/1h0m0s aligned-window burst 100", shadow: true},
+	}
+	if n := len(c.Rules()); n != len(cases) {
+		t.Errorf("%d rules, want %d", n, len(cases))
+	}
+	for _, tc := range cases {
+		r := c.Resolve("edge", [][]rlsconfig.Entry{tc.desc})[0]
+		if r == nil {
+			t.Errorf("%v: no rule", tc.desc)
+			continue
+		}
+		limit := ""
+		if !r.Unlimited {
+			limit = r.Limit.String()
+		}
+		if r.Path != tc.path || r.Name != tc.name || limit != tc.limit || r.Unlimited != tc.unlimited || r.Shadow != tc.shadow {
+			t.Errorf("%v: rule %s name %q limit %q unlimited %v shadow %v; want %s %q %q %v %v",
+				tc.desc, r.Path, r.Name, limit, r.Unlimited, r.Shadow, tc.path, tc.name, tc.limit, tc.unlimited, tc.shadow)
+		}
+	}
+}
+
+// The README's `sluice serve` example does what the README says: its
+// command line starts the service, its curl's first answer is the one shown,
+// and after four more calls the next is refused with the Retry-After it
+// names.
+func TestReadmeServeExample(t *testing.T) {
+	t.Chdir(filepath.Join("..", "..")) // the README's commands run at the repository's root
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	cmd := regexp.MustCompile("(?m)^go run ./cmd/sluice serve( [^#\n]*)?$").FindStringSubmatch(text)
+	call := regexp.MustCompile("(?m)^curl -s localhost:8080(/\\S+) -d '([^']*)'\n```\n\n```json\n(.*)\n```").FindStringSubmatch(text)
+	retry := regexp.MustCompile("`Retry-After: ([0-9]+)`").FindStringSubmatch(text)
+	if cmd == nil || call == nil || retry == nil {
+		t.Fatalf("the README has no serve example as this test reads it (command %q, curl and its answer %q, Retry-After %q)", cmd, call, retry)
+	}
+	path, body, answer := call[1], call[2], call[3]
+	wantRetry, _ := strconv.Atoi(retry[1])
+
+	// The README's flags, then listeners of the test's own and runtime
+	// settings that leave the test process as it was.
+	args := append(strings.Fields(cmd[1]), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "json",
+		"--gomaxprocs", fmt.Sprint(runtime.GOMAXPROCS(0)), "--gogc", "0")
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveCmd(ctx, args, nil, &stderr, &stderr) }()
+	var httpAddr string
+	for deadline := time.Now().Add(20 * time.Second); httpAddr == ""; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("sluice serve%s: %v\n%s", cmd[1], err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no serving line:\n%s", stderr.String())
+		}
+		for _, m := range jsonLines(t, stderr.String()) {
+			if m["msg"] == "serving" {
+				httpAddr, _ = m["http"].(string)
+			}
+		}
+	}
+
+	take := func() (int, string, string) {
+		t.Helper()
+		// As curl -d sends it.
+		resp, err := http.Post("http://"+httpAddr+path, "application/x-www-form-urlencoded", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, strings.TrimSuffix(string(b), "\n"), resp.Header.Get("Retry-After")
+	}
+	start := time.Now()
+	if code, got, _ := take(); code != http.StatusOK || got != answer {
+		t.Errorf("the README's call: %d\n%s\nwant 200 and the README's answer\n%s", code, got, answer)
+	}
+	for i := 2; i <= 5; i++ {
+		if code, got, _ := take(); code != http.StatusOK {
+			t.Errorf("call %d: %d %s, want 200", i, code, got)
+		}
+	}
+	code, got, after := take()
+	// The bucket refills as the calls go by: a run slower than a second
+	// may round down by the seconds it took.
+	slack := int(time.Since(start) / time.Second)
+	if n, err := strconv.Atoi(after); code != http.StatusTooManyRequests || err != nil || n > wantRetry || n < wantRetry-slack {
+		t.Errorf("call 6: %d, Retry-After %q, %s; want 429 and Retry-After %d", code, after, got, wantRetry)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+}
