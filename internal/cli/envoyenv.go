@@ -19,64 +19,92 @@ import (
 // ignored (sluice's /metrics, its batcher and --store-timeout stand for
 // them).
 func envoyEnv(getenv func(string) string) (map[string]string, error) {
-	get := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	var err error
-	boolean := func(name string) bool {
-		v := getenv(name)
-		if v == "" || err != nil {
-			return false
-		}
-		b, perr := strconv.ParseBool(v)
-		if perr != nil {
-			err = fmt.Errorf("envoy environment: %s=%q is not a boolean", name, v)
-		}
-		return b
-	}
+	env := &envoyVars{getenv: getenv}
 	out := map[string]string{}
-
-	// What sluice does not offer, refused rather than silently different.
-	switch {
-	case !strings.EqualFold(get("CONFIG_TYPE", "FILE"), "FILE"):
-		return nil, fmt.Errorf("envoy environment: CONFIG_TYPE=%s: sluice reads its configuration from files only", getenv("CONFIG_TYPE"))
-	case !strings.EqualFold(get("BACKEND_TYPE", "redis"), "redis"):
-		return nil, fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", getenv("BACKEND_TYPE"))
+	for _, step := range []func(*envoyVars, map[string]string) error{envoyRefused, envoyListeners, envoyLogging, envoyAnswers, envoyStores} {
+		if err := step(env, out); err != nil {
+			return nil, err
+		}
 	}
+	if env.err != nil {
+		return nil, env.err
+	}
+	return out, nil
+}
 
-	// Listeners.
-	out["http"] = net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080"))
-	if uds := getenv("GRPC_UDS"); uds != "" {
+// envoyVars reads envoy's environment.
+type envoyVars struct {
+	getenv func(string) string
+	err    error // the first boolean that is not one
+}
+
+// get is name's value, def when it is unset or empty.
+func (e *envoyVars) get(name, def string) string {
+	if v := e.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// boolean is name's value, false when unset; one that is not a boolean is
+// e.err (envoyEnv's error once every step has run).
+func (e *envoyVars) boolean(name string) bool {
+	v := e.getenv(name)
+	if v == "" || e.err != nil {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.err = fmt.Errorf("envoy environment: %s=%q is not a boolean", name, v)
+	}
+	return b
+}
+
+// envoyRefused refuses what sluice does not offer, rather than do
+// something silently different.
+func envoyRefused(e *envoyVars, _ map[string]string) error {
+	switch {
+	case !strings.EqualFold(e.get("CONFIG_TYPE", "FILE"), "FILE"):
+		return fmt.Errorf("envoy environment: CONFIG_TYPE=%s: sluice reads its configuration from files only", e.getenv("CONFIG_TYPE"))
+	case !strings.EqualFold(e.get("BACKEND_TYPE", "redis"), "redis"):
+		return fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", e.getenv("BACKEND_TYPE"))
+	}
+	return nil
+}
+
+// envoyListeners reads where envoy listens, how, and where its
+// configuration is (its runtime directory).
+func envoyListeners(e *envoyVars, out map[string]string) error {
+	out["http"] = net.JoinHostPort(e.get("HOST", "0.0.0.0"), e.get("PORT", "8080"))
+	if uds := e.getenv("GRPC_UDS"); uds != "" {
 		out["grpc"] = "unix:" + uds
 	} else {
-		out["grpc"] = net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081"))
+		out["grpc"] = net.JoinHostPort(e.get("GRPC_HOST", "0.0.0.0"), e.get("GRPC_PORT", "8081"))
 	}
 	for env, flag := range map[string]string{"GRPC_MAX_CONNECTION_AGE": "grpc-max-connection-age", "GRPC_MAX_CONNECTION_AGE_GRACE": "grpc-max-connection-age-grace"} {
-		if v := getenv(env); v != "" {
+		if v := e.getenv(env); v != "" {
 			if _, perr := time.ParseDuration(v); perr != nil {
-				return nil, fmt.Errorf("envoy environment: %s=%q is not a duration", env, v)
+				return fmt.Errorf("envoy environment: %s=%q is not a duration", env, v)
 			}
 			out[flag] = v
 		}
 	}
-	if boolean("GRPC_SERVER_USE_TLS") {
-		out["grpc-tls-cert"], out["grpc-tls-key"] = getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY")
-		if ca := getenv("GRPC_CLIENT_TLS_CACERT"); ca != "" {
+	if e.boolean("GRPC_SERVER_USE_TLS") {
+		out["grpc-tls-cert"], out["grpc-tls-key"] = e.getenv("GRPC_SERVER_TLS_CERT"), e.getenv("GRPC_SERVER_TLS_KEY")
+		if ca := e.getenv("GRPC_CLIENT_TLS_CACERT"); ca != "" {
 			out["grpc-tls-client-ca"] = ca
-			if san := getenv("GRPC_CLIENT_TLS_SAN"); san != "" { // envoy checks it only with a CA
+			if san := e.getenv("GRPC_CLIENT_TLS_SAN"); san != "" { // envoy checks it only with a CA
 				out["grpc-tls-client-san"] = san
 			}
 		}
 	}
+	out["config"] = filepath.Join(e.get("RUNTIME_ROOT", "/srv/runtime_data/current"), e.getenv("RUNTIME_SUBDIRECTORY"), e.get("RUNTIME_APPDIRECTORY", "config"))
+	return nil
+}
 
-	// The configuration: envoy's runtime directory.
-	out["config"] = filepath.Join(get("RUNTIME_ROOT", "/srv/runtime_data/current"), getenv("RUNTIME_SUBDIRECTORY"), get("RUNTIME_APPDIRECTORY", "config"))
-
-	// Logging.
-	switch l := strings.ToLower(get("LOG_LEVEL", "warn")); l {
+// envoyLogging reads envoy's log level and format.
+func envoyLogging(e *envoyVars, out map[string]string) error {
+	switch l := strings.ToLower(e.get("LOG_LEVEL", "warn")); l {
 	case "trace", "debug":
 		out["log-level"] = "debug"
 	case "info":
@@ -86,68 +114,71 @@ func envoyEnv(getenv func(string) string) (map[string]string, error) {
 	case "error", "fatal", "panic":
 		out["log-level"] = "error"
 	default:
-		return nil, fmt.Errorf("envoy environment: LOG_LEVEL=%q is not a level", getenv("LOG_LEVEL"))
+		return fmt.Errorf("envoy environment: LOG_LEVEL=%q is not a level", e.getenv("LOG_LEVEL"))
 	}
-	switch f := strings.ToLower(get("LOG_FORMAT", "text")); f {
+	switch f := strings.ToLower(e.get("LOG_FORMAT", "text")); f {
 	case "text", "json":
 		out["log-format"] = f
 	default:
-		return nil, fmt.Errorf("envoy environment: LOG_FORMAT=%q: want text or json", getenv("LOG_FORMAT"))
+		return fmt.Errorf("envoy environment: LOG_FORMAT=%q: want text or json", e.getenv("LOG_FORMAT"))
 	}
+	return nil
+}
 
-	// Answers.
-	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
+// envoyAnswers reads what changes envoy's answers: its headers and modes.
+func envoyAnswers(e *envoyVars, out map[string]string) error {
+	if e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
 		out["response-headers"] = "envoy"
 	}
 	for env, flag := range map[string]string{"LIMIT_LIMIT_HEADER": "limit-header", "LIMIT_REMAINING_HEADER": "remaining-header", "LIMIT_RESET_HEADER": "reset-header"} {
-		if v := getenv(env); v != "" {
+		if v := e.getenv(env); v != "" {
 			out[flag] = v
 		}
 	}
 	for env, flag := range map[string]string{"SHADOW_MODE": "shadow", "QUOTA_MODE": "quota-mode", "RESPONSE_DYNAMIC_METADATA": "response-dynamic-metadata", "MERGE_DOMAIN_CONFIG": "merge-domain-config"} {
-		if boolean(env) {
+		if e.boolean(env) {
 			out[flag] = "true"
 		}
 	}
+	return nil
+}
 
-	// The store.
-	store, serr := envoyStore(getenv, get("REDIS_TYPE", "SINGLE"), get("REDIS_SOCKET_TYPE", "unix"), get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), boolean("REDIS_TLS"))
-	if serr != nil {
-		return nil, serr
+// envoyStores reads envoy's Redis, and its per-second Redis.
+func envoyStores(e *envoyVars, out map[string]string) error {
+	store, err := envoyStore(e.getenv, e.get("REDIS_TYPE", "SINGLE"), e.get("REDIS_SOCKET_TYPE", "unix"), e.get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), e.boolean("REDIS_TLS"))
+	if err != nil {
+		return err
 	}
 	out["store"] = store
-	if boolean("REDIS_PERSECOND") {
+	if e.boolean("REDIS_PERSECOND") {
 		// The per-second Redis: REDIS_PERSECOND_TYPE, _SOCKET_TYPE, _URL,
 		// _TLS, _AUTH and _SENTINEL_AUTH, with envoy's defaults.
 		sub := func(k string) string {
 			switch k {
 			case "REDIS_AUTH", "REDIS_SENTINEL_AUTH":
-				return getenv(strings.Replace(k, "REDIS_", "REDIS_PERSECOND_", 1))
+				return e.getenv(strings.Replace(k, "REDIS_", "REDIS_PERSECOND_", 1))
 			}
-			return getenv(k)
+			return e.getenv(k)
 		}
-		ps, perr := envoyStore(sub, get("REDIS_PERSECOND_TYPE", "SINGLE"), get("REDIS_PERSECOND_SOCKET_TYPE", "unix"),
-			get("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), boolean("REDIS_PERSECOND_TLS"))
-		if perr != nil {
-			return nil, fmt.Errorf("%w (the REDIS_PERSECOND_… settings)", perr)
+		ps, err := envoyStore(sub, e.get("REDIS_PERSECOND_TYPE", "SINGLE"), e.get("REDIS_PERSECOND_SOCKET_TYPE", "unix"),
+			e.get("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), e.boolean("REDIS_PERSECOND_TLS"))
+		if err != nil {
+			return fmt.Errorf("%w (the REDIS_PERSECOND_… settings)", err)
 		}
 		out["store-per-second"] = ps
 	}
 	for env, flag := range map[string]string{"REDIS_TLS_CACERT": "store-tls-ca", "REDIS_TLS_CLIENT_CERT": "store-tls-cert", "REDIS_TLS_CLIENT_KEY": "store-tls-key"} {
-		if v := getenv(env); v != "" {
+		if v := e.getenv(env); v != "" {
 			out[flag] = v
 		}
 	}
-	if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+	if e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
 		out["store-tls-skip-hostname-verification"] = "true"
 	}
-	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
+	if p := e.getenv("CACHE_KEY_PREFIX"); p != "" {
 		out["prefix"] = p
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return nil
 }
 
 // envoyStore is --store for envoy's REDIS_TYPE, REDIS_SOCKET_TYPE,

@@ -296,15 +296,64 @@ func (f *limitFlags) parse() (sluice.Limit, error) {
 }
 
 func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var f replayFlags
+	fs := f.define()
+	if err := parseFlags(fs, replayUsage(fs), args, stdout, stderr); err != nil {
+		return err
+	}
+	f.lf.burstGiven = flagGiven(fs, "burst")
+	rp := replayer{lf: &f.lf, limits: map[trace.Part]sluice.Limit{}}
+	if f.lf.limit != "" { // checked before anything is read
+		lim, err := f.lf.parse()
+		if err != nil {
+			return err
+		}
+		if rp.p, err = storeapi.Params(lim); err != nil {
+			return err
+		}
+	}
+	store, err := openStore(f.store, f.prefix, f.st)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	rp.store = store
+	rp.tally = newTally(rp.p.Period)
+
+	out := bufio.NewWriterSize(stdout, 64*1024)
+	defer out.Flush()
+	if err := rp.run(ctx, trace.NewReader(stdin), out); err != nil {
+		out.Flush()
+		return err
+	}
+	if f.summary {
+		rp.tally.print(stderr)
+	}
+	return out.Flush()
+}
+
+// replayFlags are sluice replay's flags.
+type replayFlags struct {
+	lf            limitFlags
+	store, prefix string
+	st            storeTLS
+	summary       bool
+}
+
+// define defines replay's flags on a new flag set, into f.
+func (f *replayFlags) define() *flag.FlagSet {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	var lf limitFlags
-	lf.register(fs)
-	storeSpec := fs.String("store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER (rediss-cluster://, rediss-sentinel:// over TLS)")
-	var st storeTLS
-	st.flags(fs)
-	prefix := fs.String("prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
-	summary := fs.Bool("summary", false, "print totals per key and overall to stderr")
-	usage := func(w io.Writer) {
+	f.lf.register(fs)
+	fs.StringVar(&f.store, "store", "memory", "where decisions are made: memory, redis://HOST:PORT/DB, rediss://HOST:PORT/DB, redis-cluster://HOST:PORT,HOST:PORT, redis-sentinel://HOST:PORT,HOST:PORT/MASTER (rediss-cluster://, rediss-sentinel:// over TLS)")
+	f.st.flags(fs)
+	fs.StringVar(&f.prefix, "prefix", "", "Redis key prefix (default: a fresh namespace per run, so replays never see each other's state)")
+	fs.BoolVar(&f.summary, "summary", false, "print totals per key and overall to stderr")
+	return fs
+}
+
+// replayUsage is replay's --help.
+func replayUsage(fs *flag.FlagSet) func(io.Writer) {
+	return func(w io.Writer) {
 		fs.SetOutput(w)
 		fmt.Fprint(w, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory|redis://HOST:PORT/DB] [--prefix P] [--summary] < trace.jsonl > decisions.jsonl
 
@@ -329,106 +378,98 @@ joined by +, one unit per admitted request.
 `)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
-		return err
-	}
-	lf.burstGiven = flagGiven(fs, "burst")
-	var lim sluice.Limit
-	var p algo.Params
-	if lf.limit != "" { // checked before anything is read
-		var err error
-		if lim, err = lf.parse(); err != nil {
-			return err
-		}
-		if p, err = storeapi.Params(lim); err != nil {
-			return err
-		}
-	}
-	store, err := openStore(*storeSpec, *prefix, st)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+}
 
-	out := bufio.NewWriterSize(stdout, 64*1024)
-	defer out.Flush()
-	tally := newTally(p.Period)
-	limits := map[trace.Part]sluice.Limit{} // a part's limit by its text
-	r := trace.NewReader(stdin)
+// replayer decides a trace's requests, one line at a time.
+type replayer struct {
+	store  decider
+	lf     *limitFlags
+	p      algo.Params                 // --limit's, when given
+	limits map[trace.Part]sluice.Limit // a part's limit by its text
+	tally  *tally
+	parts  []sluice.Request // a composite line's, reused
+}
+
+// run decides every line r reads and writes each decision to out. Its
+// error is the trace's, or the store's; a request that could never pass
+// is a line of output, not an error.
+func (rp *replayer) run(ctx context.Context, r *trace.Reader, out io.Writer) error {
 	var buf []byte
-	var parts []sluice.Request
 	for {
 		req, err := r.Read()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			out.Flush()
 			return err
 		}
 		buf = buf[:0]
 		if req.Parts == nil {
-			if lf.limit == "" {
-				out.Flush()
-				return fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
-			}
-			if err := core.Check(req.Key, p, req.Cost); err != nil {
-				buf = trace.AppendError(buf, req, err)
-				tally.fail(req.Key)
-			} else {
-				d, err := store.TakeAt(ctx, core.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
-				if err != nil {
-					out.Flush()
-					return fmt.Errorf("line %d: %w", req.Line, err)
-				}
-				buf = trace.AppendDecision(buf, req, d)
-				tally.add(req.Key, req.T, req.Cost, d)
-			}
+			buf, err = rp.key(ctx, buf, req)
 		} else {
-			parts = parts[:0]
-			names := make([]string, 0, len(req.Parts))
-			var lerr error
-			for _, pt := range req.Parts {
-				key := pt
-				key.Key, key.Cost = "", 0
-				l, ok := limits[key]
-				if !ok {
-					if l, lerr = lf.partLimit(pt); lerr != nil {
-						break
-					}
-					limits[key] = l
-				}
-				parts = append(parts, sluice.Request{Key: pt.Key, Limit: l, Cost: pt.Cost, MaxDelay: math.MaxInt64})
-				names = append(names, pt.Key)
-				tally.period(l.Period.Microseconds())
-			}
-			if lerr != nil {
-				out.Flush()
-				return fmt.Errorf("line %d: %w", req.Line, lerr)
-			}
-			name := strings.Join(names, "+")
-			reqs, err := storeapi.Requests(parts)
-			if err != nil {
-				buf = trace.AppendError(buf, req, err)
-				tally.fail(name)
-			} else {
-				d, err := store.TakeAllAt(ctx, reqs, req.T)
-				if err != nil {
-					out.Flush()
-					return fmt.Errorf("line %d: %w", req.Line, err)
-				}
-				buf = trace.AppendDecision(buf, req, d)
-				tally.add(name, req.T, 1, d)
-			}
+			buf, err = rp.composite(ctx, buf, req)
+		}
+		if err != nil {
+			return err
 		}
 		if _, err := out.Write(buf); err != nil {
 			return err
 		}
 	}
-	if *summary {
-		tally.print(stderr)
+}
+
+// key decides a line with a key under --limit, appending its output to
+// buf.
+func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]byte, error) {
+	if rp.lf.limit == "" {
+		return buf, fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 	}
-	return out.Flush()
+	p := rp.p
+	if err := core.Check(req.Key, p, req.Cost); err != nil {
+		rp.tally.fail(req.Key)
+		return trace.AppendError(buf, req, err), nil
+	}
+	d, err := rp.store.TakeAt(ctx, core.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+	if err != nil {
+		return buf, fmt.Errorf("line %d: %w", req.Line, err)
+	}
+	rp.tally.add(req.Key, req.T, req.Cost, d)
+	return trace.AppendDecision(buf, req, d), nil
+}
+
+// composite decides a line with parts, all or nothing, appending its
+// output to buf.
+func (rp *replayer) composite(ctx context.Context, buf []byte, req trace.Request) ([]byte, error) {
+	parts := rp.parts[:0]
+	names := make([]string, 0, len(req.Parts))
+	for _, pt := range req.Parts {
+		key := pt
+		key.Key, key.Cost = "", 0
+		l, ok := rp.limits[key]
+		if !ok {
+			var err error
+			if l, err = rp.lf.partLimit(pt); err != nil {
+				return buf, fmt.Errorf("line %d: %w", req.Line, err)
+			}
+			rp.limits[key] = l
+		}
+		parts = append(parts, sluice.Request{Key: pt.Key, Limit: l, Cost: pt.Cost, MaxDelay: math.MaxInt64})
+		names = append(names, pt.Key)
+		rp.tally.period(l.Period.Microseconds())
+	}
+	rp.parts = parts
+	name := strings.Join(names, "+")
+	reqs, err := storeapi.Requests(parts)
+	if err != nil {
+		rp.tally.fail(name)
+		return trace.AppendError(buf, req, err), nil
+	}
+	d, err := rp.store.TakeAllAt(ctx, reqs, req.T)
+	if err != nil {
+		return buf, fmt.Errorf("line %d: %w", req.Line, err)
+	}
+	rp.tally.add(name, req.T, 1, d)
+	return trace.AppendDecision(buf, req, d), nil
 }
 
 // tally counts a replay's decisions per key (a composite's: its keys joined

@@ -48,11 +48,41 @@ type serveFlags struct {
 	grpcSAN, httpSAN, perSecond                                                      string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 	storeTLS                                                                         storeTLS
+	fixedProcs                                                                       int // --gomaxprocs, 0 for auto (check)
 }
 
 func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var f serveFlags
+	fs := f.define()
+	if err := parseFlags(fs, serveUsage(fs), args, stdout, stderr); err != nil {
+		return err
+	}
+	if f.envoyEnv {
+		if err := applyEnvoyEnv(fs, os.Getenv); err != nil {
+			return err
+		}
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	o, closeStore, err := f.options(stderr)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	untune, err := f.tune(o.Logger)
+	if err != nil {
+		return err
+	}
+	defer untune()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runServe(ctx, o, !f.noConsole)
+}
+
+// define defines serve's flags on a new flag set, into f.
+func (f *serveFlags) define() *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.mergeDomains, "merge-domain-config", false, "merge the --config files that configure one domain, as envoy's MERGE_DOMAIN_CONFIG does (a top-level descriptor in two of them is an error); without it two files with one domain are an error")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
@@ -98,7 +128,12 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.StringVar(&f.cpuProfile, "cpuprofile", os.Getenv("SLUICE_CPUPROFILE"), "write a CPU profile of the whole run to this file (for go tool pprof; default $SLUICE_CPUPROFILE, none when unset)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (on stderr)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	usage := func(w io.Writer) {
+	return fs
+}
+
+// serveUsage is serve's --help.
+func serveUsage(fs *flag.FlagSet) func(io.Writer) {
+	return func(w io.Writer) {
 		fs.SetOutput(w)
 		fmt.Fprintf(w, `Usage: sluice serve [--config PATH] [--store memory|redis://HOST:PORT/DB|...] [--grpc HOST:PORT] [--http HOST:PORT] [flags]
 
@@ -114,22 +149,27 @@ console is at / of the HTTP listener (--no-console turns it off).
 `, serve.DefaultGRPCAddr, serve.DefaultHTTPAddr)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+}
+
+// applyEnvoyEnv sets the flags envoyproxy/ratelimit's environment stands
+// for (--envoy-env: envoyEnv), but those given on the command line.
+func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	vals, err := envoyEnv(getenv)
+	if err != nil {
 		return err
 	}
-	if f.envoyEnv {
-		vals, err := envoyEnv(os.Getenv)
-		if err != nil {
-			return err
-		}
-		for name, v := range vals {
-			if !flagGiven(fs, name) {
-				if err := fs.Set(name, v); err != nil {
-					return fmt.Errorf("envoy environment: --%s %q: %v", name, v, err)
-				}
+	for name, v := range vals {
+		if !flagGiven(fs, name) {
+			if err := fs.Set(name, v); err != nil {
+				return fmt.Errorf("envoy environment: --%s %q: %v", name, v, err)
 			}
 		}
 	}
+	return nil
+}
+
+// check checks the flags options does not read, and reads --gomaxprocs.
+func (f *serveFlags) check() error {
 	if f.pipelines < 0 || f.pipelines > 1024 {
 		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)
 	}
@@ -139,27 +179,36 @@ console is at / of the HTTP listener (--no-console turns it off).
 	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
 		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
 	}
-	fixedProcs := 0 // auto
+	f.fixedProcs = 0 // auto
 	if f.procs != "auto" {
 		n, err := strconv.Atoi(f.procs)
 		if err != nil || n < 1 || n > 1<<16 {
 			return fmt.Errorf("--gomaxprocs %q: want auto or 1 to %d", f.procs, 1<<16)
 		}
-		fixedProcs = n
+		f.fixedProcs = n
 	}
-	o, closeStore, err := f.options(stderr)
-	if err != nil {
-		return err
+	return nil
+}
+
+// tune sets the process up as the flags ask, unless the environment has
+// its say (GOMAXPROCS, GOGC): the Ps the scheduler runs, fixed or as the
+// load asks (package procs), the collector's pace (package gctune), and
+// the CPU profile. undo puts it back, the last step first.
+func (f *serveFlags) tune(log *slog.Logger) (undo func(), err error) {
+	var undos []func()
+	undo = func() {
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
 	}
-	defer closeStore()
 	if os.Getenv("GOMAXPROCS") == "" {
-		if fixedProcs > 0 {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(fixedProcs))
+		if f.fixedProcs > 0 {
+			before := runtime.GOMAXPROCS(f.fixedProcs)
+			undos = append(undos, func() { runtime.GOMAXPROCS(before) })
 		} else {
-			log := o.Logger
-			defer procs.Start(func(from, to int, used float64) {
+			undos = append(undos, procs.Start(func(from, to int, used float64) {
 				log.Debug("GOMAXPROCS", "from", from, "to", to, "cpu", used)
-			}).Stop()
+			}).Stop)
 		}
 	}
 	if os.Getenv("GOGC") == "" && f.gogc != 0 {
@@ -167,22 +216,22 @@ console is at / of the HTTP listener (--no-console turns it off).
 		if f.gogc < 0 {
 			floor = 0 // collection off: no floor to keep
 		}
-		defer gctune.Start(f.gogc, floor).Stop()
+		undos = append(undos, gctune.Start(f.gogc, floor).Stop)
 	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			undo()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(pf); err != nil {
 			pf.Close()
-			return fmt.Errorf("--cpuprofile: %w", err)
+			undo()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
-		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+		undos = append(undos, func() { pprof.StopCPUProfile(); pf.Close() })
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runServe(ctx, o, !f.noConsole)
+	return undo, nil
 }
 
 // orNever is a duration flag as serve.Options takes it: a flag's 0
@@ -194,9 +243,10 @@ func orNever(d time.Duration) time.Duration {
 	return d
 }
 
-// options turns the flags into serve.Options, opening the store.
-func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
-	o := serve.Options{
+// options turns the flags into serve.Options, opening the stores; done
+// closes them.
+func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), err error) {
+	o = serve.Options{
 		Config: f.config, NoWatch: f.noWatch, MergeDomains: f.mergeDomains, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
 		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
@@ -205,25 +255,14 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}
 	nothing := func() {}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return o, nothing, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch f.logFormat {
-	case "text":
-		o.Logger = slog.New(slog.NewTextHandler(stderr, hopts))
-	case "json":
-		o.Logger = slog.New(slog.NewJSONHandler(stderr, hopts))
-	default:
-		return o, nothing, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	if o.Logger, err = f.logger(stderr); err != nil {
+		return o, nothing, err
 	}
 	logRedisTo(o.Logger)
 	o.StoreName = redactStore(f.store)
 	if f.perSecond != "" {
 		o.StoreName += ", per second " + redactStore(f.perSecond)
 	}
-	var err error
 	if o.Headers, err = serve.ParseHeaders(f.headers); err != nil {
 		return o, nothing, fmt.Errorf("--response-headers: %w", err)
 	}
@@ -233,19 +272,55 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	if o.HTTPTLS, err = tlsConfig("http", f.httpCert, f.httpKey, f.httpCA, f.httpSAN); err != nil {
 		return o, nothing, err
 	}
-	o.HTTPToken = f.token
-	if o.HTTPToken == "" {
-		o.HTTPToken = os.Getenv("SLUICE_HTTP_TOKEN")
+	if o.HTTPToken, err = f.httpToken(); err != nil {
+		return o, nothing, err
 	}
+	if done, err = f.openStores(&o); err != nil {
+		return o, nothing, err
+	}
+	return o, done, nil
+}
+
+// logger is the service's logger, on stderr, as --log-level and
+// --log-format ask.
+func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+}
+
+// httpToken is the HTTP bearer token: --http-token-file's, else
+// --http-token's, else $SLUICE_HTTP_TOKEN; "" for none.
+func (f *serveFlags) httpToken() (string, error) {
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
-			return o, nothing, fmt.Errorf("--http-token-file: %w", err)
+			return "", fmt.Errorf("--http-token-file: %w", err)
 		}
-		if o.HTTPToken = strings.TrimSpace(string(b)); o.HTTPToken == "" {
-			return o, nothing, fmt.Errorf("--http-token-file %s is empty", f.tokenFile)
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return "", fmt.Errorf("--http-token-file %s is empty", f.tokenFile)
 		}
+		return token, nil
 	}
+	if f.token != "" {
+		return f.token, nil
+	}
+	return os.Getenv("SLUICE_HTTP_TOKEN"), nil
+}
+
+// openStores opens --store and --store-per-second into o (Store,
+// PerSecondStore, and Ping when one is Redis); done closes them.
+func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 	var policy redisstore.FailurePolicy
 	switch f.onError {
 	case "fail-closed":
@@ -255,7 +330,7 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 	case "local":
 		policy = redisstore.FailLocal
 	default:
-		return o, nothing, fmt.Errorf("--on-store-error %q: want fail-closed, fail-open or local", f.onError)
+		return nil, fmt.Errorf("--on-store-error %q: want fail-closed, fail-open or local", f.onError)
 	}
 	var closers []func()
 	closeAll := func() {
@@ -286,12 +361,12 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 		return rs, nil
 	}
 	if o.Store, err = open(f.store); err != nil {
-		return o, nothing, err
+		return nil, err
 	}
 	if f.perSecond != "" {
 		if o.PerSecondStore, err = open(f.perSecond); err != nil {
 			closeAll()
-			return o, nothing, fmt.Errorf("--store-per-second: %w", err)
+			return nil, fmt.Errorf("--store-per-second: %w", err)
 		}
 	}
 	if len(pings) > 0 {
@@ -303,7 +378,7 @@ func (f *serveFlags) options(stderr io.Writer) (serve.Options, func(), error) {
 			return errors.Join(errs...)
 		}
 	}
-	return o, closeAll, nil
+	return closeAll, nil
 }
 
 var _ sluice.Store = (*redisstore.Store)(nil)

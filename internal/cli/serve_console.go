@@ -10,13 +10,14 @@ import (
 )
 
 // runServe serves o until ctx ends, with the web console mounted at "/" of
-// the HTTP listener when withConsole is set.
+// the HTTP listener when withConsole is set, and its sign-in beside the
+// HTTP token.
 func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	if !withConsole {
 		return serve.Run(ctx, o)
 	}
 	var srv atomic.Pointer[serve.Server]
-	con, err := console.New(console.Options{Config: func() console.ConfigView {
+	con, err := console.New(console.Options{Token: o.HTTPToken, Config: func() console.ConfigView {
 		if s := srv.Load(); s != nil {
 			return consoleView(s.Config())
 		}
@@ -28,6 +29,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
 	o.Handler = con.Handler()
+	o.Login = con
 	o.ConsolePath = "/"
 	s, err := serve.New(o)
 	if err != nil {
@@ -36,6 +38,8 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	srv.Store(s)
 	return s.Serve(ctx)
 }
+
+var _ serve.Login = (*console.Console)(nil)
 
 // consoleView is what the console shows of the service's configuration.
 func consoleView(v serve.ConfigView) console.ConfigView {

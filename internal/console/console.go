@@ -19,6 +19,7 @@
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	GET  /console/assets/...     the stylesheet and the script
+//	POST /console/login          the sign-in, with Options.Token (login.go)
 //
 // Anyone who reaches the listener may run the playground, so a run is
 // bounded (ticks, arrivals) and runs go one at a time; a POST a page of
@@ -93,6 +94,10 @@ type Options struct {
 	// Clock returns the time; default a cheap wall clock (package
 	// fastclock: Observe reads it on every event). Tests set it.
 	Clock func() time.Time
+	// Token is the service's HTTP bearer token, when it asks for one: a
+	// browser, which cannot send it when it opens a page, signs in with
+	// it at /console/login instead and gets a session (login.go).
+	Token string
 }
 
 // Console collects the live counts and serves the page. Its methods are
@@ -105,6 +110,9 @@ type Console struct {
 	refused *topK
 	page    *pageAssets
 	runs    *gate // the playground's
+	// token is Options.Token, session the cookie value that stands for it
+	// ("" without a token).
+	token, session string
 }
 
 // The bounds of Options.
@@ -141,6 +149,10 @@ func New(o Options) (*Console, error) {
 		return nil, err
 	}
 	w := int64(o.Window / time.Second)
+	session := ""
+	if o.Token != "" {
+		session = sessionValue(o.Token)
+	}
 	return &Console{
 		config:  o.Config,
 		unix:    unix,
@@ -149,6 +161,8 @@ func New(o Options) (*Console, error) {
 		refused: newTopK(o.TopK, w/2),
 		page:    page,
 		runs:    newGate(),
+		token:   o.Token,
+		session: session,
 	}, nil
 }
 
@@ -260,5 +274,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/api/live", c.serveLive)
 	mux.HandleFunc("POST /console/api/sim", c.serveSim)
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
+	if c.token != "" {
+		mux.HandleFunc("POST "+loginPath, c.serveLogin)
+	}
 	return sameorigin.Handler(mux)
 }

@@ -41,11 +41,9 @@ func FuzzDecodeRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024}, metrics: newMetrics(),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	clock := &fakeClock{t: t0}
-	s.now = clock.Now
-	s.lim = sluice.New(memstore.New(memstore.WithClock(clock)))
+	s := newService(Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, Store: memstore.New(memstore.WithClock(clock)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	// And envoy's modes: global quota, dynamic metadata, renamed headers,
 	// with the parts decided at once (as on Redis), and a per-second store.
@@ -58,17 +56,18 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	names, _ := EnvoyHeaderNames{Limit: "X-Limit"}.withDefaults()
-	m := &Server{opts: Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names},
-		metrics: newMetrics(), log: s.log, now: clock.Now, lim: s.lim, lim2: sluice.New(memstore.New(memstore.WithClock(clock))), // per-second limits apart (--store-per-second)
-		togetherMain: true, togetherSec: true} // enforced and shadow parts in one TakeEach, as over Redis
+	m := newService(Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names,
+		Store: s.opts.Store, PerSecondStore: memstore.New(memstore.WithClock(clock)), // per-second limits apart (--store-per-second)
+		Logger: s.log})
+	m.togetherMain, m.togetherSec = true, true // enforced and shadow parts in one TakeEach, as over Redis
 	m.state.Store(&state{cfg: mcfg, counters: map[*rlsconfig.Rule]*ruleCounters{}, metadata: meta})
 	enc := newCodec()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ctx := context.Background()
 		if req, err := decodeJSONRequest(b); err == nil {
-			s.decide(ctx, req, &pb.RateLimitResponse{}, HeadersDraft11)
+			s.shouldRateLimit(ctx, req, &pb.RateLimitResponse{}, HeadersDraft11)
 			resp := &pb.RateLimitResponse{}
-			if _, err := m.decide(ctx, req, resp, HeadersEnvoy); err == nil {
+			if _, err := m.shouldRateLimit(ctx, req, resp, HeadersEnvoy); err == nil {
 				if _, err := enc.Marshal(resp); err != nil {
 					t.Fatalf("encoding %v: %v", resp, err)
 				}
@@ -81,7 +80,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		var req pb.RateLimitRequest
 		if proto.Unmarshal(b, &req) == nil {
-			s.decide(ctx, &req, &pb.RateLimitResponse{}, HeadersEnvoy)
+			s.shouldRateLimit(ctx, &req, &pb.RateLimitResponse{}, HeadersEnvoy)
 		}
 	})
 }

@@ -3,9 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,91 +50,32 @@ func (s *Server) httpHandler() http.Handler {
 	if s.opts.HTTPToken == "" {
 		return sameorigin.Handler(mux)
 	}
-	want := []byte("Bearer " + s.opts.HTTPToken)
-	session := sessionValue(s.opts.HTTPToken)
-	return sameorigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return sameorigin.Handler(requireToken(s.opts.HTTPToken, s.opts.Login, mux))
+}
+
+// requireToken lets through to next the requests that carry the bearer
+// token, the probes (/healthz, /readyz, /healthcheck), and those login
+// (when not nil) admits; it refuses the others.
+func requireToken(token string, login Login, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
-		case r.URL.Path == loginPath && r.Method == http.MethodPost:
-			s.serveLogin(w, r, session)
-			return
-		case browserPath(r.URL.Path) && hasSession(r, session):
+		case login != nil && login.Admits(r):
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			if r.Method == http.MethodGet && browserPath(r.URL.Path) && strings.Contains(r.Header.Get("Accept"), "text/html") {
-				w.Header().Set("Content-Type", "text/html; charset=utf-8")
-				w.WriteHeader(http.StatusUnauthorized)
-				io.WriteString(w, loginPage)
-				return
+			if login == nil || !login.Refuse(w, r) {
+				http.Error(w, "a bearer token is required (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
 			}
-			http.Error(w, "a bearer token is required (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
 			return
 		}
-		mux.ServeHTTP(w, r)
-	}))
+		next.ServeHTTP(w, r)
+	})
 }
-
-// A browser cannot send an Authorization header when it opens a page, so
-// the console (the paths browserPath names) also accepts a session cookie,
-// set by posting the token to loginPath from the form a browser is shown.
-// The cookie holds a digest of the token, not the token; it is HttpOnly and
-// SameSite=Strict, so another site cannot make a browser use it. The API
-// (/json, /v1/take), /metrics and /debug/config still take only the bearer
-// token.
-const (
-	loginPath  = "/console/login"
-	cookieName = "sluice_session"
-)
-
-// browserPath reports whether path is the console's: the page, its assets
-// and its JSON endpoints.
-func browserPath(path string) bool {
-	return path == "/" || strings.HasPrefix(path, "/console/")
-}
-
-// sessionValue is the cookie value for token.
-func sessionValue(token string) string {
-	sum := sha256.Sum256([]byte("sluice console session\x00" + token))
-	return hex.EncodeToString(sum[:])
-}
-
-func hasSession(r *http.Request, session string) bool {
-	c, err := r.Cookie(cookieName)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) == 1
-}
-
-// serveLogin checks the token posted from the login form and, when it is
-// right, sets the session cookie and sends the browser to the console.
-func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request, session string) {
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	token := r.PostFormValue("token")
-	if subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.HTTPToken)) != 1 {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.WriteHeader(http.StatusUnauthorized)
-		io.WriteString(w, loginPage)
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: session, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
-}
-
-// loginPage asks a browser for the token.
-const loginPage = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>sluice: sign in</title></head>
-<body><main>
-<h1>sluice</h1>
-<p>This service asks for its HTTP token (the value of <code>--http-token</code>).</p>
-<form method="post" action="/console/login">
-<label for="token">Token</label>
-<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
-<button type="submit">Sign in</button>
-</form>
-</main></body></html>
-`
 
 // readBody reads a request's body up to the size limit.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (s *service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -177,7 +116,7 @@ func httpError(w http.ResponseWriter, err error) {
 
 // serveJSON is envoyproxy/ratelimit's POST /json: 200 with the response when
 // the call is OK, 429 when it is over the limit.
-func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+func (s *service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.metrics.latency.WithLabelValues("json").Observe(time.Since(start).Seconds()) }()
 	b, ok := s.readBody(w, r)
@@ -192,7 +131,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := &pb.RateLimitResponse{}
-	res, err := s.decide(r.Context(), req, resp, s.opts.Headers)
+	res, err := s.shouldRateLimit(r.Context(), req, resp, s.opts.Headers)
 	if err != nil {
 		s.count("json", codeLabel(grpcError(err)))
 		httpError(w, err)
@@ -298,7 +237,7 @@ func decodeTakeRequest(b []byte) (*TakeRequest, error) {
 }
 
 // serveTake is sluice's own JSON API.
-func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
+func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.metrics.latency.WithLabelValues("take").Observe(time.Since(start).Seconds()) }()
 	b, ok := s.readBody(w, r)
@@ -345,7 +284,7 @@ func (s *Server) serveTake(w http.ResponseWriter, r *http.Request) {
 const takeKeyPrefix = "/"
 
 // takeKey decides a key under the caller's limit.
-func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
+func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
 	if len(t.Key) > s.opts.MaxEntryBytes {
 		return sluice.Result{}, badRequest("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
 	}
@@ -375,7 +314,7 @@ func (s *Server) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequ
 }
 
 // takeDomain decides a domain's descriptors as a gRPC call.
-func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, []TakeStatus, error) {
+func (s *service) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, []TakeStatus, error) {
 	req := &pb.RateLimitRequest{Domain: t.Domain, Descriptors: make([]*rlv3.RateLimitDescriptor, len(t.Descriptors))}
 	for i, d := range t.Descriptors {
 		rd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d))}
@@ -388,7 +327,7 @@ func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeR
 		req.Descriptors[i] = rd
 	}
 	resp := &pb.RateLimitResponse{}
-	res, err := s.decide(ctx, req, resp, HeadersDraft11)
+	res, err := s.shouldRateLimit(ctx, req, resp, HeadersDraft11)
 	if err != nil {
 		return res, nil, err
 	}
@@ -421,7 +360,7 @@ func (s *Server) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeR
 // whose maxmemory-policy may evict keys) leaves it ready, since the
 // service still decides and every instance on that Redis would be taken
 // out at once, but each such problem is a "warning:" line of the body.
-func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+func (s *service) serveReady(w http.ResponseWriter, r *http.Request) {
 	if s.state.Load() == nil {
 		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
 		return
@@ -464,8 +403,8 @@ type configRule struct {
 
 // serveConfig shows the configuration in use: text, or JSON with
 // ?format=json or Accept: application/json.
-func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
-	v := s.Config()
+func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
+	v := s.config()
 	st := s.state.Load()
 	rules := make([]configRule, 0, len(v.Rules))
 	for _, ru := range v.Rules {

@@ -3,67 +3,80 @@ package serve
 import (
 	"io"
 	"net/http"
-	"net/url"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
 
-// A browser cannot send the bearer token: it is shown a form, posts the
-// token, and gets a session cookie that opens the console and nothing else.
-func TestConsoleLogin(t *testing.T) {
-	ts, _ := startTest(t, Options{HTTPToken: "s3cret", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "console") })})
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	do := func(method, path, body string, hdr ...string) (*http.Response, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, ts.base+path, strings.NewReader(body))
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	const form = "application/x-www-form-urlencoded"
+// fakeLogin admits the requests with a cookie "in", and answers the
+// refused requests for /page itself.
+type fakeLogin struct{}
 
-	resp, body := do("GET", "/", "", "Accept", "text/html,application/xhtml+xml")
-	if resp.StatusCode != 401 || !strings.Contains(body, `action="/console/login"`) {
-		t.Fatalf("a browser without a session: %d\n%s", resp.StatusCode, body)
+func (fakeLogin) Admits(r *http.Request) bool {
+	_, err := r.Cookie("in")
+	return err == nil
+}
+
+func (fakeLogin) Refuse(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != "/page" {
+		return false
 	}
-	if resp, _ := do("GET", "/metrics", "", "Accept", "text/html"); resp.StatusCode != 401 {
-		t.Errorf("/metrics from a browser: %d, want 401", resp.StatusCode)
-	}
-	resp, _ = do("POST", "/console/login", url.Values{"token": {"wrong"}}.Encode(), "Content-Type", form)
-	if resp.StatusCode != 401 || len(resp.Cookies()) != 0 {
-		t.Errorf("a wrong token: %d, cookies %v", resp.StatusCode, resp.Cookies())
-	}
-	resp, _ = do("POST", "/console/login", url.Values{"token": {"s3cret"}}.Encode(), "Content-Type", form)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" || len(resp.Cookies()) != 1 {
-		t.Fatalf("the right token: %d %q, cookies %v", resp.StatusCode, resp.Header.Get("Location"), resp.Cookies())
-	}
-	c := resp.Cookies()[0]
-	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || strings.Contains(c.Value, "s3cret") {
-		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, no token in it", c)
-	}
-	cookie := c.Name + "=" + c.Value
-	if resp, body := do("GET", "/", "", "Cookie", cookie); resp.StatusCode != 200 || body != "console" {
-		t.Errorf("the console with the session: %d %q", resp.StatusCode, body)
-	}
-	if resp, _ := do("GET", "/console/api/live", "", "Cookie", cookie); resp.StatusCode == 401 {
-		t.Errorf("the console's JSON with the session: 401")
-	}
-	for _, p := range []string{"/metrics", "/debug/config"} {
-		if resp, _ := do("GET", p, "", "Cookie", cookie); resp.StatusCode != 401 {
-			t.Errorf("%s with only the session: %d, want 401", p, resp.StatusCode)
+	w.WriteHeader(http.StatusUnauthorized)
+	io.WriteString(w, "sign in")
+	return true
+}
+
+// requireToken lets the probes, the bearer token and what the Login admits
+// through; a refused request is the Login's to answer if it will, else a
+// 401 that asks for the token; without a Login only the token opens.
+func TestRequireToken(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") })
+	for _, c := range []struct {
+		login  Login
+		path   string
+		hdr    []string
+		code   int
+		body   string
+		asking bool // WWW-Authenticate set
+	}{
+		{fakeLogin{}, "/healthz", nil, 200, "in", false},
+		{fakeLogin{}, "/readyz", nil, 200, "in", false},
+		{fakeLogin{}, "/healthcheck", nil, 200, "in", false},
+		{fakeLogin{}, "/metrics", []string{"Authorization", "Bearer s3cret"}, 200, "in", false},
+		{fakeLogin{}, "/metrics", []string{"Authorization", "Bearer wrong"}, 401, "a bearer token is required", true},
+		{fakeLogin{}, "/metrics", []string{"Authorization", "s3cret"}, 401, "a bearer token is required", true},
+		{fakeLogin{}, "/metrics", []string{"Cookie", "in=1"}, 200, "in", false},
+		{fakeLogin{}, "/page", nil, 401, "sign in", true},
+		{fakeLogin{}, "/other", nil, 401, "a bearer token is required", true},
+		{nil, "/page", nil, 401, "a bearer token is required", true},
+		{nil, "/page", []string{"Cookie", "in=1"}, 401, "a bearer token is required", true},
+		{nil, "/page", []string{"Authorization", "Bearer s3cret"}, 200, "in", false},
+	} {
+		req := httptest.NewRequest("GET", c.path, nil)
+		for i := 0; i+1 < len(c.hdr); i += 2 {
+			req.Header.Set(c.hdr[i], c.hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		requireToken("s3cret", c.login, next).ServeHTTP(w, req)
+		asking := w.Header().Get("WWW-Authenticate") == `Bearer realm="sluice"`
+		if w.Code != c.code || !strings.HasPrefix(w.Body.String(), c.body) || asking != c.asking {
+			t.Errorf("login %T, %s %v: %d %q (asking for the token: %v), want %d %q (%v)",
+				c.login, c.path, c.hdr, w.Code, w.Body.String(), asking, c.code, c.body, c.asking)
 		}
 	}
-	if resp, _ := do("POST", "/v1/take", `{"key":"k","limit":"1/1s"}`, "Cookie", cookie); resp.StatusCode != 401 {
-		t.Errorf("/v1/take with only the session: %d, want 401", resp.StatusCode)
+}
+
+// On the listener: with a token, a Login's way in opens what it admits and
+// its refusals answer as it answers them.
+func TestLoginMounted(t *testing.T) {
+	ts, _ := startTest(t, Options{HTTPToken: "s3cret", Login: fakeLogin{}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "console") })})
+	if code, body := httpGet(t, ts.base+"/page"); code != 401 || body != "sign in" {
+		t.Errorf("/page without a session: %d %q", code, body)
 	}
-	if resp, _ := do("GET", "/", "", "Cookie", cookieName+"=forged"); resp.StatusCode != 401 {
-		t.Errorf("a forged session: %d, want 401", resp.StatusCode)
+	if code, body := httpGet(t, ts.base+"/page", "Cookie", "in=1"); code != 200 || body != "console" {
+		t.Errorf("/page with a session: %d %q", code, body)
+	}
+	if code, _ := httpGet(t, ts.base+"/metrics"); code != 401 {
+		t.Errorf("/metrics without a session: %d, want 401", code)
 	}
 }

@@ -34,8 +34,9 @@ func ruleMetadata(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*structpb.Struct
 // set), the request's hits_addend when not 0, and under "metadata" the
 // metadata of the rules of the descriptors that passed (status OK, not
 // unlimited) merged in order: a key already there stays, but two maps under
-// one key merge.
-func (s *Server) dynamicMetadata(st *state, req *pb.RateLimitRequest, sc *scratch, statuses []*pb.RateLimitResponse_DescriptorStatus) *structpb.Struct {
+// one key merge. meta holds the rules' metadata (ruleMetadata), desc the
+// call's descriptors.
+func dynamicMetadata(meta map[*rlsconfig.Rule]*structpb.Struct, req *pb.RateLimitRequest, desc []descState, statuses []*pb.RateLimitResponse_DescriptorStatus) *structpb.Struct {
 	fields := make(map[string]*structpb.Value, 4)
 	fields["domain"] = structpb.NewStringValue(req.Domain)
 	descs := make([]*structpb.Value, 0, len(req.Descriptors))
@@ -47,12 +48,12 @@ func (s *Server) dynamicMetadata(st *state, req *pb.RateLimitRequest, sc *scratc
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(req.HitsAddend))
 	}
 	var merged *structpb.Struct
-	for i := range sc.desc {
-		ds := &sc.desc[i]
+	for i := range desc {
+		ds := &desc[i]
 		if ds.kind == kindUnlimited || ds.rule == nil || statuses[i].Code != pb.RateLimitResponse_OK {
 			continue
 		}
-		m := st.metadata[ds.rule]
+		m := meta[ds.rule]
 		if m == nil {
 			continue
 		}

@@ -33,7 +33,7 @@ type metrics struct {
 
 	// ruleLabels are the (domain, rule) label values of the configured
 	// rules' decision series, so that a reload drops those of the rules it
-	// no longer has. Only Reload touches it, under Server.loadMu.
+	// no longer has. Only a load touches it, under loads.mu.
 	ruleLabels map[[2]string]bool
 	// values holds the decision series of detailed_metric and
 	// value_to_metric rules, one per stat name sent, up to maxValueSeries,
@@ -126,8 +126,8 @@ type ruleCounters struct {
 // that name their series by the values sent), the first maxRuleSeries
 // label sets their own and the rest otherLabel's, and drops the series of
 // the rules the configuration before had and this one has not. It returns
-// the counters and how many rules share otherLabel's. Reload calls it,
-// under Server.loadMu.
+// the counters and how many rules share otherLabel's. A load calls it,
+// under loads.mu.
 func (m *metrics) forRules(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*ruleCounters, int) {
 	out := make(map[*rlsconfig.Rule]*ruleCounters, len(rules))
 	labels := map[[2]string]bool{}
@@ -196,7 +196,7 @@ func (m *metrics) valueSeries(domain, stat string) (c *outcomeCounters, full boo
 
 // observe counts one descriptor's outcome and passes it to the options'
 // observer; idx is its place among the call's Events.
-func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []rlsconfig.Entry, o observe.Outcome, latency time.Duration, idx int) {
+func (s *service) observe(st *state, domain string, r *rlsconfig.Rule, entries []rlsconfig.Entry, o observe.Outcome, latency time.Duration, idx int) {
 	c := st.counters[r]
 	switch {
 	case r.DetailedMetric || r.ValueToMetric:
@@ -238,15 +238,15 @@ func (s *Server) observe(st *state, domain string, r *rlsconfig.Rule, entries []
 }
 
 // observeError counts a failed call's limited descriptors as errors.
-func (s *Server) observeError(st *state, domain string, sc *scratch, err error, latency time.Duration) {
+func (s *service) observeError(st *state, p *plan, err error, latency time.Duration) {
 	if _, bad := err.(*requestError); !bad {
 		s.metrics.storeErrors.Inc()
 		s.logStoreError(err)
 	}
 	n := 0
-	for i := range sc.desc {
-		if ds := &sc.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow || ds.kind == kindQuota {
-			s.observe(st, domain, ds.rule, sc.entries[i], observe.Error, latency, n)
+	for i := range p.desc {
+		if ds := &p.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow || ds.kind == kindQuota {
+			s.observe(st, p.req.Domain, ds.rule, p.entries[i], observe.Error, latency, n)
 			n++
 		}
 	}
@@ -255,7 +255,7 @@ func (s *Server) observeError(st *state, domain string, sc *scratch, err error, 
 // logStoreError logs a store's failure at most once a second, with the
 // number of failures since the last line, so that an outage does not flood
 // the log.
-func (s *Server) logStoreError(err error) {
+func (s *service) logStoreError(err error) {
 	n := s.storeErrs.Add(1)
 	now := fastclock.Micros()
 	last := s.storeErrLogged.Load()

@@ -11,13 +11,13 @@ import (
 )
 
 // rls is the gRPC RateLimitService.
-type rls struct{ s *Server }
+type rls struct{ s *service }
 
 // ShouldRateLimit decides one call.
 func (h rls) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := fastclock.Micros()
 	resp := &pb.RateLimitResponse{}
-	_, err := h.s.decide(ctx, req, resp, h.s.opts.Headers)
+	_, err := h.s.shouldRateLimit(ctx, req, resp, h.s.opts.Headers)
 	h.s.metrics.grpcLatency.Observe(sinceMicros(start).Seconds())
 	if err != nil {
 		err = grpcError(err)
@@ -44,7 +44,7 @@ func codeLabel(err error) string {
 	return "error"
 }
 
-func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
+func (s *service) countCode(door string, c pb.RateLimitResponse_Code) {
 	if c == pb.RateLimitResponse_OVER_LIMIT {
 		s.count(door, "over_limit")
 	} else {
@@ -52,7 +52,7 @@ func (s *Server) countCode(door string, c pb.RateLimitResponse_Code) {
 	}
 }
 
-func (s *Server) count(door, code string) {
+func (s *service) count(door, code string) {
 	s.answered.Add(1)
 	s.metrics.calls.WithLabelValues(door, code).Inc()
 }

@@ -138,25 +138,9 @@ func run(ctx context.Context, c *config) (err error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-
-	want := func(s string) bool { return slices.Contains(c.servers, s) }
-	var envoyBin, sluiceBin string
-	if want("envoy") {
-		logf("building %s", rls.EnvoyPackage)
-		if envoyBin, err = rls.BuildEnvoy(ctx, modDir, dir); err != nil {
-			logf("SKIPPING envoyproxy/ratelimit: it does not build here (offline without the module cache?): %v", err)
-			envoyBin = ""
-		}
-	}
-	if want("sluice-redis") || want("sluice-memory") {
-		logf("building %s", rls.SluicePackage)
-		if sluiceBin, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
-			logf("SKIPPING sluice serve: %v", err)
-			sluiceBin = ""
-		}
-	}
-	if envoyBin == "" && sluiceBin == "" {
-		return errors.New("no server to measure")
+	bins, err := build(ctx, c, modDir, dir)
+	if err != nil {
+		return err
 	}
 
 	rs, err := bench.StartRedis()
@@ -182,36 +166,8 @@ func run(ctx context.Context, c *config) (err error) {
 			}
 		}
 	}()
-	add := func(s *rls.Server, err error) error {
-		if err != nil {
-			return err
-		}
-		servers = append(servers, s)
-		cl, err := rls.Dial(s.Addr, 1)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		if err := rls.Verify(ctx, cl); err != nil {
-			return fmt.Errorf("%s (%s) does not apply the configuration: %w", s.Name, s.Store, err)
-		}
-		logf("%s (%s) on %s (pid %d) applies the configuration", s.Name, s.Store, s.Addr, s.Pid())
-		return nil
-	}
-	if envoyBin != "" {
-		if err := add(rls.StartEnvoy(ctx, envoyBin, dir, rs.Addr, files, c.envoyEnv)); err != nil {
-			return err
-		}
-	}
-	if sluiceBin != "" && want("sluice-redis") {
-		if err := add(rls.StartSluice(ctx, sluiceBin, dir, files, "redis://"+rs.Addr, c.sluiceEnv)); err != nil {
-			return err
-		}
-	}
-	if sluiceBin != "" && want("sluice-memory") {
-		if err := add(rls.StartSluice(ctx, sluiceBin, dir, files, "memory", c.sluiceEnv)); err != nil {
-			return err
-		}
+	if err := start(ctx, c, bins, dir, rs.Addr, files, &servers); err != nil {
+		return err
 	}
 
 	if c.cpuprofile != "" {
@@ -225,21 +181,111 @@ func run(ctx context.Context, c *config) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	load1 := loadAvg()
-	total := make([]*rls.Measurement, len(c.clients)*len(servers))
-	var rounds [][]*rls.Measurement
+	r := results{load1: loadAvg()}
+	if r.total, r.rounds, err = measure(ctx, c, rs, servers); err != nil {
+		return err
+	}
+	r.load2 = loadAvg()
+	report(ctx, c, modDir, rs.Addr, files, &r)
+	return nil
+}
+
+// binaries are the servers' binaries that were built: "" for a server
+// left out.
+type binaries struct{ envoy, sluice string }
+
+// build builds the servers c asks for into dir; one that does not build
+// is left out with a message, and with none it is an error.
+func build(ctx context.Context, c *config, modDir, dir string) (binaries, error) {
+	var b binaries
+	var err error
+	if c.want("envoy") {
+		logf("building %s", rls.EnvoyPackage)
+		if b.envoy, err = rls.BuildEnvoy(ctx, modDir, dir); err != nil {
+			logf("SKIPPING envoyproxy/ratelimit: it does not build here (offline without the module cache?): %v", err)
+			b.envoy = ""
+		}
+	}
+	if c.want("sluice-redis") || c.want("sluice-memory") {
+		logf("building %s", rls.SluicePackage)
+		if b.sluice, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
+			logf("SKIPPING sluice serve: %v", err)
+			b.sluice = ""
+		}
+	}
+	if b.envoy == "" && b.sluice == "" {
+		return b, errors.New("no server to measure")
+	}
+	return b, nil
+}
+
+// want reports whether -servers names server.
+func (c *config) want(server string) bool { return slices.Contains(c.servers, server) }
+
+// start starts the servers built, over the Redis at redisAddr (and
+// sluice's memory store), appending each to *servers as it starts, so that
+// the caller stops every one started, and checks each applies the
+// configuration.
+func start(ctx context.Context, c *config, bins binaries, dir, redisAddr string, files rls.ConfigFiles, servers *[]*rls.Server) error {
+	add := func(s *rls.Server, err error) error {
+		if err != nil {
+			return err
+		}
+		*servers = append(*servers, s)
+		cl, err := rls.Dial(s.Addr, 1)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := rls.Verify(ctx, cl); err != nil {
+			return fmt.Errorf("%s (%s) does not apply the configuration: %w", s.Name, s.Store, err)
+		}
+		logf("%s (%s) on %s (pid %d) applies the configuration", s.Name, s.Store, s.Addr, s.Pid())
+		return nil
+	}
+	if bins.envoy != "" {
+		if err := add(rls.StartEnvoy(ctx, bins.envoy, dir, redisAddr, files, c.envoyEnv)); err != nil {
+			return err
+		}
+	}
+	if bins.sluice != "" && c.want("sluice-redis") {
+		if err := add(rls.StartSluice(ctx, bins.sluice, dir, files, "redis://"+redisAddr, c.sluiceEnv)); err != nil {
+			return err
+		}
+	}
+	if bins.sluice != "" && c.want("sluice-memory") {
+		if err := add(rls.StartSluice(ctx, bins.sluice, dir, files, "memory", c.sluiceEnv)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// results are a run's measurements: per load generator and server, added
+// up over the rounds, and each round's; and the load average before and
+// after.
+type results struct {
+	total        []*rls.Measurement
+	rounds       [][]*rls.Measurement
+	load1, load2 string
+}
+
+// measure runs the rounds: in each, every load generator against every
+// server in turn, Redis flushed before each.
+func measure(ctx context.Context, c *config, rs *bench.RedisServer, servers []*rls.Server) (total []*rls.Measurement, rounds [][]*rls.Measurement, err error) {
+	total = make([]*rls.Measurement, len(c.clients)*len(servers))
 	for round := 1; round <= c.rounds; round++ {
 		rounds = append(rounds, nil)
 		for gi, g := range c.clients {
 			o := rls.Options{Generator: g, Callers: c.callers, Conns: c.conns, Duration: c.duration, Calls: c.calls}
 			for i, s := range servers {
 				if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
-					return err
+					return nil, nil, err
 				}
 				pid := rs.Pid()
 				m, err := rls.Measure(ctx, s, pid, o, c.warmup)
 				if err != nil {
-					return fmt.Errorf("%s (%s), load generator %s: %w", s.Name, s.Store, g, err)
+					return nil, nil, fmt.Errorf("%s (%s), load generator %s: %w", s.Name, s.Store, g, err)
 				}
 				logf("round %d %s (%s), %s: %.0f calls/s, p99 %v, %d errors, client CPU %s µs/call", round, s.Name, s.Store, g,
 					m.Rate(), m.Hist.Quantile(0.99), m.Errors, perCall(m, m.ClientCPU))
@@ -251,19 +297,22 @@ func run(ctx context.Context, c *config) (err error) {
 			}
 		}
 	}
-	load2 := loadAvg()
+	return total, rounds, nil
+}
 
+// report prints the results as Markdown on stdout.
+func report(ctx context.Context, c *config, modDir, redisAddr string, files rls.ConfigFiles, r *results) {
 	fmt.Printf("# RLS v3 services side by side\n\n")
 	fmt.Printf("`go run ./cmd/rls %s`: load generator %s, %d callers over %d HTTP/2 connections, %d descriptor values (one call in %d to the hot value, %d per second), %s per server and round, %d round(s), %v warm-up; %s/%s, %d CPUs, GOMAXPROCS %d; load average %s before, %s after.\n\n",
 		strings.Join(os.Args[1:], " "), generators(c.clients), c.callers, c.conns, rls.Keys, rls.HotEvery+1, rls.HotLimit, runLength(c), c.rounds, c.warmup,
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), load1, load2)
-	rls.Table(os.Stdout, total)
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), r.load1, r.load2)
+	rls.Table(os.Stdout, r.total)
 	fmt.Println()
 	if c.rounds > 1 {
 		fmt.Printf("Each round alone (the table above adds them up):\n\n")
 		fmt.Println("| round | server | store | load generator | calls/s | errors | p50 | p99 | server CPU µs/call | client CPU µs/call |")
 		fmt.Println("| --: | --- | --- | --- | --: | --: | --: | --: | --: | --: |")
-		for i, row := range rounds {
+		for i, row := range r.rounds {
 			for _, m := range row {
 				fmt.Printf("| %d | %s | %s | %s | %.0f | %d | %.3f ms | %.3f ms | %s | %s |\n", i+1, m.Name, m.Store, m.Generator, m.Rate(), m.Errors,
 					ms(m.Hist.Quantile(0.5)), ms(m.Hist.Quantile(0.99)), perCall(m, m.ServerCPU), perCall(m, m.ClientCPU))
@@ -272,9 +321,8 @@ func run(ctx context.Context, c *config) (err error) {
 		fmt.Println()
 	}
 	fmt.Printf("envoyproxy/ratelimit: %s, environment %s (defaults otherwise).\n", moduleVersion(ctx, modDir, "github.com/envoyproxy/ratelimit"),
-		strings.Join(append(rls.EnvoyEnv(rs.Addr, files), c.envoyEnv...), " "))
-	fmt.Printf("sluice: `sluice %s`%s.\n", strings.Join(rls.SluiceArgs(files.File, "redis://"+rs.Addr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), envSuffix(c.sluiceEnv))
-	return nil
+		strings.Join(append(rls.EnvoyEnv(redisAddr, files), c.envoyEnv...), " "))
+	fmt.Printf("sluice: `sluice %s`%s.\n", strings.Join(rls.SluiceArgs(files.File, "redis://"+redisAddr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), envSuffix(c.sluiceEnv))
 }
 
 func generators(gs []rls.Generator) string {
