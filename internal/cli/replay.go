@@ -21,8 +21,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/trace"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -38,19 +37,11 @@ func init() {
 // decider makes one decision, single or composite, at a time the caller
 // gives: the trace's.
 type decider interface {
-	storeapi.ContextAt
+	storelink.Engine
 	Close() error
 }
 
-type memDecider struct{ s storeapi.At }
-
-func (m memDecider) TakeAt(_ context.Context, req core.Request, now int64) (algo.Decision, error) {
-	return m.s.TakeAt(req, now)
-}
-
-func (m memDecider) TakeAllAt(_ context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
-	return m.s.TakeAllAt(reqs, now)
-}
+type memDecider struct{ storelink.Engine }
 
 func (memDecider) Close() error { return nil }
 
@@ -60,7 +51,7 @@ func (memDecider) Close() error { return nil }
 // as st says).
 func openStore(spec, prefix string, st storeTLS) (decider, error) {
 	if spec == "memory" {
-		return memDecider{storeapi.MemAt(memstore.New())}, nil
+		return memDecider{memstore.New().Engine()}, nil
 	}
 	c, err := redisClient(spec, st)
 	if err != nil {
@@ -76,7 +67,7 @@ func openStore(spec, prefix string, st storeTLS) (decider, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return redisDecider{storeapi.RedisAt(rs), rs, c}, nil
+	return redisDecider{rs.Engine(), rs, c}, nil
 }
 
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
@@ -219,7 +210,7 @@ func redactStore(spec string) string {
 }
 
 type redisDecider struct {
-	storeapi.ContextAt
+	storelink.Engine
 	s *redisstore.Store
 	c redis.UniversalClient
 }
@@ -340,7 +331,7 @@ joined by +, one unit per admitted request.
 		if lim, err = lf.parse(); err != nil {
 			return err
 		}
-		if p, err = storeapi.Params(lim); err != nil {
+		if p, err = storelink.Params(lim); err != nil {
 			return err
 		}
 	}
@@ -372,11 +363,11 @@ joined by +, one unit per admitted request.
 				out.Flush()
 				return fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 			}
-			if err := core.Check(req.Key, p, req.Cost); err != nil {
+			if err := storelink.Check(req.Key, p, req.Cost); err != nil {
 				buf = trace.AppendError(buf, req, err)
 				tally.fail(req.Key)
 			} else {
-				d, err := store.TakeAt(ctx, core.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+				d, err := store.TakeAt(ctx, storelink.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
 				if err != nil {
 					out.Flush()
 					return fmt.Errorf("line %d: %w", req.Line, err)
@@ -407,7 +398,7 @@ joined by +, one unit per admitted request.
 				return fmt.Errorf("line %d: %w", req.Line, lerr)
 			}
 			name := strings.Join(names, "+")
-			reqs, err := storeapi.Requests(parts)
+			reqs, err := storelink.CheckedParts(parts)
 			if err != nil {
 				buf = trace.AppendError(buf, req, err)
 				tally.fail(name)

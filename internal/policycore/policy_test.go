@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	storeapi "github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 

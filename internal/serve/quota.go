@@ -6,7 +6,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // quotaScratch holds a call's quota_mode parts and its is_negative_hits
@@ -31,7 +31,7 @@ func (q *quotaScratch) clear() {
 // canGiveBack reports whether a limit's algorithm can give units back
 // (sluice.Limiter.Refund): all but the sliding ones and the leaky bucket.
 func canGiveBack(l sluice.Limit) bool {
-	return core.Refundable(algo.Kind(l.Algorithm))
+	return storelink.Refundable(algo.Kind(l.Algorithm))
 }
 
 // addRefund makes descriptor i (its state ds, its part p of cost > 0) a

@@ -41,8 +41,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 	"github.com/sluice-go/sluice/redisstore"
@@ -280,7 +280,7 @@ func New(o Options) (*Server, error) {
 	s.togetherSec = o.PerSecondStore != nil && together(o.PerSecondStore)
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
-	if c := s.lim.Clock(); c != (core.SystemClock{}) {
+	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {
 		s.now = c.Now
 	}
 	if s.log == nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/rlsconfig"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -845,7 +845,7 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 // and grpclimit send them: q the capacity r is counted against (a bucket's
 // burst, not its rate). A requests_per_unit of 0 admits nothing: q is 0.
 func draft11Quota(l sluice.Limit) (q, w int64) {
-	p, err := storeapi.Params(l)
+	p, err := storelink.Params(l)
 	if err != nil {
 		return 0, max(ceilSeconds(l.Period), 1)
 	}
