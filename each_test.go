@@ -67,10 +67,10 @@ func TestTakeEachErrors(t *testing.T) {
 	}
 }
 
-// TestSealedPaths: the stores of this module meet the Limiter's sealed
-// interfaces in full (a method missing would silently send their calls
-// down the outside path, TakeEach's looks included).
-func TestSealedPaths(t *testing.T) {
+// TestLinkedPaths: the stores of this module meet the Limiter's link in
+// full (their engine, and memstore's local path), and a type that embeds
+// one, whose methods may do more than the store's, is a Store from outside.
+func TestLinkedPaths(t *testing.T) {
 	rs, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +78,16 @@ func TestSealedPaths(t *testing.T) {
 	defer rs.Close()
 	for name, c := range map[string]struct {
 		s             sluice.Store
-		sealed, local bool
+		linked, local bool
 	}{
 		"memstore":   {memstore.New(), true, true},
 		"redisstore": {rs, true, false},
 		"outside":    {newMapStore(newFakeClock()), false, false},
+		"embedding":  {struct{ *memstore.Store }{memstore.New()}, false, false},
+		"nil":        {(*memstore.Store)(nil), false, false},
 	} {
-		if sealed, local := sluice.Paths(sluice.New(c.s)); sealed != c.sealed || local != c.local {
-			t.Errorf("%s: sealed %v, local %v; want %v, %v", name, sealed, local, c.sealed, c.local)
+		if linked, local := sluice.Paths(sluice.New(c.s)); linked != c.linked || local != c.local {
+			t.Errorf("%s: linked %v, local %v; want %v, %v", name, linked, local, c.linked, c.local)
 		}
 	}
 }

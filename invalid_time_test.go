@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -18,7 +18,7 @@ import (
 // Allowed: the Result is zero and the error wraps ErrInvalidTime.
 func TestInvalidTimeIsNeverAllowed(t *testing.T) {
 	for _, now := range []int64{-1, algo.MaxTime + 1, -1 << 62} {
-		store := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now })))
+		store := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now })))
 		// The Limiter's own clock keeps Wait's deadlines sane while the
 		// store's is broken.
 		lim := sluice.New(store, sluice.WithClock(newFakeClock()))

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // Algorithm names the shape of a limit's budget. See docs/algorithms.md's
@@ -209,7 +209,7 @@ func (l Limit) Refill() time.Duration {
 
 // params returns the limit in the form the algorithms and stores take.
 func (l Limit) params() (algo.Params, error) {
-	return core.Params(uint8(l.Algorithm), l.Rate, l.Period, l.Burst)
+	return storelink.Params(l)
 }
 
 // limitOf is params' inverse, for a Store from outside this module.
@@ -222,23 +222,23 @@ func limitOf(p *algo.Params) Limit {
 var (
 	// ErrInvalidLimit: the limit cannot be used (see Limit.Validate), its
 	// algorithm is unknown, or a composite has no part.
-	ErrInvalidLimit = core.ErrInvalidLimit
+	ErrInvalidLimit = storelink.ErrInvalidLimit
 	// ErrCostExceedsCapacity: the cost could never pass, even on a fresh key.
 	// Nothing is spent.
-	ErrCostExceedsCapacity = core.ErrCostExceedsCapacity
+	ErrCostExceedsCapacity = storelink.ErrCostExceedsCapacity
 	// ErrInvalidCost: the cost is negative.
-	ErrInvalidCost = core.ErrInvalidCost
+	ErrInvalidCost = storelink.ErrInvalidCost
 	// ErrEmptyKey: the key is empty.
-	ErrEmptyKey = core.ErrEmptyKey
+	ErrEmptyKey = storelink.ErrEmptyKey
 	// ErrInvalidTime: a store's clock reads a time outside [0, 2^52] µs since
 	// the epoch.
-	ErrInvalidTime = core.ErrInvalidTime
+	ErrInvalidTime = storelink.ErrInvalidTime
 	// ErrNoRefund: Refund under an algorithm that cannot give units back
 	// (only TokenBucket, GCRA, FixedWindow and AlignedWindow can).
-	ErrNoRefund = core.ErrNoRefund
+	ErrNoRefund = storelink.ErrNoRefund
 	// ErrDuplicateKey: a composite request names the same key twice.
-	ErrDuplicateKey = core.ErrDuplicateKey
+	ErrDuplicateKey = storelink.ErrDuplicateKey
 	// ErrStoreUnavailable: the store could not make the decision (a Redis that
 	// is gone, a deadline passed). Nothing is known to be spent.
-	ErrStoreUnavailable = core.ErrStoreUnavailable
+	ErrStoreUnavailable = storelink.ErrStoreUnavailable
 )

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // Result is the answer to one request.
@@ -110,70 +110,38 @@ type Store interface {
 	Reset(ctx context.Context, key string) error
 }
 
-// engine is the sealed path to a store of this module: the value that
-// core.Unseal returns for one. Its requests are checked.
-type engine interface {
-	Take(ctx context.Context, req core.Request) (Result, error)
-	TakeAll(ctx context.Context, reqs []core.Request) (Result, error)
-	// TakeEach is TakeAll that also writes part i's result into each[i]
-	// (len(each) == len(reqs)); see Limiter.TakeEach.
-	TakeEach(ctx context.Context, reqs []core.Request, each []Result) (Result, error)
-	// Refund gives req.Cost units back, a window's only to the window
-	// that ends at window (0: the key's current one).
-	Refund(ctx context.Context, req core.Request, window int64) (Result, error)
-	Reset(ctx context.Context, key string) error
-	// Clock is the clock the store decides by, or nil for the system's.
-	Clock() Clock
-}
-
-// localEngine is an engine that decides in process and needs no context
-// (memstore's). TakeLocal is Take with MaxDelay algo.Never, its arguments and
-// results in registers (a Result is too wide for them, and copying one costs
-// more than the decision's arithmetic); allowed is retryAfter == 0.
-// TakeAllLocal takes the parts as the caller gave them, checked, with their
-// limits' params by value (ps[i] is parts[i]'s): the engine builds their
-// requests on its own stack, which a slice passed through an interface could
-// not be. TakeEachLocal is TakeAllLocal that also returns each part's
-// result (parts[i]'s at [i]), by value: a slice of the caller's passed
-// through the interface would escape to the heap.
-type localEngine interface {
-	TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay, window int64, err error)
-	TakeAllLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, error)
-	TakeEachLocal(parts []Part, ps [maxLocalParts]algo.Params) (Result, [maxLocalParts]Result, error)
-}
-
-// maxLocalParts is the most parts a composite may have to take the local
-// engine's path.
-const maxLocalParts = 4
-
-// outside is the engine of a Store from outside this module: it hands the
+// outside is the Decider of a Store from outside this module: it hands the
 // requests over in the Store's terms.
 type outside struct{ s Store }
 
-func publicRequest(r *core.Request) Request {
-	return Request{Key: r.Key, Limit: limitOf(&r.Params), Cost: r.Cost, MaxDelay: core.Duration(r.MaxDelay)}
+var _ storelink.Decider = outside{}
+
+func publicRequest(r *storelink.Request) Request {
+	return Request{Key: r.Key, Limit: limitOf(&r.Params), Cost: r.Cost, MaxDelay: storelink.Duration(r.MaxDelay)}
 }
 
-func (o outside) Take(ctx context.Context, req core.Request) (Result, error) {
-	return o.s.Take(ctx, publicRequest(&req))
+func (o outside) Take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
+	r, err := o.s.Take(ctx, publicRequest(&req))
+	return storelink.Result(r), err
 }
 
-func (o outside) TakeAll(ctx context.Context, reqs []core.Request) (Result, error) {
+func (o outside) TakeAll(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
 	pub := make([]Request, len(reqs))
 	for i := range reqs {
 		pub[i] = publicRequest(&reqs[i])
 	}
-	return o.s.TakeAll(ctx, pub)
+	r, err := o.s.TakeAll(ctx, pub)
+	return storelink.Result(r), err
 }
 
 // TakeEach decides through the Store's TakeAll, which reports only the
 // summary, and then looks (cost 0, one Take each) at every part for its
 // figures: another instant than the decision's, a call each (see
 // Limiter.TakeEach).
-func (o outside) TakeEach(ctx context.Context, reqs []core.Request, each []Result) (Result, error) {
+func (o outside) TakeEach(ctx context.Context, reqs []storelink.Request, each []storelink.Result) (storelink.Result, error) {
 	r, err := o.TakeAll(ctx, reqs)
 	if err != nil {
-		return Result{}, err
+		return storelink.Result{}, err
 	}
 	o.looks(ctx, reqs, r, each)
 	return r, nil
@@ -181,12 +149,13 @@ func (o outside) TakeEach(ctx context.Context, reqs []core.Request, each []Resul
 
 // looks writes into each the figures of every part of reqs after the
 // decision r, by a look at each (see TakeEach).
-func (o outside) looks(ctx context.Context, reqs []core.Request, r Result, each []Result) {
+func (o outside) looks(ctx context.Context, reqs []storelink.Request, r storelink.Result, each []storelink.Result) {
 	refusing := false
 	for i := range reqs {
 		look := publicRequest(&reqs[i])
 		look.Cost = 0
-		e, err := o.s.Take(ctx, look)
+		pe, err := o.s.Take(ctx, look)
+		e := storelink.Result(pe)
 		if err != nil {
 			e = r // the summary stands in for a part that could not be looked at
 		}
@@ -208,15 +177,16 @@ func (o outside) looks(ctx context.Context, reqs []core.Request, r Result, each 
 	}
 }
 
-func (o outside) Refund(ctx context.Context, req core.Request, window int64) (Result, error) {
-	r := publicRequest(&req)
-	r.Window = window
-	return o.s.Refund(ctx, r)
+func (o outside) Refund(ctx context.Context, req storelink.Request, window int64) (storelink.Result, error) {
+	pr := publicRequest(&req)
+	pr.Window = window
+	r, err := o.s.Refund(ctx, pr)
+	return storelink.Result(r), err
 }
 
 func (o outside) Reset(ctx context.Context, key string) error { return o.s.Reset(ctx, key) }
 
-func (outside) Clock() Clock { return nil }
+func (outside) Clock() storelink.Clock { return nil }
 
 // Clock is the time a Limiter and the stores of this module read and wait
 // by. Every package that reads time takes one through its own WithClock;
@@ -233,8 +203,8 @@ type Clock interface {
 // Limiter has no store, and its methods return an error wrapping
 // ErrStoreUnavailable.
 type Limiter struct {
-	eng   engine
-	local localEngine // eng, when it is one
+	eng   storelink.Decider
+	local storelink.Local // eng, when it is one (memstore's)
 	clock Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
@@ -289,7 +259,7 @@ func (l *Limiter) partParams(lim Limit) (algo.Params, error) {
 func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = core.Check(key, p, cost)
+		err = storelink.Check(key, p, cost)
 	}
 	return p, err
 }
@@ -309,7 +279,7 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // sets one fake clock, on the store.
 func (l *Limiter) Clock() Clock {
 	if l.clock == nil {
-		return core.SystemClock{}
+		return storelink.SystemClock{}
 	}
 	return l.clock
 }
@@ -318,20 +288,25 @@ func (l *Limiter) Clock() Clock {
 // error wrapping ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Limiter {
 	l := &Limiter{}
-	if e, ok := core.Unseal(store).(engine); ok {
-		l.eng = e
-	} else if store != nil {
+	if s, ok := store.(storelink.Linked); ok {
+		if e := s.Engine(); e != nil && e.Store() == store {
+			l.eng = e
+		}
+	}
+	if l.eng == nil && store != nil {
 		l.eng = outside{store}
 	}
-	l.local, _ = l.eng.(localEngine)
+	l.local, _ = l.eng.(storelink.Local)
 	for _, o := range opts {
 		o(l)
 	}
 	if l.clock == nil && l.eng != nil {
-		l.clock = l.eng.Clock()
+		if c := l.eng.Clock(); c != nil {
+			l.clock = c
+		}
 	}
 	if l.clock == nil {
-		l.clock = core.SystemClock{}
+		l.clock = storelink.SystemClock{}
 	}
 	return l
 }
@@ -342,7 +317,7 @@ func New(store Store, opts ...Option) *Limiter {
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = core.Check(key, p, cost)
+		err = storelink.Check(key, p, cost)
 	}
 	if err != nil {
 		return Result{}, err
@@ -355,16 +330,17 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{
 			Allowed:    retry == 0,
 			Remaining:  remaining,
-			RetryAfter: core.Duration(retry),
-			ResetAfter: core.Duration(reset),
-			Delay:      core.Duration(delay),
+			RetryAfter: storelink.Duration(retry),
+			ResetAfter: storelink.Duration(reset),
+			Delay:      storelink.Duration(delay),
 			Window:     window,
 		}, nil
 	}
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	return l.eng.Take(ctx, core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+	r, err := l.eng.Take(ctx, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+	return Result(r), err
 }
 
 // Allow is Take with cost 1, reporting only whether the request passed.
@@ -394,7 +370,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 		return Result{}, errNoStore
 	}
 	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
-		return l.eng.Take(ctx, core.Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
+		r, err := l.eng.Take(ctx, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
+		return Result(r), err
 	})
 }
 
@@ -456,7 +433,7 @@ type Part struct {
 // appendRequests checks the parts of a composite request and appends their
 // requests (MaxDelay algo.Never) to dst. The error says which part is wrong,
 // or that two parts name one key (ErrDuplicateKey).
-func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Request, error) {
+func (l *Limiter) appendRequests(dst []storelink.Request, parts []Part) ([]storelink.Request, error) {
 	n := len(dst)
 	for i := range parts {
 		pt := &parts[i]
@@ -464,7 +441,7 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 		if err != nil {
 			return dst[:n], err
 		}
-		dst = append(dst, core.Request{}) // set the fields: copying a Request costs more
+		dst = append(dst, storelink.Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
 		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, pt.Cost, algo.Never
 	}
@@ -479,17 +456,17 @@ func (l *Limiter) appendRequests(dst []core.Request, parts []Part) ([]core.Reque
 func (l *Limiter) checkPart(i int, pt *Part) (algo.Params, error) {
 	p, err := l.partParams(pt.Limit)
 	if err == nil {
-		err = core.Check(pt.Key, p, pt.Cost)
+		err = storelink.Check(pt.Key, p, pt.Cost)
 	}
 	if err != nil {
-		return p, core.PartError(i, pt.Key, err)
+		return p, storelink.PartError(i, pt.Key, err)
 	}
 	return p, nil
 }
 
-// distinct is core.CheckComposite for parts.
+// distinct is storelink.CheckComposite for parts.
 func distinct(parts []Part) error {
-	return core.CheckComposite(parts, func(p *Part) string { return p.Key })
+	return storelink.CheckComposite(parts, func(p *Part) string { return p.Key })
 }
 
 // TakeAll asks whether every part may spend its cost (a global budget and a
@@ -502,34 +479,25 @@ func distinct(parts []Part) error {
 // a look at each), Delay is 0, and RetryAfter is the largest of the refusing
 // parts'.
 func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
-	if l.local != nil && len(parts) <= maxLocalParts {
-		var ps [maxLocalParts]algo.Params
-		if err := l.checkLocal(parts, &ps); err != nil {
+	if l.local != nil && len(parts) <= storelink.MaxLocalParts {
+		// The requests are built here, on the stack, and handed over by
+		// value: a slice passed through the interface would escape.
+		var buf [storelink.MaxLocalParts]storelink.Request
+		if _, err := l.appendRequests(buf[:0], parts); err != nil {
 			return Result{}, err
 		}
-		return l.local.TakeAllLocal(parts, ps)
+		r, err := l.local.TakeAllLocal(buf, len(parts))
+		return Result(r), err
 	}
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
+	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
-	return l.eng.TakeAll(ctx, reqs)
-}
-
-// checkLocal checks the parts of a composite for the local engine's path
-// (at most maxLocalParts) and writes their limits' params into ps.
-func (l *Limiter) checkLocal(parts []Part, ps *[maxLocalParts]algo.Params) error {
-	for i := range parts {
-		p, err := l.checkPart(i, &parts[i])
-		if err != nil {
-			return err
-		}
-		ps[i] = p
-	}
-	return distinct(parts)
+	r, err := l.eng.TakeAll(ctx, reqs)
+	return Result(r), err
 }
 
 // TakeEach is TakeAll that also reports each part's own result, taken at
@@ -560,15 +528,17 @@ func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Re
 	if len(each) != len(parts) {
 		return Result{}, fmt.Errorf("%w: TakeEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
 	}
-	if l.local != nil && len(parts) <= maxLocalParts {
-		var ps [maxLocalParts]algo.Params
-		err := l.checkLocal(parts, &ps)
+	if l.local != nil && len(parts) <= storelink.MaxLocalParts {
+		var buf [storelink.MaxLocalParts]storelink.Request // see TakeAll
+		_, err := l.appendRequests(buf[:0], parts)
 		if err == nil {
-			var r Result
-			var all [maxLocalParts]Result
-			if r, all, err = l.local.TakeEachLocal(parts, ps); err == nil {
-				copy(each, all[:len(parts)])
-				return r, nil
+			var r storelink.Result
+			var all [storelink.MaxLocalParts]storelink.Result
+			if r, all, err = l.local.TakeEachLocal(buf, len(parts)); err == nil {
+				for i := range each {
+					each[i] = Result(all[i])
+				}
+				return Result(r), nil
 			}
 		}
 		clear(each)
@@ -578,26 +548,28 @@ func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Re
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
+	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
 	// The engine writes into a slice of its own, so that each, which
 	// passing through the interface would move to the heap, stays where
 	// the caller made it.
-	out := make([]Result, len(parts))
+	out := make([]storelink.Result, len(parts))
 	r, err := l.eng.TakeEach(ctx, reqs, out)
 	if err == nil {
-		copy(each, out)
+		for i := range each {
+			each[i] = Result(out[i])
+		}
 	}
-	return r, err
+	return Result(r), err
 }
 
 // WaitAll is Wait for a composite request: it blocks until every part grants
 // at once, and returns at once with ErrDeadline, spending nothing, when that
 // cannot happen before the context's deadline.
 func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
-	return l.waitParts(ctx, parts, func(reqs []core.Request) (Result, error) {
+	return l.waitParts(ctx, parts, func(reqs []storelink.Request) (storelink.Result, error) {
 		return l.eng.TakeAll(ctx, reqs)
 	})
 }
@@ -615,10 +587,10 @@ func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Re
 		return Result{}, fmt.Errorf("%w: WaitEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
 	}
 	clear(each)
-	out := make([]Result, len(parts)) // see TakeEach
+	out := make([]storelink.Result, len(parts)) // see TakeEach
 	o, isOutside := l.eng.(outside)
-	var decided []core.Request // the last decision's requests, once one was made
-	r, err := l.waitParts(ctx, parts, func(reqs []core.Request) (r Result, err error) {
+	var decided []storelink.Request // the last decision's requests, once one was made
+	r, err := l.waitParts(ctx, parts, func(reqs []storelink.Request) (r storelink.Result, err error) {
 		if isOutside {
 			r, err = o.TakeAll(ctx, reqs)
 		} else {
@@ -634,20 +606,22 @@ func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Re
 		return r, err
 	}
 	if isOutside {
-		o.looks(ctx, decided, r, out)
+		o.looks(ctx, decided, storelink.Result(r), out)
 	}
-	copy(each, out)
+	for i := range each {
+		each[i] = Result(out[i])
+	}
 	return r, err
 }
 
 // waitParts checks parts and waits until decide, which makes one decision
 // on their requests (MaxDelay set to the time left), admits them (see
 // wait). r is the last decision's whenever one was made.
-func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs []core.Request) (Result, error)) (r Result, err error) {
+func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs []storelink.Request) (storelink.Result, error)) (r Result, err error) {
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	reqs, err := l.appendRequests(make([]core.Request, 0, len(parts)), parts)
+	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -655,7 +629,8 @@ func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs 
 		for i := range reqs {
 			reqs[i].MaxDelay = maxDelay
 		}
-		return decide(reqs)
+		r, err := decide(reqs)
+		return Result(r), err
 	})
 }
 
@@ -685,7 +660,7 @@ func (l *Limiter) RefundTake(ctx context.Context, key string, lim Limit, units i
 func (l *Limiter) refund(ctx context.Context, key string, lim Limit, units, window int64) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {
-		err = core.CheckRefund(key, &p, units)
+		err = storelink.CheckRefund(key, &p, units)
 	}
 	if err != nil {
 		return Result{}, err
@@ -693,7 +668,8 @@ func (l *Limiter) refund(ctx context.Context, key string, lim Limit, units, wind
 	if l.eng == nil {
 		return Result{}, errNoStore
 	}
-	return l.eng.Refund(ctx, core.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never}, window)
+	r, err := l.eng.Refund(ctx, storelink.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never}, window)
+	return Result(r), err
 }
 
 // Reset returns key to its fresh state.

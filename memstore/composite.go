@@ -6,21 +6,20 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // TakeAll makes one decision for a composite request at the store's clock
 // time: it passes only if every part grants, and a refusal changes no part.
 // It checks reqs as a sluice.Limiter does.
 func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	rs, err := storeapi.Requests(reqs)
+	rs, err := storelink.CheckedParts(reqs)
 	if err != nil {
 		return sluice.Result{}, err
 	}
 	var d algo.Decision
 	err = s.takeAll(rs, s.now(), &d, nil)
-	return storeapi.Result(&d), err
+	return sluice.Result(storelink.ResultOf(&d)), err
 }
 
 // part is one part of a composite (parts[i] is reqs[i]'s): its key, shard,
@@ -50,7 +49,7 @@ func (a *part) before(b *part) bool {
 // key), so the decision is atomic; a part that spends nothing on a key
 // without an entry steps a fresh state and stores nothing. Composites of up
 // to 4 parts allocate nothing.
-func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision, each []algo.Decision) error {
+func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err // wraps sluice.ErrInvalidTime
 	}
@@ -133,7 +132,7 @@ func (s *Store) takeAll(reqs []core.Request, now int64, acc *algo.Decision, each
 // holds no entry lock while it takes a shard's lock, the order sweeps and
 // inserts take them in; an entry found dead after all are locked makes it
 // start again.
-func (s *Store) lockParts(parts []part, order []int, reqs []core.Request, now int64) {
+func (s *Store) lockParts(parts []part, order []int, reqs []storelink.Request, now int64) {
 	for {
 		// Entries first, without entry locks.
 		for _, i := range order {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -18,13 +18,13 @@ import (
 
 func TestCompositeOneUserBurst(t *testing.T) {
 	s := memstore.New()
-	storetest.OneUserBurst(t, storeapi.MemAt(s).TakeAllAt, "")
-	storetest.OneUserBurstEach(t, storeapi.MemEachAt(s).TakeEachAt, "each:")
+	storetest.OneUserBurst(t, s.Engine().TakeAllAt, "")
+	storetest.OneUserBurstEach(t, s.Engine().TakeEachAt, "each:")
 }
 
 func TestCompositeRandom(t *testing.T) {
 	s := memstore.New()
-	storetest.RandomComposites(t, storeapi.MemAt(s).TakeAllAt, storeapi.MemEachAt(s).TakeEachAt, "", 60, 200)
+	storetest.RandomComposites(t, s.Engine().TakeAllAt, s.Engine().TakeEachAt, "", 60, 200)
 }
 
 // TestSuite runs the checks every store must pass.
@@ -59,7 +59,7 @@ func TestTakeAllErrors(t *testing.T) {
 // decide as TakeAt and TakeAllAt do, on random composites over a few keys.
 func TestLimiterPathsAgree(t *testing.T) {
 	now := int64(1_764_000_000_000_000)
-	lim := sluice.New(memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now }))))
+	lim := sluice.New(memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now }))))
 	ref := memstore.New()
 	ctx := context.Background()
 	limits := []sluice.Limit{
@@ -84,20 +84,20 @@ func TestLimiterPathsAgree(t *testing.T) {
 		for j, pt := range parts {
 			pub[j] = sluice.Request{Key: pt.Key, Limit: pt.Limit, Cost: pt.Cost, MaxDelay: math.MaxInt64}
 		}
-		reqs, err := storeapi.Requests(pub)
+		reqs, err := storelink.CheckedParts(pub)
 		var got, want sluice.Result
 		var gotErr, wantErr error
 		if n == 1 && rng.IntN(2) == 0 {
 			got, gotErr = lim.Take(ctx, parts[0].Key, parts[0].Limit, cost)
-			if _, err = storeapi.Request(&pub[0]); err == nil {
-				d, e := storeapi.MemAt(ref).TakeAt(reqs[0], now)
-				want, wantErr = storeapi.Result(&d), e
+			if _, err = storelink.Checked(&pub[0]); err == nil {
+				d, e := ref.Engine().TakeAt(ctx, reqs[0], now)
+				want, wantErr = sluice.Result(storelink.ResultOf(&d)), e
 			}
 		} else {
 			got, gotErr = lim.TakeAll(ctx, parts)
 			if err == nil {
-				d, e := storeapi.MemAt(ref).TakeAllAt(reqs, now)
-				want, wantErr = storeapi.Result(&d), e
+				d, e := ref.Engine().TakeAllAt(ctx, reqs, now)
+				want, wantErr = sluice.Result(storelink.ResultOf(&d)), e
 			}
 		}
 		if err != nil {

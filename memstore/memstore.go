@@ -39,9 +39,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/fastclock"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // Store is an in-memory sluice.Store. The zero value is not usable; call New.
@@ -117,13 +116,13 @@ func (s *Store) locate(key string) (*shard, uint64) {
 // Take makes one decision for req at the store's clock time. It checks req
 // as a sluice.Limiter does.
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	r, err := storeapi.Request(&req)
+	r, err := storelink.Checked(&req)
 	if err != nil {
 		return sluice.Result{}, err
 	}
 	var d algo.Decision
 	err = s.decide(r.Key, &r.Params, r.Cost, r.MaxDelay, s.now(), &d)
-	return storeapi.Result(&d), err
+	return sluice.Result(storelink.ResultOf(&d)), err
 }
 
 // decide is the hot path: one step under the key's entry lock, written into
@@ -160,17 +159,17 @@ func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d 
 // Refund gives req.Cost units back to req.Key (see algo.Refund). It checks
 // req as a sluice.Limiter does.
 func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	r, err := storeapi.RefundRequest(&req)
+	r, window, err := storelink.CheckedRefund(&req)
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	d, err := s.refund(&r, req.Window)
-	return storeapi.Result(&d), err
+	d, err := s.refund(&r, window)
+	return sluice.Result(storelink.ResultOf(&d)), err
 }
 
 // refund gives req.Cost units back to req.Key at the store's clock time, a
 // window's only to the window that ends at window (0: any).
-func (s *Store) refund(req *core.Request, window int64) (algo.Decision, error) {
+func (s *Store) refund(req *storelink.Request, window int64) (algo.Decision, error) {
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err

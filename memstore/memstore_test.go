@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -11,19 +12,18 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
 const base = int64(1_764_000_000_000_000)
 
-func request(key string, l sluice.Limit, cost int64) core.Request {
-	p, err := storeapi.Params(l)
+func request(key string, l sluice.Limit, cost int64) storelink.Request {
+	p, err := storelink.Params(l)
 	if err != nil {
 		panic(err)
 	}
-	return core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+	return storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
 }
 
 // Many goroutines on a few keys admit exactly the burst: the entry lock makes
@@ -40,7 +40,7 @@ func TestConcurrentExact(t *testing.T) {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			var clock atomic.Int64
 			clock.Store(base)
-			s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return clock.Add(1) })))
+			s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return clock.Add(1) })))
 			lim := sluice.New(s)
 			var allowed [4]atomic.Int64
 			var wg sync.WaitGroup
@@ -79,13 +79,13 @@ func TestOneOffKeysAreDropped(t *testing.T) {
 		n = 200_000
 	}
 	now := base
-	s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now })), memstore.WithShards(16))
+	s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now })), memstore.WithShards(16))
 	req := request("", sluice.PerSecond(10), 1)
 	peak := 0
 	for i := 0; i < n; i++ {
 		now += 10 // 100,000 new keys a second, each fresh again after 100ms
 		req.Key = "one-off:" + strconv.Itoa(i)
-		if _, err := storeapi.MemAt(s).TakeAt(req, now); err != nil {
+		if _, err := s.Engine().TakeAt(context.Background(), req, now); err != nil {
 			t.Fatal(err)
 		}
 		if i%50_000 == 0 {
@@ -108,7 +108,7 @@ func TestOneOffKeysAreDropped(t *testing.T) {
 // A key is kept until its state is equivalent to fresh, never dropped before.
 func TestSweepKeepsLiveState(t *testing.T) {
 	now := base
-	s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now })))
+	s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now })))
 	lim := sluice.New(s)
 	ctx := context.Background()
 	l := sluice.PerSecond(1).WithBurst(3)
@@ -133,7 +133,7 @@ func TestSweepKeepsLiveState(t *testing.T) {
 // spent.
 func TestQueryOfAnotherAlgorithmKeepsState(t *testing.T) {
 	now := base
-	s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return now })))
+	s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now })))
 	lim := sluice.New(s)
 	ctx := context.Background()
 	l := sluice.PerHour(5)
@@ -160,7 +160,7 @@ func TestQueryStoresNothing(t *testing.T) {
 
 func TestBadTime(t *testing.T) {
 	s := memstore.New()
-	if _, err := storeapi.MemAt(s).TakeAt(request("k", sluice.PerSecond(1), 1), -5); err == nil {
+	if _, err := s.Engine().TakeAt(context.Background(), request("k", sluice.PerSecond(1), 1), -5); err == nil {
 		t.Fatal("a negative time must be an error")
 	}
 }
@@ -180,11 +180,11 @@ func TestMemoryPerKey(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return base })))
+		s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return base })))
 		req := request("", sluice.PerMinute(10), 1)
 		for _, k := range keys {
 			req.Key = k
-			storeapi.MemAt(s).TakeAt(req, base)
+			s.Engine().TakeAt(context.Background(), req, base)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -204,11 +204,11 @@ func TestMemoryPerKey(t *testing.T) {
 func TestConcurrentChurn(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(base)
-	s := memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { return clock.Add(1) })), memstore.WithShards(4))
+	s := memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return clock.Add(1) })), memstore.WithShards(4))
 	lim := sluice.New(s)
 	ctx := context.Background()
 	hot := sluice.PerHour(1).WithBurst(500)
-	hotReq := request("", hot, 1)
+	hotReq := sluice.Request{Limit: hot, Cost: 1, MaxDelay: math.MaxInt64}
 	cold := sluice.PerSecond(1_000_000).WithBurst(2) // fresh again 2µs after a take
 	const hotKeys, rounds = 8, 5000
 	var admitted [hotKeys]atomic.Int64
@@ -225,7 +225,7 @@ func TestConcurrentChurn(t *testing.T) {
 					k2 := (k + 1 + i%(hotKeys-1)) % hotKeys
 					a, b := hotReq, hotReq
 					a.Key, b.Key = "hot:"+strconv.Itoa(k), "hot:"+strconv.Itoa(k2)
-					r, err := s.TakeAll(ctx, storeapi.Publics([]core.Request{a, b}))
+					r, err := s.TakeAll(ctx, []sluice.Request{a, b})
 					if err != nil {
 						t.Error(err)
 						return

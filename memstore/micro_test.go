@@ -6,8 +6,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -22,19 +21,20 @@ func BenchmarkStep(b *testing.B) {
 }
 
 func BenchmarkTakeAtFixed(b *testing.B) {
-	st := storeapi.MemAt(memstore.New())
+	st := memstore.New().Engine()
+	ctx := context.Background()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
 	now := int64(1_764_000_000_000_000)
-	req := core.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
+	req := storelink.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
 	for b.Loop() {
 		now++
-		st.TakeAt(req, now)
+		st.TakeAt(ctx, req, now)
 	}
 }
 
 func BenchmarkLimiterFixedClock(b *testing.B) {
 	now := int64(1_764_000_000_000_000)
-	lim := sluice.New(memstore.New(memstore.WithClock(storeapi.Clock(func() int64 { now++; return now }))))
+	lim := sluice.New(memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { now++; return now }))))
 	l := sluice.PerSecond(1_000_000).WithBurst(1000)
 	ctx := context.Background()
 	for b.Loop() {

@@ -11,8 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -30,7 +29,7 @@ func TestPushIsTheLeakyBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	for trace := range 300 {
 		l := randomLimit(rng)
-		p, err := storeapi.Params(l)
+		p, err := storelink.Params(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +69,7 @@ func TestRandomInvariants(t *testing.T) {
 	redelivered := 0
 	for range 200 {
 		l := randomLimit(rng)
-		p, _ := storeapi.Params(l)
+		p, _ := storelink.Params(l)
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond
 		clk := newFakeClock()
@@ -264,7 +263,7 @@ func testWorkers(t *testing.T, qs []Queue, workers, n, rate int) {
 func TestPopContext(t *testing.T) {
 	t.Parallel()
 	// The default clock waits by timers; a given one by its Sleep.
-	for name, opts := range map[string][]Option{"default": nil, "clock": {WithClock(core.SystemClock{})}} {
+	for name, opts := range map[string][]Option{"default": nil, "clock": {WithClock(storelink.SystemClock{})}} {
 		t.Run(name, func(t *testing.T) {
 			q, err := NewMemory(leaky(1, time.Second, 1), append(opts, WithPollInterval(time.Hour))...)
 			if err != nil {

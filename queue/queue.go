@@ -52,7 +52,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // Queue is a rate-releasing job queue: Memory or Redis.
@@ -236,7 +236,7 @@ func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	p, err := storeapi.Params(limit)
+	p, err := storelink.Params(limit)
 	switch {
 	case err != nil:
 		return p, c, err

@@ -66,7 +66,7 @@ var ErrClosed = errors.New("queue: closed")
 // that open the queue with another limit use theirs for their own pushes
 // and pops; the schedule carries over.
 type Redis struct {
-	runner *redisrun.Runner
+	runner *redisrun.Runner[struct{}]
 	p      algo.Params
 	vis    int64        // µs
 	clock  sluice.Clock // nil: the server's TIME
@@ -99,7 +99,7 @@ func NewRedis(c redis.UniversalClient, name string, limit sluice.Limit, opts ...
 	}
 	prefix := cfg.prefix + "{" + name + "}:"
 	return &Redis{
-		runner: redisrun.NewRunner(redisrun.GoRedis(c), pipelines, cfg.timeout, nil, ErrClosed),
+		runner: redisrun.NewRunner[struct{}](redisrun.GoRedis(c), pipelines, cfg.timeout, nil, ErrClosed),
 		p:      p,
 		vis:    cfg.visibility.Microseconds(),
 		clock:  cfg.clock,

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
@@ -53,7 +53,7 @@ func TestCluster(t *testing.T) {
 		rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 5), 6))
 		for range 3 {
 			l := randomLimit(rng)
-			p, _ := storeapi.Params(l)
+			p, _ := storelink.Params(l)
 			clk := newFakeClock()
 			q := mk(t, l, WithClock(clk), WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*ceilDiv(p.Period, p.Rate)))*time.Microsecond))
 			checkInvariants(t, q, clk, p, rng, 200)
@@ -82,7 +82,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 7), 8))
 	for trace := range 20 {
 		l := randomLimit(rng)
-		p, _ := storeapi.Params(l)
+		p, _ := storelink.Params(l)
 		tt := ceilDiv(p.Period, p.Rate)
 		vis := WithVisibilityTimeout(time.Duration(1+rng.Int64N(5*tt)) * time.Microsecond)
 		clk := newFakeClock()

@@ -9,9 +9,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -29,19 +28,19 @@ func TestInvalidCallerTime(t *testing.T) {
 			st := newGoRedis(t, client,
 				redisstore.WithPrefix(fmt.Sprintf("callertime:%d:", time.Now().UnixNano())),
 				redisstore.WithFailurePolicy(policy),
-				redisstore.WithClock(storeapi.Clock(func() int64 { return now })))
-			req := core.Request{Key: "k", Params: tb, Cost: 1, MaxDelay: algo.Never}
+				redisstore.WithClock(storelink.MicroClock(func() int64 { return now })))
+			req := storelink.Request{Key: "k", Params: tb, Cost: 1, MaxDelay: algo.Never}
 			check := func(op string, r sluice.Result, err error) {
 				t.Helper()
 				if !errors.Is(err, sluice.ErrInvalidTime) || r != (sluice.Result{}) {
 					t.Errorf("%s %s: %+v, %v; want the zero Result and ErrInvalidTime", name, op, r, err)
 				}
 			}
-			r, err := st.Take(ctx, storeapi.Public(&req))
+			r, err := st.Take(ctx, pub(req))
 			check("Take", r, err)
-			r, err = st.TakeAll(ctx, storeapi.Publics([]core.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}}))
+			r, err = st.TakeAll(ctx, pubs([]storelink.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}}))
 			check("TakeAll", r, err)
-			r, err = st.Refund(ctx, storeapi.Public(&req))
+			r, err = st.Refund(ctx, pub(req))
 			check("Refund", r, err)
 			r, err = sluice.New(st).Take(ctx, "k", sluice.PerSecond(5), 1)
 			check("Limiter.Take", r, err)

@@ -8,9 +8,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // TakeAll makes one decision for a composite request (see sluice.Store).
@@ -36,49 +35,50 @@ import (
 // window and windows never overlap, but the window's phase differs from one
 // no decision touched (an aligned window has no such difference).
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	rs, err := storeapi.Requests(reqs)
+	rs, err := storelink.CheckedParts(reqs)
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	return s.takeAllNow(ctx, rs)
+	r, err := s.takeAllNow(ctx, rs)
+	return sluice.Result(r), err
 }
 
-// takeAllNow is TakeAll on requests in core's form, checked (by TakeAll, or
-// by the Limiter before it calls the engine).
-func (s *Store) takeAllNow(ctx context.Context, reqs []core.Request) (sluice.Result, error) {
+// takeAllNow is TakeAll on checked requests (by TakeAll, or by the Limiter
+// before it calls the engine).
+func (s *Store) takeAllNow(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
 	now, err := s.clock()
 	if err != nil {
-		return sluice.Result{}, err
+		return storelink.Result{}, err
 	}
 	d, err := s.takeAll(ctx, reqs, now, nil)
-	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.TakeAll(ctx, storeapi.Publics(reqs)) })
+	return s.settle(&d, err, func() (storelink.Result, error) { return s.local.TakeAll(ctx, reqs) })
 }
 
 // takeEachNow is takeAllNow that also writes each part's result into
 // each[i] (see sluice.Limiter.TakeEach), from the same call. Under the
 // failure policy, FailOpen admits every part and FailLocal reports the
 // fallback's parts, all Degraded.
-func (s *Store) takeEachNow(ctx context.Context, reqs []core.Request, each []sluice.Result) (sluice.Result, error) {
+func (s *Store) takeEachNow(ctx context.Context, reqs []storelink.Request, each []storelink.Result) (storelink.Result, error) {
 	now, err := s.clock()
 	if err != nil {
-		return sluice.Result{}, err
+		return storelink.Result{}, err
 	}
 	ds := make([]algo.Decision, len(reqs))
 	d, err := s.takeAll(ctx, reqs, now, ds)
-	r, serr := s.settle(&d, err, func() (sluice.Result, error) {
-		return storeapi.EachOf(s.local).TakeEach(ctx, reqs, each)
+	r, serr := s.settle(&d, err, func() (storelink.Result, error) {
+		return s.local.TakeEach(ctx, reqs, each)
 	})
 	switch {
 	case serr != nil:
 		clear(each)
 	case err == nil:
 		for i := range ds {
-			each[i] = storeapi.Result(&ds[i])
+			each[i] = storelink.ResultOf(&ds[i])
 		}
 	default: // decided by the failure policy
 		for i := range each {
 			if s.policy == FailOpen {
-				each[i] = sluice.Result{Allowed: true}
+				each[i] = storelink.Result{Allowed: true}
 			}
 			each[i].Degraded = true
 		}
@@ -89,24 +89,24 @@ func (s *Store) takeEachNow(ctx context.Context, reqs []core.Request, each []slu
 // takeAll makes one composite decision at now (-1: the server's TIME) and,
 // unless each is nil, writes each part's decision into each[i] (each as
 // long as reqs; see model.TakeEach).
-func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+func (s *Store) takeAll(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error) {
 	if !s.together(reqs) {
 		return s.takeInTurn(ctx, reqs, now, each)
 	}
-	c := scripts.CompositeCall(len(reqs), now, s.margin)
+	c := scripts.compositeCall(len(reqs), now, s.margin)
 	for i := range reqs {
 		r := &reqs[i]
-		redisrun.AddPart(c, s.prefix+r.Key, redisrun.LimitOf(&r.Params, r.MaxDelay), r.Cost)
+		addPart(c, s.prefix+r.Key, limitOf(&r.Params, r.MaxDelay), r.Cost)
 	}
-	if err := s.call(ctx, c); err != nil {
+	if err := s.composite(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
-	if len(c.Reply) != redisrun.Width*len(reqs) {
+	if len(c.Reply) != width*len(reqs) {
 		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	var acc algo.Decision
 	for i := range reqs {
-		d, err := decisionOf(c.Reply[redisrun.Width*i:redisrun.Width*(i+1)], c.Keys[i])
+		d, err := decisionOf(c.Reply[width*i:width*(i+1)], c.Keys[i])
 		if err != nil {
 			return algo.Decision{}, err
 		}
@@ -138,7 +138,7 @@ func (s *Store) takeAll(ctx context.Context, reqs []core.Request, now int64, eac
 // replied, a part that could not be given back what it spent, and a part
 // after the refusing one, not reached, a look made afterwards (all
 // allowed: none of them refused).
-func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
+func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error) {
 	order := make([]int, len(reqs)) // order[i]: the part taken i-th
 	for i := range order {
 		order[i] = i
@@ -158,7 +158,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, 
 			// look. The parts after it were not reached.
 			looks := taken
 			for j, oj := range order[:i] {
-				if t := reqs[oj]; t.Cost > 0 && core.Refundable(t.Params.Kind) {
+				if t := reqs[oj]; t.Cost > 0 && storelink.Refundable(t.Params.Kind) {
 					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now, taken[j].Window); rerr == nil {
 						looks[j] = l
 					}
@@ -193,7 +193,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []core.Request, now int64, 
 // refusal reports it, the last one the refusing part's; the parts after it
 // are looked at (cost 0), a failed look leaving a part allowed with no
 // figures.
-func (s *Store) eachInTurn(ctx context.Context, reqs []core.Request, now int64, order []int, reached []algo.Decision, each []algo.Decision) {
+func (s *Store) eachInTurn(ctx context.Context, reqs []storelink.Request, now int64, order []int, reached []algo.Decision, each []algo.Decision) {
 	for k, oi := range order {
 		var d algo.Decision
 		if k < len(reached) {
@@ -218,7 +218,7 @@ func (s *Store) eachInTurn(ctx context.Context, reqs []core.Request, now int64, 
 // refundRank orders the parts of a cross-slot composite: those that can be
 // given back first.
 func refundRank(k algo.Kind) int {
-	if core.Refundable(k) {
+	if storelink.Refundable(k) {
 		return 0
 	}
 	return 1
@@ -226,7 +226,7 @@ func refundRank(k algo.Kind) int {
 
 // together reports whether one script may name every request's key: one
 // key, or keys the client puts in one group (see redisrun.Router).
-func (s *Store) together(reqs []core.Request) bool {
+func (s *Store) together(reqs []storelink.Request) bool {
 	if len(reqs) == 1 {
 		return true
 	}

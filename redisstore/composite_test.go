@@ -13,16 +13,15 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// takeAllAt returns a store's TakeAllAt (storeapi.RedisAt) under a fresh
+// takeAllAt returns a store's TakeAllAt (its Engine's) under a fresh
 // key prefix.
 func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 	take, _ := takeAllAtPrefix(t, c)
@@ -34,7 +33,7 @@ func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt
 	return take, prefix
 }
 
-// takeEachAt returns a store's TakeEachAt (storeapi.RedisEachAt) under a
+// takeEachAt returns a store's TakeEachAt (its Engine's) under a
 // fresh key prefix.
 func takeEachAt(t *testing.T, c redis.UniversalClient) storetest.TakeEachAt {
 	_, each, _ := takeAtPrefix(t, c)
@@ -47,11 +46,7 @@ func takeAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, s
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
-	return func(reqs []core.Request, now int64) (algo.Decision, error) {
-			return storeapi.RedisAt(s).TakeAllAt(context.Background(), reqs, now)
-		}, func(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error) {
-			return storeapi.RedisEachAt(s).TakeEachAt(context.Background(), reqs, now, each)
-		}, prefix
+	return s.Engine().TakeAllAt, s.Engine().TakeEachAt, prefix
 }
 
 func TestCompositeStandalone(t *testing.T) {
@@ -175,10 +170,11 @@ func TestEachCrossSlot(t *testing.T) {
 	c := redistest.Cluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
-	mem := storeapi.MemEachAt(memstore.New())
+	mem := memstore.New().Engine()
+	ctx := t.Context()
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
-	parts := []core.Request{
+	parts := []storelink.Request{
 		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never},
 		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
 	}
@@ -193,11 +189,11 @@ func TestEachCrossSlot(t *testing.T) {
 	} {
 		now := storetest.Base + step.at
 		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
-		d, err := each(parts, now, got)
+		d, err := each(ctx, parts, now, got)
 		if err != nil {
 			t.Fatal(err)
 		}
-		md, err := mem.TakeEachAt(parts, now, want)
+		md, err := mem.TakeEachAt(ctx, parts, now, want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,11 +217,11 @@ func TestWindowGivenBackCrossSlot(t *testing.T) {
 		prefix := apart(storePrefix, "")
 		window := algo.Params{Kind: kind, Rate: 2, Period: 60_000_000}
 		bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 1}
-		user := core.Request{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never}
-		parts := []core.Request{user, {Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never}}
+		user := storelink.Request{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never}
+		parts := []storelink.Request{user, {Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never}}
 		now := storetest.Base
 		for i, want := range []bool{true, false} { // the second: the bucket refuses, the window is given back
-			d, err := take(parts, now)
+			d, err := take(t.Context(), parts, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +230,7 @@ func TestWindowGivenBackCrossSlot(t *testing.T) {
 			}
 		}
 		for i, want := range []bool{true, false} { // the window holds 1 of its 2
-			d, err := take([]core.Request{user}, now)
+			d, err := take(t.Context(), []storelink.Request{user}, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,10 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/storetest"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -85,10 +84,10 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 			m := model.New(p.Kind, p.Rate, p.Period, p.Burst)
 			prefix := fmt.Sprintf("l%d:t%d:", li, ti)
 			for i, q := range randomTrace(r, p, n) {
-				req := core.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
-				want, _ := storeapi.MemAt(ms).TakeAt(req, q.now)
+				req := storelink.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
+				want, _ := ms.Engine().TakeAt(ctx, req, q.now)
 				want.FreshAt = 0
-				got, err := storeapi.RedisAt(rs).TakeAt(ctx, req, q.now)
+				got, err := rs.Engine().TakeAt(ctx, req, q.now)
 				if err != nil {
 					t.Fatalf("%+v request %d: %v", p, i, err)
 				}
@@ -138,10 +137,10 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 		prefix := fmt.Sprintf("t%d:", ti)
 		trace := storetest.ChangedTrace(r, n)
 		for i, q := range trace {
-			req := core.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
-			want, _ := storeapi.MemAt(ms).TakeAt(req, q.Now)
+			req := storelink.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
+			want, _ := ms.Engine().TakeAt(ctx, req, q.Now)
 			want.FreshAt = 0
-			got, err := storeapi.RedisAt(rs).TakeAt(ctx, req, q.Now)
+			got, err := rs.Engine().TakeAt(ctx, req, q.Now)
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}

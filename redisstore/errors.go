@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // Errors that callers can test for with errors.Is. None of them is an
@@ -44,22 +44,22 @@ var (
 // settle turns a decision, or the error that kept Redis from making it, into
 // the caller's answer: the failure policy applies to an outage
 // (sluice.ErrStoreUnavailable) only; local decides in process.
-func (s *Store) settle(d *algo.Decision, err error, local func() (sluice.Result, error)) (sluice.Result, error) {
+func (s *Store) settle(d *algo.Decision, err error, local func() (storelink.Result, error)) (storelink.Result, error) {
 	if err == nil {
-		return storeapi.Result(d), nil
+		return storelink.ResultOf(d), nil
 	}
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
-		return sluice.Result{}, err
+		return storelink.Result{}, err
 	}
 	switch s.policy {
 	case FailOpen:
-		return sluice.Result{Allowed: true, Degraded: true}, nil
+		return storelink.Result{Allowed: true, Degraded: true}, nil
 	case FailLocal:
 		r, lerr := local()
 		r.Degraded = true
 		return r, lerr
 	}
-	return sluice.Result{}, err
+	return storelink.Result{}, err
 }
 
 // failed sorts the error of a call made for a caller whose context is ctx:

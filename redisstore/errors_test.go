@@ -19,10 +19,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -51,7 +50,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for range perG {
-				r, err := st.Take(ctx, pub(core.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if err != nil {
 					errs[g].Add(1)
 					if g != 0 || !errors.Is(err, redisstore.ErrForeignKey) || !strings.Contains(err.Error(), "poison:k0") {
@@ -109,7 +108,7 @@ func TestPoisonedComposite(t *testing.T) {
 				if g > 0 {
 					second = fmt.Sprintf("other%d", g)
 				}
-				r, err := st.TakeAll(ctx, storeapi.Publics([]core.Request{
+				r, err := st.TakeAll(ctx, pubs([]storelink.Request{
 					{Key: fmt.Sprintf("user%d", g), Params: p, Cost: 1, MaxDelay: algo.Never},
 					{Key: second, Params: p, Cost: 1, MaxDelay: algo.Never},
 				}))
@@ -159,15 +158,15 @@ func TestCancelledContextIsNotAnOutage(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			for i := range 10 {
-				r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if !errors.Is(err, context.Canceled) || r.Allowed || r.Degraded {
 					t.Fatalf("call %d: %+v, %v; want context.Canceled, not allowed", i, r, err)
 				}
-				if _, err := st.TakeAll(ctx, storeapi.Publics([]core.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, context.Canceled) {
+				if _, err := st.TakeAll(ctx, pubs([]storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, context.Canceled) {
 					t.Fatalf("TakeAll %d: %v, want context.Canceled", i, err)
 				}
 			}
-			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			if err != nil || !r.Allowed || r.Degraded {
 				t.Fatalf("after the cancelled calls: %+v, %v; want the unit still there", r, err)
 			}
@@ -262,14 +261,14 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st := newGoRedis(t, c, opts...)
 		for i := range 5 {
-			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithClock") || r.Allowed {
 				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithClock, not allowed", batched, i, r, err)
 			}
 			if i == 0 {
 				t.Logf("batched=%v: %v", batched, err)
 			}
-			_, err = st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
+			_, err = st.TakeAll(context.Background(), pubs([]storelink.Request{
 				{Key: "a", Params: p, Cost: 1, MaxDelay: algo.Never},
 				{Key: "b", Params: p, Cost: 1, MaxDelay: algo.Never},
 			}))
@@ -279,10 +278,10 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st.Close()
 	}
-	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithClock(core.SystemClock{}))
+	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithClock(storelink.SystemClock{}))
 	defer st.Close()
 	for i := range 4 {
-		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if err != nil || r.Allowed != (i < 3) {
 			t.Fatalf("WithClock call %d: %+v, %v", i, r, err)
 		}
@@ -315,7 +314,7 @@ func TestOutOfMemory(t *testing.T) {
 		for g := range 16 {
 			wg.Go(func() {
 				for range 5 {
-					r, err := st.Take(ctx, pub(core.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never}))
+					r, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never}))
 					switch {
 					case errors.Is(err, redisstore.ErrOutOfMemory):
 						oom.Add(1)
@@ -413,11 +412,11 @@ func TestClosedStore(t *testing.T) {
 		st := newGoRedis(t, c, opts...)
 		st.Close()
 		start := time.Now()
-		r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		if !errors.Is(err, redisstore.ErrClosed) || r.Allowed {
 			t.Errorf("batched=%v: %+v, %v; want ErrClosed", batched, r, err)
 		}
-		if _, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, redisstore.ErrClosed) {
+		if _, err := st.TakeAll(context.Background(), pubs([]storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, redisstore.ErrClosed) {
 			t.Errorf("TakeAll: %v", err)
 		}
 		if err := st.Reset(context.Background(), "k"); !errors.Is(err, redisstore.ErrClosed) {
@@ -432,7 +431,7 @@ func TestClosedStore(t *testing.T) {
 	// server ends by its timeout.
 	st := newGoRedis(t, c, redisstore.WithTimeout(3*time.Second), redisstore.WithBatching(1))
 	take := func() error {
-		_, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		_, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 		return err
 	}
 	first := make(chan error, 1)
@@ -469,7 +468,7 @@ func TestUncheckedRequests(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	good := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	for name, req := range map[string]core.Request{
+	for name, req := range map[string]storelink.Request{
 		"zero params":       {Key: "k", Cost: 1},
 		"negative cost":     {Key: "k", Params: good, Cost: -1},
 		"cost > capacity":   {Key: "k", Params: good, Cost: 4},
@@ -478,21 +477,21 @@ func TestUncheckedRequests(t *testing.T) {
 		"negative burst":    {Key: "k", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1, Burst: -1}, Cost: 0},
 		"negative maxdelay": {Key: "k", Params: good, Cost: 1, MaxDelay: -5},
 	} {
-		if _, err := st.Take(ctx, storeapi.Public(&req)); err == nil {
+		if _, err := st.Take(ctx, pub(req)); err == nil {
 			t.Errorf("Take %s: no error", name)
 		}
-		if _, err := st.TakeAll(ctx, []sluice.Request{storeapi.Public(&req)}); err == nil {
+		if _, err := st.TakeAll(ctx, []sluice.Request{pub(req)}); err == nil {
 			t.Errorf("TakeAll %s: no error", name)
 		}
 	}
 	if _, err := st.TakeAll(ctx, nil); err == nil {
 		t.Error("TakeAll of no parts: no error")
 	}
-	dup := storeapi.Public(&core.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never})
+	dup := pub(storelink.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never})
 	if _, err := st.TakeAll(ctx, []sluice.Request{dup, dup}); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate parts: %v", err)
 	}
-	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Cost: 1})); err == nil {
+	if _, err := st.Refund(ctx, pub(storelink.Request{Key: "k", Cost: 1})); err == nil {
 		t.Error("Refund with zero params: no error")
 	}
 	if err := st.Reset(ctx, ""); err == nil {
@@ -511,7 +510,7 @@ func TestRefundForeignKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	if _, err := st.Refund(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})); !errors.Is(err, redisstore.ErrForeignKey) {
+	if _, err := st.Refund(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})); !errors.Is(err, redisstore.ErrForeignKey) {
 		t.Errorf("Refund: %v, want ErrForeignKey", err)
 	}
 	if typ, _ := srv.Client().Type(ctx, st.Key("k")).Result(); typ != "set" {
@@ -536,7 +535,7 @@ func TestReadOnlyReplicaIsAnOutage(t *testing.T) {
 				opts = append(opts, redisstore.WithoutBatching())
 			}
 			st := newGoRedis(t, replica.Client(), opts...)
-			r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			switch policy {
 			case redisstore.FailClosed:
 				if !errors.Is(err, sluice.ErrStoreUnavailable) {

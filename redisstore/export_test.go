@@ -10,4 +10,4 @@ import (
 func NewOver(c redisrun.Client, opts ...Option) (*Store, error) { return newStore(c, opts...) }
 
 // ScriptFor returns the single-decision script of algorithm k.
-func ScriptFor(k algo.Kind) *redisrun.Script { return scripts.Single[k] }
+func ScriptFor(k algo.Kind) *redisrun.Script { return scripts.single[k] }

@@ -23,10 +23,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -125,7 +124,7 @@ func flushUnderLoad(t *testing.T, st *redisstore.Store, flush func(ctx context.C
 		}
 	}
 	take := func(i int, cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(core.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never}))
 	}
 
 	stop := make(chan struct{})
@@ -314,7 +313,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
 	take := func(st *redisstore.Store, key string) (sluice.Result, error) {
-		return st.Take(ctx, pub(core.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
 	}
 
 	// Background load: two workers per store, each on its own keys.
@@ -393,7 +392,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		// Poll with queries, which spend nothing even when a reply comes
 		// too late.
 		for {
-			res, err := st.Take(ctx, pub(core.Request{Key: "recover", Params: lim, MaxDelay: algo.Never}))
+			res, err := st.Take(ctx, pub(storelink.Request{Key: "recover", Params: lim, MaxDelay: algo.Never}))
 			if fromRedis(res, err) {
 				break
 			}
@@ -553,7 +552,7 @@ func TestHungServer(t *testing.T) {
 					var slowest atomic.Int64
 					check := func(key string) {
 						start := time.Now()
-						res, err := st.Take(ctx, pub(core.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
+						res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
 						d := time.Since(start)
 						for {
 							old := slowest.Load()
@@ -620,7 +619,7 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 1000}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
 	}
 	if _, err := take(1); err != nil { // scripts loaded, connections open
 		t.Fatal(err)
@@ -673,7 +672,7 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	now.Store(base)
 	st := newGoRedis(t, client, redisstore.WithTimeout(50*time.Millisecond),
 		redisstore.WithFailurePolicy(redisstore.FailLocal),
-		redisstore.WithClock(storeapi.Clock(now.Load)))
+		redisstore.WithClock(storelink.MicroClock(now.Load)))
 	defer st.Close()
 	defer h.close()
 
@@ -682,13 +681,13 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	ctx := context.Background()
 	for i, step := range []int64{0, 0, 0, 1_000_000, 0, 250_000, 2_000_000, 0} {
 		now.Add(step)
-		req := core.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}
-		got, err := st.Take(ctx, storeapi.Public(&req))
+		req := storelink.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}
+		got, err := st.Take(ctx, pub(req))
 		if err != nil || !got.Degraded {
 			t.Fatalf("call %d: %+v, %v; want a degraded local decision", i, got, err)
 		}
-		d, _ := storeapi.MemAt(ref).TakeAt(req, now.Load())
-		want := storeapi.Result(&d)
+		d, _ := ref.Engine().TakeAt(ctx, req, now.Load())
+		want := sluice.Result(storelink.ResultOf(&d))
 		want.Degraded = true
 		if got != want {
 			t.Errorf("call %d at caller time +%dµs: local fallback decided %+v, want %+v (the decision at the caller's time)",
@@ -734,7 +733,7 @@ func queuedCall(t *testing.T, batched, ctxDeadlines bool) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
 	}
 
 	blocked := make(chan error, 1)
@@ -783,7 +782,7 @@ func TestCancelledWhileQueuedNotSent(t *testing.T) {
 	defer st.Close()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
 	take := func(ctx context.Context) (sluice.Result, error) {
-		return st.Take(ctx, pub(core.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}))
 	}
 	blocked := make(chan error, 1)
 	go func() { blocked <- client.Do(context.Background(), "BLPOP", "cancelq:nothing", "0.5").Err() }()

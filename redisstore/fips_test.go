@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/childproc"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -59,7 +59,7 @@ func fipsChild(t *testing.T, addr string) {
 					t.Fatal(err)
 				}
 			}
-			r, err := st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 			if err != nil || r.Allowed != (i < 2) {
 				t.Fatalf("fips child: batched=%v call %d: %+v, %v", batched, i, r, err)
 			}

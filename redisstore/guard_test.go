@@ -42,11 +42,11 @@ end
 
 	m := &redisrun.Call{Script: multi, Keys: []string{"a", "bad", "b"}, Args: []any{int64(1000), int64(1), int64(1), int64(0), int64(1), int64(1), int64(1000), int64(5), int64(-1)}}
 	c.Run(ctx, []*redisrun.Call{m})
-	if m.Err != nil || len(m.Reply) != 3*redisrun.Width {
+	if m.Err != nil || len(m.Reply) != 3*width {
 		t.Fatalf("multi: %v, %v", m.Reply, m.Err)
 	}
 	for i, key := range m.Keys {
-		d, err := decisionOf(m.Reply[redisrun.Width*i:redisrun.Width*(i+1)], key)
+		d, err := decisionOf(m.Reply[width*i:width*(i+1)], key)
 		if key == "bad" {
 			if !errors.Is(err, ErrForeignKey) {
 				t.Errorf("bad: %v, want ErrForeignKey", err)
@@ -64,7 +64,7 @@ end
 	}
 	s := &redisrun.Call{Script: single, Keys: []string{"bad"}, Args: []any{int64(1), int64(1), int64(1000), int64(5), int64(1), int64(-1), int64(-1), int64(1000)}}
 	c.Run(ctx, []*redisrun.Call{s})
-	if s.Err != nil || len(s.Reply) != redisrun.Width {
+	if s.Err != nil || len(s.Reply) != width {
 		t.Fatalf("single: %v, %v", s.Reply, s.Err)
 	}
 	if _, err := decisionOf(s.Reply, "bad"); !errors.Is(err, ErrForeignKey) {

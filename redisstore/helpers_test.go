@@ -2,13 +2,13 @@ package redisstore_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -32,5 +32,23 @@ func newStore(t testing.TB, c redisrun.Client, opts ...redisstore.Option) *redis
 	return st
 }
 
-// pub returns a request in core's form as the root package's.
-func pub(r core.Request) sluice.Request { return storeapi.Public(&r) }
+// pub returns a checked request as the root package's, for the store's
+// exported methods.
+func pub(r storelink.Request) sluice.Request {
+	p := &r.Params
+	return sluice.Request{
+		Key:      r.Key,
+		Limit:    sluice.Limit{Algorithm: sluice.Algorithm(p.Kind), Rate: p.Rate, Period: time.Duration(p.Period) * time.Microsecond, Burst: p.Burst},
+		Cost:     r.Cost,
+		MaxDelay: storelink.Duration(r.MaxDelay),
+	}
+}
+
+// pubs is pub for the parts of a composite.
+func pubs(rs []storelink.Request) []sluice.Request {
+	out := make([]sluice.Request, len(rs))
+	for i, r := range rs {
+		out[i] = pub(r)
+	}
+	return out
+}

@@ -18,9 +18,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -159,7 +159,7 @@ func spentAfterLostReply(t *testing.T, c redis.UniversalClient, l *loser, batche
 	defer st.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 6}
 	take := func() (sluice.Result, error) {
-		return st.Take(context.Background(), pub(core.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		return st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
 	}
 	if r, err := take(); err != nil || !r.Allowed {
 		t.Fatalf("first take: %+v, %v", r, err)
@@ -266,7 +266,7 @@ func lostPipelineRound(t *testing.T, c redis.UniversalClient, l *loser) (twice i
 		if i%2 == 1 {
 			kind = algo.GCRA
 		}
-		return pub(core.Request{Key: fmt.Sprintf("k%d", i), Params: algo.Params{Kind: kind, Rate: 1, Period: hour, Burst: 6}, Cost: 1, MaxDelay: algo.Never})
+		return pub(storelink.Request{Key: fmt.Sprintf("k%d", i), Params: algo.Params{Kind: kind, Rate: 1, Period: hour, Burst: 6}, Cost: 1, MaxDelay: algo.Never})
 	}
 	for i := range keys {
 		if _, err := st.Take(context.Background(), req(i)); err != nil {
@@ -375,7 +375,7 @@ func TestSendOnceClusterRedirects(t *testing.T) {
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 5}
 	take := func(st *redisstore.Store, cost, want int64) {
 		t.Helper()
-		r, err := st.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
+		r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
 		if err != nil || !r.Allowed || r.Remaining != want {
 			t.Fatalf("take %d: %+v, %v; want allowed with %d left", cost, r, err, want)
 		}

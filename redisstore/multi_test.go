@@ -50,7 +50,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 		mode := b % 4 // 0, 1: caller's time; 2: server's; 3: mixed
 		n := 2 + r.IntN(40)
 		var singles []*redisrun.Call
-		merged := map[algo.Kind][]*redisrun.Single{} // the batcher merges per algorithm
+		merged := map[algo.Kind][]*decision{} // the batcher merges per algorithm
 		var order []algo.Kind
 		for i := 0; i < n; i++ {
 			p := lim[r.IntN(nl)]
@@ -69,15 +69,17 @@ func TestMultiMatchesSingle(t *testing.T) {
 			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
 				maxDelay = r.Int64N(2 * p.Period)
 			}
-			one := redisrun.Single{
-				Key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
-				Lim:    redisrun.Limit{Kind: int64(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst, MaxDelay: maxDelay},
-				Cost:   cost,
-				Now:    at,
-				Margin: 1_000_000,
+			one := single{
+				key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
+				lim:    limit{kind: int64(p.Kind), rate: p.Rate, period: p.Period, burst: p.Burst, maxDelay: maxDelay},
+				cost:   cost,
+				now:    at,
+				margin: 1_000_000,
 			}
-			singles = append(singles, scripts.SingleCall(&one))
-			merged[p.Kind] = append(merged[p.Kind], &redisrun.Single{Key: fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind), Lim: one.Lim, Cost: one.Cost, Now: one.Now, Margin: one.Margin})
+			singles = append(singles, scripts.singleCall(&one))
+			m := one
+			m.key = fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)
+			merged[p.Kind] = append(merged[p.Kind], &decision{one: m})
 			order = append(order, p.Kind)
 		}
 		for _, c := range singles {
@@ -88,20 +90,20 @@ func TestMultiMatchesSingle(t *testing.T) {
 		}
 		replies := map[algo.Kind][]int64{}
 		for k, ps := range merged {
-			m := scripts.Merge(ps)
+			m := scripts.merge(ps)
 			client.Run(ctx, []*redisrun.Call{m})
 			if m.Err != nil {
 				t.Fatalf("multi: %v", m.Err)
 			}
-			if len(m.Reply) != redisrun.Width*len(ps) {
+			if len(m.Reply) != width*len(ps) {
 				t.Fatalf("multi replied %d values for %d decisions", len(m.Reply), len(ps))
 			}
 			replies[k] = m.Reply
 		}
 		for i, c := range singles {
 			k := order[i]
-			got := replies[k][:redisrun.Width]
-			replies[k] = replies[k][redisrun.Width:]
+			got := replies[k][:width]
+			replies[k] = replies[k][width:]
 			// At the server's time the two runs are apart in time: only
 			// decisions at the caller's time must agree to the µs.
 			if c.Args[6].(int64) < 0 {
@@ -119,17 +121,17 @@ func TestMultiMatchesSingle(t *testing.T) {
 	// Batches as under load: one limit, one cost, the server's time, so each
 	// decision sends only its key. A bucket refilling once an hour decides
 	// the same (allowed, remaining) at either run's time.
-	hourly := redisrun.Limit{Kind: int64(algo.TokenBucket), Rate: 1, Period: 3_600_000_000, Burst: 5, MaxDelay: -1}
+	hourly := limit{kind: int64(algo.TokenBucket), rate: 1, period: 3_600_000_000, burst: 5, maxDelay: -1}
 	for b := 0; b < 20; b++ {
 		var singles []*redisrun.Call
-		var ps []*redisrun.Single
+		var ps []*decision
 		for i := 0; i < 30; i++ {
 			k := r.IntN(6)
-			one := redisrun.Single{Key: fmt.Sprintf("multi:%d:us:%d", run, k), Lim: hourly, Cost: 1, Now: -1, Margin: 1_000_000}
-			singles = append(singles, scripts.SingleCall(&one))
-			ps = append(ps, &redisrun.Single{Key: fmt.Sprintf("multi:%d:um:%d", run, k), Lim: hourly, Cost: 1, Now: -1, Margin: 1_000_000})
+			one := single{key: fmt.Sprintf("multi:%d:us:%d", run, k), lim: hourly, cost: 1, now: -1, margin: 1_000_000}
+			singles = append(singles, scripts.singleCall(&one))
+			ps = append(ps, &decision{one: single{key: fmt.Sprintf("multi:%d:um:%d", run, k), lim: hourly, cost: 1, now: -1, margin: 1_000_000}})
 		}
-		m := scripts.Merge(ps)
+		m := scripts.merge(ps)
 		if len(m.Args) != 4+5 {
 			t.Fatalf("a uniform batch sends %d arguments, want the header and its limit, 9: %v", len(m.Args), m.Args)
 		}
@@ -140,9 +142,9 @@ func TestMultiMatchesSingle(t *testing.T) {
 			}
 		}
 		for i, c := range singles {
-			got := m.Reply[redisrun.Width*i : redisrun.Width*(i+1)]
+			got := m.Reply[width*i : width*(i+1)]
 			if got[0] != c.Reply[0] || got[1] != c.Reply[1] {
-				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].Key, got, c.Reply)
+				t.Fatalf("uniform batch %d, decision %d on %s: multi %v, single %v", b, i, ps[i].one.key, got, c.Reply)
 			}
 		}
 	}
@@ -170,12 +172,12 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 	for b := 0; b < 200; b++ {
 		n := 1 + r.IntN(12)
 		var alone []*redisrun.Call
-		var pend []*redisrun.Call
+		var pend []*decision
 		for i := 0; i < n; i++ {
 			now += r.Int64N(300_000)
 			parts := 1 + r.IntN(3)
 			build := func() *redisrun.Call {
-				return &redisrun.Call{Script: scripts.Composite, Args: []any{int64(1_000_000), int64(1), now, int64(parts)}}
+				return &redisrun.Call{Script: scripts.composite, Args: []any{int64(1_000_000), int64(1), now, int64(parts)}}
 			}
 			a, m := build(), build()
 			for j := 0; j < parts; j++ {
@@ -189,7 +191,7 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 				m.Args = append(m.Args, args...)
 			}
 			alone = append(alone, a)
-			pend = append(pend, m)
+			pend = append(pend, &decision{comp: m})
 		}
 		for _, c := range alone {
 			client.Run(ctx, []*redisrun.Call{c})
@@ -197,11 +199,11 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 				t.Fatalf("composite alone: %v", c.Err)
 			}
 		}
-		merged := scripts.MergeComposites(pend)
+		merged := scripts.mergeComposites(pend)
 		client.Run(ctx, []*redisrun.Call{merged})
-		redisrun.SplitComposites(merged, pend)
+		splitComposites(merged, pend)
 		for i, c := range alone {
-			got := pend[i]
+			got := pend[i].comp
 			if got.Err != nil {
 				t.Fatalf("batch %d, composite %d: %v", b, i, got.Err)
 			}

@@ -17,10 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -60,7 +59,7 @@ func routeHammer(t *testing.T, st *redisstore.Store, goroutines, perG, keys int,
 		wg.Go(func() {
 			for i := range perG {
 				k := (g + i) % keys
-				r, err := st.Take(context.Background(), pub(core.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := st.Take(context.Background(), pub(storelink.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never}))
 				if err != nil {
 					if errs.Add(1) == 1 {
 						first.Store(err.Error())
@@ -166,7 +165,7 @@ func compositeSerial(t *testing.T, st *redisstore.Store, users, n int, global in
 	all := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: global}
 	var admitted int64
 	for i := range n {
-		r, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
+		r, err := st.TakeAll(context.Background(), pubs([]storelink.Request{
 			{Key: fmt.Sprintf("user:%d", i%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 			{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
 		}))
@@ -191,7 +190,7 @@ func compositeHammer(t *testing.T, st *redisstore.Store, users, perG int, global
 	for g := range 32 {
 		wg.Go(func() {
 			for i := range perG {
-				r, err := st.TakeAll(context.Background(), storeapi.Publics([]core.Request{
+				r, err := st.TakeAll(context.Background(), pubs([]storelink.Request{
 					{Key: fmt.Sprintf("user:%d", (g+i)%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 					{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
 				}))

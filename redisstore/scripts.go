@@ -14,9 +14,9 @@ var scriptFiles embed.FS
 
 // scripts are the store's scripts, assembled from scripts/*.lua: for each
 // algorithm (by algo.Kind) the helpers and prelude, the guard, the
-// algorithm's step and the single-decision main (Single) or the
-// multi-decision main (Multi); every step and the composite main
-// (Composite); refund and reset.
+// algorithm's step and the single-decision main (single) or the
+// multi-decision main (multi); every step and the composite main
+// (composite); refund and reset.
 var scripts = assemble()
 
 var stepFiles = [...]string{
@@ -36,12 +36,12 @@ func prelude() string {
 	return redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("convert.lua")
 }
 
-func assemble() *redisrun.Scripts {
+func assemble() *scriptSet {
 	// Each script defines only the helpers its steps use: Lua recreates
 	// every local function on every call. Every step reads the states other
 	// limits wrote (convert.lua). Digests are computed on first use
 	// (Script.SHA), not here.
-	s := new(redisrun.Scripts)
+	s := new(scriptSet)
 	prelude, timestamp, guard := prelude(), mustRead("timestamp.lua"), mustRead("guard.lua")
 	stepOf := func(k algo.Kind) string {
 		if k == algo.GCRA || k == algo.LeakyBucket {
@@ -51,13 +51,13 @@ func assemble() *redisrun.Scripts {
 	}
 	all := prelude + guard + timestamp
 	for _, k := range algo.Kinds() {
-		s.Single[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
-		s.Multi[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
+		s.single[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
+		s.multi[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
 		all += mustRead(stepFiles[k])
 	}
-	s.Composite = redisrun.NewScript(all + mustRead("composite.lua"))
-	s.Refund = redisrun.NewScript(prelude + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) + mustRead("refund.lua"))
-	s.Reset = redisrun.NewScript(mustRead("reset.lua"))
+	s.composite = redisrun.NewScript(all + mustRead("composite.lua"))
+	s.refund = redisrun.NewScript(prelude + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) + mustRead("refund.lua"))
+	s.reset = redisrun.NewScript(mustRead("reset.lua"))
 	return s
 }
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -32,7 +32,7 @@ func TestSentinel(t *testing.T) {
 	ctx := context.Background()
 	take := func(key string, burst, cost int64) (sluice.Result, error) {
 		p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: burst}
-		return st.Take(ctx, pub(core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+		return st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
 	}
 	const burst = 20
 	var allowed atomic.Int32

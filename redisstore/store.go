@@ -11,9 +11,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -24,10 +23,10 @@ type Store struct {
 	timeout time.Duration
 	margin  int64 // µs
 	policy  FailurePolicy
-	local   *memstore.Store
-	clk     sluice.Clock // WithClock's, or nil
-	now     func() int64 // clk's time in µs; nil: the server's TIME
-	run     *redisrun.Runner
+	local   storelink.Engine // FailLocal's fallback: a memstore's
+	clk     sluice.Clock     // WithClock's, or nil
+	now     func() int64     // clk's time in µs; nil: the server's TIME
+	run     *redisrun.Runner[decision]
 	batchN  int
 	// group is the client's redisrun.Router.Group: the keys that one script
 	// may name together.
@@ -69,10 +68,10 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 	if s.policy == FailLocal {
 		// The fallback decides at the same time as the store: the caller's
 		// when WithClock gave it, else this process's clock.
-		s.local = memstore.New(memstore.WithClock(s.clk))
+		s.local = memstore.New(memstore.WithClock(s.clk)).Engine()
 	}
 	s.group = redisrun.GroupOf(client)
-	s.run = redisrun.NewRunner(client, s.batchN, s.timeout, scripts, ErrClosed)
+	s.run = redisrun.NewRunner[decision](client, s.batchN, s.timeout, scripts, ErrClosed)
 	return s, nil
 }
 
@@ -96,22 +95,23 @@ func (s *Store) Key(key string) string { return s.prefix + key }
 // ErrOutOfMemory, ErrNoPermission, ErrClosed, an invalid request) is
 // returned as it is.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	r, err := storeapi.Request(&req)
+	r, err := storelink.Checked(&req)
 	if err != nil {
 		return sluice.Result{}, err
 	}
-	return s.take(ctx, r)
+	res, err := s.take(ctx, r)
+	return sluice.Result(res), err
 }
 
-// take is Take on a request in core's form, checked (by Take, or by the
-// Limiter before it calls the engine).
-func (s *Store) take(ctx context.Context, req core.Request) (sluice.Result, error) {
+// take is Take on a checked request (by Take, or by the Limiter before it
+// calls the engine). FailLocal's fallback decides the same request.
+func (s *Store) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
 	now, err := s.clock()
 	if err != nil {
-		return sluice.Result{}, err
+		return storelink.Result{}, err
 	}
 	d, err := s.decide(ctx, req, now)
-	return s.settle(&d, err, func() (sluice.Result, error) { return s.local.Take(ctx, storeapi.Public(&req)) })
+	return s.settle(&d, err, func() (storelink.Result, error) { return s.local.Take(ctx, req) })
 }
 
 // clock is the time a decision is made at: the caller's, or -1 for the
@@ -138,22 +138,44 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *Store) decide(ctx context.Context, req core.Request, now int64) (algo.Decision, error) {
+// decide makes one decision at now (-1: the server's TIME), applying no
+// failure policy.
+func (s *Store) decide(ctx context.Context, req storelink.Request, now int64) (algo.Decision, error) {
 	if err := s.ready(ctx); err != nil {
 		return algo.Decision{}, err
 	}
-	one := redisrun.Single{
-		Key:    s.prefix + req.Key,
-		Lim:    redisrun.LimitOf(&req.Params, req.MaxDelay),
-		Cost:   req.Cost,
-		Now:    now,
-		Margin: s.margin,
+	d := decision{one: single{
+		key:    s.prefix + req.Key,
+		lim:    limitOf(&req.Params, req.MaxDelay),
+		cost:   req.Cost,
+		now:    now,
+		margin: s.margin,
+	}}
+	err := s.run.Decide(ctx, &d)
+	if err == nil {
+		err = d.err
 	}
-	r, err := s.run.Decide(ctx, &one)
 	if err != nil {
 		return algo.Decision{}, s.failed(ctx, err)
 	}
-	return decisionOf(r[:], one.Key)
+	return decisionOf(d.reply[:], d.one.key)
+}
+
+// composite sends c, a composite call (scriptSet.compositeCall), within the
+// store's timeout and sorts its error (failed): c's reply is then in
+// c.Reply.
+func (s *Store) composite(ctx context.Context, c *redisrun.Call) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	err := s.run.Decide(ctx, &decision{comp: c})
+	if err == nil {
+		err = c.Err
+	}
+	if err != nil {
+		return s.failed(ctx, err)
+	}
+	return nil
 }
 
 // call sends c within the store's timeout (see redisrun.Runner) and sorts

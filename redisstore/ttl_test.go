@@ -16,9 +16,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -146,7 +145,7 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 					cost = min(cost, 1)
 				}
 				start := time.Now()
-				res, err := st.Take(ctx, pub(core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+				res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
 				stop := time.Now()
 				if err != nil {
 					t.Errorf("%s: %v", key, err)
@@ -245,9 +244,9 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 		t.Run(p.Kind.String(), func(t *testing.T) {
 			t.Parallel()
 			key := p.Kind.String()
-			req := core.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
+			req := storelink.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
 			start := time.Now()
-			res, err := st.Take(ctx, storeapi.Public(&req))
+			res, err := st.Take(ctx, pub(req))
 			stop := time.Now()
 			if err != nil || !res.Allowed {
 				t.Fatalf("%+v, %v", res, err)
@@ -279,7 +278,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			// What follows is a fresh key's decision.
-			got, err := st.Take(ctx, storeapi.Public(&req))
+			got, err := st.Take(ctx, pub(req))
 			if err != nil || !got.Allowed || got.Remaining != res.Remaining {
 				t.Errorf("after expiry: %+v, %v; want a fresh key's %+v", got, err, res)
 			}
@@ -327,7 +326,7 @@ func TestTTLRepair(t *testing.T) {
 				take := func(cost int64) (sluice.Result, time.Time, time.Time) {
 					t.Helper()
 					start := time.Now()
-					res, err := st.Take(ctx, pub(core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+					res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -400,18 +399,18 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 			if now < stored {
 				back++
 			}
-			req := core.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
-			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
+			req := storelink.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
+			got, err := st.Engine().TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = y
-			want, err := storeapi.RedisAt(st).TakeAt(ctx, req, at)
+			want, err := st.Engine().TakeAt(ctx, req, at)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = x
-			mem, _ := storeapi.MemAt(ms).TakeAt(req, now)
+			mem, _ := ms.Engine().TakeAt(ctx, req, now)
 			mem.FreshAt = 0
 			if got != want || got != mem {
 				t.Fatalf("%+v step %d, cost %d at %d (stored time %d):\n at the earlier time %+v\n at the stored time %+v\n memstore %+v",
@@ -430,12 +429,12 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	clock := base
 	set := func(us int64) { mu.Lock(); clock = us; mu.Unlock() }
 	cs := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("back:%d:%d:caller:", seed, time.Now().UnixNano())),
-		redisstore.WithClock(storeapi.Clock(func() int64 { mu.Lock(); defer mu.Unlock(); return clock })))
+		redisstore.WithClock(storelink.MicroClock(func() int64 { mu.Lock(); defer mu.Unlock(); return clock })))
 	defer cs.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
 	take := func(cost int64) sluice.Result {
 		t.Helper()
-		res, err := cs.Take(ctx, pub(core.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
+		res, err := cs.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,12 +491,12 @@ func TestClockBackwardsConformance(t *testing.T) {
 				now += r.Int64N(p.Period + 1)
 			}
 			key := fmt.Sprintf("l%d:k%d", li, r.IntN(2))
-			req := core.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
-			got, err := storeapi.RedisAt(st).TakeAt(ctx, req, now)
+			req := storelink.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
+			got, err := st.Engine().TakeAt(ctx, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := storeapi.MemAt(ms).TakeAt(req, now)
+			want, _ := ms.Engine().TakeAt(ctx, req, now)
 			want.FreshAt = 0
 			if got != want {
 				t.Fatalf("%+v request %d (cost %d at %d):\n redis  %+v\n memory %+v", p, i, req.Cost, now-base, got, want)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -15,7 +15,7 @@ import (
 // turns refusals into re-enqueues, on a simulated clock.
 func TestSender(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := sluice.New(memstore.New(memstore.WithClock(storeapi.TimeClock(func() time.Time { return now }))))
+	lim := sluice.New(memstore.New(memstore.WithClock(storelink.TimeClock(func() time.Time { return now }))))
 	var sends []Message
 	var times []time.Time
 	s := NewSender(lim, func(m Message, at time.Time) { sends = append(sends, m); times = append(times, at) })

@@ -21,8 +21,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/trace"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -38,19 +37,11 @@ func init() {
 // decider makes one decision, single or composite, at a time the caller
 // gives: the trace's.
 type decider interface {
-	storeapi.ContextAt
+	storelink.Engine
 	Close() error
 }
 
-type memDecider struct{ s storeapi.At }
-
-func (m memDecider) TakeAt(_ context.Context, req core.Request, now int64) (algo.Decision, error) {
-	return m.s.TakeAt(req, now)
-}
-
-func (m memDecider) TakeAllAt(_ context.Context, reqs []core.Request, now int64) (algo.Decision, error) {
-	return m.s.TakeAllAt(reqs, now)
-}
+type memDecider struct{ storelink.Engine }
 
 func (memDecider) Close() error { return nil }
 
@@ -60,7 +51,7 @@ func (memDecider) Close() error { return nil }
 // as st says).
 func openStore(spec, prefix string, st storeTLS) (decider, error) {
 	if spec == "memory" {
-		return memDecider{storeapi.MemAt(memstore.New())}, nil
+		return memDecider{memstore.New().Engine()}, nil
 	}
 	c, err := redisClient(spec, st)
 	if err != nil {
@@ -76,7 +67,7 @@ func openStore(spec, prefix string, st storeTLS) (decider, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return redisDecider{storeapi.RedisAt(rs), rs, c}, nil
+	return redisDecider{rs.Engine(), rs, c}, nil
 }
 
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
@@ -219,7 +210,7 @@ func redactStore(spec string) string {
 }
 
 type redisDecider struct {
-	storeapi.ContextAt
+	storelink.Engine
 	s *redisstore.Store
 	c redis.UniversalClient
 }
@@ -308,7 +299,7 @@ func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		if rp.p, err = storeapi.Params(lim); err != nil {
+		if rp.p, err = storelink.Params(lim); err != nil {
 			return err
 		}
 	}
@@ -425,11 +416,11 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 		return buf, fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 	}
 	p := rp.p
-	if err := core.Check(req.Key, p, req.Cost); err != nil {
+	if err := storelink.Check(req.Key, p, req.Cost); err != nil {
 		rp.tally.fail(req.Key)
 		return trace.AppendError(buf, req, err), nil
 	}
-	d, err := rp.store.TakeAt(ctx, core.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+	d, err := rp.store.TakeAt(ctx, storelink.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
 	if err != nil {
 		return buf, fmt.Errorf("line %d: %w", req.Line, err)
 	}
@@ -459,7 +450,7 @@ func (rp *replayer) composite(ctx context.Context, buf []byte, req trace.Request
 	}
 	rp.parts = parts
 	name := strings.Join(names, "+")
-	reqs, err := storeapi.Requests(parts)
+	reqs, err := storelink.CheckedParts(parts)
 	if err != nil {
 		rp.tally.fail(name)
 		return trace.AppendError(buf, req, err), nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/model"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/internal/trace"
 )
@@ -172,7 +172,7 @@ func TestReplayComposites(t *testing.T) {
 				t.Fatal(err)
 			}
 			a, _ := sluice.ParseAlgorithm(pt.Algorithm)
-			p, err := storeapi.Params(l.WithBurst(pt.Burst).Using(a))
+			p, err := storelink.Params(l.WithBurst(pt.Burst).Using(a))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,6 @@ package redisrun
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -26,10 +25,13 @@ const ShareBatch = maxBatch / 4
 // the previous one, so the round trips (and the server's cost of each) are
 // shared by as many calls as the load brings, and more pipelines go out at
 // once only when the batches fill faster than the round trips come back.
-type Batcher struct {
+type Batcher[D any] struct {
 	client  Client
 	timeout time.Duration
-	scripts *Scripts
+	// merger merges the decisions (Decide) of one class and group into one
+	// call; nil for a caller that sends Calls only.
+	merger Merger[D]
+	pool   *pool[D]
 	// closed is the error of a call made or still waiting after Close.
 	closed error
 	// bounded: the client ends every call by its context's deadline
@@ -38,7 +40,7 @@ type Batcher struct {
 	// group is the client's Router.Group: only decisions whose keys share
 	// a group are merged.
 	group func(key string) (uint64, bool)
-	ch    chan *pending
+	ch    chan *pending[D]
 	quit  chan struct{} // closed by Close: the loops stop
 	wg    sync.WaitGroup
 	once  sync.Once
@@ -61,7 +63,7 @@ type Batcher struct {
 // calls queue to share pipelines; so does the first call after a shared
 // pipeline came back (the callers it answered are likely to call again at
 // once, and their calls join it).
-func (b *Batcher) Claim() bool {
+func (b *Batcher[D]) Claim() bool {
 	if len(b.ch) > 0 || b.active.Load() != 0 || b.shared.Load() {
 		return false
 	}
@@ -73,11 +75,11 @@ func (b *Batcher) Claim() bool {
 }
 
 // Release gives back the inline slot Claim took.
-func (b *Batcher) Release() { b.done() }
+func (b *Batcher[D]) Release() { b.done() }
 
 // done ends a pipeline or an inline call: one fewer on its way, and the
 // gathering loop is told.
-func (b *Batcher) done() {
+func (b *Batcher[D]) done() {
 	b.active.Add(-1)
 	select {
 	case b.back <- struct{}{}:
@@ -93,23 +95,49 @@ const (
 	abandoned
 )
 
-// A pending is a call waiting for a pipeline: a single decision, or any other
-// call. Whoever moves it out of waiting owns the outcome: the loop answers it
-// (setting reply or err, then signalling done), or the caller abandons it and
-// the loop's answer, if one comes, is never read. Answered pendings are
-// reused; abandoned ones are left to the collector.
-type pending struct {
+// A pending is a call waiting for a pipeline: a decision, merged with others
+// when it is sent, or any other call. Whoever moves it out of waiting owns
+// the outcome: the loop answers it (the Merger's Split writing into d, or
+// an error of its own in err; then it signals done), or the caller abandons
+// it and the loop's answer, if one comes, is never read. Answered pendings
+// are reused; abandoned ones are left to the collector.
+type pending[D any] struct {
 	deadline time.Time       // the caller gives up then
 	ctx      context.Context // the caller's, while it waits
 	state    atomic.Uint32
 	done     chan struct{} // one signal, once answered
-	one      Single        // when call is nil
+	d        D             // when call is nil
+	self     [1]*D         // &d, for a Merger's Merge and Split of d alone
 	call     *Call
-	reply    Reply // one's decision
-	err      error // one's error
+	err      error // the error of a decision that was not sent
 }
 
-var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
+// pool holds the answered pendings of a Runner and its Batcher: a pending
+// on the heap carries a caller's decision, which passing through the Merger
+// would otherwise move there on every call.
+type pool[D any] struct{ sync.Pool }
+
+func newPool[D any]() *pool[D] {
+	return &pool[D]{sync.Pool{New: func() any { return &pending[D]{done: make(chan struct{}, 1)} }}}
+}
+
+// get returns a pending holding the decision d (nil: none).
+func (pl *pool[D]) get(d *D) *pending[D] {
+	p := pl.Get().(*pending[D])
+	p.call, p.err = nil, nil
+	if d != nil {
+		p.d = *d
+		p.self[0] = &p.d
+	}
+	return p
+}
+
+// put returns an answered pending.
+func (pl *pool[D]) put(p *pending[D]) {
+	var zero D
+	p.d, p.call = zero, nil
+	pl.Put(p)
+}
 
 // timers hold the stopped timers callers wait with: a timer per call, not a
 // context per call.
@@ -119,19 +147,19 @@ var timers = sync.Pool{New: func() any {
 	return t
 }}
 
-func (p *pending) answer() {
+func (p *pending[D]) answer() {
 	if p.state.CompareAndSwap(waiting, answered) {
 		p.done <- struct{}{}
 	}
 }
 
-// NewBatcher starts loops goroutines that send the calls of c's callers in
-// pipelines, each call waiting at most timeout. scripts are the store's
-// scripts, whose single decisions (Decide) and composites it merges per
-// group (see Router); nil for a caller that sends other calls only. closed
-// is the error of a call made or still waiting after Close.
-func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, closed error) *Batcher {
-	b := &Batcher{client: c, timeout: timeout, scripts: scripts, closed: closed, bounded: BoundByContext(c), group: GroupOf(c), ch: make(chan *pending, maxBatch), quit: make(chan struct{}), back: make(chan struct{}, 1)}
+// newBatcher starts loops goroutines that send the calls of c's callers in
+// pipelines, each call waiting at most timeout. m merges the decisions
+// (Decide) of one class and group (see Router); nil for a caller that sends
+// Calls only. closed is the error of a call made or still waiting after
+// Close.
+func newBatcher[D any](c Client, loops int, timeout time.Duration, m Merger[D], pl *pool[D], closed error) *Batcher[D] {
+	b := &Batcher[D]{client: c, timeout: timeout, merger: m, pool: pl, closed: closed, bounded: BoundByContext(c), group: GroupOf(c), ch: make(chan *pending[D], maxBatch), quit: make(chan struct{}), back: make(chan struct{}, 1)}
 	b.wg.Add(loops)
 	for i := 0; i < loops; i++ {
 		go b.loop()
@@ -139,30 +167,31 @@ func NewBatcher(c Client, loops int, timeout time.Duration, scripts *Scripts, cl
 	return b
 }
 
-// Decide sends one decision with the next pipeline and returns the script's
-// reply. It needs the Batcher's scripts.
-func (b *Batcher) Decide(ctx context.Context, one *Single) (Reply, error) {
-	p := pendings.Get().(*pending)
-	p.one, p.call, p.err = *one, nil, nil
+// Decide sends the decision d with the next pipeline, merged with the
+// others of its class and group, and writes the Merger's answer into d. It
+// returns the error of a decision that was not answered: the caller gave up
+// (ctx, or the timeout), or the Batcher was closed.
+func (b *Batcher[D]) Decide(ctx context.Context, d *D) error {
+	p := b.pool.get(d)
 	if err := b.wait(ctx, p); err != nil {
-		return Reply{}, err
+		return err
 	}
-	r, err := p.reply, p.err
-	pendings.Put(p)
-	return r, err
+	err := p.err
+	*d = p.d
+	b.pool.put(p)
+	return err
 }
 
 // Run sends c with the next pipeline; c.Reply (or c.Values) or c.Err holds
 // the outcome. It returns the error of a call that was not answered: the
 // caller gave up (ctx, or the timeout), or the Batcher was closed.
-func (b *Batcher) Run(ctx context.Context, c *Call) error {
-	p := pendings.Get().(*pending)
+func (b *Batcher[D]) Run(ctx context.Context, c *Call) error {
+	p := b.pool.get(nil)
 	p.call = c
 	if err := b.wait(ctx, p); err != nil {
 		return err
 	}
-	p.call = nil
-	pendings.Put(p)
+	b.pool.put(p)
 	return nil
 }
 
@@ -182,7 +211,7 @@ func (b *Batcher) Run(ctx context.Context, c *Call) error {
 // calls (all within the gathering of one batch of each other). A caller
 // whose context ends while its call is on its way gets the call's outcome
 // when the pipeline comes back, by that deadline.
-func (b *Batcher) wait(ctx context.Context, p *pending) error {
+func (b *Batcher[D]) wait(ctx context.Context, p *pending[D]) error {
 	p.state.Store(waiting)
 	p.deadline = time.Now().Add(b.timeout)
 	// expired fires at the store's timeout; not needed when ctx ends first
@@ -253,9 +282,9 @@ func (b *Batcher) wait(ctx context.Context, p *pending) error {
 	return nil
 }
 
-func (b *Batcher) loop() {
+func (b *Batcher[D]) loop() {
 	defer b.wg.Done()
-	batch := make([]*pending, 0, maxBatch)
+	batch := make([]*pending[D], 0, maxBatch)
 	for {
 		b.gather.Lock()
 		var ok bool
@@ -304,7 +333,7 @@ func (b *Batcher) loop() {
 // counts in active from its first call: the caller sends it, then calls
 // done. next returns false once the Batcher is closed, having answered the
 // closed error to the calls it had gathered.
-func (b *Batcher) next(batch []*pending) ([]*pending, bool) {
+func (b *Batcher[D]) next(batch []*pending[D]) ([]*pending[D], bool) {
 	select {
 	case <-b.quit:
 		return batch, false // not another batch after close, even with calls waiting
@@ -341,7 +370,7 @@ func (b *Batcher) next(batch []*pending) ([]*pending, bool) {
 }
 
 // drainInto adds to batch the calls waiting in the queue, up to maxBatch.
-func (b *Batcher) drainInto(batch []*pending) []*pending {
+func (b *Batcher[D]) drainInto(batch []*pending[D]) []*pending[D] {
 	for len(batch) < maxBatch {
 		select {
 		case p := <-b.ch:
@@ -353,116 +382,59 @@ func (b *Batcher) drainInto(batch []*pending) []*pending {
 	return batch
 }
 
-// send runs the calls in one pipeline, those that can be merged merged per
-// slot: the single decisions into one multi-decision script per algorithm,
-// the composites into one composite script. The server's cost per script
-// (calling it, reading TIME, defining the helpers, reading each limit) is
-// then paid once.
-func (b *Batcher) send(ctx context.Context, batch []*pending) {
+// send runs the calls in one pipeline, the decisions merged per class and
+// group (the Merger's): the server's cost per script (calling it, reading
+// TIME, defining the helpers, reading each limit) is then paid once for
+// all of them.
+func (b *Batcher[D]) send(ctx context.Context, batch []*pending[D]) {
 	type group struct {
-		group   uint64 // the keys' group (Router.Group)
-		kind    int64  // the singles' algorithm; composites: -1
-		alone   bool   // the key's group is unknown: merged with none
-		members []*pending
-		call    *Call
+		group uint64 // the keys' group (Router.Group)
+		class int64
+		alone bool // the key's group is unknown: merged with none
+		ds    []*D
+		call  *Call
 	}
 	var groups []*group
 	calls := make([]*Call, 0, len(batch))
 	for _, p := range batch {
-		kind, key := p.one.Lim.Kind, p.one.Key
 		if p.call != nil {
-			if !b.composite(p.call) {
-				calls = append(calls, p.call)
-				continue
-			}
-			kind, key = -1, p.call.Keys[0]
+			calls = append(calls, p.call)
+			continue
 		}
+		key, class := b.merger.Class(&p.d)
 		id, ok := b.group(key)
 		var g *group
 		if ok {
 			for _, x := range groups {
-				if x.group == id && x.kind == kind && !x.alone {
+				if x.group == id && x.class == class && !x.alone {
 					g = x
 					break
 				}
 			}
 		}
 		if g == nil {
-			g = &group{group: id, kind: kind, alone: !ok}
+			g = &group{group: id, class: class, alone: !ok}
 			groups = append(groups, g)
 		}
-		g.members = append(g.members, p)
+		g.ds = append(g.ds, &p.d)
 	}
 	for _, g := range groups {
-		switch {
-		case g.kind < 0 && len(g.members) == 1:
-			g.call = g.members[0].call
-		case g.kind < 0:
-			g.call = b.scripts.MergeComposites(callsOf(g.members))
-		case len(g.members) == 1:
-			g.call = b.scripts.SingleCall(&g.members[0].one)
-		default:
-			g.call = b.scripts.Merge(singlesOf(g.members))
-		}
+		g.call = b.merger.Merge(g.ds)
 		calls = append(calls, g.call)
 	}
 	b.client.Run(ctx, calls)
-	for _, p := range batch {
-		if p.call != nil && !b.composite(p.call) {
-			p.answer()
-		}
-	}
 	for _, g := range groups {
-		if g.kind < 0 {
-			SplitComposites(g.call, callsOf(g.members))
-			for _, p := range g.members {
-				p.answer()
-			}
-			continue
-		}
-		r, err := g.call.Reply, g.call.Err
-		if err == nil && len(r) != Width*len(g.members) {
-			err = fmt.Errorf("%w: %d values for %d decisions", ErrBadReply, len(r), len(g.members))
-		}
-		for i, p := range g.members {
-			if err != nil {
-				p.err = err
-			} else {
-				copy(p.reply[:], r[Width*i:])
-			}
-			p.answer()
-		}
+		b.merger.Split(g.call, g.ds)
 	}
-}
-
-// callsOf returns the calls of ps.
-func callsOf(ps []*pending) []*Call {
-	cs := make([]*Call, len(ps))
-	for i, p := range ps {
-		cs[i] = p.call
+	for _, p := range batch {
+		p.answer()
 	}
-	return cs
-}
-
-// singlesOf returns the single decisions of ps.
-func singlesOf(ps []*pending) []*Single {
-	ones := make([]*Single, len(ps))
-	for i, p := range ps {
-		ones[i] = &p.one
-	}
-	return ones
-}
-
-// composite reports whether c is a composite decision, which send merges
-// with the others of its group.
-func (b *Batcher) composite(c *Call) bool {
-	return b.scripts != nil && c.Script == b.scripts.Composite
 }
 
 // Close stops the loops and answers the closed error to the calls waiting to be
 // sent, at once; a loop sending a pipeline ends it first (its callers get
 // its answer, or their timeout).
-func (b *Batcher) Close() {
+func (b *Batcher[D]) Close() {
 	b.once.Do(func() {
 		close(b.quit)
 		b.drain()
@@ -472,7 +444,7 @@ func (b *Batcher) Close() {
 }
 
 // drain answers the closed error to the calls waiting in the queue.
-func (b *Batcher) drain() {
+func (b *Batcher[D]) drain() {
 	for {
 		select {
 		case p := <-b.ch:
@@ -484,10 +456,10 @@ func (b *Batcher) drain() {
 }
 
 // refuse answers p the closed error, unless its caller gave up.
-func (b *Batcher) refuse(p *pending) { b.answerErr(p, b.closed) }
+func (b *Batcher[D]) refuse(p *pending[D]) { b.answerErr(p, b.closed) }
 
 // answerErr answers p, not sent, the error err, unless its caller gave up.
-func (b *Batcher) answerErr(p *pending, err error) {
+func (b *Batcher[D]) answerErr(p *pending[D], err error) {
 	if !p.state.CompareAndSwap(waiting, answered) {
 		return
 	}

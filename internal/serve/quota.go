@@ -5,7 +5,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // quotaAnswers are the stores' answers to a call's quota_mode parts.
@@ -18,7 +18,7 @@ type quotaAnswers struct {
 // canGiveBack reports whether a limit's algorithm can give units back
 // (sluice.Limiter.Refund): all but the sliding ones and the leaky bucket.
 func canGiveBack(l sluice.Limit) bool {
-	return core.Refundable(algo.Kind(l.Algorithm))
+	return storelink.Refundable(algo.Kind(l.Algorithm))
 }
 
 // grow returns s with length n, zeroed, reusing its array when it can.

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -45,7 +45,7 @@ func newService(o Options) *service {
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
-	if c := s.lim.Clock(); c != (core.SystemClock{}) {
+	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {
 		s.now = c.Now
 	}
 	if s.log == nil {

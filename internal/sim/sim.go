@@ -8,6 +8,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,8 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -167,7 +167,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 	if l.Burst < 1 {
 		return nil, 0, fmt.Errorf("burst %d: token-bucket and gcra need a burst of at least 1", l.Burst)
 	}
-	tb, err := storeapi.Params(l.Using(sluice.TokenBucket))
+	tb, err := storelink.Params(l.Using(sluice.TokenBucket))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -193,7 +193,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 		case algo.FixedWindow, algo.AlignedWindow, algo.SlidingWindow, algo.SlidingLog:
 			lk.Rate, lk.Period, lk.Burst = wrate, window, 0
 		}
-		p, err := storeapi.Params(lk)
+		p, err := storelink.Params(lk)
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", k, err)
 		}
@@ -330,7 +330,7 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 		}
 	}
 	res.Keys = len(keys)
-	store := storeapi.MemAt(memstore.New(memstore.WithShards(1)))
+	store := memstore.New(memstore.WithShards(1)).Engine()
 	for _, s := range setups {
 		row := Row{Setup: s, Admitted: make([]int64, n), Delayed: make([]int64, n), Denied: make([]int64, n), Errors: make([]int64, n)}
 		tot := &row.Totals
@@ -340,13 +340,13 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 			if i == n {
 				continue
 			}
-			if core.Check(a.Key, s.Params, a.Cost) != nil {
+			if storelink.Check(a.Key, s.Params, a.Cost) != nil {
 				row.Errors[i] += a.Cost
 				tot.Errors += a.Cost
 				continue
 			}
 			// The times and costs were checked above, so TakeAt cannot fail.
-			d, _ := store.TakeAt(core.Request{Key: prefix + a.Key, Params: s.Params, Cost: a.Cost, MaxDelay: algo.Never}, a.T)
+			d, _ := store.TakeAt(context.Background(), storelink.Request{Key: prefix + a.Key, Params: s.Params, Cost: a.Cost, MaxDelay: algo.Never}, a.T)
 			switch {
 			case !d.Allowed:
 				row.Denied[i] += a.Cost

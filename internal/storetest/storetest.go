@@ -16,28 +16,28 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/core"
 	"github.com/sluice-go/sluice/internal/model"
-	"github.com/sluice-go/sluice/internal/storeapi"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // Base is a time near the present, in µs since the epoch.
 const Base = int64(1_764_000_000_000_000)
 
-// TakeAllAt makes one composite decision at time now.
-type TakeAllAt func(reqs []core.Request, now int64) (algo.Decision, error)
+// TakeAllAt makes one composite decision at time now (an Engine's
+// TakeAllAt).
+type TakeAllAt func(ctx context.Context, reqs []storelink.Request, now int64) (algo.Decision, error)
 
 // TakeEachAt makes one composite decision at time now and writes each
 // part's into each[i] (each as long as reqs; see model.TakeEach).
-type TakeEachAt func(reqs []core.Request, now int64, each []algo.Decision) (algo.Decision, error)
+type TakeEachAt func(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error)
 
-func req(key string, l sluice.Limit, cost int64) core.Request {
-	p, err := storeapi.Params(l)
+func req(key string, l sluice.Limit, cost int64) storelink.Request {
+	p, err := storelink.Params(l)
 	if err != nil {
 		panic(err)
 	}
-	return core.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
+	return storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}
 }
 
 // OneUserBurst checks a composite of a per-user limit of 1 and a global one
@@ -46,10 +46,10 @@ func req(key string, l sluice.Limit, cost int64) core.Request {
 func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	user := sluice.PerMinute(1)
 	global := sluice.PerMinute(10)
-	parts := []core.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
+	parts := []storelink.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
 	allowed := 0
 	for i := 0; i < 20; i++ {
-		d, err := take(parts, Base)
+		d, err := take(t.Context(), parts, Base)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 	if allowed != 1 {
 		t.Fatalf("%d admitted, want exactly 1", allowed)
 	}
-	d, err := take([]core.Request{req(prefix+"global", global, 0)}, Base)
+	d, err := take(t.Context(), []storelink.Request{req(prefix+"global", global, 0)}, Base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 		t.Fatalf("global remaining %d, want 9: a refusal must spend nothing", d.Remaining)
 	}
 	// Another user still passes, spending the global budget.
-	d, _ = take([]core.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
+	d, _ = take(t.Context(), []storelink.Request{req(prefix+"user:2", user, 1), req(prefix+"global", global, 1)}, Base)
 	if !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("second user: %+v", d)
 	}
@@ -82,10 +82,10 @@ func OneUserBurst(t *testing.T, take TakeAllAt, prefix string) {
 func OneUserBurstEach(t *testing.T, take TakeEachAt, prefix string) {
 	user := sluice.PerMinute(1)
 	global := sluice.PerMinute(10)
-	parts := []core.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
+	parts := []storelink.Request{req(prefix+"user:1", user, 1), req(prefix+"global", global, 1)}
 	each := make([]algo.Decision, 2)
 	for i := range 20 {
-		d, err := take(parts, Base, each)
+		d, err := take(t.Context(), parts, Base, each)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,13 +137,13 @@ func RandomComposites(t *testing.T, take TakeAllAt, each TakeEachAt, prefix stri
 			now += r.Int64N(400_000) * int64(r.IntN(2))
 			np := 1 + r.IntN(min(3, pool))
 			perm := r.Perm(pool)
-			var parts []core.Request
+			var parts []storelink.Request
 			var models, emodels []*model.Model
 			var keys []string
 			var costs []int64
 			for j := 0; j < np; j++ {
 				l := limits[r.IntN(len(limits))]
-				p, _ := storeapi.Params(l)
+				p, _ := storelink.Params(l)
 				key := fmt.Sprintf("%st%d:k%d", prefix, ti, perm[j])
 				cost := r.Int64N(p.Capacity() + 1)
 				if r.IntN(3) == 0 {
@@ -155,7 +155,7 @@ func RandomComposites(t *testing.T, take TakeAllAt, each TakeEachAt, prefix stri
 				keys = append(keys, key)
 				costs = append(costs, cost)
 			}
-			got, err := take(parts, now)
+			got, err := take(t.Context(), parts, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,15 +182,15 @@ func RandomComposites(t *testing.T, take TakeAllAt, each TakeEachAt, prefix stri
 // checkEach makes through each the composite decision parts, on keys of
 // its own, and requires the summary equal to summary (TakeAll's) and each
 // part's decision equal to model.TakeEach's.
-func checkEach(t *testing.T, each TakeEachAt, parts []core.Request, models []*model.Model, keys []string, costs []int64, now int64, summary algo.Decision) {
+func checkEach(t *testing.T, each TakeEachAt, parts []storelink.Request, models []*model.Model, keys []string, costs []int64, now int64, summary algo.Decision) {
 	t.Helper()
-	eparts := make([]core.Request, len(parts))
+	eparts := make([]storelink.Request, len(parts))
 	for j, r := range parts {
 		r.Key = "e:" + r.Key
 		eparts[j] = r
 	}
 	got := make([]algo.Decision, len(parts))
-	d, err := each(eparts, now, got)
+	d, err := each(t.Context(), eparts, now, got)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func checkEach(t *testing.T, each TakeEachAt, parts []core.Request, models []*mo
 	}
 }
 
-func describe(reqs []core.Request) string {
+func describe(reqs []storelink.Request) string {
 	s := ""
 	for _, r := range reqs {
 		s += fmt.Sprintf("[%s %v %d/%dµs burst %d cost %d] ", r.Key, r.Params.Kind, r.Params.Rate, r.Params.Period, r.Params.Burst, r.Cost)
@@ -620,7 +620,7 @@ func Each(t *testing.T, newStore NewStore, n int) {
 		keys, costs := make([]string, np), make([]int64, np)
 		for j := range parts {
 			l := limits[r.IntN(len(limits))]
-			p, _ := storeapi.Params(l)
+			p, _ := storelink.Params(l)
 			cost := r.Int64N(p.Capacity() + 1)
 			if r.IntN(3) == 0 {
 				cost = min(1, cost)

@@ -1,27 +1,17 @@
-// Package core is the machinery between the Limiter and the stores of this
-// module: the checked request a store decides, the checks that make one, the
-// errors they wrap, and the seal through which the Limiter finds a store's
-// fast path.
-//
-// It is internal so that the fast path stays sealed: only stores in this
-// module can offer it, and users see the root package's Store and Request
-// instead.
-package core
+package storelink
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
 )
 
-// Request is one checked decision as a store of this module receives it: its
-// Params are valid, its Key is not empty, 0 ≤ Cost ≤ Params.Capacity() (a
-// refund's Cost is only ≥ 0, and its algorithm can give units back).
+// Request is one checked decision as a store of this module receives it:
+// its Params are valid, its Key is not empty, 0 ≤ Cost ≤ Params.Capacity()
+// (a refund's Cost is only ≥ 0, and its algorithm can give units back).
 type Request struct {
 	Key    string
 	Params algo.Params
@@ -44,10 +34,10 @@ var (
 	ErrDuplicateKey        = errors.New("sluice: a composite names a key twice")
 )
 
-// Params checks a limit given by its fields (the root package's Limit: alg 0
-// is the token bucket) and returns it in the form the steps take, or an error
-// wrapping ErrInvalidLimit.
-func Params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Params, error) {
+// params checks a limit given by its fields (the root package's Limit's: alg
+// 0 is the token bucket) and returns it in the form the steps take, or an
+// error wrapping ErrInvalidLimit.
+func params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Params, error) {
 	if period < time.Microsecond || period%time.Microsecond != 0 {
 		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, period)
 	}
@@ -137,68 +127,4 @@ func MaxDelay(d time.Duration) (int64, error) {
 		return algo.Never, nil
 	}
 	return d.Microseconds(), nil
-}
-
-// SystemClock is the real clock, in the shape of the root package's Clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// Sleep waits for d or until ctx is done, whichever comes first, and returns
-// ctx's error in the second case.
-func (SystemClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// The seal: a store of this module registers, in its package's init, a
-// function that returns the sealed engine of a store value of its type (the
-// value the root package's Limiter asserts to its fast-path interface), or
-// nil for a value of another type. Nothing outside the module can register,
-// and the engines' types are unexported, so their methods appear in no one's
-// documentation.
-var (
-	sealMu  sync.RWMutex
-	unseals []func(store any) any
-)
-
-// Register adds a store type's unseal function.
-func Register(unseal func(store any) any) {
-	sealMu.Lock()
-	defer sealMu.Unlock()
-	unseals = append(unseals, unseal)
-}
-
-// Seal registers the engine of the stores of type *S: engine(s) for a
-// non-nil s.
-func Seal[S any](engine func(s *S) any) {
-	Register(func(store any) any {
-		if s, ok := store.(*S); ok && s != nil {
-			return engine(s)
-		}
-		return nil
-	})
-}
-
-// Unseal returns the sealed engine of store, or nil when store is not one of
-// this module's.
-func Unseal(store any) any {
-	sealMu.RLock()
-	defer sealMu.RUnlock()
-	for _, f := range unseals {
-		if e := f(store); e != nil {
-			return e
-		}
-	}
-	return nil
 }
