@@ -147,7 +147,7 @@ SIGINT stop accepting, finish the calls in flight and exit 0. The web
 console is at / of the HTTP listener (--no-console turns it off).
 
 `, serve.DefaultGRPCAddr, serve.DefaultHTTPAddr)
-		fs.PrintDefaults()
+		printGroups(w, fs, serveFlagGroups)
 	}
 }
 
