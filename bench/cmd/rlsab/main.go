@@ -100,7 +100,7 @@ func build(ctx context.Context, spec, dir, name string) (string, error) {
 	}
 	bin := filepath.Join(dir, name)
 	if err == nil && spec != "." {
-		return bin, rls.Build(ctx, spec, rls.SluicePackage, bin)
+		return bin, rls.Build(ctx, rls.CommandDir(spec), rls.SluicePackage, bin)
 	}
 	// The working tree ("."), or a revision of its repository.
 	modDir, err := rls.ModuleDir(ctx)
@@ -112,14 +112,14 @@ func build(ctx context.Context, spec, dir, name string) (string, error) {
 		return "", err
 	}
 	if spec == "." {
-		return bin, rls.Build(ctx, repo, rls.SluicePackage, bin)
+		return bin, rls.Build(ctx, rls.CommandDir(repo), rls.SluicePackage, bin)
 	}
 	wt := filepath.Join(dir, name+"-src")
 	if out, err := exec.CommandContext(ctx, "git", "-C", repo, "worktree", "add", "--detach", wt, spec).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("-%s %q is neither a file, a directory nor a git revision: %v\n%s", name, spec, err, out)
 	}
 	defer exec.Command("git", "-C", repo, "worktree", "remove", "--force", wt).Run()
-	return bin, rls.Build(ctx, wt, rls.SluicePackage, bin)
+	return bin, rls.Build(ctx, rls.CommandDir(wt), rls.SluicePackage, bin)
 }
 
 // perCall is cpu spread over calls, in µs.
