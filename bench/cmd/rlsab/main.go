@@ -11,9 +11,10 @@
 //	go run ./cmd/rlsab -a /tmp/sluice-old -b /tmp/sluice-new -rounds 8
 //	go run ./cmd/rlsab -a . -b . -b-env GOGC=800   # one build, two settings
 //
-// -a and -b each name a sluice binary, a directory (the sluice module's
-// working tree, built here) or a git revision of the working tree next to
-// bench (checked out in a temporary worktree, built, removed).
+// -a and -b each name a sluice binary, a directory (a sluice working tree,
+// whose cmd/sluice is built) or a git revision of the working tree next to
+// bench (checked out in a temporary worktree, built, removed). Run it with
+// GOWORK=off: bench is outside the repository's go.work.
 package main
 
 import (
