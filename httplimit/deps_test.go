@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"encoding/json"
 	"os/exec"
 	"slices"
 	"strings"
@@ -54,5 +55,42 @@ func TestNoHeavyDependencies(t *testing.T) {
 	}
 	if !slices.Contains(strings.Fields(string(out)), "google.golang.org/grpc") {
 		t.Error("go list -deps grpclimit does not list google.golang.org/grpc: the check above proves nothing")
+	}
+}
+
+// TestLibraryModuleRequirements: the library's go.mod requires none of the
+// command's dependencies (the RLS protocol, file watching, YAML, the
+// browser driver), not even as indirect ones. They belong to cmd/sluice, a
+// module of its own, so that the library's go.mod names only what library
+// packages import, and its tests build with the versions it names. The
+// check runs with GOWORK=off: the repository's go.work joins both modules.
+func TestLibraryModuleRequirements(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to run go mod edit")
+	}
+	cmd := exec.Command(goTool, "mod", "edit", "-json")
+	cmd.Env = append(cmd.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	var mod struct {
+		Module  struct{ Path string }
+		Require []struct{ Path string }
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatalf("go mod edit -json: %v\n%s", err, out)
+	}
+	if mod.Module.Path != "github.com/sluice-go/sluice" || len(mod.Require) == 0 {
+		t.Fatalf("go mod edit -json did not read the library's go.mod:\n%s", out)
+	}
+	commandOnly := []string{"github.com/envoyproxy/", "github.com/fsnotify/", "go.yaml.in/", "gopkg.in/yaml", "github.com/chromedp/"}
+	for _, r := range mod.Require {
+		for _, c := range commandOnly {
+			if strings.HasPrefix(r.Path, c) {
+				t.Errorf("the library's go.mod requires %s: only cmd/sluice needs it", r.Path)
+			}
+		}
 	}
 }

@@ -106,17 +106,24 @@ func SluiceDir(ctx context.Context, moduleDir string) (string, error) {
 	return d, nil
 }
 
+// CommandDir is the directory in a sluice tree to build SluicePackage in:
+// cmd/sluice, since the command is a module of its own (with a replace of
+// the library by the tree it sits in). Building there needs no go.work, so
+// it works under GOWORK=off, which bench runs with; in older trees, where
+// cmd/sluice is a package of the library's module, it builds the same.
+func CommandDir(tree string) string { return filepath.Join(tree, "cmd", "sluice") }
+
 // BuildSluice builds the sluice command into dir and returns the binary's
 // path, or ErrNoServe if it has no serve subcommand. It builds in the sluice
-// module bench's go.mod replaces (SluiceDir), with that module's own
-// dependency versions, as a user of sluice would.
+// tree bench's go.mod replaces the library with (SluiceDir), with the
+// command module's own dependency versions, as a user of sluice would.
 func BuildSluice(ctx context.Context, moduleDir, dir string) (string, error) {
 	src, err := SluiceDir(ctx, moduleDir)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sluice")
-	if err := Build(ctx, src, SluicePackage, bin); err != nil {
+	if err := Build(ctx, CommandDir(src), SluicePackage, bin); err != nil {
 		return "", err
 	}
 	out, err := exec.CommandContext(ctx, bin, "serve", "--help").CombinedOutput()

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-go/sluice/internal/browsertest"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
 )
 
 // consoleConfig is the service's configuration in the test: a named rule

@@ -8,7 +8,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/sluice-go/sluice/internal/cli"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
 )
 
 func main() {

@@ -11,9 +11,10 @@
 //	go run ./cmd/rlsab -a /tmp/sluice-old -b /tmp/sluice-new -rounds 8
 //	go run ./cmd/rlsab -a . -b . -b-env GOGC=800   # one build, two settings
 //
-// -a and -b each name a sluice binary, a directory (the sluice module's
-// working tree, built here) or a git revision of the working tree next to
-// bench (checked out in a temporary worktree, built, removed).
+// -a and -b each name a sluice binary, a directory (a sluice working tree,
+// whose cmd/sluice is built) or a git revision of the working tree next to
+// bench (checked out in a temporary worktree, built, removed). Run it with
+// GOWORK=off: bench is outside the repository's go.work.
 package main
 
 import (
@@ -100,7 +101,7 @@ func build(ctx context.Context, spec, dir, name string) (string, error) {
 	}
 	bin := filepath.Join(dir, name)
 	if err == nil && spec != "." {
-		return bin, rls.Build(ctx, spec, rls.SluicePackage, bin)
+		return bin, rls.Build(ctx, rls.CommandDir(spec), rls.SluicePackage, bin)
 	}
 	// The working tree ("."), or a revision of its repository.
 	modDir, err := rls.ModuleDir(ctx)
@@ -112,14 +113,14 @@ func build(ctx context.Context, spec, dir, name string) (string, error) {
 		return "", err
 	}
 	if spec == "." {
-		return bin, rls.Build(ctx, repo, rls.SluicePackage, bin)
+		return bin, rls.Build(ctx, rls.CommandDir(repo), rls.SluicePackage, bin)
 	}
 	wt := filepath.Join(dir, name+"-src")
 	if out, err := exec.CommandContext(ctx, "git", "-C", repo, "worktree", "add", "--detach", wt, spec).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("-%s %q is neither a file, a directory nor a git revision: %v\n%s", name, spec, err, out)
 	}
 	defer exec.Command("git", "-C", repo, "worktree", "remove", "--force", wt).Run()
-	return bin, rls.Build(ctx, wt, rls.SluicePackage, bin)
+	return bin, rls.Build(ctx, rls.CommandDir(wt), rls.SluicePackage, bin)
 }
 
 // perCall is cpu spread over calls, in µs.

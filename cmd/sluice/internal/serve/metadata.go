@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // ruleMetadata converts the rules' metadata (rlsconfig.Rule.Metadata) to

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
 

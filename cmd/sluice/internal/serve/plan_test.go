@@ -11,7 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // planConfig is the configuration the plan and respond tables run on:

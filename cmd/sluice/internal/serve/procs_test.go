@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/procs"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
 )
 
 // gomaxprocs reads the process's GOMAXPROCS off its /metrics.

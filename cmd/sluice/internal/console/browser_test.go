@@ -21,8 +21,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/sluice-go/sluice/internal/browsertest"
-	"github.com/sluice-go/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -376,7 +376,7 @@ func TestBrowserScreenshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "console.png"), png, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join("..", "..", "..", "..", "docs", "console.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Log("wrote docs/console.png")

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/internal/sim"
-	"github.com/sluice-go/sluice/internal/trace"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 )
 
 func init() {

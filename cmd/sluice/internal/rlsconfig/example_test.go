@@ -3,7 +3,7 @@ package rlsconfig_test
 import (
 	"fmt"
 
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 func ExampleConfig_Resolve() {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/sim"
-	"github.com/sluice-go/sluice/internal/trace"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 )
 
 // The playground's shapes of traffic.

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // examples/serve/rules.yaml loads, and holds the rules its comments and the
 // README describe: a new rule there needs a case here.
 func TestExampleServeRules(t *testing.T) {
-	c, err := rlsconfig.Load(filepath.Join("..", "..", "examples", "serve"))
+	c, err := rlsconfig.Load(filepath.Join("..", "..", "..", "..", "examples", "serve"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestExampleServeRules(t *testing.T) {
 // and after four more calls the next is refused with the Retry-After it
 // names.
 func TestReadmeServeExample(t *testing.T) {
-	t.Chdir(filepath.Join("..", "..")) // the README's commands run at the repository's root
+	t.Chdir(filepath.Join("..", "..", "..", "..")) // the README's commands run at the repository's root
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)

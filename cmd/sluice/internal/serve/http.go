@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/sameorigin"
 )
 
 // httpHandler routes the HTTP listener, behind sameorigin's rule: no page

@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/sluice-go/sluice/internal/console"
-	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/console"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/observe"
 )
 

@@ -9,8 +9,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/rlsconfig"
 )
 
 // Headers chooses the rate-limit headers a response asks Envoy to add.

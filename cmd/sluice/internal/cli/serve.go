@@ -23,9 +23,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/gctune"
-	"github.com/sluice-go/sluice/internal/procs"
-	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/gctune"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 )
 
 // With --http-token, the console's sign-in on the service: a browser, which

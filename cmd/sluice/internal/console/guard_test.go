@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 )
 
 // doPost posts body to path with the headers given as name, value pairs.

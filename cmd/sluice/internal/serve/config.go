@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluice-go/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // ConfigView is the configuration a Server is using and the outcome of its

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-go/sluice/internal/serve"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 )
 
 // A service for one envoy domain: two calls pass, the third is over the

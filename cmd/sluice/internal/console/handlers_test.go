@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -181,7 +181,7 @@ var sluiceBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sluice")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sluice").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "../..").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
 	}

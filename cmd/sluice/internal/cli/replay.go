@@ -21,8 +21,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 	"github.com/sluice-go/sluice/internal/storelink"
-	"github.com/sluice-go/sluice/internal/trace"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/internal/fastclock"
-	"github.com/sluice-go/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
 

@@ -33,8 +33,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/internal/fastclock"
-	"github.com/sluice-go/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/observe"
 )
 
