@@ -326,7 +326,10 @@ func (c *clock) reuse() (int64, bool) {
 // other goroutine waits on the P; it is stored for whichever P the caller is
 // on by then, which is as good: the monotonic clock is the same on every P.
 func (c *clock) fill(a *anchor) int64 {
-	t0 := rdtscOrdered()
+	// t0 needs no fence: read early it only shortens the window, and
+	// nanotime's own fence keeps it before nanotime's read. t1 must come
+	// after that read.
+	t0 := rdtsc()
 	n := nanotime()
 	t1 := rdtscOrdered()
 	v := c.monotonic(a, n)
