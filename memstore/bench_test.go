@@ -5,8 +5,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -24,30 +26,68 @@ func BenchmarkOneKey(b *testing.B) {
 }
 
 // BenchmarkManyKeysParallel is 10,000 keys taken round-robin by parallel
-// goroutines.
+// goroutines, as bench's Keys10k: with the store's clock, and with a clock
+// read from memory (ticked by a goroutine every millisecond), which leaves
+// the decision without the cost of reading the time.
 func BenchmarkManyKeysParallel(b *testing.B) {
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = "user:" + strconv.Itoa(i)
 	}
-	lim := sluice.New(memstore.New())
-	l := sluice.PerSecond(1_000_000).WithBurst(1000)
-	ctx := context.Background()
-	var next atomic.Uint64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(next.Add(7919)) % len(keys)
-		for pb.Next() {
-			if _, err := lim.Take(ctx, keys[i], l, 1); err != nil {
-				b.Error(err)
+	for _, c := range []string{"clock=store", "clock=memory"} {
+		b.Run(c, func(b *testing.B) {
+			var opts []memstore.Option
+			if c == "clock=memory" {
+				opts = append(opts, memstore.WithClock(tickedClock(b)))
+			}
+			lim := sluice.New(memstore.New(opts...))
+			l := sluice.PerSecond(1_000_000).WithBurst(1000)
+			ctx := context.Background()
+			for _, k := range keys {
+				lim.Take(ctx, k, l, 1)
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(7919)) % len(keys)
+				for pb.Next() {
+					if _, err := lim.Take(ctx, keys[i], l, 1); err != nil {
+						b.Error(err)
+						return
+					}
+					if i++; i == len(keys) {
+						i = 0
+					}
+				}
+			})
+		})
+	}
+}
+
+// tickedClock is a clock read from memory, which a goroutine moves on by a
+// millisecond every millisecond until b ends: a clock that costs an atomic
+// load.
+func tickedClock(b *testing.B) sluice.Clock {
+	var now atomic.Int64
+	now.Store(1_764_000_000_000_000)
+	stop := make(chan struct{})
+	t := time.NewTicker(time.Millisecond)
+	go func() {
+		for {
+			select {
+			case <-t.C:
+				now.Add(1000)
+			case <-stop:
 				return
 			}
-			if i++; i == len(keys) {
-				i = 0
-			}
 		}
+	}()
+	b.Cleanup(func() {
+		t.Stop()
+		close(stop)
 	})
+	return storelink.MicroClock(now.Load)
 }
 
 // BenchmarkCompositeOneKey is a per-chat limit and a global one, taken

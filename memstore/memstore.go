@@ -23,13 +23,14 @@
 //
 // Its clock is the monotonic clock, anchored to the wall clock when the process
 // starts (read from the CPU's time-stamp counter where the kernel trusts it,
-// several times cheaper than time.Now); WithClock sets another, which a
-// Limiter over the store then waits by too.
+// several times cheaper than time.Now, and elsewhere read at most once a µs
+// on each P while the counter shows the µs has not ended); WithClock sets
+// another, which a Limiter over the store then waits by too.
 //
-// Memory per key: 120 to 160 bytes plus the key's bytes for the single-state
-// algorithms (a 104-byte entry and the table's slots, a quarter to half full;
-// measured by TestMemoryPerKey), and 16 bytes more per admitted microsecond
-// kept by a sliding log.
+// Memory per key: 150 to 190 bytes plus the key's bytes for the single-state
+// algorithms (a 128-byte entry, two whole cache lines, and the table's slots,
+// a quarter to half full; measured by TestMemoryPerKey), and 16 bytes more
+// per admitted microsecond kept by a sliding log.
 package memstore
 
 import (

@@ -36,7 +36,7 @@ func BenchmarkMicrosParallel(b *testing.B) {
 
 // BenchmarkMicrosMonotonic is Micros in monotonic mode, the fallback.
 func BenchmarkMicrosMonotonic(b *testing.B) {
-	c := newTestClock(false, reanchorPeriod, minCalibration)
+	c := newTestClock(monotonicOnly, reanchorPeriod, minCalibration)
 	b.ReportAllocs()
 	var s int64
 	for b.Loop() {

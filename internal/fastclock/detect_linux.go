@@ -9,19 +9,17 @@ import (
 	"strings"
 )
 
-// tscTrusted reports whether the kernel itself keeps time with an invariant
-// TSC: the CPU advertises constant_tsc (fixed rate whatever the P-state) and
-// nonstop_tsc (keeps counting in deep C-states), and the kernel's current
+// counterStatus reports what the kernel says of the TSC: invariant, the CPU
+// advertises constant_tsc (fixed rate whatever the P-state) and nonstop_tsc
+// (keeps counting in deep C-states); kernelClock, the kernel's current
 // clocksource is tsc, which also means it found the counters synchronized
 // across CPUs and has not since marked the TSC unstable.
-func tscTrusted() bool {
+func counterStatus() (invariant, kernelClock bool) {
 	cs, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-	if err != nil || strings.TrimSpace(string(cs)) != "tsc" {
-		return false
-	}
+	kernelClock = err == nil && strings.TrimSpace(string(cs)) == "tsc"
 	f, err := os.Open("/proc/cpuinfo")
 	if err != nil {
-		return false
+		return false, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -36,7 +34,7 @@ func tscTrusted() bool {
 		}
 		_, list, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
-			return false
+			return false, false
 		}
 		var constant, nonstop bool
 		for _, fl := range bytes.Fields(list) {
@@ -47,7 +45,8 @@ func tscTrusted() bool {
 				nonstop = true
 			}
 		}
-		return constant && nonstop
+		invariant = constant && nonstop
+		return invariant, invariant && kernelClock
 	}
-	return false
+	return false, false
 }

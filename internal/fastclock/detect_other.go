@@ -2,7 +2,7 @@
 
 package fastclock
 
-// tscTrusted reports whether the TSC can be trusted as a clock. Only Linux is
-// asked (through /proc and /sys); elsewhere the answer is no, and the clock
-// runs in monotonic mode.
-func tscTrusted() bool { return false }
+// counterStatus reports what the kernel says of the TSC (see the Linux
+// version). Only Linux is asked (through /proc and /sys); elsewhere the
+// answer is nothing, and the clock runs in monotonic mode.
+func counterStatus() (invariant, kernelClock bool) { return false, false }

@@ -38,6 +38,28 @@
 // the lead is gone. If the counter misbehaves (goes back, or changes rate by
 // more than 1%), the clock falls back to monotonic mode for good.
 //
+// # Cached mode
+//
+// Where the CPU has an invariant TSC but the kernel keeps time with another
+// clocksource (a VM on kvm-clock, a kernel told tsc=unstable), the counter
+// is not trusted as a clock: its counters may not be synchronized across
+// CPUs. Micros then reads the monotonic clock (as in monotonic mode below),
+// but at most once a µs on each P (the scheduler's processor): each P keeps
+// its last reading with the counter values between which it is surely the
+// current µs, from just after the reading until, at the most a tick may
+// take (the rate measured as in TSC mode, plus a margin), the µs ends, and
+// returns it while the counter is in that range. A read of the monotonic
+// clock costs a few times a read of the counter on such machines, and a
+// busy P decides many times a µs.
+//
+// A reused reading is the µs the monotonic clock gives at the moment the
+// counter is read, exactly, where the counters are synchronized (as the
+// kernel's own paravirtual clocks assume). Where they are not, a reading a
+// P took on one CPU and reuses on another can be behind by as much as the
+// two counters differ; it is never ahead of the monotonic clock, since it
+// was read before. The rate is measured again every second; a change of
+// more than 1% ends cached mode for good.
+//
 // # Monotonic mode
 //
 // Elsewhere (other systems and architectures, no invariant TSC, or the

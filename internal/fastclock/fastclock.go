@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,17 @@ import (
 //
 //go:linkname nanotime runtime.nanotime
 func nanotime() int64
+
+// procPin keeps the calling goroutine on its P (the scheduler's processor)
+// and returns the P's id, until procUnpin: nothing else runs on that P
+// meanwhile, so data kept per P needs no lock. sync.Pool is built on it; the
+// runtime keeps it linkname-able (go.dev/issue/67401).
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
 
 const (
 	// reanchorPeriod is how long, in counter ticks, an anchor serves the
@@ -48,6 +60,25 @@ const (
 
 	// Plausible ns per tick: a 20 GHz to a 100 MHz counter.
 	minNsPerTick, maxNsPerTick = 0.05, 10
+
+	// cacheMargin is what the cached mode adds to the measured ns per tick,
+	// so that a reading is reused only while the µs it fell in has surely
+	// not ended: twice NTP's slewing of the monotonic clock.
+	cacheMargin = 2 * maxSlew
+)
+
+// A source is what a clock reads time from.
+type source uint8
+
+const (
+	// monotonicOnly: nanotime on every call.
+	monotonicOnly source = iota
+	// counterCache: nanotime, read at most once a µs per P: a reading is
+	// reused while the counter shows that its µs has not ended (cached
+	// mode). For an invariant TSC the kernel does not keep time with.
+	counterCache
+	// counterClock: the TSC itself, anchored to nanotime (TSC mode).
+	counterClock
 )
 
 // anchor maps counter ticks to time. It is immutable once published; the hot
@@ -67,6 +98,9 @@ type anchor struct {
 	nsPerTick float64 // the slope of the hot-path formula, mult*1000/2^shift
 	floor     int64   // monotonic mode: the least value to return (µs)
 	calibAt   int64   // monotonic mode: nanotime to try TSC calibration at; 0 never
+	// tickNs is, in cached mode, the most ns a counter tick may take (the
+	// measured rate plus cacheMargin); 0 in the other modes.
+	tickNs float64
 }
 
 // at is the hot-path formula: the time, in µs since the epoch, d ticks after
@@ -108,6 +142,9 @@ func newTSCAnchor(tick uint64, ns int64, nsPerTick float64, period time.Duration
 type clock struct {
 	cur atomic.Pointer[anchor]
 
+	src   source
+	slots []slot // cached mode: the reading each P reuses, by P id
+
 	off    int64         // wall-clock ns since the epoch minus nanotime, fixed at start
 	period time.Duration // reanchorPeriod
 	minCal time.Duration // minCalibration
@@ -119,26 +156,54 @@ type clock struct {
 	rate    float64    // ns per tick measured at the last calibration
 }
 
+// A slot is the reading a P reuses in cached mode: us, the monotonic
+// clock's µs, while the counter is in [start, end).
+type slot struct {
+	start, end atomic.Uint64
+	us         atomic.Int64
+	_          [40]byte // a cache line each: only its P writes it
+}
+
 var std clock
 
 func init() {
-	useTSC := tscArch && os.Getenv("SLUICE_FASTCLOCK") != "monotonic" && tscTrusted()
-	std.init(useTSC, reanchorPeriod, minCalibration)
+	std.init(sourceOf(os.Getenv("SLUICE_FASTCLOCK")), reanchorPeriod, minCalibration)
 }
 
-// init anchors c to the wall clock now, in monotonic mode. With useTSC it
-// also takes the first calibration sample, and calibration is tried on the
-// first call minCal or more after it.
-func (c *clock) init(useTSC bool, period, minCal time.Duration) {
+// sourceOf returns the source this machine allows, given the environment
+// variable SLUICE_FASTCLOCK (env).
+func sourceOf(env string) source {
+	if !tscArch || env == "monotonic" {
+		return monotonicOnly
+	}
+	switch invariant, kernelClock := counterStatus(); {
+	case kernelClock:
+		return counterClock
+	case invariant:
+		return counterCache
+	}
+	return monotonicOnly
+}
+
+// init anchors c to the wall clock now, in monotonic mode. With a counter
+// source it also takes the first calibration sample, and calibration is
+// tried on the first call minCal or more after it.
+func (c *clock) init(src source, period, minCal time.Duration) {
 	n1 := nanotime()
 	wall := time.Now().UnixNano()
 	n2 := nanotime()
 	c.off = wall - (n1 + (n2-n1)/2)
-	c.period, c.minCal = period, minCal
+	c.period, c.minCal, c.src = period, minCal, src
 	a := new(anchor)
-	if useTSC {
+	if src != monotonicOnly {
 		c.calTick, c.calMono, c.calWin = sample()
 		a.calibAt = c.calMono + int64(minCal)
+	}
+	if src == counterCache {
+		// Ps are numbered below GOMAXPROCS, which follows the CPUs the
+		// process may use; a P beyond (GOMAXPROCS raised later) reads
+		// nanotime every time.
+		c.slots = make([]slot, max(runtime.GOMAXPROCS(0), runtime.NumCPU()))
 	}
 	c.cur.Store(a)
 }
@@ -159,14 +224,21 @@ func (c *clock) init(useTSC bool, period, minCal time.Duration) {
 func Micros() int64 { return std.now() }
 
 // Mode reports how Micros currently reads time: "tsc" when it reads the CPU's
-// time-stamp counter, "monotonic" when it reads the runtime's monotonic clock.
-// A machine that can use the TSC starts in "monotonic" and switches to "tsc"
+// time-stamp counter, "cached" when it reads the runtime's monotonic clock at
+// most once a µs on each P (the counter telling when the µs ends), and
+// "monotonic" when it reads the monotonic clock every time. A machine that
+// can use the TSC starts in "monotonic" and switches to "tsc" (or "cached")
 // at the first call to Micros once the counter's rate has been measured,
 // about 20 ms after the package was initialized. It switches back, for good,
 // only if the counter misbehaves.
-func Mode() string {
-	if std.cur.Load().tsc {
+func Mode() string { return std.cur.Load().mode() }
+
+func (a *anchor) mode() string {
+	switch {
+	case a.tsc:
 		return "tsc"
+	case a.tickNs > 0:
+		return "cached"
 	}
 	return "monotonic"
 }
@@ -186,22 +258,17 @@ func (c *clock) now() int64 {
 	return c.slow(a)
 }
 
-// slow is now for monotonic mode, and for TSC mode once the anchor's span
-// has passed.
+// slow is now for the monotonic and cached modes, and for TSC mode once the
+// anchor's span has passed.
 func (c *clock) slow(a *anchor) int64 {
 	if !a.tsc {
-		n := nanotime()
-		v := (c.off + n) / 1000
-		if v < a.floor {
-			v = a.floor
-		}
-		if a.calibAt != 0 && n >= a.calibAt && c.mu.TryLock() {
-			if c.cur.Load() == a {
-				c.calibrate(a)
+		if a.tickNs > 0 {
+			if v, ok := c.reuse(); ok {
+				return v
 			}
-			c.mu.Unlock()
+			return c.fill(a)
 		}
-		return v
+		return c.monotonic(a, nanotime())
 	}
 	d := rdtsc() - a.tick
 	if d < a.soft {
@@ -219,6 +286,79 @@ func (c *clock) slow(a *anchor) int64 {
 	}
 	c.mu.Unlock()
 	return c.now()
+}
+
+// monotonic is the time at nanotime n in the monotonic and cached modes,
+// and the point where they calibrate when a's time for it has come.
+func (c *clock) monotonic(a *anchor, n int64) int64 {
+	v := (c.off + n) / 1000
+	if v < a.floor {
+		v = a.floor
+	}
+	if a.calibAt != 0 && n >= a.calibAt && c.mu.TryLock() {
+		if c.cur.Load() == a {
+			c.calibrate(a)
+		}
+		c.mu.Unlock()
+	}
+	return v
+}
+
+// reuse returns, in cached mode, the reading of the caller's P if the
+// counter shows that its µs has not ended.
+func (c *clock) reuse() (int64, bool) {
+	p := procPin()
+	if p < len(c.slots) {
+		s := &c.slots[p]
+		t := rdtsc()
+		if st := s.start.Load(); t-st < s.end.Load()-st {
+			v := s.us.Load()
+			procUnpin()
+			return v, true
+		}
+	}
+	procUnpin()
+	return 0, false
+}
+
+// fill reads the time in cached mode and leaves the reading for the
+// caller's P to reuse. The reading is not held while nanotime runs, so no
+// other goroutine waits on the P; it is stored for whichever P the caller is
+// on by then, which is as good: the monotonic clock is the same on every P.
+func (c *clock) fill(a *anchor) int64 {
+	// t0 needs no fence: read early it only shortens the window, and
+	// nanotime's own fence keeps it before nanotime's read. t1 must come
+	// after that read.
+	t0 := rdtsc()
+	n := nanotime()
+	t1 := rdtscOrdered()
+	v := c.monotonic(a, n)
+	if ns := c.off + n; v == ns/1000 { // not held at a floor
+		if start, end, ok := window(t0, t1, ns, a.tickNs); ok {
+			p := procPin()
+			if p < len(c.slots) {
+				s := &c.slots[p]
+				s.start.Store(start)
+				s.end.Store(end)
+				s.us.Store(v)
+			}
+			procUnpin()
+		}
+	}
+	return v
+}
+
+// window returns the counter values [start, end) over which the µs of ns
+// (since the epoch), read by nanotime between the counter readings t0 and
+// t1, is the monotonic clock's µs: from t1, when ns had surely been read,
+// until t0 plus the µs's remaining ns at tickNs, the most a tick may take,
+// when it has surely not ended. So a reading is never reused after its µs
+// (which would put the clock behind) nor before nanotime returned it (which
+// would put it ahead). ok is false when no counter value qualifies.
+func window(t0, t1 uint64, ns int64, tickNs float64) (start, end uint64, ok bool) {
+	left := 1000 - ns%1000
+	end = t0 + uint64(float64(left)/tickNs)
+	return t1, end, end > t1 && t1 >= t0
 }
 
 // sample reads the counter and nanotime together, a few times, and returns
@@ -239,13 +379,26 @@ func sample() (tick uint64, mono int64, win uint64) {
 }
 
 // calibrate measures the counter's rate against nanotime, over the baseline
-// since the first sample, and switches c to TSC mode if the measurement is
-// good to maxCalibrationError. c.mu is held and a is current.
+// since the first sample, and switches c to TSC mode (or cached mode) if the
+// measurement is good to maxCalibrationError. In cached mode it is called
+// again every period, to measure the rate anew: a rate that changed by more
+// than maxRateChange ends cached mode for good. c.mu is held and a is
+// current.
 func (c *clock) calibrate(a *anchor) {
 	t, n, win := sample()
 	dt, dn := t-c.calTick, n-c.calMono
 	if int64(dt) <= 0 || dn <= 0 {
 		c.cur.Store(&anchor{floor: a.floor}) // the counter does not advance
+		return
+	}
+	if a.tickNs > 0 {
+		r := float64(dn) / float64(dt)
+		if math.Abs(r/c.rate-1) > maxRateChange {
+			c.cur.Store(&anchor{floor: a.floor})
+			return
+		}
+		c.cur.Store(&anchor{floor: a.floor, tickNs: r * (1 + cacheMargin), calibAt: n + int64(c.period)})
+		c.calTick, c.calMono, c.calWin, c.rate = t, n, win, r
 		return
 	}
 	if float64(win)+float64(c.calWin) > maxCalibrationError*float64(dt) {
@@ -261,7 +414,11 @@ func (c *clock) calibrate(a *anchor) {
 		c.cur.Store(&anchor{floor: a.floor})
 		return
 	}
-	c.cur.Store(newTSCAnchor(t, max(c.off+n, a.floor*1000), r, c.period))
+	if c.src == counterCache {
+		c.cur.Store(&anchor{floor: a.floor, tickNs: r * (1 + cacheMargin), calibAt: n + int64(c.period)})
+	} else {
+		c.cur.Store(newTSCAnchor(t, max(c.off+n, a.floor*1000), r, c.period))
+	}
 	c.calTick, c.calMono, c.calWin, c.rate = t, n, win, r
 }
 

@@ -12,36 +12,45 @@ import (
 	"github.com/sluice-go/sluice/internal/testenv"
 )
 
-// tscExpected reports whether this machine should end up in TSC mode.
-func tscExpected() bool {
-	return tscArch && os.Getenv("SLUICE_FASTCLOCK") != "monotonic" && tscTrusted()
-}
+// expected is the source this machine gives the package's clock.
+func expected() source { return sourceOf(os.Getenv("SLUICE_FASTCLOCK")) }
 
-func newTestClock(useTSC bool, period, minCal time.Duration) *clock {
+// tscExpected reports whether this machine should end up in TSC mode.
+func tscExpected() bool { return expected() == counterClock }
+
+func newTestClock(src source, period, minCal time.Duration) *clock {
 	c := new(clock)
-	c.init(useTSC, period, minCal)
+	c.init(src, period, minCal)
 	return c
 }
 
-func (c *clock) mode() string {
-	if c.cur.Load().tsc {
+func (c *clock) mode() string { return c.cur.Load().mode() }
+
+// settled is the mode a clock of source src ends up in.
+func settled(src source) string {
+	switch src {
+	case counterClock:
 		return "tsc"
+	case counterCache:
+		return "cached"
 	}
 	return "monotonic"
 }
 
-// settle calls c.now until c is in TSC mode, if c should get there (it was
-// made with TSC mode allowed, on a machine with a trusted TSC), failing the
-// test if it does not within two seconds.
-func settle(tb testing.TB, c *clock, tsc bool) {
+// settle calls c.now until c is in the mode its source leads to, if c
+// should get there (it was made with the counter allowed, on a machine
+// whose counter can serve), failing the test if it does not within two
+// seconds.
+func settle(tb testing.TB, c *clock, counter bool) {
 	tb.Helper()
-	if !tsc || !tscExpected() {
+	want := settled(c.src)
+	if !counter || want == "monotonic" {
 		return
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for c.mode() != "tsc" {
+	for c.mode() != want {
 		if time.Now().After(deadline) {
-			tb.Fatalf("still in %s mode 2s after start on a machine with a trusted TSC", c.mode())
+			tb.Fatalf("still in %s mode 2s after start, want %s", c.mode(), want)
 		}
 		c.now()
 		time.Sleep(100 * time.Microsecond)
@@ -64,9 +73,9 @@ func TestMicrosNearWallClockAtStart(t *testing.T) {
 	// The package's own clock, probably still before calibration, and a
 	// fresh one.
 	nearNow(t, "package clock", Micros, 2000)
-	c := newTestClock(tscExpected(), reanchorPeriod, minCalibration)
+	c := newTestClock(expected(), reanchorPeriod, minCalibration)
 	nearNow(t, "fresh clock", c.now, 2000)
-	t.Logf("mode %s, TSC expected: %v", Mode(), tscExpected())
+	t.Logf("mode %s, %s expected", Mode(), settled(expected()))
 }
 
 func TestMicrosTracksWallClock(t *testing.T) {
@@ -76,8 +85,8 @@ func TestMicrosTracksWallClock(t *testing.T) {
 		tsc  bool
 	}{
 		{"package", &std, true},
-		{"reanchor-every-5ms", newTestClock(tscExpected(), 5*time.Millisecond, 2*time.Millisecond), true},
-		{"monotonic", newTestClock(false, reanchorPeriod, minCalibration), false},
+		{"reanchor-every-5ms", newTestClock(expected(), 5*time.Millisecond, 2*time.Millisecond), true},
+		{"monotonic", newTestClock(monotonicOnly, reanchorPeriod, minCalibration), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
@@ -111,8 +120,8 @@ func TestMicrosTracksWallClock(t *testing.T) {
 				}
 			}
 			t.Logf("mode %s; worst distance from time.Now over 200 ms: %d µs", c.mode(), worst)
-			if tc.tsc && tscExpected() && c.mode() != "tsc" {
-				t.Errorf("mode %s after 200 ms on a machine with a trusted TSC", c.mode())
+			if want := settled(c.src); tc.tsc && c.mode() != want {
+				t.Errorf("mode %s after 200 ms, want %s", c.mode(), want)
 			}
 		})
 	}
@@ -120,12 +129,9 @@ func TestMicrosTracksWallClock(t *testing.T) {
 
 func TestModeSwitchesToTSC(t *testing.T) {
 	settle(t, &std, true)
-	if m := Mode(); m != "tsc" && m != "monotonic" {
-		t.Fatalf("Mode() = %q", m)
-	}
-	t.Logf("Mode() = %q (TSC expected: %v)", Mode(), tscExpected())
-	if !tscExpected() && Mode() != "monotonic" {
-		t.Errorf("Mode() = %q on a machine without a trusted TSC", Mode())
+	t.Logf("Mode() = %q (%s expected)", Mode(), settled(expected()))
+	if want := settled(expected()); Mode() != want {
+		t.Errorf("Mode() = %q, want %q", Mode(), want)
 	}
 }
 
@@ -144,7 +150,7 @@ func TestMonotonic(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	// The package clock, and a clock that calibrates and re-anchors many
 	// times while the goroutines run.
-	for _, c := range []*clock{&std, newTestClock(tscExpected(), time.Millisecond, time.Millisecond)} {
+	for _, c := range []*clock{&std, newTestClock(expected(), time.Millisecond, time.Millisecond)} {
 		var wg sync.WaitGroup
 		end := time.Now().Add(100 * time.Millisecond)
 		for g := range 4 * runtime.GOMAXPROCS(0) {
@@ -180,8 +186,8 @@ func TestElapsedAgreesWithTimeSince(t *testing.T) {
 		tsc  bool
 	}{
 		{"package", &std, true},
-		{"reanchor-every-10ms", newTestClock(tscExpected(), 10*time.Millisecond, 5*time.Millisecond), true},
-		{"monotonic", newTestClock(false, reanchorPeriod, minCalibration), false},
+		{"reanchor-every-10ms", newTestClock(expected(), 10*time.Millisecond, 5*time.Millisecond), true},
+		{"monotonic", newTestClock(monotonicOnly, reanchorPeriod, minCalibration), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
@@ -213,7 +219,7 @@ func TestZeroAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(10000, func() { Micros() }); n != 0 {
 		t.Errorf("Micros allocates %v times per call", n)
 	}
-	c := newTestClock(false, reanchorPeriod, minCalibration)
+	c := newTestClock(monotonicOnly, reanchorPeriod, minCalibration)
 	if n := testing.AllocsPerRun(10000, func() { c.now() }); n != 0 {
 		t.Errorf("monotonic mode allocates %v times per call", n)
 	}
@@ -265,7 +271,7 @@ func TestReanchorWorksOffLead(t *testing.T) {
 		t.Skip("no trusted TSC")
 	}
 	const period = 20 * time.Millisecond
-	c := newTestClock(true, period, 5*time.Millisecond)
+	c := newTestClock(counterClock, period, 5*time.Millisecond)
 	settle(t, c, true)
 	c.mu.Lock()
 	a := c.cur.Load()
@@ -293,7 +299,7 @@ func TestReanchorWorksOffLead(t *testing.T) {
 }
 
 func TestFallbackHoldsFloor(t *testing.T) {
-	c := newTestClock(false, reanchorPeriod, minCalibration)
+	c := newTestClock(monotonicOnly, reanchorPeriod, minCalibration)
 	now := c.now()
 	c.cur.Store(&anchor{floor: now + 5000})
 	if got := c.now(); got != now+5000 {
@@ -309,7 +315,7 @@ func TestFallbackHoldsFloor(t *testing.T) {
 }
 
 func TestMonotonicModeNeverCalibrates(t *testing.T) {
-	c := newTestClock(false, time.Millisecond, time.Millisecond)
+	c := newTestClock(monotonicOnly, time.Millisecond, time.Millisecond)
 	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
 		c.now()
 	}
@@ -325,7 +331,7 @@ func TestTracksMonotonicClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 2.5 s")
 	}
-	c := newTestClock(tscExpected(), reanchorPeriod, minCalibration)
+	c := newTestClock(expected(), reanchorPeriod, minCalibration)
 	const tol = 5000 // ns
 	var worst, anchors int64
 	var last *anchor
