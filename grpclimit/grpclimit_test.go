@@ -25,7 +25,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/grpclimit"
-	core "github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
@@ -139,7 +139,7 @@ func serve(t *testing.T, s *grpclimit.Server, es *echoServer, dialOpts ...grpc.D
 // every count is exact.
 func frozen() *sluice.Limiter {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	return sluice.New(memstore.New(memstore.WithClock(frozenClock(at))), sluice.WithClock(core.SystemClock{}))
+	return sluice.New(memstore.New(memstore.WithClock(frozenClock(at))), sluice.WithClock(storelink.SystemClock{}))
 }
 
 func mustNew(t *testing.T, lim *sluice.Limiter, ps []grpclimit.Policy, opts ...grpclimit.Option) *grpclimit.Server {
@@ -884,7 +884,7 @@ func TestObserverOnRefusal(t *testing.T) {
 // window admitted 20 of 10).
 func TestRefundAcrossWindowEnd(t *testing.T) {
 	c := testenv.NewClock()
-	lim := sluice.New(memstore.New(memstore.WithClock(c)), sluice.WithClock(core.SystemClock{}))
+	lim := sluice.New(memstore.New(memstore.WithClock(c)), sluice.WithClock(storelink.SystemClock{}))
 	s := mustNew(t, lim, []grpclimit.Policy{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Cost: 10}})
 	es := &echoServer{}
 	conn := serve(t, s, es)

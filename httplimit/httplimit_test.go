@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/internal/redistest"
-	core "github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
@@ -738,7 +738,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 	const T = 20 * time.Millisecond
 	// The store's time stands still; the requests wait their turns in real
 	// time.
-	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: T, Burst: 4}}}, httplimit.WithClock(core.SystemClock{}))
+	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: T, Burst: 4}}}, httplimit.WithClock(storelink.SystemClock{}))
 	var served atomic.Int64
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })))
 	defer srv.Close()
@@ -772,7 +772,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 	// A request whose context ends while it waits is not served.
 	c2 := newClock()
 	// Its store's time stands still; its wait runs in real time.
-	m2 := mustNew(t, frozenLimiter(c2), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 4}}}, httplimit.WithClock(core.SystemClock{}))
+	m2 := mustNew(t, frozenLimiter(c2), []httplimit.Policy{{Name: "queue", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 4}}}, httplimit.WithClock(storelink.SystemClock{}))
 	var served2 atomic.Int64
 	h := m2.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served2.Add(1) }))
 	rec := httptest.NewRecorder()
