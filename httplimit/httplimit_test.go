@@ -58,23 +58,7 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 // with its body read.
 func get(t testing.TB, c *http.Client, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Add(hdr[i], hdr[i+1])
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return testenv.Do(t, c, "GET", url, "", hdr...)
 }
 
 type problem struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // With --http-token, the console's sign-in on the service: a browser, which
@@ -42,17 +43,7 @@ func TestServeConsoleLogin(t *testing.T) {
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, body string, hdr ...string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+		return testenv.Do(t, client, method, base+path, body, hdr...)
 	}
 	const form = "application/x-www-form-urlencoded"
 	signIn := url.Values{"token": {"s3cret"}}.Encode()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // examples/serve/rules.yaml loads, and holds the rules its comments and the
@@ -86,7 +87,7 @@ func TestReadmeServeExample(t *testing.T) {
 	// settings that leave the test process as it was.
 	args := append(strings.Fields(cmd[1]), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "json",
 		"--gomaxprocs", fmt.Sprint(runtime.GOMAXPROCS(0)), "--gogc", "0")
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,28 +8,11 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/testenv"
 )
-
-// syncBuffer is serve's stderr, safe for its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // jsonLines parses a log, every line of which must be a JSON object.
 func jsonLines(t *testing.T, log string) []map[string]any {
@@ -61,7 +43,7 @@ func TestServeLogJSON(t *testing.T) {
 	}
 	down := ln.Addr().String() // nothing listens there once closed
 	ln.Close()
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -13,22 +13,13 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/internal/testenv"
 )
 
 // doPost posts body to path with the headers given as name, value pairs.
 func doPost(t *testing.T, base, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return testenv.Do(t, nil, "POST", base+path, body, hdr...)
 }
 
 const formType = "application/x-www-form-urlencoded"

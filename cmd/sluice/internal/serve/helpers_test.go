@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -156,17 +157,7 @@ func httpPost(t testing.TB, url, body string, hdr ...string) (*http.Response, st
 // returns the response and its body.
 func httpDo(t testing.TB, method, url, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return testenv.Do(t, nil, method, url, body, hdr...)
 }
 
 // load runs n goroutines, each calling f(g, i) for i = 0, 1, … until f

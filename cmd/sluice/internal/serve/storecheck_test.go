@@ -1,38 +1,19 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testenv"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// syncBuffer is a log's output, safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // waitLog waits until the log holds s.
-func waitLog(t *testing.T, log *syncBuffer, s string) {
+func waitLog(t *testing.T, log *testenv.SyncBuffer, s string) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(log.String(), s); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -57,7 +38,7 @@ func TestStoreMayEvict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	ts := start(t, Options{Store: rs, Logger: slog.New(slog.NewJSONHandler(&log, nil)), Ping: func(ctx context.Context) error { return c.Ping(ctx).Err() }}, nil)
 	waitLog(t, &log, `"level":"WARN","msg":"the store may not keep the limiter's budgets","problem":"store: redisstore: Redis may evict limiter keys: maxmemory-policy is allkeys-lru`)
 	_, page := httpGet(t, ts.base+"/metrics")
