@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // t0 is near the time these tests were written: real timestamps are large, and

@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/grpclimit"
 	"github.com/sluice-go/sluice/internal/storelink"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 )
 
 // TestRedisJobDataMissing: a job whose data entry is gone (deleted, evicted)

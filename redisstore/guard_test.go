@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 )
 
 // A step that raises "sluice: foreign data" (as load does for a string that

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // item is one policy's figures as both fields carry them.

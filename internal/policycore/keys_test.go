@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/policycore"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // TestKeyPrefixInjective: under one prefix, two (name, key) pairs whose

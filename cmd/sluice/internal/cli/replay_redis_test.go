@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // randomTraceText is a JSON-lines trace over a few keys with gaps from zero to

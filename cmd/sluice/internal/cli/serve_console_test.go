@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // With --http-token, the console's sign-in on the service: a browser, which

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 )
 
 // The --store-tls-… flags: they set up the TLS of every rediss scheme, and

@@ -23,7 +23,7 @@ import (
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // doPost posts body to path with the headers given as name, value pairs.

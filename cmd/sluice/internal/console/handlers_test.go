@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
-	"github.com/sluice-go/sluice/internal/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
 

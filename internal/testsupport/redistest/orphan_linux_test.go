@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice/internal/childproc"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/childproc"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 )
 
 func TestHelperOrphan(t *testing.T) {
