@@ -21,7 +21,7 @@ import (
 func envoyEnv(getenv func(string) string) (map[string]string, error) {
 	env := &envoyVars{getenv: getenv}
 	out := map[string]string{}
-	for _, step := range []func(*envoyVars, map[string]string) error{envoyRefused, envoyListeners, envoyLogging, envoyAnswers, envoyStores} {
+	for _, step := range []func(*envoyVars, map[string]string) error{envoyRefused, envoyListeners, envoyXDS, envoyLogging, envoyAnswers, envoyStores} {
 		if err := step(env, out); err != nil {
 			return nil, err
 		}
@@ -64,8 +64,6 @@ func (e *envoyVars) boolean(name string) bool {
 // something silently different.
 func envoyRefused(e *envoyVars, _ map[string]string) error {
 	switch {
-	case !strings.EqualFold(e.get("CONFIG_TYPE", "FILE"), "FILE"):
-		return fmt.Errorf("envoy environment: CONFIG_TYPE=%s: sluice reads its configuration from files only", e.getenv("CONFIG_TYPE"))
 	case !strings.EqualFold(e.get("BACKEND_TYPE", "redis"), "redis"):
 		return fmt.Errorf("envoy environment: BACKEND_TYPE=%s: sluice keeps its counts in Redis or in memory only", e.getenv("BACKEND_TYPE"))
 	}

@@ -30,12 +30,36 @@ func TestEnvoyEnv(t *testing.T) {
 		}
 		return m
 	}
+	// With CONFIG_TYPE=GRPC_XDS_SOTW the rules come from the xDS server,
+	// not the runtime directory.
+	xds := func(kv map[string]string) map[string]string {
+		m := with(map[string]string{"xds-server": "localhost:18000", "xds-node-id": "default", "xds-backoff-initial": "10s", "xds-backoff-max": "60s"})
+		delete(m, "config")
+		for k, v := range kv {
+			m[k] = v
+		}
+		return m
+	}
 	for _, c := range []struct {
 		name string
 		env  map[string]string
 		want map[string]string
 	}{
 		{"defaults", nil, defaults},
+		{"xDS defaults", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, xds(nil)},
+		{"Envoy Gateway's xDS", map[string]string{
+			"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+			"CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,rack=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-team:edge",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "envoy-gateway",
+			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608",
+			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		}, xds(map[string]string{
+			"xds-server": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit", "xds-node-metadata": "zone=a,rack=b", "xds-headers": "x-team:edge",
+			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt", "xds-tls-server-name": "envoy-gateway",
+			"xds-backoff-initial": "1s", "xds-backoff-max": "5s", "xds-max-message-bytes": "8388608", "xds-force-start": "true",
+		})},
+		{"xDS TLS settings without USE_TLS", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt"}, xds(nil)},
 		{"a deployment's", map[string]string{
 			"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
 			"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.svc:6379", "REDIS_AUTH": "s3cret", "CACHE_KEY_PREFIX": "rl:",
@@ -83,7 +107,9 @@ func TestEnvoyEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE=GRPC_XDS_SOTW"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE=GRPC_XDS_DELTA: want FILE or GRPC_XDS_SOTW"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "a minute"}, `XDS_CLIENT_BACKOFF_MAX_INTERVAL="a minute" is not a duration`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "sure"}, `FORCE_START_WITHOUT_INITIAL_CONFIG="sure" is not a boolean`},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE=memcache"},
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "cluster"}, "REDIS_TYPE=cluster wants REDIS_SOCKET_TYPE=tcp (the REDIS_PERSECOND_… settings)"},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "often"}, `MERGE_DOMAIN_CONFIG="often" is not a boolean`},

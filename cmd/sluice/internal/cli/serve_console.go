@@ -43,7 +43,7 @@ var _ serve.Login = (*console.Console)(nil)
 
 // consoleView is what the console shows of the service's configuration.
 func consoleView(v serve.ConfigView) console.ConfigView {
-	out := console.ConfigView{Sources: v.Sources, Loaded: v.Loaded, LastErrorAt: v.LastErrorAt}
+	out := console.ConfigView{Sources: v.Sources, Origin: v.Origin, Loaded: v.Loaded, LastErrorAt: v.LastErrorAt}
 	if v.LastError != nil {
 		out.LastError = v.LastError.Error()
 	}

@@ -71,6 +71,8 @@ func (r Rule) Limit() string {
 type ConfigView struct {
 	// Sources names where the configuration came from (files, directories).
 	Sources []string
+	// Origin says where the rules came from: a file, an xDS server.
+	Origin string
 	// Loaded is when the configuration in use was loaded.
 	Loaded time.Time
 	// LastError is the last load's error, "" when it succeeded; LastErrorAt

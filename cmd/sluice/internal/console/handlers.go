@@ -152,6 +152,7 @@ type ruleJSON struct {
 // configJSON is the answer of GET /console/api/config.
 type configJSON struct {
 	Sources     []string   `json:"sources"`
+	Origin      string     `json:"origin,omitempty"`
 	Loaded      *time.Time `json:"loaded"`
 	LastError   string     `json:"last_error,omitempty"`
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
@@ -167,7 +168,7 @@ func timePtr(t time.Time) *time.Time {
 
 func (c *Console) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	v := c.config()
-	out := configJSON{Sources: append([]string{}, v.Sources...), Loaded: timePtr(v.Loaded), LastError: v.LastError, LastErrorAt: timePtr(v.LastErrorAt), Rules: []ruleJSON{}}
+	out := configJSON{Sources: append([]string{}, v.Sources...), Origin: v.Origin, Loaded: timePtr(v.Loaded), LastError: v.LastError, LastErrorAt: timePtr(v.LastErrorAt), Rules: []ruleJSON{}}
 	for _, r := range v.Rules {
 		out.Rules = append(out.Rules, ruleJSON{
 			Domain: r.Domain, Path: r.Path, Name: r.Name, Algorithm: r.Algorithm,

@@ -29,6 +29,7 @@ import (
 func testView() ConfigView {
 	return ConfigView{
 		Sources:     []string{"/etc/sluice/rules.yaml"},
+		Origin:      "file /etc/sluice/rules.yaml",
 		Loaded:      t0.Add(-time.Hour),
 		LastError:   `rules.yaml:7: unit "fortnight": want second, minute, hour or day`,
 		LastErrorAt: t0.Add(-time.Minute),
@@ -132,7 +133,7 @@ func TestConfigEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got.Rules) != 3 || got.Rules[1].Limit != "100/1m" || got.Rules[1].PeriodUS != 60e6 || !got.Rules[1].Shadow ||
-		got.Rules[2].Limit != "" || !strings.Contains(got.LastError, "fortnight") || !got.Loaded.Equal(t0.Add(-time.Hour)) {
+		got.Rules[2].Limit != "" || !strings.Contains(got.LastError, "fortnight") || got.Origin != "file /etc/sluice/rules.yaml" || !got.Loaded.Equal(t0.Add(-time.Hour)) {
 		t.Errorf("config %s", body)
 	}
 }

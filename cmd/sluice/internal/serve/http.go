@@ -107,7 +107,7 @@ func httpError(w http.ResponseWriter, err error) {
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "rate limit store unavailable", http.StatusServiceUnavailable)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errNoConfig):
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -431,13 +431,13 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{
-			"path": v.Path, "sources": v.Sources, "domains": v.Domains, "loaded": v.Loaded,
+			"path": v.Path, "origin": v.Origin, "sources": v.Sources, "domains": v.Domains, "loaded": v.Loaded,
 			"last_error": lastErr, "rules": rules,
 		})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprintf(w, "path: %q\nloaded: %s\nsources: %s\n", v.Path, v.Loaded.Format(time.RFC3339), strings.Join(v.Sources, ", "))
+	fmt.Fprintf(w, "path: %q\norigin: %s\nloaded: %s\nsources: %s\n", v.Path, v.Origin, v.Loaded.Format(time.RFC3339), strings.Join(v.Sources, ", "))
 	if lastErr != "" {
 		fmt.Fprintf(w, "last load failed at %s: %s\n", v.LastErrorAt.Format(time.RFC3339), lastErr)
 	}

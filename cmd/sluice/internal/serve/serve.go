@@ -26,6 +26,7 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,6 +49,9 @@ type Options struct {
 	// Config is a YAML file or a directory of them; "" serves an empty
 	// configuration (every descriptor OK, no limit).
 	Config string
+	// XDS, when set, takes the rules from an xDS server instead of Config
+	// (which must then be ""), as envoy's CONFIG_TYPE=GRPC_XDS_SOTW does.
+	XDS *XDSOptions
 	// NoWatch turns off reloading when Config's files change (SIGHUP and
 	// Server.Reload still reload).
 	NoWatch bool
@@ -198,6 +202,16 @@ func (o *Options) setDefaults() error {
 		o.MaxEntryBytes = 1024
 	}
 	var err error
+	if o.XDS != nil {
+		if o.Config != "" {
+			return fmt.Errorf("a configuration file (%s) and an xDS server (%s): want one", o.Config, o.XDS.Server)
+		}
+		x, err := o.XDS.withDefaults()
+		if err != nil {
+			return err
+		}
+		o.XDS = &x
+	}
 	if o.HeaderNames, err = o.HeaderNames.withDefaults(); err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // Server is a running rate-limit service: the listeners, the gRPC and HTTP
@@ -38,6 +40,7 @@ type Server struct {
 	changes        <-chan struct{} // the configuration's files changed
 	stopWatch      func()
 	hup            chan os.Signal // SIGHUP, from New on
+	xds            *xdsClient     // the xDS server's stream (Options.XDS), nil without
 }
 
 // New loads the configuration and binds the listeners; Serve serves.
@@ -49,10 +52,13 @@ func New(o Options) (*Server, error) {
 	if o.Handler != nil {
 		s.SetHandler(o.Handler)
 	}
-	if err := s.reload(); err != nil {
+	if err := s.firstLoad(); err != nil {
 		return nil, err
 	}
 	if err := s.bind(); err != nil {
+		if s.xds != nil {
+			s.xds.conn.Close()
+		}
 		return nil, err
 	}
 	s.watchConfig()
@@ -67,6 +73,33 @@ func New(o Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// firstLoad loads the configuration's files, or readies the xDS client,
+// whose rules come once Serve runs (an empty configuration meanwhile with
+// XDSOptions.ForceStart).
+func (s *Server) firstLoad() error {
+	if s.opts.XDS == nil {
+		return s.reload()
+	}
+	var err error
+	if s.xds, err = newXDSClient(s); err != nil {
+		return err
+	}
+	if s.opts.XDS.ForceStart {
+		s.loads.mu.Lock()
+		defer s.loads.mu.Unlock()
+		cfg, err := rlsconfig.Parse(map[string][]byte{})
+		return s.install(cfg, err, "none until "+s.opts.XDS.origin("")+" sends one")
+	}
+	return nil
+}
+
+// setServing sets the gRPC health of the server and its services.
+func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus("ratelimit", st) // envoyproxy/ratelimit's name
 }
 
 // bind takes the listeners given in the options, or listens on their
@@ -199,9 +232,11 @@ func (s *Server) Reload() error { return s.reload() }
 // nil, or the error that stopped a listener.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING) // envoyproxy/ratelimit's name
+	if s.state.Load() != nil {
+		s.setServing(healthpb.HealthCheckResponse_SERVING)
+	} else {
+		s.setServing(healthpb.HealthCheckResponse_NOT_SERVING) // until the xDS server's first rules
+	}
 	go func() {
 		err := s.grpcSrv.Serve(s.grpcLn)
 		if errors.Is(err, grpc.ErrServerStopped) {
@@ -231,6 +266,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
+	if s.xds != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.xds.run(wctx) }()
+	}
 	go func() { defer wg.Done(); s.watch(wctx) }()
 	go func() {
 		defer wg.Done()

@@ -79,6 +79,9 @@ func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 		return sluice.Result{}, err
 	}
 	st := s.state.Load()
+	if st == nil {
+		return sluice.Result{}, errNoConfig
+	}
 	c := callPool.Get().(*call)
 	defer c.release()
 	p, d := &c.plan, &c.decision
@@ -128,6 +131,10 @@ func sinceMicros(start int64) time.Duration {
 	return time.Duration(fastclock.Micros()-start) * time.Microsecond
 }
 
+// errNoConfig answers the calls that come before the first configuration
+// does: an xDS server's, which a Server waits for (XDSOptions.ForceStart).
+var errNoConfig = errors.New("no rate-limit configuration yet: waiting for the xDS server's first")
+
 // requestError is a request the service will not decide: InvalidArgument.
 type requestError struct{ msg string }
 
@@ -145,6 +152,8 @@ func grpcError(err error) error {
 		return status.Error(codes.InvalidArgument, re.msg)
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return status.Error(codes.Unavailable, "rate limit store unavailable")
+	case errors.Is(err, errNoConfig):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
