@@ -15,13 +15,13 @@ import (
 // value), for --envoy-env: a deployment swaps the binary and keeps its
 // environment. A setting sluice does not offer and that would change what
 // the service answers or where it keeps its counts is an error; settings of
-// envoy's statistics, pools, pipelines, timeouts and local cache are
-// ignored (sluice's /metrics, its batcher and --store-timeout stand for
-// them).
+// envoy's statistics but USE_PROMETHEUS and NEAR_LIMIT_RATIO, its pools,
+// pipelines, timeouts and local cache are ignored (sluice's /metrics, its
+// batcher and --store-timeout stand for them).
 func envoyEnv(getenv func(string) string) (map[string]string, error) {
 	env := &envoyVars{getenv: getenv}
 	out := map[string]string{}
-	for _, step := range []func(*envoyVars, map[string]string) error{envoyRefused, envoyListeners, envoyXDS, envoyLogging, envoyAnswers, envoyStores} {
+	for _, step := range []func(*envoyVars, map[string]string) error{envoyRefused, envoyListeners, envoyXDS, envoyStatsEnv, envoyLogging, envoyAnswers, envoyStores} {
 		if err := step(env, out); err != nil {
 			return nil, err
 		}

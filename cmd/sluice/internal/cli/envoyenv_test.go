@@ -59,6 +59,8 @@ func TestEnvoyEnv(t *testing.T) {
 			"xds-tls": "true", "xds-tls-cert": "/certs/tls.crt", "xds-tls-key": "/certs/tls.key", "xds-tls-ca": "/certs/ca.crt", "xds-tls-server-name": "envoy-gateway",
 			"xds-backoff-initial": "1s", "xds-backoff-max": "5s", "xds-max-message-bytes": "8388608", "xds-force-start": "true",
 		})},
+		{"envoy's Prometheus statistics", map[string]string{"USE_PROMETHEUS": "true", "NEAR_LIMIT_RATIO": "0.9", "PROMETHEUS_ADDR": ":9091"},
+			with(map[string]string{"envoy-stats": "true", "near-limit-ratio": "0.9"})},
 		{"xDS TLS settings without USE_TLS", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt"}, xds(nil)},
 		{"a deployment's", map[string]string{
 			"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit",
@@ -107,6 +109,8 @@ func TestEnvoyEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
+		{map[string]string{"NEAR_LIMIT_RATIO": "most"}, `NEAR_LIMIT_RATIO="most" is not a number`},
+		{map[string]string{"USE_PROMETHEUS": "yes please"}, `USE_PROMETHEUS="yes please" is not a boolean`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE=GRPC_XDS_DELTA: want FILE or GRPC_XDS_SOTW"},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "a minute"}, `XDS_CLIENT_BACKOFF_MAX_INTERVAL="a minute" is not a duration`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "sure"}, `FORCE_START_WITHOUT_INITIAL_CONFIG="sure" is not a boolean`},

@@ -72,6 +72,7 @@ var serveFlagGroups = []flagGroup{
 		"http-token", "http-token-file", "no-console", "shutdown-timeout"}},
 	{"Decisions and answers", []string{"shadow", "quota-mode", "response-headers", "limit-header", "remaining-header", "reset-header",
 		"response-dynamic-metadata", "max-descriptors", "max-entries", "max-entry-bytes", "max-request-bytes"}},
+	{"Metrics", []string{"envoy-stats", "near-limit-ratio"}},
 	{"Logging", []string{"log-level", "log-format"}},
 	{"Runtime", []string{"gomaxprocs", "gogc", "gc-min-heap", "cpuprofile"}},
 }

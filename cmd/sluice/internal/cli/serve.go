@@ -49,6 +49,7 @@ type serveFlags struct {
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
 	storeTLS                                                                         storeTLS
 	xds                                                                              xdsFlags
+	envoyStats                                                                       envoyStatsFlags
 	fixedProcs                                                                       int // --gomaxprocs, 0 for auto (check)
 }
 
@@ -91,6 +92,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
 	f.storeTLS.flags(fs)
 	f.xds.flags(fs)
+	f.envoyStats.flags(fs)
 	fs.StringVar(&f.perSecond, "store-per-second", "", "a second store, as --store takes it, for the limits counted per second (envoy's unit second; envoy's REDIS_PERSECOND): a call with descriptors in both is decided in each in turn, the per-second ones given back when the others refuse")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
@@ -107,7 +109,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&f.shadow, "shadow", false, "global shadow mode: decide and count as usual, answer OK to every call")
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
 	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
-	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment (HOST, PORT, GRPC_HOST, GRPC_PORT, GRPC_UDS, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE (FILE, or GRPC_XDS_SOTW with CONFIG_GRPC_XDS_*, XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG), REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS, CACHE_KEY_PREFIX, LOG_LEVEL, LOG_FORMAT, LIMIT_*, SHADOW_MODE, QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, GRPC_MAX_CONNECTION_AGE*, GRPC_SERVER_*TLS*), its defaults included (0.0.0.0:8080 and :8081), as the flags it stands for; a flag given on the command line wins")
+	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment (HOST, PORT, GRPC_HOST, GRPC_PORT, GRPC_UDS, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE (FILE, or GRPC_XDS_SOTW with CONFIG_GRPC_XDS_*, XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG), USE_PROMETHEUS, NEAR_LIMIT_RATIO, REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS, CACHE_KEY_PREFIX, LOG_LEVEL, LOG_FORMAT, LIMIT_*, SHADOW_MODE, QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, GRPC_MAX_CONNECTION_AGE*, GRPC_SERVER_*TLS*), its defaults included (0.0.0.0:8080 and :8081), as the flags it stands for; a flag given on the command line wins")
 	fs.BoolVar(&f.domainSlot, "domain-slot", false, "Redis Cluster: keep each domain's keys in one hash slot, so a call's descriptors are decided atomically there too (a domain's traffic then goes to one master)")
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
 	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
@@ -272,6 +274,9 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 		return o, nothing, err
 	}
 	if o.HTTPTLS, err = tlsConfig("http", f.httpCert, f.httpKey, f.httpCA, f.httpSAN); err != nil {
+		return o, nothing, err
+	}
+	if err = f.envoyStats.apply(&o); err != nil {
 		return o, nothing, err
 	}
 	if o.XDS, err = f.xds.options(); err != nil {

@@ -40,6 +40,9 @@ type state struct {
 	metadata map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
 	loaded   time.Time
 	origin   string // ConfigView.Origin
+	// envoyRules are the rules' series of Options.EnvoyStats, found as
+	// calls come.
+	envoyRules *ruleSeries
 }
 
 // loads serializes a service's loads and keeps the last one's error.
@@ -116,7 +119,7 @@ func (s *service) install(cfg *rlsconfig.Config, err error, origin string) error
 		return err
 	}
 	counters, shared := s.metrics.forRules(cfg.Rules())
-	st := &state{cfg: cfg, counters: counters, metadata: meta, loaded: now, origin: origin}
+	st := &state{cfg: cfg, counters: counters, metadata: meta, loaded: now, origin: origin, envoyRules: &ruleSeries{}}
 	s.state.Store(st)
 	s.loads.errMu.Lock()
 	s.loads.lastErr = nil

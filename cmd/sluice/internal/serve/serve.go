@@ -144,6 +144,15 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight calls are waited for once the
 	// context ends (default 10s).
 	ShutdownTimeout time.Duration
+	// EnvoyStats exports on /metrics, beside sluice's own series,
+	// envoyproxy/ratelimit's per-rule counters under the names and labels
+	// of its Prometheus output (ratelimit_service_rate_limit_total_hits,
+	// _over_limit, _near_limit, _within_limit, _shadow_mode, by domain,
+	// key1 and key2), counted as it counts them; NearLimitRatio is its
+	// NEAR_LIMIT_RATIO (default DefaultNearLimitRatio).
+	EnvoyStats     bool
+	NearLimitRatio float64
+
 	// Logger receives the service's log (default slog.Default()).
 	Logger *slog.Logger
 	// Observer, when set, sees every limited descriptor's outcome (Source
@@ -220,6 +229,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.GRPCMaxConnectionAgeGrace == 0 {
 		o.GRPCMaxConnectionAgeGrace = time.Hour
+	}
+	if o.NearLimitRatio == 0 {
+		o.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if !(o.NearLimitRatio > 0 && o.NearLimitRatio <= 1) {
+		return fmt.Errorf("near-limit ratio %v: want more than 0, at most 1", o.NearLimitRatio)
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second

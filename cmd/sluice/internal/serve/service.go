@@ -30,7 +30,8 @@ type service struct {
 	state   atomic.Pointer[state]
 	metrics *metrics
 	log     *slog.Logger
-	loads   loads // the configuration's loads (config.go)
+	loads   loads       // the configuration's loads (config.go)
+	envoy   *envoyStats // envoy's per-rule series (Options.EnvoyStats), nil without
 
 	answered       atomic.Int64           // calls answered, on every door
 	storeErrs      atomic.Int64           // store failures not yet logged
@@ -50,6 +51,10 @@ func newService(o Options) *service {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if o.EnvoyStats {
+		s.envoy = newEnvoyStats(o.NearLimitRatio)
+		m.reg.MustRegister(s.envoy)
 	}
 	return s
 }
@@ -117,6 +122,9 @@ func (s *service) record(st *state, p *plan, a answer, latency time.Duration) {
 		}
 		s.observe(st, p.req.Domain, ds.rule, p.entries[i], ds.out, latency, ev)
 		ev++
+	}
+	if s.envoy != nil {
+		s.envoy.record(st, p)
 	}
 	if a.degraded {
 		s.metrics.degraded.Inc()
