@@ -253,4 +253,3 @@ func sumOf(lines []string, family string) int {
 	}
 	return n
 }
-
