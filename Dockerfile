@@ -19,8 +19,9 @@ COPY cmd/sluice/go.mod cmd/sluice/go.sum cmd/sluice/
 RUN go mod download
 COPY . .
 WORKDIR /src/cmd/sluice
-# go build stamps the commit from .git; from a git worktree, whose .git
-# points outside the context, build with --build-arg GOFLAGS=-buildvcs=false.
+# GOFLAGS passes flags to go build: --build-arg GOFLAGS=-buildvcs=false
+# where the context's .git cannot be read (a git worktree's points
+# outside it).
 ARG GOFLAGS
 RUN CGO_ENABLED=0 go build -trimpath -ldflags=-s -o /out/sluice .
 
