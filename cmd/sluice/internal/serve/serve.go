@@ -16,7 +16,9 @@
 // plan and respond are pure, so tables test them without a store or a
 // Server. A Server (server.go) is the lifecycle around the service that
 // decides (service.go): the listeners, the gRPC and HTTP servers, health,
-// and the reloads on SIGHUP and on the configuration's changes.
+// and the reloads on SIGHUP and on the configuration's changes, or the
+// stream of an xDS server that sends the rules (xds.go). envoystats.go
+// counts envoyproxy/ratelimit's per-rule series (Options.EnvoyStats).
 //
 // Run starts it and serves until its context ends; New and Server.Serve do
 // the same in two steps, for callers who need the bound addresses or the
