@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
@@ -482,4 +483,38 @@ func TestXDSForceStart(t *testing.T) {
 	if _, err := New(Options{XDS: &XDSOptions{}}); err == nil || !strings.Contains(err.Error(), "no server address") {
 		t.Fatalf("no xDS server: %v", err)
 	}
+}
+
+// FuzzXDSResource feeds arbitrary bytes as a RateLimitConfig resource: the
+// conversion and the load give a configuration or an error (a NACK's
+// detail), never a panic, and what loads resolves as its rules say.
+func FuzzXDSResource(f *testing.F) {
+	for _, c := range []*rlsconf.RateLimitConfig{
+		rlc("edge", "d", rlsconf.RateLimitUnit_MINUTE, 2, "k", "l"),
+		{Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "a", Value: "1", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "b", ShadowMode: true, RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_DAY, RequestsPerUnit: 9, Replaces: []*rlsconf.RateLimitReplace{{Name: "x"}}}}}}}},
+		{Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "u", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}}}},
+	} {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		resp := &discoverygrpc.DiscoveryResponse{TypeUrl: XDSTypeURL, Resources: []*anypb.Any{{TypeUrl: XDSTypeURL, Value: b}}}
+		files, err := xdsFiles(resp)
+		if err != nil {
+			return
+		}
+		cfg, err := rlsconfig.Parse(files)
+		if err != nil {
+			return
+		}
+		for _, r := range cfg.Rules() {
+			if r.Domain == "" || r.Path == "" {
+				t.Fatalf("a rule without a domain or a path: %+v", r)
+			}
+		}
+	})
 }
