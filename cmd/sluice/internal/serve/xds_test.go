@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
@@ -82,6 +87,12 @@ func (x *xdsServer) stop() { x.grpc.Stop() }
 // set serves the configs as version to node "default".
 func (x *xdsServer) set(t testing.TB, version string, cfgs ...*rlsconf.RateLimitConfig) {
 	t.Helper()
+	x.setNode(t, "default", version, cfgs...)
+}
+
+// setNode serves the configs as version to node.
+func (x *xdsServer) setNode(t testing.TB, node, version string, cfgs ...*rlsconf.RateLimitConfig) {
+	t.Helper()
 	res := make([]types.Resource, len(cfgs))
 	for i, c := range cfgs {
 		res[i] = c
@@ -90,7 +101,7 @@ func (x *xdsServer) set(t testing.TB, version string, cfgs ...*rlsconf.RateLimit
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.cache.SetSnapshot(context.Background(), "default", snap); err != nil {
+	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -517,4 +528,72 @@ func FuzzXDSResource(f *testing.F) {
 			}
 		}
 	})
+}
+
+// writePEM writes a certificate pair's certificate and key as PEM files in
+// dir, named name.crt and name.key.
+func writePEM(t *testing.T, dir, name string, pair tls.Certificate) (cert, key string) {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(pair.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pair.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// The binary with Envoy Gateway's environment (--envoy-env,
+// CONFIG_TYPE=GRPC_XDS_SOTW, a node id, mutual TLS to the xDS server, its
+// SAN, USE_PROMETHEUS) takes its rules from the server, decides by them
+// over Redis and exports envoy's series.
+func TestBinaryEnvoyEnvXDS(t *testing.T) {
+	rs := redistest.Standalone(t)
+	caCert, caKey, caPair := issue(t, "ca", nil, nil, true)
+	_, _, serverPair := issue(t, "xds", caCert, caKey, false)
+	_, _, clientPair := issue(t, "sluice", caCert, caKey, false)
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	x := newXDSServer(t, "127.0.0.1:0", credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverPair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}))
+	x.setNode(t, "gateway", "g1", rlc("edge", "d", rlsconf.RateLimitUnit_MINUTE, 1, "k"))
+	dir := t.TempDir()
+	ca, _ := writePEM(t, dir, "ca", caPair)
+	cert, key := writePEM(t, dir, "client", clientPair)
+	for k, v := range map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.addr, "CONFIG_GRPC_XDS_NODE_ID": "gateway",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": ca, "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "127.0.0.1",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": cert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": key,
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "100ms",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": rs.Addr(), "USE_PROMETHEUS": "true", "LOG_LEVEL": "info",
+	} {
+		t.Setenv(k, v)
+	}
+	p := startProc(t, "--envoy-env")
+	eventually(t, "on the xDS server's rules", func() bool {
+		_, body := httpGet(t, "http://"+p.http+"/debug/config")
+		return strings.Contains(body, "origin: xDS "+x.addr+" (node gateway, version g1)")
+	})
+	for i, want := range []string{"OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+		r, err := p.call(t.Context(), "d", desc("k=a"))
+		if err != nil || codesOf(r) != want {
+			t.Fatalf("call %d: %v %v, want %s", i, r, err, want)
+		}
+	}
+	_, metrics := httpGet(t, "http://"+p.http+"/metrics")
+	for _, want := range []string{`ratelimit_service_rate_limit_total_hits{domain="d",key1="k"} 2`, `ratelimit_service_rate_limit_over_limit{domain="d",key1="k"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	x.waitRequest(t, "ACKed", func(r *discoverygrpc.DiscoveryRequest) bool {
+		return r.VersionInfo == "g1" && r.Node.GetId() == "gateway"
+	})
+	if _, err := p.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
+	}
 }
