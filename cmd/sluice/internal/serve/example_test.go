@@ -62,3 +62,21 @@ descriptors:
 	// OVER_LIMIT 0
 	// stopped: <nil>
 }
+
+// The rules from an xDS server, as Envoy Gateway serves them to
+// envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW), and envoy's per-rule
+// series on /metrics. Until the server's first configuration arrives, calls
+// are answered UNAVAILABLE.
+func ExampleXDSOptions() {
+	err := serve.Run(context.Background(), serve.Options{
+		XDS: &serve.XDSOptions{
+			Server: "envoy-gateway.envoy-gateway-system:18001",
+			NodeID: "envoy-ratelimit",
+		},
+		EnvoyStats: true,
+		GRPCAddr:   "0.0.0.0:8081", HTTPAddr: "0.0.0.0:8080",
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+}
