@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,4 +189,35 @@ func BenchmarkEnvoyStats(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Under 64 concurrent callers envoy's counters stay exact: every hit in
+// total_hits, the limit's worth within it and near it as envoy reckons
+// from the counts each took, the rest over it.
+func TestEnvoyStatsConcurrent(t *testing.T) {
+	const limit = 1000
+	dir := writeConfig(t, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"})
+	ts := start(t, Options{Config: dir, EnvoyStats: true}, &fakeClock{t: time.Unix(1e9, 0)})
+	var calls atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for calls.Add(1) <= 3*limit {
+				if _, err := ts.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k=x")}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := strings.Join([]string{
+		`ratelimit_service_rate_limit_near_limit{domain="d",key1="k"} 200`,
+		`ratelimit_service_rate_limit_over_limit{domain="d",key1="k"} 2000`,
+		`ratelimit_service_rate_limit_total_hits{domain="d",key1="k"} 3000`,
+		`ratelimit_service_rate_limit_within_limit{domain="d",key1="k"} 1000`,
+	}, "\n")
+	if got := envoySeriesLines(t, ts); got != want {
+		t.Fatalf("after %d calls:\n%s\nwant:\n%s", 3*limit, got, want)
+	}
 }
