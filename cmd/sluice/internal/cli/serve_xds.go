@@ -49,6 +49,10 @@ func (x *xdsFlags) flags(fs *flag.FlagSet) {
 // --xds-server.
 func (x *xdsFlags) options() (*serve.XDSOptions, error) {
 	if x.server == "" {
+		if x.nodeID != "default" || x.nodeMeta != "" || x.headers != "" || x.tls || x.ca != "" || x.cert != "" || x.key != "" ||
+			x.serverName != "" || x.maxMsgBytes != 0 || x.forceStart {
+			return nil, errors.New("an --xds-… flag without --xds-server")
+		}
 		return nil, nil
 	}
 	o := &serve.XDSOptions{Server: x.server, NodeID: x.nodeID, BackoffMin: x.backoffMin, BackoffMax: x.backoffMax,

@@ -48,6 +48,7 @@ func TestXDSFlagErrors(t *testing.T) {
 		{[]string{"--xds-server", "x:1", "--xds-backoff-initial", "2s", "--xds-backoff-max", "1s"}, "want 0 < initial ≤ max"},
 		{[]string{"--xds-server", "x:1", "--xds-max-message-bytes", "-1"}, "--xds-max-message-bytes -1"},
 		{[]string{"--near-limit-ratio", "0"}, "--near-limit-ratio 0: want more than 0"},
+		{[]string{"--xds-tls"}, "an --xds-… flag without --xds-server"},
 	} {
 		var f serveFlags
 		fs := f.define()
