@@ -1,7 +1,8 @@
 // Package console is the web console that `sluice serve` serves at "/": the
-// rules it loaded, what they are doing now, and a playground that runs a
-// limit through every algorithm (package sim, as `sluice sim` does) without
-// touching the live store.
+// rules it loaded, what they are doing now, a playground that runs a limit
+// through every algorithm (package sim, as `sluice sim` does) and a walk
+// that steps one key through one algorithm request by request (sim.NewWalk,
+// as `sluice sim --steps` does), neither touching the live store.
 //
 // A Console is an observe.Observer: the service passes it every decision's
 // events (Observe) and every refused key (Refused), and mounts Handler. The
@@ -18,11 +19,15 @@
 //	                             returns the seconds from since on only
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
+//	POST /console/api/steps      a walk: one key through one algorithm, step
+//	                             by step (JSON or form in, JSON out)
+//	POST /console/steps          the same walk, rendered as the page
 //	GET  /console/assets/...     the stylesheet and the script
 //	POST /console/login          the sign-in, with Options.Token (login.go)
 //
-// Anyone who reaches the listener may run the playground, so a run is
-// bounded (ticks, arrivals) and runs go one at a time; a POST a page of
+// Anyone who reaches the listener may run the playground and walks, so a
+// run is bounded (ticks, arrivals, a walk's sim.MaxWalkSteps) and runs go
+// one at a time; a POST a page of
 // another origin makes a browser send is refused (package sameorigin), and
 // a run's body must be JSON or the page's form (else 415).
 package console
@@ -274,6 +279,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/api/live", c.serveLive)
 	mux.HandleFunc("POST /console/api/sim", c.serveSim)
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
+	mux.HandleFunc("POST /console/api/steps", c.serveStepsAPI)
+	mux.HandleFunc("POST /console/steps", c.serveSteps)
 	if c.token != "" {
 		mux.HandleFunc("POST "+loginPath, c.serveLogin)
 	}

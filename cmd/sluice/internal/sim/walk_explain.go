@@ -186,7 +186,7 @@ func (w *Walk) explainTAT(s algo.State, now, cost int64, d algo.Decision) []stri
 	} else {
 		ts := radd(rat(s.A-now), frac(s.B, p.Rate))
 		backlog = rmin(rmax(ts, rat(0)), rmul(rat(capUnits), t))
-		lines = append(lines, fmt.Sprintf("backlog = max(0, %s − now) = %s (%s units of T = %s)", name, rdur(backlog), num(new(big.Rat).Quo(backlog, t)), rdur(t)))
+		lines = append(lines, fmt.Sprintf("backlog = max(0, %s − now) = %s = %s × T (T = %s)", name, rdur(backlog), num(new(big.Rat).Quo(backlog, t)), rdur(t)))
 	}
 	ct := rmul(rat(cost), t)
 	if p.Kind == algo.GCRA {

@@ -1,5 +1,6 @@
-// The console's script: it draws the live chart from /console/api/live and
-// runs the playground through /console/api/sim. The page reads without it.
+// The console's script: it draws the live chart from /console/api/live,
+// runs the playground through /console/api/sim and steps through a walk
+// the server rendered. The page reads without it.
 "use strict";
 (function () {
   const OUTCOMES = ["allowed", "denied", "shadow_denied", "error", "degraded"];
@@ -165,9 +166,9 @@
   }
 
   // ---- Playground ----
-  function showShapeFields() {
-    const shape = document.getElementById("sim-shape").value;
-    for (const f of document.querySelectorAll("#sim-form [data-shapes]")) {
+  function showShapeFields(prefix) {
+    const shape = document.getElementById(prefix + "-shape").value;
+    for (const f of document.querySelectorAll("#" + prefix + "-form [data-shapes]")) {
       f.hidden = !f.dataset.shapes.split(" ").includes(shape);
     }
   }
@@ -261,8 +262,8 @@
     poll();
 
     const shape = document.getElementById("sim-shape");
-    shape.addEventListener("change", showShapeFields);
-    showShapeFields();
+    shape.addEventListener("change", () => showShapeFields("sim"));
+    showShapeFields("sim");
     const sel = document.getElementById("sim-rule");
     sel.addEventListener("change", () => {
       const o = sel.selectedOptions[0];
@@ -281,6 +282,91 @@
       });
     }
     document.getElementById("sim-form").addEventListener("submit", runSim);
+    startSteps();
+  }
+
+  // ---- Step through ----
+  // The server renders the whole walk as a table whose rows each hold the
+  // step's state and arithmetic; the stepper shows one row's at a time.
+  let stepAt = 0;
+
+  function showStep(i) {
+    const rows = Array.from(document.querySelectorAll("#steps-table tbody tr[data-step]"));
+    if (rows.length === 0) return;
+    stepAt = Math.max(0, Math.min(i, rows.length - 1));
+    const row = rows[stepAt];
+    for (const r of rows) r.removeAttribute("aria-current");
+    row.setAttribute("aria-current", "step");
+    const detail = row.querySelector(".step-detail");
+    const cur = document.getElementById("step-current");
+    cur.replaceChildren(...Array.from(detail.children).map((c) => c.cloneNode(true)));
+    cur.dataset.step = detail.dataset.step;
+    const cells = row.children;
+    document.getElementById("step-pos").textContent = "Step " + (stepAt + 1) + " of " + rows.length +
+      ": " + cells[1].textContent + ", cost " + cells[2].textContent + ", " + cells[3].textContent;
+    document.getElementById("step-back").disabled = stepAt === 0;
+    document.getElementById("step-forward").disabled = stepAt === rows.length - 1;
+  }
+
+  function startStepper() {
+    const stepper = document.getElementById("stepper");
+    if (!stepper) return;
+    stepper.hidden = false;
+    document.getElementById("step-back").addEventListener("click", () => showStep(stepAt - 1));
+    document.getElementById("step-forward").addEventListener("click", () => showStep(stepAt + 1));
+    for (const tr of document.querySelectorAll("#steps-table tbody tr[data-step]")) {
+      tr.querySelector("summary").addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showStep(Number(tr.dataset.step) - 1);
+        stepper.scrollIntoView({ block: "nearest" });
+      });
+    }
+    showStep(0);
+  }
+
+  async function runSteps(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const button = document.getElementById("steps-run");
+    const out = document.getElementById("steps-out");
+    button.disabled = true;
+    try {
+      // The page's own form, answered by the page: the walk is rendered
+      // once, on the server, with or without this script.
+      const resp = await fetch(form.action, {
+        method: "POST", headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams(new FormData(form)).toString(),
+      });
+      const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+      const fresh = doc.getElementById("steps-out");
+      if (!fresh) throw new Error("HTTP " + resp.status);
+      out.replaceChildren(...Array.from(fresh.childNodes).map((n) => document.importNode(n, true)));
+      startStepper();
+    } catch (e) {
+      out.replaceChildren(cell("p", "The walk failed: " + e.message, { id: "steps-error", class: "error", role: "alert" }));
+    } finally {
+      button.disabled = false;
+      document.body.dataset.stepsRuns = String(Number(document.body.dataset.stepsRuns || 0) + 1);
+    }
+  }
+
+  function startSteps() {
+    const shape = document.getElementById("steps-shape");
+    shape.addEventListener("change", () => showShapeFields("steps"));
+    showShapeFields("steps");
+    const sel = document.getElementById("steps-rule");
+    sel.addEventListener("change", () => {
+      const o = sel.selectedOptions[0];
+      if (!o || !o.dataset.limit) return;
+      document.getElementById("steps-algorithm").value = o.dataset.algorithm;
+      document.getElementById("steps-limit").value = o.dataset.limit;
+      document.getElementById("steps-burst").value = o.dataset.burst;
+    });
+    for (const id of ["steps-limit", "steps-burst", "steps-algorithm"]) {
+      document.getElementById(id).addEventListener("input", () => { sel.value = ""; });
+    }
+    document.getElementById("steps-form").addEventListener("submit", runSteps);
+    startStepper();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
