@@ -157,7 +157,7 @@ func TestStepsForm(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("%d %s", code, page)
 	}
-	for _, s := range []string{`<tr data-step="4">`, `<td class="outcome-denied">denied</td>`, `value="0ms x3, 1s"`, `<option value="aligned-window" selected>`, "count &#43; cost = 2 &#43; 1 = 3 &gt; rate 2"} {
+	for _, s := range []string{`<tr data-step="4">`, `<td class="outcome-denied" data-label="Decision">denied</td>`, `value="0ms x3, 1s"`, `<option value="aligned-window" selected>`, "count &#43; cost = 2 &#43; 1 = 3 &gt; rate 2"} {
 		if !strings.Contains(page, s) {
 			t.Errorf("the page lacks %q", s)
 		}

@@ -6,6 +6,9 @@
   const OUTCOMES = ["allowed", "denied", "shadow_denied", "error", "degraded"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const POLL_MS = 1000;
+  // The live table's column names, which a stacked row shows beside each cell.
+  const LABELS = { allowed: "Allowed", denied: "Denied", shadow_denied: "Shadow denied", error: "Errors", degraded: "Degraded",
+    latency_avg_us: "Store latency, mean (µs)", latency_max_us: "Store latency, max (µs)" };
 
   // ---- Live ----
   const live = { now: 0, window: 300, rules: new Map(), order: [] }; // rule -> Map(t -> point)
@@ -61,9 +64,9 @@
       const t = totals(rule);
       const tr = document.createElement("tr");
       tr.dataset.rule = rule;
-      tr.append(cell("th", rule, { scope: "row" }));
+      tr.append(cell("th", rule, { scope: "row", "data-label": "Rule" }));
       for (const k of [...OUTCOMES, "latency_avg_us", "latency_max_us"]) {
-        tr.append(cell("td", String(t[k]), { class: "num", "data-k": k }));
+        tr.append(cell("td", String(t[k]), { class: "num", "data-k": k, "data-label": LABELS[k] }));
       }
       rows.push(tr);
     }
@@ -77,9 +80,9 @@
       const tr = document.createElement("tr");
       const code = document.createElement("code");
       code.textContent = r.key;
-      const key = document.createElement("td");
+      const key = cell("td", "", { "data-label": "Key" });
       key.append(code);
-      tr.append(cell("td", r.rule), key, cell("td", String(r.count), { class: "num" }));
+      tr.append(cell("td", r.rule, { "data-label": "Rule" }), key, cell("td", String(r.count), { class: "num", "data-label": "Refusals (at most)" }));
       return tr;
     });
     fill(body, rows, "No refusals recently.", 3);
@@ -199,6 +202,7 @@
     const out = document.getElementById("sim-out");
     const table = document.createElement("table");
     table.id = "sim-totals";
+    table.className = "stack";
     const cap = document.createElement("caption");
     cap.textContent = "Totals over the " + res.ticks + " ticks shown (" + (res.units ? "units" : "requests") + "): " + res.source;
     const head = document.createElement("thead");
@@ -211,9 +215,10 @@
     for (const r of res.rows) {
       const tr = document.createElement("tr");
       tr.dataset.algorithm = r.algorithm;
-      tr.append(cell("th", r.algorithm, { scope: "row", title: r.about }));
-      for (const [k, v] of [["admitted", r.totals.admitted], ["delayed", r.totals.delayed], ["denied", r.totals.denied], ["errors", r.totals.errors], ["max_delay_us", r.totals.max_delay_us]]) {
-        tr.append(cell("td", String(v), { class: "num", "data-k": k }));
+      tr.append(cell("th", r.algorithm, { scope: "row", title: r.about, "data-label": "Algorithm" }));
+      for (const [k, v, label] of [["admitted", r.totals.admitted, "Admitted"], ["delayed", r.totals.delayed, "Delayed"], ["denied", r.totals.denied, "Denied"],
+        ["errors", r.totals.errors, "Errors"], ["max_delay_us", r.totals.max_delay_us, "Max delay (µs)"]]) {
+        tr.append(cell("td", String(v), { class: "num", "data-k": k, "data-label": label }));
       }
       body.append(tr);
     }
