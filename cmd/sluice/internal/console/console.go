@@ -203,8 +203,11 @@ type Live struct {
 	Now int64 `json:"now"`
 	// Since is the first second reported.
 	Since int64 `json:"since"`
-	// WindowS is how many seconds the console keeps.
+	// WindowS is how many seconds the console keeps a point a second for.
 	WindowS int64 `json:"window_s"`
+	// StepS is the seconds a point stands for: 1, or 60 for a range
+	// longer than the window (LiveRange).
+	StepS int64 `json:"step_s"`
 	// Rules holds the configuration's named rules in its order (of its
 	// first maxPageRules rules), then the other policies seen, by name.
 	Rules []RuleLive `json:"rules"`
@@ -212,12 +215,30 @@ type Live struct {
 	Top []Refusal `json:"top"`
 }
 
-// Live returns the counts from the Unix second since (at most the window
-// back) to now.
+// Live returns the counts per second from the Unix second since (at most
+// the window back) to now.
 func (c *Console) Live(since int64) Live {
 	now := c.unix()
 	since = min(max(since, now-c.window+1), now)
-	out := Live{Now: now, Since: since, WindowS: c.window, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	return c.report(now, since, 1, func(s *series) []Point { return s.points(since, now) })
+}
+
+// LiveRange returns the counts over the last d (at most MaxRange): a point
+// a second when d is within the window, else a point a minute, from the
+// minute d ago on.
+func (c *Console) LiveRange(d time.Duration) Live {
+	now := c.unix()
+	secs := min(max(int64(d/time.Second), 1), int64(MaxRange/time.Second))
+	if secs <= c.window {
+		return c.Live(now - secs + 1)
+	}
+	since := (now - secs + 1) / coarseStep * coarseStep
+	return c.report(now, since, coarseStep, func(s *series) []Point { return s.minutePoints(since, now) })
+}
+
+// report builds a Live from since to now, each rule's points read by pts.
+func (c *Console) report(now, since, step int64, pts func(*series) []Point) Live {
+	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now)}
 	byName := *c.live.m.Load()
 	seen := make(map[string]bool, len(byName))
 	add := func(name string) {
@@ -227,25 +248,9 @@ func (c *Console) Live(since int64) Live {
 		seen[name] = true
 		rl := RuleLive{Rule: name, Points: []Point{}, Totals: Point{T: since}}
 		if s := byName[name]; s != nil {
-			rl.Points = append(rl.Points, s.points(since, now)...)
+			rl.Points = append(rl.Points, pts(s)...)
 		}
-		var latSum, latN int64
-		for _, p := range rl.Points {
-			t := &rl.Totals
-			t.Allowed += p.Allowed
-			t.Denied += p.Denied
-			t.ShadowDenied += p.ShadowDenied
-			t.Error += p.Error
-			t.Degraded += p.Degraded
-			t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
-			if p.LatencyAvgUS > 0 {
-				latSum += p.LatencyAvgUS
-				latN++
-			}
-		}
-		if latN > 0 {
-			rl.Totals.LatencyAvgUS = latSum / latN
-		}
+		rl.Totals = sumPoints(since, rl.Points)
 		out.Rules = append(out.Rules, rl)
 	}
 	rules := c.config().Rules
@@ -265,6 +270,27 @@ func (c *Console) Live(since int64) Live {
 		add(name)
 	}
 	return out
+}
+
+// sumPoints sums points into one whose T is since; its latency mean is the
+// mean over every event the points' latencies cover.
+func sumPoints(since int64, points []Point) Point {
+	t := Point{T: since}
+	var latSum int64
+	for _, p := range points {
+		t.Allowed += p.Allowed
+		t.Denied += p.Denied
+		t.ShadowDenied += p.ShadowDenied
+		t.Error += p.Error
+		t.Degraded += p.Degraded
+		t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
+		t.LatencyN += p.LatencyN
+		latSum += p.LatencyAvgUS * p.LatencyN
+	}
+	if t.LatencyN > 0 {
+		t.LatencyAvgUS = latSum / t.LatencyN
+	}
+	return t
 }
 
 // Handler returns the console's handler: the page at "/", its assets and

@@ -82,7 +82,7 @@ func TestLiveCountsPerSecond(t *testing.T) {
 	}
 	api := ruleLive(t, l, "api")
 	want := []Point{
-		{T: t0.Unix(), Allowed: 3, Denied: 1, LatencyAvgUS: 150, LatencyMaxUS: 300},
+		{T: t0.Unix(), Allowed: 3, Denied: 1, LatencyAvgUS: 150, LatencyMaxUS: 300, LatencyN: 4},
 		{T: t0.Unix() + 1, ShadowDenied: 1, Error: 1, Degraded: 1},
 	}
 	if fmt.Sprint(api.Points) != fmt.Sprint(want) {
