@@ -223,16 +223,19 @@ func (c *Console) Live(since int64) Live {
 	return c.report(now, since, 1, func(s *series) []Point { return s.points(since, now) })
 }
 
-// LiveRange returns the counts over the last d (at most MaxRange): a point
-// a second when d is within the window, else a point a minute, from the
-// minute d ago on.
-func (c *Console) LiveRange(d time.Duration) Live {
+// LiveRange returns the counts over the last d (at most MaxRange), from the
+// Unix second since on when it is later: a point a second when d is within
+// the window, else a point a minute, from the minute holding the first
+// second asked for on. A page asks for the whole range once, then for the
+// minutes since its last poll.
+func (c *Console) LiveRange(d time.Duration, since int64) Live {
 	now := c.unix()
 	secs := min(max(int64(d/time.Second), 1), int64(MaxRange/time.Second))
+	since = max(since, now-secs+1)
 	if secs <= c.window {
-		return c.Live(now - secs + 1)
+		return c.Live(since)
 	}
-	since := (now - secs + 1) / coarseStep * coarseStep
+	since = min(since, now) / coarseStep * coarseStep
 	return c.report(now, since, coarseStep, func(s *series) []Point { return s.minutePoints(since, now) })
 }
 

@@ -194,27 +194,23 @@ func (c *Console) serveConfig(w http.ResponseWriter, _ *http.Request) {
 func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var l Live
-	switch s, rs := q.Get("since"), q.Get("range"); {
-	case s != "" && rs != "":
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "since and range: give one"})
-		return
-	case rs != "":
+	var since int64
+	if s := q.Get("since"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("since=%q: want Unix seconds", s)})
+			return
+		}
+		since = n
+	}
+	if rs := q.Get("range"); rs != "" {
 		d, err := time.ParseDuration(rs)
 		if err != nil || d < time.Second || d > MaxRange {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("range=%q: want a duration from 1s to %v, such as 5m or 6h", rs, MaxRange)})
 			return
 		}
-		l = c.LiveRange(d)
-	default:
-		var since int64
-		if s != "" {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("since=%q: want Unix seconds", s)})
-				return
-			}
-			since = n
-		}
+		l = c.LiveRange(d, since)
+	} else {
 		l = c.Live(since)
 	}
 	bp := bufPool.Get().(*[]byte)

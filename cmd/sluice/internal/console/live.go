@@ -113,16 +113,27 @@ func (s *series) minutePoints(since, now int64) []Point {
 		a.latN += latN
 		a.latMax = max(a.latMax, latMax)
 	}
-	for i := range s.minutes {
-		mn := &s.minutes[i]
-		if mn.m >= 0 {
-			add(mn.m, func(i int) int64 { return mn.counts[i] }, mn.latSum, mn.latN, mn.latMax)
+	for m := first; m <= last; m++ {
+		if mn := &s.minutes[uint64(m)%coarseSlots]; mn.m == m {
+			add(m, func(i int) int64 { return mn.counts[i] }, mn.latSum, mn.latN, mn.latMax)
 		}
 	}
-	for i := range s.ring {
-		sl := &s.ring[i]
-		if sec := sl.sec.Load(); sec >= 0 && sec <= now {
-			add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+	// The ring's seconds not folded yet: within a short span, the span's
+	// own slots; else every slot, which may hold seconds older than the
+	// window (a rule gone quiet folds nothing).
+	from, n := first*coarseStep, int64(len(s.ring))
+	if now-from < n {
+		for sec := from; sec <= now; sec++ {
+			if sl := &s.ring[uint64(sec)%uint64(n)]; sl.sec.Load() == sec {
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+			}
+		}
+	} else {
+		for i := range s.ring {
+			sl := &s.ring[i]
+			if sec := sl.sec.Load(); sec >= 0 && sec <= now {
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+			}
 		}
 	}
 	var out []Point

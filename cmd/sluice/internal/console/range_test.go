@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestLiveRange(t *testing.T) {
 	}
 	now := clk.Now().Unix()
 	for _, d := range []time.Duration{MaxRange, time.Hour, 90 * time.Second} {
-		l := c.LiveRange(d)
+		l := c.LiveRange(d, 0)
 		if l.StepS != 60 || l.Since != (now-int64(d/time.Second)+1)/60*60 {
 			t.Fatalf("range %v: step %d since %d (now %d)", d, l.StepS, l.Since, now)
 		}
@@ -75,7 +76,22 @@ func TestLiveRange(t *testing.T) {
 			t.Errorf("range %v: minutes with no events: %v", d, got)
 		}
 	}
-	if l := c.LiveRange(5 * time.Second); l.StepS != 1 || l.Since != now-4 {
+	// From a later second on: the full range's minutes from its minute on.
+	full := ruleLive(t, c.LiveRange(MaxRange, 0), "p").Points
+	for _, back := range []int64{0, 1, 59, 60, 61, 150, 299, 300, 301, 7200} {
+		since := now - back
+		l := c.LiveRange(MaxRange, since)
+		var want []Point
+		for _, p := range full {
+			if p.T >= since/60*60 {
+				want = append(want, p)
+			}
+		}
+		if got := ruleLive(t, l, "p").Points; l.Since != since/60*60 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("since now-%d: since %d, points\n%v\nwant %v", back, l.Since, got, want)
+		}
+	}
+	if l := c.LiveRange(5*time.Second, 0); l.StepS != 1 || l.Since != now-4 {
 		t.Errorf("a range within the window: step %d since %d", l.StepS, l.Since)
 	}
 }
@@ -119,7 +135,12 @@ func TestLiveRangeEndpoint(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"step_s":60`) || !strings.Contains(body, `"denied":1`) || !strings.Contains(body, `"allowed":1`) {
 		t.Errorf("range=1h: %d %s", code, body)
 	}
-	for _, q := range []string{"range=7h", "range=0s", "range=soon", "range=1h&since=5"} {
+	// With since, the minutes from since's on only.
+	code, _, body = get(t, srv.URL+"/console/api/live?range=1h&since="+strconv.FormatInt(clk.Now().Unix(), 10))
+	if code != http.StatusOK || strings.Contains(body, `"denied":1`) || !strings.Contains(body, `"allowed":1`) {
+		t.Errorf("range=1h&since=now: %d %s", code, body)
+	}
+	for _, q := range []string{"range=7h", "range=0s", "range=soon", "range=1h&since=x"} {
 		if code, _, body := get(t, srv.URL+"/console/api/live?"+q); code != http.StatusBadRequest || !strings.Contains(body, "error") {
 			t.Errorf("%s: %d %s", q, code, body)
 		}

@@ -11,17 +11,25 @@
     latency_avg_us: "Store latency, mean (µs)", latency_max_us: "Store latency, max (µs)" };
 
   // ---- Live ----
-  const live = { now: 0, window: 300, rules: new Map(), order: [] }; // rule -> Map(t -> point)
+  // rules: rule -> Map(t -> point). step is the seconds a point stands for
+  // (1, or 60 over a range longer than the window), from..now the span.
+  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [] };
+  const SMALL_MAX = 24; // the small charts drawn, one per rule
 
-  function merge(data) {
+  const RANGES = { "1h": 3600, "6h": 6 * 3600 };
+
+  function merge(data, range) {
     live.now = data.now;
     live.window = data.window_s;
+    live.step = data.step_s || 1;
+    const secs = RANGES[range] || data.window_s;
+    live.from = live.step === 1 ? data.now - secs + 1 : Math.floor((data.now - secs + 1) / live.step) * live.step;
     live.order = data.rules.map((r) => r.rule);
     for (const r of data.rules) {
       let m = live.rules.get(r.rule);
       if (!m) { m = new Map(); live.rules.set(r.rule, m); }
       for (const t of Array.from(m.keys())) {
-        if (t >= data.since || t <= data.now - data.window_s) m.delete(t);
+        if (t >= data.since || t < live.from) m.delete(t);
       }
       for (const p of r.points) m.set(p.t, p);
     }
@@ -33,7 +41,7 @@
     for (const p of (live.rules.get(rule) || new Map()).values()) {
       for (const k of OUTCOMES) t[k] += p[k];
       t.latency_max_us = Math.max(t.latency_max_us, p.latency_max_us);
-      if (p.latency_avg_us > 0) { sum += p.latency_avg_us; n++; }
+      n += p.latency_n; sum += p.latency_avg_us * p.latency_n;
     }
     if (n > 0) t.latency_avg_us = Math.floor(sum / n);
     return t;
@@ -57,6 +65,11 @@
     body.replaceChildren(...rows);
   }
 
+  function spanText() {
+    const secs = live.now - live.from + 1;
+    return live.step === 1 ? "last " + secs + " s" : "last " + Math.round(secs / 3600) + " h, a point a minute";
+  }
+
   function renderTable() {
     const body = document.querySelector("#live-table tbody");
     const rows = [];
@@ -71,6 +84,7 @@
       rows.push(tr);
     }
     fill(body, rows, "No rules and no decisions yet.", 8);
+    document.getElementById("live-span").textContent = spanText();
     document.getElementById("live-as-of").textContent = "as of " + new Date(live.now * 1000).toISOString().replace(".000Z", "Z");
   }
 
@@ -103,56 +117,127 @@
     return e;
   }
 
-  function renderChart() {
-    const chart = document.getElementById("live-chart");
-    const chosen = document.getElementById("live-rule").value;
-    const rules = chosen ? [chosen] : live.order;
-    const W = 800, H = 240, L = 44, R = 8, T = 10, B = 22;
-    const from = live.now - live.window + 1;
-    const series = {};
-    for (const k of OUTCOMES) series[k] = new Array(live.window).fill(0);
+  // slots is the number of points the span holds; index(t) a point's place.
+  function slots() { return Math.max(1, Math.floor((live.now - live.from) / live.step) + 1); }
+  function index(t) { return Math.floor((t - live.from) / live.step); }
+
+  // counts sums the outcomes of rules point by point.
+  function counts(rules) {
+    const n = slots(), series = {};
+    for (const k of OUTCOMES) series[k] = new Array(n).fill(0);
     for (const rule of rules) {
       for (const p of (live.rules.get(rule) || new Map()).values()) {
-        const i = p.t - from;
-        if (i < 0 || i >= live.window) continue;
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
         for (const k of OUTCOMES) series[k][i] += p[k];
       }
     }
+    return series;
+  }
+
+  // latencies is the store's latency point by point over rules: the mean
+  // over every call, and the maximum.
+  function latencies(rules) {
+    const n = slots(), sum = new Array(n).fill(0), cnt = new Array(n).fill(0);
+    const series = { latency_avg_us: new Array(n).fill(0), latency_max_us: new Array(n).fill(0) };
+    for (const rule of rules) {
+      for (const p of (live.rules.get(rule) || new Map()).values()) {
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
+        sum[i] += p.latency_avg_us * p.latency_n; cnt[i] += p.latency_n;
+        series.latency_max_us[i] = Math.max(series.latency_max_us[i], p.latency_max_us);
+      }
+    }
+    for (let i = 0; i < n; i++) if (cnt[i] > 0) series.latency_avg_us[i] = Math.floor(sum[i] / cnt[i]);
+    return series;
+  }
+
+  // draw puts series (name -> values) in an SVG of W×H as lines, with a
+  // scale when axes is set; it returns each series' sum.
+  function draw(chart, series, W, H, axes) {
+    const L = axes ? 44 : 2, R = axes ? 8 : 2, T = axes ? 10 : 3, B = axes ? 22 : 3;
+    const names = Object.keys(series);
+    const n = series[names[0]].length;
     let top = 1;
-    for (const k of OUTCOMES) for (const v of series[k]) top = Math.max(top, v);
-    const x = (i) => L + (i * (W - L - R)) / Math.max(1, live.window - 1);
+    for (const k of names) for (const v of series[k]) top = Math.max(top, v);
+    const x = (i) => L + (i * (W - L - R)) / Math.max(1, n - 1);
     const y = (v) => T + (H - T - B) * (1 - v / top);
     const title = chart.querySelector("title");
     const kids = [title];
-    for (const f of [0, 0.5, 1]) {
-      const v = Math.round(top * f);
-      kids.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-      kids.push(svg("text", { class: "axis", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+    if (axes) {
+      for (const f of [0, 0.5, 1]) {
+        const v = Math.round(top * f);
+        kids.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+        kids.push(svg("text", { class: "axis", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+      }
+      kids.push(svg("text", { class: "axis", x: L, y: H - 6 }, "-" + spanText().replace("last ", "").replace(", a point a minute", "")));
+      kids.push(svg("text", { class: "axis", x: W - R, y: H - 6, "text-anchor": "end" }, "now"));
     }
-    kids.push(svg("text", { class: "axis", x: L, y: H - 6 }, "-" + live.window + " s"));
-    kids.push(svg("text", { class: "axis", x: W - R, y: H - 6, "text-anchor": "end" }, "now"));
-    for (const k of OUTCOMES) {
+    const sums = {};
+    const style = getComputedStyle(document.documentElement);
+    for (const k of names) {
       const pts = series[k].map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
-      const sum = series[k].reduce((a, b) => a + b, 0);
+      sums[k] = series[k].reduce((a, b) => a + b, 0);
       kids.push(svg("polyline", {
-        points: pts, fill: "none", "stroke-width": k === "allowed" ? 2 : 1.5,
-        stroke: getComputedStyle(document.documentElement).getPropertyValue("--" + k).trim() || "#000",
-        class: "series", "data-outcome": k, "data-total": String(sum),
+        points: pts, fill: "none", "stroke-width": k === "allowed" || k === "latency_avg_us" ? 2 : 1.5,
+        stroke: style.getPropertyValue("--" + k).trim() || "#000",
+        class: "series", "data-outcome": k, "data-total": String(sums[k]),
       }));
     }
     chart.replaceChildren(...kids);
-    title.textContent = "Decisions per second, " + (chosen ? "rule " + chosen : "all rules") +
-      ", last " + live.window + " s: " + OUTCOMES.map((k) => k.replace("_", " ") + " " + series[k].reduce((a, b) => a + b, 0)).join(", ");
+    return sums;
   }
 
-  let since = 0, failures = 0;
+  function perWhat() { return live.step === 1 ? "per second" : "per minute"; }
+
+  function renderChart() {
+    const chosen = document.getElementById("live-rule").value;
+    const rules = chosen ? [chosen] : live.order;
+    const what = chosen ? "rule " + chosen : "all rules";
+    const chart = document.getElementById("live-chart");
+    const sums = draw(chart, counts(rules), 800, 240, true);
+    chart.querySelector("title").textContent = "Decisions " + perWhat() + ", " + what + ", " + spanText() + ": " +
+      OUTCOMES.map((k) => k.replace("_", " ") + " " + sums[k]).join(", ");
+    const lat = document.getElementById("latency-chart");
+    const ls = latencies(rules);
+    draw(lat, ls, 800, 140, true);
+    lat.querySelector("title").textContent = "Store latency " + perWhat() + " (µs), " + what + ", " + spanText() +
+      ": highest mean " + Math.max(...ls.latency_avg_us) + ", highest max " + Math.max(...ls.latency_max_us);
+    renderSmall();
+  }
+
+  // renderSmall draws a small chart per rule (the first SMALL_MAX).
+  function renderSmall() {
+    const box = document.getElementById("live-small");
+    const figs = [];
+    for (const rule of live.order.slice(0, SMALL_MAX)) {
+      const fig = document.createElement("figure");
+      fig.className = "small";
+      fig.dataset.rule = rule;
+      const chart = svg("svg", { viewBox: "0 0 200 60", preserveAspectRatio: "none", role: "img" });
+      chart.append(svg("title", {}));
+      const sums = draw(chart, counts([rule]), 200, 60, false);
+      chart.querySelector("title").textContent = "Decisions " + perWhat() + ", rule " + rule + ": " +
+        OUTCOMES.map((k) => k.replace("_", " ") + " " + sums[k]).join(", ");
+      const cap = cell("figcaption", "");
+      cap.append(cell("span", rule, { class: "rule" }), cell("span", sums.allowed + " allowed, " + sums.denied + " denied", { class: "sum" }));
+      fig.append(chart, cap);
+      figs.push(fig);
+    }
+    box.replaceChildren(...figs);
+  }
+
+  let since = 0, failures = 0, timer = 0;
   async function poll() {
     const status = document.getElementById("live-status");
+    const range = document.getElementById("live-range").value;
     try {
-      const resp = await fetch("/console/api/live" + (since ? "?since=" + since : ""), { cache: "no-store" });
+      const q = "?" + (range ? "range=" + range + "&" : "") + (since ? "since=" + since : "");
+      const resp = await fetch("/console/api/live" + q, { cache: "no-store" });
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       const data = await resp.json();
-      merge(data);
+      if (range !== document.getElementById("live-range").value) return; // changed meanwhile
+      merge(data, range);
       since = data.now;
       syncRuleSelect();
       renderTable();
@@ -164,8 +249,17 @@
     } catch (e) {
       failures++;
       status.textContent = "Live updates failed (" + e.message + "); retrying.";
+    } finally {
+      // A range of minutes changes slowly: it is asked for less often.
+      clearTimeout(timer);
+      timer = setTimeout(poll, range ? 10 * POLL_MS : POLL_MS);
     }
-    setTimeout(poll, POLL_MS);
+  }
+
+  function changeRange() {
+    since = 0;
+    live.rules.clear();
+    poll();
   }
 
   // ---- Playground ----
@@ -262,8 +356,9 @@
 
   function start() {
     document.getElementById("live-controls").hidden = false;
-    document.getElementById("live-figure").hidden = false;
+    document.getElementById("live-charts").hidden = false;
     document.getElementById("live-rule").addEventListener("change", renderChart);
+    document.getElementById("live-range").addEventListener("change", changeRange);
     poll();
 
     const shape = document.getElementById("sim-shape");
