@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -144,5 +145,47 @@ func TestLiveRangeEndpoint(t *testing.T) {
 		if code, _, body := get(t, srv.URL+"/console/api/live?"+q); code != http.StatusBadRequest || !strings.Contains(body, "error") {
 			t.Errorf("%s: %d %s", q, code, body)
 		}
+	}
+}
+
+// TestLiveRangeConcurrent: seconds fold into minutes while events come in
+// from many goroutines and pages read the range; every event is counted
+// once. Run with -race.
+func TestLiveRangeConcurrent(t *testing.T) {
+	seed := testenv.SeedOr(t, 17)
+	c, clk := newTestConsole(t, Options{Window: 3 * time.Second})
+	const workers, seconds, each = 6, 20, 300
+	want := int64(0)
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				c.LiveRange(MaxRange, 0)
+				c.Live(0)
+			}
+		}
+	})
+	for range seconds {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(seed, uint64(w)))
+				for range each {
+					c.Observe(observe.Event{Policy: "p", Outcome: observe.Allowed, Latency: time.Duration(1+r.IntN(100)) * time.Microsecond})
+				}
+			})
+		}
+		wg.Wait()
+		want += workers * each
+		clk.Advance(time.Second)
+	}
+	close(stop)
+	readers.Wait()
+	if got := ruleLive(t, c.LiveRange(MaxRange, 0), "p").Totals; got.Allowed != want || got.LatencyN != want {
+		t.Errorf("counted %d allowed, latency over %d, want %d", got.Allowed, got.LatencyN, want)
 	}
 }
