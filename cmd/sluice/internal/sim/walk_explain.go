@@ -77,7 +77,7 @@ func (w *Walk) state(s algo.State) []Field {
 	case algo.TokenBucket:
 		lvl := frac(s.A, p.Period)
 		return []Field{
-			{"level", num(lvl) + " units spent, not yet refilled"},
+			{"level", num(lvl) + " (units spent, not yet refilled)"},
 			{"tokens", num(rsub(rat(p.Burst), lvl))},
 			{"last update", w.at(s.B)},
 		}

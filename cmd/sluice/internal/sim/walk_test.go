@@ -128,15 +128,15 @@ func TestWalkSteps(t *testing.T) {
 	want := []struct {
 		at, after, math string
 	}{
-		{"t+0s", "[{level 1 units spent, not yet refilled} {tokens 1} {last update t+0s}]",
+		{"t+0s", "[{level 1 (units spent, not yet refilled)} {tokens 1} {last update t+0s}]",
 			"a fresh key: level 0, 2 tokens|tokens = burst − level = 2 − 0 = 2|cost 1 ≤ tokens 2: allowed|remaining = ⌊tokens⌋ = ⌊1⌋ = 1|reset after = ⌈level × T⌉ = ⌈1 × 100ms⌉ = 100ms"},
-		{"t+0s", "[{level 2 units spent, not yet refilled} {tokens 0} {last update t+0s}]",
+		{"t+0s", "[{level 2 (units spent, not yet refilled)} {tokens 0} {last update t+0s}]",
 			"0s since the last update refill 0 units (one per T = 100ms): level 1 → 1|tokens = burst − level = 2 − 1 = 1|cost 1 ≤ tokens 1: allowed|remaining = ⌊tokens⌋ = ⌊0⌋ = 0|reset after = ⌈level × T⌉ = ⌈2 × 100ms⌉ = 200ms"},
-		{"t+0s", "[{level 2 units spent, not yet refilled} {tokens 0} {last update t+0s}]",
+		{"t+0s", "[{level 2 (units spent, not yet refilled)} {tokens 0} {last update t+0s}]",
 			"0s since the last update refill 0 units (one per T = 100ms): level 2 → 2|tokens = burst − level = 2 − 2 = 0|cost 1 > tokens 0: denied, nothing spent; retry after 100ms|remaining = ⌊tokens⌋ = ⌊0⌋ = 0|reset after = ⌈level × T⌉ = ⌈2 × 100ms⌉ = 200ms"},
-		{"t+150ms", "[{level 1.5 units spent, not yet refilled} {tokens 0.5} {last update t+150ms}]",
+		{"t+150ms", "[{level 1.5 (units spent, not yet refilled)} {tokens 0.5} {last update t+150ms}]",
 			"150ms since the last update refill 1.5 units (one per T = 100ms): level 2 → 0.5|tokens = burst − level = 2 − 0.5 = 1.5|cost 1 ≤ tokens 1.5: allowed|remaining = ⌊tokens⌋ = ⌊0.5⌋ = 0|reset after = ⌈level × T⌉ = ⌈1.5 × 100ms⌉ = 150ms"},
-		{"t+1s", "[{level 2 units spent, not yet refilled} {tokens 0} {last update t+1s}]",
+		{"t+1s", "[{level 2 (units spent, not yet refilled)} {tokens 0} {last update t+1s}]",
 			"850ms since the last update refill 8.5 units (one per T = 100ms): level 1.5 → 0|tokens = burst − level = 2 − 0 = 2|cost 2 ≤ tokens 2: allowed|remaining = ⌊tokens⌋ = ⌊0⌋ = 0|reset after = ⌈level × T⌉ = ⌈2 × 100ms⌉ = 200ms"},
 	}
 	if len(w.Steps) != len(want) {
