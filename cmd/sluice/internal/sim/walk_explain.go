@@ -310,7 +310,16 @@ func (w *Walk) explainLog(s algo.State, now, cost int64, d algo.Decision, after 
 			lines = append(lines, fmt.Sprintf("the log records %s ×%d", w.at(now), after.Log[len(after.Log)-1].N))
 		}
 	} else {
-		lines = append(lines, "retry after: when enough of the oldest entries have left the period")
+		left := used
+		for _, e := range s.Log {
+			if e.T <= now-p.Period {
+				continue
+			}
+			if left -= e.N; left+cost <= p.Rate {
+				lines = append(lines, fmt.Sprintf("room for cost %d once the entries up to %s ×%d have left: at %s + period, retry after %s", cost, w.at(e.T), e.N, w.at(e.T), dur(d.RetryAfter)))
+				break
+			}
+		}
 	}
 	return append(lines,
 		fmt.Sprintf("remaining = rate − used = %d − %d = %d", p.Rate, used, d.Remaining),

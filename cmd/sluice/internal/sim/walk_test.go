@@ -110,8 +110,21 @@ func checkResult(t *testing.T, where string, w *Walk, st WalkStep) {
 	if len(st.Result) != 7 {
 		t.Fatalf("%s: %d result fields, want the decision's 7", where, len(st.Result))
 	}
-	if !strings.Contains(strings.Join(st.Math, "\n"), verdict) && st.Cost > 0 {
+	math := strings.Join(st.Math, "\n")
+	if !strings.Contains(math, verdict) && st.Cost > 0 {
 		t.Fatalf("%s: the arithmetic %q never says %s", where, st.Math, verdict)
+	}
+	// The arithmetic ends where the decision does.
+	if !d.Allowed && !strings.Contains(math, "retry after "+dur(d.RetryAfter)) {
+		t.Fatalf("%s: the arithmetic %q never gives the retry after %s", where, st.Math, dur(d.RetryAfter))
+	}
+	for _, l := range st.Math {
+		if strings.HasPrefix(l, "remaining = ") && !strings.HasSuffix(l, fmt.Sprintf("= %d", d.Remaining)) {
+			t.Fatalf("%s: %q, but remaining is %d", where, l, d.Remaining)
+		}
+		if strings.HasPrefix(l, "reset after = ") && !strings.Contains(l, " "+dur(d.ResetAfter)) {
+			t.Fatalf("%s: %q, but reset after is %s", where, l, dur(d.ResetAfter))
+		}
 	}
 }
 
