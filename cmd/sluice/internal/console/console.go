@@ -16,7 +16,8 @@
 //	GET  /                       the page
 //	GET  /console/api/config     the configuration view (JSON)
 //	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
-//	                             returns the seconds from since on only
+//	                             returns the seconds from since on only;
+//	                             ?range=6h the last hours a point a minute
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	POST /console/api/steps      a walk: one key through one algorithm, step

@@ -114,6 +114,19 @@ func TestBrowserFits(t *testing.T) {
 			checkFits(t, ctx, "a walk, stepped")
 			browsertest.Screenshot(t, ctx, "after-runs")
 
+			// Without the script: the walk's table, a step opened.
+			disable := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+				return err
+			})
+			err = chromedp.Do(ctx, disable, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#rules-table")),
+				chromedp.Click(chromedp.CSS("#steps-run")), chromedp.WaitVisible(chromedp.CSS("#steps-table")),
+				chromedp.Click(chromedp.CSS(`tr[data-step="3"] summary`)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFits(t, ctx, "a walk without the script, a step open")
+
 			lsrv := loginServer(t)
 			if err := chromedp.Do(ctx, chromedp.Navigate(lsrv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token"))); err != nil {
 				t.Fatal(err)

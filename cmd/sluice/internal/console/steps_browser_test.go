@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
@@ -119,6 +120,13 @@ func TestBrowserSteps(t *testing.T) {
 				t.Fatal(err)
 			}
 			check(j)
+		}
+		// The keys: Home goes to the first step, ArrowRight on by one.
+		if err := chromedp.Do(ctx, chromedp.Focus(chromedp.CSS("#step-back")), chromedp.KeyEvent(kb.Home), chromedp.KeyEvent(kb.ArrowRight)); err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Steps) > 1 {
+			check(1)
 		}
 		if i == 1 {
 			browsertest.Screenshot(t, ctx, "steps")

@@ -414,6 +414,13 @@
     stepper.hidden = false;
     document.getElementById("step-back").addEventListener("click", () => showStep(stepAt - 1));
     document.getElementById("step-forward").addEventListener("click", () => showStep(stepAt + 1));
+    // The arrow keys step too while the stepper has the focus.
+    stepper.addEventListener("keydown", (ev) => {
+      const to = { ArrowLeft: stepAt - 1, ArrowRight: stepAt + 1, Home: 0, End: Infinity }[ev.key];
+      if (to === undefined) return;
+      ev.preventDefault();
+      showStep(to);
+    });
     for (const tr of document.querySelectorAll("#steps-table tbody tr[data-step]")) {
       tr.querySelector("summary").addEventListener("click", (ev) => {
         ev.preventDefault();
