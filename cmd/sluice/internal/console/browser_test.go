@@ -370,14 +370,13 @@ func TestBrowserScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, `document.querySelector("#sim-figure svg")`)
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#steps-algorithm"), "gcra"), typeInto("steps-burst", "3"), chromedp.Click(chromedp.CSS("#steps-run"))); err != nil {
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#steps-algorithm"), "gcra"), typeInto("steps-burst", "3")); err != nil {
 		t.Fatal(err)
 	}
+	press(t, ctx, "#steps-run")
 	waitFor(t, ctx, `Number(document.body.dataset.stepsRuns || 0) >= 1 && document.querySelector("#step-current")`)
 	for range 3 {
-		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#step-forward"))); err != nil {
-			t.Fatal(err)
-		}
+		press(t, ctx, "#step-forward")
 	}
 	path := browsertest.Screenshot(t, ctx, "console")
 	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
