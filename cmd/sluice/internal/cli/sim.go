@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
+	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 func init() {
@@ -33,6 +35,9 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	ticks := fs.Int("ticks", 0, "the number of columns (default 30, or what the --trace spans, up to 30)")
 	svgPath := fs.String("svg", "", "also write the figure as an SVG image to this file")
 	noColor := fs.Bool("no-color", false, "no ANSI colors (the default when stdout is not a terminal or NO_COLOR is set)")
+	steps := fs.Bool("steps", false, "walk one key through one algorithm (--algorithm) request by request: the state before and after, the arithmetic and the decision of each step")
+	fs.StringVar(&lf.algorithm, "algorithm", "token-bucket", "with --steps: the algorithm walked, one of the seven above")
+	requests := fs.String("requests", "", "with --steps: the requests, as offsets from a start, xN for N at once, cost=N (default \""+sim.DefaultWalk+"\"); --trace walks a trace's first key instead")
 	var names []string
 	for _, k := range algo.Kinds() {
 		names = append(names, k.String())
@@ -41,9 +46,11 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fs.SetOutput(w)
 		fmt.Fprint(w, `Usage: sluice sim [--limit RATE/PERIOD] [--burst B] [--window D] [--tick D] [--ticks N]
                  [--trace FILE] [--svg FILE] [--no-color]
+       sluice sim --steps [--algorithm NAME] [--limit RATE/PERIOD] [--burst B]
+                 [--requests "0ms x3, 200ms, 1s cost=2" | --trace FILE]
 
 `)
-		fmt.Fprint(w, wrap(fmt.Sprintf(`Runs one bursty trace through each algorithm (%s), each with a key of its own, and prints per tick what arrives and what each admits, delays and denies. The default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick, under 10/1s with a burst of 10: --burst left out is the rate, as everywhere. --trace shows a replay trace instead ({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line).`, strings.Join(names, ", ")), 80))
+		fmt.Fprint(w, wrap(fmt.Sprintf(`Runs one bursty trace through each algorithm (%s), each with a key of its own, and prints per tick what arrives and what each admits, delays and denies. The default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick, under 10/1s with a burst of 10: --burst left out is the rate, as everywhere. --trace shows a replay trace instead ({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line). --steps walks one key through one algorithm instead, request by request, as the console's "Step through" does.`, strings.Join(names, ", ")), 80))
 		fmt.Fprint(w, "\n\n")
 		fs.PrintDefaults()
 	}
@@ -51,6 +58,12 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return err
 	}
 	lf.burstGiven = flagGiven(fs, "burst")
+	if *steps {
+		return stepsCmd(lf, *requests, *tracePath, stdin, stdout)
+	}
+	if flagGiven(fs, "algorithm") || flagGiven(fs, "requests") {
+		return errors.New("--algorithm and --requests go with --steps: without it sim shows every algorithm")
+	}
 	if *ticks < 0 || *ticks > sim.MaxTicks {
 		return fmt.Errorf("--ticks %d: want 1 to %d (or 0 to fit the arrivals)", *ticks, sim.MaxTicks)
 	}
@@ -110,6 +123,47 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "wrote %s\n", *svgPath)
 	}
 	return nil
+}
+
+// stepsCmd is `sluice sim --steps`: one key through one algorithm.
+func stepsCmd(lf limitFlags, requests, tracePath string, stdin io.Reader, stdout io.Writer) error {
+	lim, err := lf.parse()
+	if err != nil {
+		return err
+	}
+	p, err := storelink.Params(lim)
+	if err != nil {
+		return err
+	}
+	start := sim.DefaultStart
+	var reqs []sim.Arrival
+	switch {
+	case tracePath != "" && requests != "":
+		return errors.New("--requests and --trace: give one")
+	case tracePath != "":
+		all, err := readTrace(tracePath, stdin)
+		if err != nil {
+			return err
+		}
+		var others int
+		reqs, others = sim.OneKey(all)
+		start = reqs[0].T
+		if others > 0 {
+			fmt.Fprintf(stdout, "(the walk follows key %q: %d requests of other keys are left out)\n", reqs[0].Key, others)
+		}
+	default:
+		if requests == "" {
+			requests = sim.DefaultWalk
+		}
+		if reqs, err = sim.ParseRequests(requests, start, "sim", sim.MaxWalkSteps); err != nil {
+			return fmt.Errorf("--requests: %w", err)
+		}
+	}
+	w, err := sim.NewWalk(p, start, reqs)
+	if err != nil {
+		return err
+	}
+	return sim.WriteWalk(stdout, w)
 }
 
 // wrap breaks text into lines of at most width bytes, at spaces (a longer

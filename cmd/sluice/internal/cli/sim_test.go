@@ -294,3 +294,50 @@ func TestSimBadFlags(t *testing.T) {
 		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// TestSimSteps: --steps prints the walk the console shows, step by step.
+func TestSimSteps(t *testing.T) {
+	code, out, errs := simCLI(t, "", "--steps", "--algorithm", "fixed-window", "--limit", "2/1s", "--requests", "0ms x3, 1s cost=2, 1500ms cost=3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, s := range []string{
+		"sluice sim --steps: fixed-window 2/1s: 2 per window of 1s opened by its first request",
+		"step 1  t+0s  cost 1  ->  decision allowed; remaining 1; retry after 0s; reset after 1s; delay 0s; window ends t+1s; fresh at t+1s",
+		"  math    no window is open: the request opens [t+0s, t+1s), count 0",
+		"step 3  t+0s  cost 1  ->  decision denied; remaining 0; retry after 1s;",
+		"          count + cost = 2 + 1 = 3 > rate 2: denied, nothing spent; retry after 1s",
+		"  after   window [t+1s, t+2s); count 2",
+		"step 5  t+1.5s  cost 3  ->  error: sluice: cost exceeds capacity: cost 3, capacity 2",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+
+	// A trace: the walk follows its first key, from its first time.
+	tr := `{"t_us": 1764000000000000, "key": "a"}
+{"t_us": 1764000000100000, "key": "b"}
+{"t_us": 1764000000200000, "key": "a", "cost": 2}
+`
+	code, out, errs = simCLI(t, tr, "--steps", "--algorithm", "gcra", "--limit", "10/1s", "--burst", "2", "--trace", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, s := range []string{`1 requests of other keys are left out`, `key "a", 2 requests`, "step 2  t+200ms  cost 2  ->  decision allowed"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+
+	for _, c := range []struct{ args []string }{
+		{[]string{"--steps", "--algorithm", "nope"}},
+		{[]string{"--steps", "--requests", "1s, 0s"}},
+		{[]string{"--steps", "--requests", "0s", "--trace", "x.jsonl"}},
+		{[]string{"--algorithm", "gcra"}},
+	} {
+		if code, _, errs := simCLI(t, "", c.args...); code == 0 || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errs)
+		}
+	}
+}

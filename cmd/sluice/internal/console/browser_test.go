@@ -333,7 +333,7 @@ func TestBrowserKeyboard(t *testing.T) {
 }
 
 // TestBrowserScreenshot draws the page as docs/console.md shows it: four minutes
-// of traffic on two rules, and a playground run. With SLUICE_UPDATE_DOCS=1
+// of traffic on two rules, a playground run and a walk at its fourth step. With SLUICE_UPDATE_DOCS=1
 // it writes docs/console.png.
 func TestBrowserScreenshot(t *testing.T) {
 	seed := testenv.SeedOr(t, 2026)
@@ -370,6 +370,14 @@ func TestBrowserScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, `document.querySelector("#sim-figure svg")`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#steps-algorithm"), "gcra"), typeInto("steps-burst", "3")); err != nil {
+		t.Fatal(err)
+	}
+	press(t, ctx, "#steps-run")
+	waitFor(t, ctx, `Number(document.body.dataset.stepsRuns || 0) >= 1 && document.querySelector("#step-current")`)
+	for range 3 {
+		press(t, ctx, "#step-forward")
+	}
 	path := browsertest.Screenshot(t, ctx, "console")
 	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
 		png, err := os.ReadFile(path)

@@ -1,7 +1,8 @@
 // Package console is the web console that `sluice serve` serves at "/": the
-// rules it loaded, what they are doing now, and a playground that runs a
-// limit through every algorithm (package sim, as `sluice sim` does) without
-// touching the live store.
+// rules it loaded, what they are doing now, a playground that runs a limit
+// through every algorithm (package sim, as `sluice sim` does) and a walk
+// that steps one key through one algorithm request by request (sim.NewWalk,
+// as `sluice sim --steps` does), neither touching the live store.
 //
 // A Console is an observe.Observer: the service passes it every decision's
 // events (Observe) and every refused key (Refused), and mounts Handler. The
@@ -15,14 +16,19 @@
 //	GET  /                       the page
 //	GET  /console/api/config     the configuration view (JSON)
 //	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
-//	                             returns the seconds from since on only
+//	                             returns the seconds from since on only;
+//	                             ?range=6h the last hours a point a minute
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
+//	POST /console/api/steps      a walk: one key through one algorithm, step
+//	                             by step (JSON or form in, JSON out)
+//	POST /console/steps          the same walk, rendered as the page
 //	GET  /console/assets/...     the stylesheet and the script
 //	POST /console/login          the sign-in, with Options.Token (login.go)
 //
-// Anyone who reaches the listener may run the playground, so a run is
-// bounded (ticks, arrivals) and runs go one at a time; a POST a page of
+// Anyone who reaches the listener may run the playground and walks, so a
+// run is bounded (ticks, arrivals, a walk's sim.MaxWalkSteps) and runs go
+// one at a time; a POST a page of
 // another origin makes a browser send is refused (package sameorigin), and
 // a run's body must be JSON or the page's form (else 415).
 package console
@@ -200,8 +206,11 @@ type Live struct {
 	Now int64 `json:"now"`
 	// Since is the first second reported.
 	Since int64 `json:"since"`
-	// WindowS is how many seconds the console keeps.
+	// WindowS is how many seconds the console keeps a point a second for.
 	WindowS int64 `json:"window_s"`
+	// StepS is the seconds a point stands for: 1, or 60 for a range
+	// longer than the window (LiveRange).
+	StepS int64 `json:"step_s"`
 	// Rules holds the configuration's named rules in its order (of its
 	// first maxPageRules rules), then the other policies seen, by name.
 	Rules []RuleLive `json:"rules"`
@@ -209,12 +218,33 @@ type Live struct {
 	Top []Refusal `json:"top"`
 }
 
-// Live returns the counts from the Unix second since (at most the window
-// back) to now.
+// Live returns the counts per second from the Unix second since (at most
+// the window back) to now.
 func (c *Console) Live(since int64) Live {
 	now := c.unix()
 	since = min(max(since, now-c.window+1), now)
-	out := Live{Now: now, Since: since, WindowS: c.window, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	return c.report(now, since, 1, func(s *series) []Point { return s.points(since, now) })
+}
+
+// LiveRange returns the counts over the last d (at most MaxRange), from the
+// Unix second since on when it is later: a point a second when d is within
+// the window, else a point a minute, from the minute holding the first
+// second asked for on. A page asks for the whole range once, then for the
+// minutes since its last poll.
+func (c *Console) LiveRange(d time.Duration, since int64) Live {
+	now := c.unix()
+	secs := min(max(int64(d/time.Second), 1), int64(MaxRange/time.Second))
+	since = max(since, now-secs+1)
+	if secs <= c.window {
+		return c.Live(since)
+	}
+	since = min(since, now) / coarseStep * coarseStep
+	return c.report(now, since, coarseStep, func(s *series) []Point { return s.minutePoints(since, now) })
+}
+
+// report builds a Live from since to now, each rule's points read by pts.
+func (c *Console) report(now, since, step int64, pts func(*series) []Point) Live {
+	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now)}
 	byName := *c.live.m.Load()
 	seen := make(map[string]bool, len(byName))
 	add := func(name string) {
@@ -224,25 +254,9 @@ func (c *Console) Live(since int64) Live {
 		seen[name] = true
 		rl := RuleLive{Rule: name, Points: []Point{}, Totals: Point{T: since}}
 		if s := byName[name]; s != nil {
-			rl.Points = append(rl.Points, s.points(since, now)...)
+			rl.Points = append(rl.Points, pts(s)...)
 		}
-		var latSum, latN int64
-		for _, p := range rl.Points {
-			t := &rl.Totals
-			t.Allowed += p.Allowed
-			t.Denied += p.Denied
-			t.ShadowDenied += p.ShadowDenied
-			t.Error += p.Error
-			t.Degraded += p.Degraded
-			t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
-			if p.LatencyAvgUS > 0 {
-				latSum += p.LatencyAvgUS
-				latN++
-			}
-		}
-		if latN > 0 {
-			rl.Totals.LatencyAvgUS = latSum / latN
-		}
+		rl.Totals = sumPoints(since, rl.Points)
 		out.Rules = append(out.Rules, rl)
 	}
 	rules := c.config().Rules
@@ -264,6 +278,27 @@ func (c *Console) Live(since int64) Live {
 	return out
 }
 
+// sumPoints sums points into one whose T is since; its latency mean is the
+// mean over every event the points' latencies cover.
+func sumPoints(since int64, points []Point) Point {
+	t := Point{T: since}
+	var latSum int64
+	for _, p := range points {
+		t.Allowed += p.Allowed
+		t.Denied += p.Denied
+		t.ShadowDenied += p.ShadowDenied
+		t.Error += p.Error
+		t.Degraded += p.Degraded
+		t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
+		t.LatencyN += p.LatencyN
+		latSum += p.LatencyAvgUS * p.LatencyN
+	}
+	if t.LatencyN > 0 {
+		t.LatencyAvgUS = latSum / t.LatencyN
+	}
+	return t
+}
+
 // Handler returns the console's handler: the page at "/", its assets and
 // JSON endpoints under "/console/". Mount it at the root of the service's
 // mux; it answers 404 to every other path.
@@ -276,6 +311,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/api/live", c.serveLive)
 	mux.HandleFunc("POST /console/api/sim", c.serveSim)
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
+	mux.HandleFunc("POST /console/api/steps", c.serveStepsAPI)
+	mux.HandleFunc("POST /console/steps", c.serveSteps)
 	if c.token != "" {
 		mux.HandleFunc("POST "+loginPath, c.serveLogin)
 	}

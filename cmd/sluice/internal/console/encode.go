@@ -22,6 +22,8 @@ func appendLive(b []byte, l *Live) []byte {
 	b = strconv.AppendInt(b, l.Since, 10)
 	b = append(b, `,"window_s":`...)
 	b = strconv.AppendInt(b, l.WindowS, 10)
+	b = append(b, `,"step_s":`...)
+	b = strconv.AppendInt(b, l.StepS, 10)
 	b = append(b, `,"rules":`...)
 	if l.Rules == nil {
 		b = append(b, "null"...)
@@ -87,6 +89,8 @@ func appendPoint(b []byte, p *Point) []byte {
 	b = strconv.AppendInt(b, p.LatencyAvgUS, 10)
 	b = append(b, `,"latency_max_us":`...)
 	b = strconv.AppendInt(b, p.LatencyMaxUS, 10)
+	b = append(b, `,"latency_n":`...)
+	b = strconv.AppendInt(b, p.LatencyN, 10)
 	return append(b, '}')
 }
 

@@ -10,11 +10,13 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 )
 
 //go:embed assets templates
@@ -29,6 +31,7 @@ type pageAssets struct {
 func loadPage() (*pageAssets, error) {
 	tmpl, err := template.New("page.html").Funcs(template.FuncMap{
 		"when":   fmtTime,
+		"usTime": func(us int64) string { return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.999999Z") },
 		"period": fmtPeriod,
 		"yesno": func(b bool) string {
 			if b {
@@ -81,6 +84,12 @@ type pageData struct {
 	SimSVG     template.HTML
 	SimError   string
 	MaxTicks   int
+	MaxSteps   int
+	// Steps is the steps form as typed, Walk its walk, StepsError why
+	// it failed.
+	Steps      stepsForm
+	Walk       *StepsResult
+	StepsError string
 }
 
 // formValues are the playground form's fields, as typed.
@@ -103,8 +112,12 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
 	d.Live = c.Live(0)
 	d.MaxTicks = maxTicks
+	d.MaxSteps = sim.MaxWalkSteps
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())
+	}
+	if d.Steps == (stepsForm{}) {
+		d.Steps = defaultStepsForm()
 	}
 	var buf bytes.Buffer
 	if err := c.page.tmpl.Execute(&buf, d); err != nil {
@@ -180,8 +193,10 @@ func (c *Console) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var l Live
 	var since int64
-	if s := r.URL.Query().Get("since"); s != "" {
+	if s := q.Get("since"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("since=%q: want Unix seconds", s)})
@@ -189,7 +204,16 @@ func (c *Console) serveLive(w http.ResponseWriter, r *http.Request) {
 		}
 		since = n
 	}
-	l := c.Live(since)
+	if rs := q.Get("range"); rs != "" {
+		d, err := time.ParseDuration(rs)
+		if err != nil || d < time.Second || d > MaxRange {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("range=%q: want a duration from 1s to %v, such as 5m or 6h", rs, MaxRange)})
+			return
+		}
+		l = c.LiveRange(d, since)
+	} else {
+		l = c.Live(since)
+	}
 	bp := bufPool.Get().(*[]byte)
 	b := append(appendLive((*bp)[:0], &l), '\n')
 	h := w.Header()
@@ -232,10 +256,28 @@ func statusOf(err error) int {
 // as typed, to show them again, and done, which opens the gate again: call
 // it once the answer is written.
 func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, res *SimResult, done func(), err error) {
+	done, err = c.enterRun(w)
+	if err != nil {
+		return defaultForm(), nil, done, err
+	}
+	req, form, err := readSimRequest(w, r)
+	if err != nil {
+		return form, nil, done, err
+	}
+	res, err = simulate(req, c.config())
+	return form, res, done, err
+}
+
+// enterRun takes the console's gate for a run (a playground run, a walk) and
+// bounds the time the run may take to read and answer; while another run
+// holds the gate it answers errBusy (with Retry-After set) at once. It
+// returns done, which opens the gate again: call it once the answer is
+// written, whatever the error.
+func (c *Console) enterRun(w http.ResponseWriter) (done func(), err error) {
 	done, ok := c.runs.enter()
 	if !ok {
 		w.Header().Set("Retry-After", "1")
-		return defaultForm(), nil, func() {}, errBusy
+		return func() {}, errBusy
 	}
 	// A ResponseWriter that cannot (ErrNotSupported) waits on its client
 	// as long as the client takes.
@@ -243,12 +285,7 @@ func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, 
 	deadline := time.Now().Add(runTimeout)
 	_ = rc.SetReadDeadline(deadline)
 	_ = rc.SetWriteDeadline(deadline)
-	req, form, err := readSimRequest(w, r)
-	if err != nil {
-		return form, nil, done, err
-	}
-	res, err = simulate(req, c.config())
-	return form, res, done, err
+	return done, nil
 }
 
 func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
@@ -275,33 +312,14 @@ func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
 }
 
 // readSimRequest reads a playground run from a JSON body or a form; it
-// returns the form's fields as typed too, to show them again. A body of
-// another type (or of none said) is errMediaType: read as a form it would
-// be an empty one, and run the default scenario in its place.
+// returns the form's fields as typed too, to show them again.
 func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formValues, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var req SimRequest
 	form := defaultForm()
-	ctype := r.Header.Get("Content-Type")
-	ct, _, _ := mime.ParseMediaType(ctype)
-	switch ct {
-	case "application/json":
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return req, form, bodyError("the request's JSON", err)
-		}
-		return req, form, nil
-	case "application/x-www-form-urlencoded":
-	case "":
-		return req, form, fmt.Errorf("%w; the request has no Content-Type", errMediaType)
-	default:
-		return req, form, fmt.Errorf("%w, not %q", errMediaType, ctype)
+	f, err := readBody(w, r, &req)
+	if err != nil || f == nil {
+		return req, form, err
 	}
-	if err := r.ParseForm(); err != nil {
-		return req, form, bodyError("the form", err)
-	}
-	f := r.PostForm
 	form = formValues{
 		Rule: f.Get("rule"), Limit: f.Get("limit"), Burst: f.Get("burst"), Window: f.Get("window"),
 		Tick: f.Get("tick"), Ticks: f.Get("ticks"), Shape: f.Get("shape"), Rate: f.Get("rate"),
@@ -311,17 +329,6 @@ func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formVal
 		form.Algorithms[a] = true
 	}
 	req = SimRequest{Rule: form.Rule, Limit: form.Limit, Window: form.Window, Tick: form.Tick, Shape: form.Shape, Trace: form.Trace, Algorithms: f["algorithms"]}
-	num := func(name, s string, dst *int) error {
-		if s = strings.TrimSpace(s); s == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("%s %q is not a whole number", name, s)
-		}
-		*dst = n
-		return nil
-	}
 	if s := strings.TrimSpace(form.Burst); s != "" {
 		b, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -329,12 +336,53 @@ func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formVal
 		}
 		req.Burst = &b
 	}
-	for _, e := range []error{num("ticks", form.Ticks, &req.Ticks), num("rate", form.Rate, &req.Rate), num("size", form.Size, &req.Size)} {
+	for _, e := range []error{formInt("ticks", form.Ticks, &req.Ticks), formInt("rate", form.Rate, &req.Rate), formInt("size", form.Size, &req.Size)} {
 		if e != nil {
 			return req, form, e
 		}
 	}
 	return req, form, nil
+}
+
+// readBody reads a run's body, at most maxBodyBytes: JSON into v (and a nil
+// form), or the page's form. A body of another type (or of none said) is
+// errMediaType: read as a form it would be an empty one, and run the
+// defaults in its place.
+func readBody(w http.ResponseWriter, r *http.Request, v any) (url.Values, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	ctype := r.Header.Get("Content-Type")
+	ct, _, _ := mime.ParseMediaType(ctype)
+	switch ct {
+	case "application/json":
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			return nil, bodyError("the request's JSON", err)
+		}
+		return nil, nil
+	case "application/x-www-form-urlencoded":
+	case "":
+		return nil, fmt.Errorf("%w; the request has no Content-Type", errMediaType)
+	default:
+		return nil, fmt.Errorf("%w, not %q", errMediaType, ctype)
+	}
+	if err := r.ParseForm(); err != nil {
+		return nil, bodyError("the form", err)
+	}
+	return r.PostForm, nil
+}
+
+// formInt reads a form's whole number s into *dst, leaving it for "".
+func formInt(name, s string, dst *int) error {
+	if s = strings.TrimSpace(s); s == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%s %q is not a whole number", name, s)
+	}
+	*dst = n
+	return nil
 }
 
 // bodyError is the error of reading what (a body), errTooLarge when the

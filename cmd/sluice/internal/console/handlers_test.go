@@ -70,10 +70,10 @@ func TestPage(t *testing.T) {
 		t.Fatalf("GET /: %d %s", code, h.Get("Content-Type"))
 	}
 	for _, s := range []string{
-		`<td data-k="path"><code>header_match=api &gt; user_id</code></td>`,
-		`<td data-k="algorithm">gcra</td>`,
-		`<td data-k="period">1m (minute)</td>`,
-		`<td data-k="shadow">yes</td>`,
+		`<td data-k="path" data-label="Descriptor path"><code>header_match=api &gt; user_id</code></td>`,
+		`<td data-k="algorithm" data-label="Algorithm">gcra</td>`,
+		`<td data-k="period" data-label="Period">1m (minute)</td>`,
+		`<td data-k="shadow" data-label="Shadow">yes</td>`,
 		`<tr data-rule="internal.health">`,
 		`<code>/etc/sluice/rules.yaml</code>`,
 		`2026-12-02 15:00:00 UTC`,
@@ -404,14 +404,14 @@ func TestPlaygroundForm(t *testing.T) {
 			t.Errorf("the page lacks %q", s)
 		}
 	}
-	if resp.StatusCode != 200 || strings.Contains(string(body), `data-algorithm="gcra"`) {
+	if resp.StatusCode != 200 || strings.Contains(string(body), `<tr data-algorithm="gcra">`) {
 		t.Errorf("%d, or rows not asked for", resp.StatusCode)
 	}
 	if !strings.Contains(want[0], "token-bucket admitted ") {
 		t.Fatal(want)
 	}
 	adm := strings.Fields(want[0])[2]
-	if !strings.Contains(string(body), `<td class="num" data-k="admitted">`+adm+`</td>`) {
+	if !strings.Contains(string(body), `<td class="num" data-k="admitted" data-label="Admitted">`+adm+`</td>`) {
 		t.Errorf("the page lacks token-bucket's %s admitted", adm)
 	}
 	form.Set("ticks", "many")
@@ -440,7 +440,7 @@ func TestPageBounded(t *testing.T) {
 	if len(body) > 1<<20 {
 		t.Errorf("a page of %d bytes for 10,000 rules, want at most 1 MiB", len(body))
 	}
-	if n := strings.Count(body, `<td data-k="path">`); n != maxPageRules {
+	if n := strings.Count(body, `<td data-k="path" data-label="Descriptor path">`); n != maxPageRules {
 		t.Errorf("%d rows in the rules table, want %d", n, maxPageRules)
 	}
 	if want := fmt.Sprintf(`10000 rules loaded; the first %d are listed`, maxPageRules); !strings.Contains(body, want) || !strings.Contains(body, `<a href="/console/api/config">`) {

@@ -28,19 +28,138 @@ type slot struct {
 	_      [128 - 8*(1+len(observe.Outcomes)+3)]byte
 }
 
-// series is one rule's ring of per-second slots.
+// The coarse view keeps the last hours at a point a minute: coarseSlots
+// minutes of coarseStep seconds. A second's counts move into its minute when
+// its slot of the per-second ring is reused, so each second is counted in
+// exactly one place, and the coarse view adds the ring's seconds still held.
+const (
+	coarseStep  = 60
+	coarseSlots = 6 * 60
+	// MaxRange is the longest time range the live view reports.
+	MaxRange = coarseSlots * coarseStep * time.Second
+)
+
+// minute is one minute of one rule's counts in the coarse view; it is read
+// and written under the series' lock.
+type minute struct {
+	m                    int64 // the minute, Unix seconds / coarseStep; -1 for none
+	counts               [len(observe.Outcomes)]int64
+	latSum, latN, latMax int64
+}
+
+// series is one rule's ring of per-second slots, and its minutes.
 type series struct {
 	name string
-	mu   sync.Mutex // held only to roll a slot over to a new second
-	ring []slot
+	// mu is held to roll a slot over to a new second (moving the old
+	// second into its minute) and to read the minutes.
+	mu      sync.Mutex
+	ring    []slot
+	minutes []minute
 }
 
 func newSeries(name string, n int) *series {
-	s := &series{name: name, ring: make([]slot, n)}
+	s := &series{name: name, ring: make([]slot, n), minutes: make([]minute, coarseSlots)}
 	for i := range s.ring {
 		s.ring[i].sec.Store(-1)
 	}
+	for i := range s.minutes {
+		s.minutes[i].m = -1
+	}
 	return s
+}
+
+// fold adds the counts of second sec, held in sl, to its minute. The caller
+// holds s.mu. A minute older than the one its slot holds now is dropped:
+// it is over coarseSlots minutes old.
+func (s *series) fold(sec int64, sl *slot) {
+	m := sec / coarseStep
+	mn := &s.minutes[uint64(m)%coarseSlots]
+	if mn.m != m {
+		if mn.m > m {
+			return
+		}
+		*mn = minute{m: m}
+	}
+	for i := range sl.counts {
+		mn.counts[i] += sl.counts[i].Load()
+	}
+	mn.latSum += sl.latSum.Load()
+	mn.latN += sl.latN.Load()
+	mn.latMax = max(mn.latMax, sl.latMax.Load())
+}
+
+// minutePoints returns the minutes from the one holding second since to the
+// one holding now that hold counts, oldest first, each a Point whose T is
+// the minute's first second: the folded minutes plus the seconds the ring
+// still holds.
+func (s *series) minutePoints(since, now int64) []Point {
+	first, last := since/coarseStep, now/coarseStep
+	acc := make([]minute, last-first+1)
+	for i := range acc {
+		acc[i].m = -1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	add := func(m int64, counts func(i int) int64, latSum, latN, latMax int64) {
+		if m < first || m > last {
+			return
+		}
+		a := &acc[m-first]
+		a.m = m
+		for i := range a.counts {
+			a.counts[i] += counts(i)
+		}
+		a.latSum += latSum
+		a.latN += latN
+		a.latMax = max(a.latMax, latMax)
+	}
+	for m := first; m <= last; m++ {
+		if mn := &s.minutes[uint64(m)%coarseSlots]; mn.m == m {
+			add(m, func(i int) int64 { return mn.counts[i] }, mn.latSum, mn.latN, mn.latMax)
+		}
+	}
+	// The ring's seconds not folded yet: within a short span, the span's
+	// own slots; else every slot, which may hold seconds older than the
+	// window (a rule gone quiet folds nothing).
+	from, n := first*coarseStep, int64(len(s.ring))
+	if now-from < n {
+		for sec := from; sec <= now; sec++ {
+			if sl := &s.ring[uint64(sec)%uint64(n)]; sl.sec.Load() == sec {
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+			}
+		}
+	} else {
+		for i := range s.ring {
+			sl := &s.ring[i]
+			if sec := sl.sec.Load(); sec >= 0 && sec <= now {
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+			}
+		}
+	}
+	var out []Point
+	for _, a := range acc {
+		if a.m >= 0 {
+			out = append(out, minutePoint(&a))
+		}
+	}
+	return out
+}
+
+func minutePoint(a *minute) Point {
+	p := Point{
+		T:            a.m * coarseStep,
+		Allowed:      a.counts[observe.Allowed],
+		Denied:       a.counts[observe.Denied],
+		ShadowDenied: a.counts[observe.ShadowDenied],
+		Error:        a.counts[observe.Error],
+		Degraded:     a.counts[observe.Degraded],
+		LatencyMaxUS: a.latMax,
+		LatencyN:     a.latN,
+	}
+	if a.latN > 0 {
+		p.LatencyAvgUS = a.latSum / a.latN
+	}
+	return p
 }
 
 // add counts one event at Unix second sec.
@@ -52,6 +171,9 @@ func (s *series) add(sec int64, o observe.Outcome, latency time.Duration) {
 			if old > sec { // a clock gone back: count nothing rather than corrupt a newer second
 				s.mu.Unlock()
 				return
+			}
+			if old >= 0 {
+				s.fold(old, sl)
 			}
 			for i := range sl.counts {
 				sl.counts[i].Store(0)
@@ -79,7 +201,8 @@ func (s *series) add(sec int64, o observe.Outcome, latency time.Duration) {
 	}
 }
 
-// Point is one second of one rule's live counts.
+// Point is one second (or, in a range over the window, one minute) of one
+// rule's live counts.
 type Point struct {
 	// T is the second's start, Unix seconds.
 	T            int64 `json:"t"`
@@ -89,9 +212,11 @@ type Point struct {
 	Error        int64 `json:"error"`
 	Degraded     int64 `json:"degraded"`
 	// LatencyAvgUS and LatencyMaxUS are the store's latency over the events
-	// of the second that called it, µs; 0 when none did.
+	// of the second that called it, µs; 0 when none did. LatencyN counts
+	// those events, so that averages can be summed over rules.
 	LatencyAvgUS int64 `json:"latency_avg_us"`
 	LatencyMaxUS int64 `json:"latency_max_us"`
+	LatencyN     int64 `json:"latency_n"`
 }
 
 // points returns the seconds from since to now (both included) that hold
@@ -116,6 +241,7 @@ func (s *series) points(since, now int64) []Point {
 		}
 		if ln := sl.latN.Load(); ln > 0 {
 			p.LatencyAvgUS = sl.latSum.Load() / ln
+			p.LatencyN = ln
 		}
 		if sl.sec.Load() != sec { // rolled over while read
 			continue

@@ -82,7 +82,7 @@ func TestLiveCountsPerSecond(t *testing.T) {
 	}
 	api := ruleLive(t, l, "api")
 	want := []Point{
-		{T: t0.Unix(), Allowed: 3, Denied: 1, LatencyAvgUS: 150, LatencyMaxUS: 300},
+		{T: t0.Unix(), Allowed: 3, Denied: 1, LatencyAvgUS: 150, LatencyMaxUS: 300, LatencyN: 4},
 		{T: t0.Unix() + 1, ShadowDenied: 1, Error: 1, Degraded: 1},
 	}
 	if fmt.Sprint(api.Points) != fmt.Sprint(want) {
@@ -205,13 +205,22 @@ func BenchmarkObserve(b *testing.B) {
 
 // BenchmarkLiveEndpoint is one poll of GET /console/api/live with 50 rules,
 // every second of the 5-minute window counted: what a page costs the
-// service each second it is open.
+// service each second it is open (since=NOW; while it shows the hours it
+// polls ?range=6h&since=NOW once in 10 s instead).
 func BenchmarkLiveEndpoint(b *testing.B) {
 	var rules []Rule
 	for i := range 50 {
 		rules = append(rules, Rule{Name: fmt.Sprintf("rule%d", i)})
 	}
 	c, clk := newTestConsole(b, Options{Config: func() ConfigView { return ConfigView{Rules: rules} }})
+	// The hours before the window, a point a minute for ?range=6h.
+	clk.Advance(-6 * time.Hour)
+	for range (6*3600 - 300) / 5 {
+		for _, r := range rules {
+			c.Observe(observe.Event{Policy: r.Name, Outcome: observe.Allowed, Latency: time.Millisecond})
+		}
+		clk.Advance(5 * time.Second)
+	}
 	for range 300 {
 		for _, r := range rules {
 			c.Observe(observe.Event{Policy: r.Name, Outcome: observe.Allowed, Latency: time.Millisecond})
@@ -221,7 +230,8 @@ func BenchmarkLiveEndpoint(b *testing.B) {
 		clk.Advance(time.Second)
 	}
 	h := c.Handler()
-	for _, since := range []string{"", "?since=" + strconv.FormatInt(clk.Now().Unix()-1, 10)} {
+	last := strconv.FormatInt(clk.Now().Unix()-1, 10)
+	for _, since := range []string{"", "?since=" + last, "?range=6h", "?range=6h&since=" + last} {
 		b.Run("since="+strings.TrimPrefix(since, "?since="), func(b *testing.B) {
 			req := httptest.NewRequest("GET", "/console/api/live"+since, nil)
 			b.ReportAllocs()

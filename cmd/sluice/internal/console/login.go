@@ -3,6 +3,7 @@ package console
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,7 +61,7 @@ func (c *Console) Refuse(w http.ResponseWriter, r *http.Request) bool {
 	if c.session == "" || r.Method != http.MethodGet || !consolePath(r.URL.Path) || !strings.Contains(r.Header.Get("Accept"), "text/html") {
 		return false
 	}
-	writeLoginPage(w)
+	writeLoginPage(w, false)
 	return true
 }
 
@@ -70,30 +71,63 @@ func (c *Console) serveLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	token := r.PostFormValue("token")
 	if subtle.ConstantTimeCompare([]byte(token), []byte(c.token)) != 1 {
-		writeLoginPage(w)
+		writeLoginPage(w, true)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.session, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// writeLoginPage answers 401 with the sign-in form.
-func writeLoginPage(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+// writeLoginPage answers 401 with the sign-in form, saying so when a token
+// was wrong.
+func writeLoginPage(w http.ResponseWriter, failed bool) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", login.csp)
 	w.WriteHeader(http.StatusUnauthorized)
-	io.WriteString(w, loginPage)
+	msg := ""
+	if failed {
+		msg = `<p id="login-error" class="error" role="alert">That is not the service's token.</p>`
+	}
+	io.WriteString(w, strings.Replace(login.html, "<!--error-->", msg, 1))
 }
 
-// loginPage asks a browser for the token.
-const loginPage = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>sluice: sign in</title></head>
-<body><main>
-<h1>sluice</h1>
-<p>This service asks for its HTTP token (the value of <code>--http-token</code>).</p>
-<form method="post" action="/console/login">
-<label for="token">Token</label>
-<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+// login is the sign-in page. It carries the console's stylesheet inline:
+// the stylesheet is one of the console's paths, which a browser without a
+// session cannot fetch. Its policy allows that one style by its digest.
+var login = newLoginPage()
+
+type loginPage struct{ html, csp string }
+
+func newLoginPage() loginPage {
+	css, _ := files.ReadFile("assets/console.css") // embedded: it is there
+	sum := sha256.Sum256(css)
+	return loginPage{
+		html: strings.Replace(loginHTML, "/*style*/", string(css), 1),
+		csp:  "default-src 'none'; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+	}
+}
+
+// loginHTML asks a browser for the token.
+const loginHTML = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>sluice: sign in</title>
+<style>/*style*/</style>
+</head>
+<body>
+<header><h1>sluice console</h1></header>
+<main id="main">
+<section aria-labelledby="login-h">
+<h2 id="login-h">Sign in</h2>
+<p>This service asks for its HTTP token (the value of <code>--http-token</code>); signing in keeps it for this browser's session.</p>
+<!--error-->
+<form method="post" action="/console/login" class="login-form">
+<div class="field"><label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus></div>
 <button type="submit">Sign in</button>
 </form>
-</main></body></html>
+</section>
+</main>
+</body></html>
 `

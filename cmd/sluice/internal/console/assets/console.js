@@ -1,23 +1,35 @@
-// The console's script: it draws the live chart from /console/api/live and
-// runs the playground through /console/api/sim. The page reads without it.
+// The console's script: it draws the live chart from /console/api/live,
+// runs the playground through /console/api/sim and steps through a walk
+// the server rendered. The page reads without it.
 "use strict";
 (function () {
   const OUTCOMES = ["allowed", "denied", "shadow_denied", "error", "degraded"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const POLL_MS = 1000;
+  // The live table's column names, which a stacked row shows beside each cell.
+  const LABELS = { allowed: "Allowed", denied: "Denied", shadow_denied: "Shadow denied", error: "Errors", degraded: "Degraded",
+    latency_avg_us: "Store latency, mean (µs)", latency_max_us: "Store latency, max (µs)" };
 
   // ---- Live ----
-  const live = { now: 0, window: 300, rules: new Map(), order: [] }; // rule -> Map(t -> point)
+  // rules: rule -> Map(t -> point). step is the seconds a point stands for
+  // (1, or 60 over a range longer than the window), from..now the span.
+  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [] };
+  const SMALL_MAX = 24; // the small charts drawn, one per rule
 
-  function merge(data) {
+  const RANGES = { "1h": 3600, "6h": 6 * 3600 };
+
+  function merge(data, range) {
     live.now = data.now;
     live.window = data.window_s;
+    live.step = data.step_s || 1;
+    const secs = RANGES[range] || data.window_s;
+    live.from = live.step === 1 ? data.now - secs + 1 : Math.floor((data.now - secs + 1) / live.step) * live.step;
     live.order = data.rules.map((r) => r.rule);
     for (const r of data.rules) {
       let m = live.rules.get(r.rule);
       if (!m) { m = new Map(); live.rules.set(r.rule, m); }
       for (const t of Array.from(m.keys())) {
-        if (t >= data.since || t <= data.now - data.window_s) m.delete(t);
+        if (t >= data.since || t < live.from) m.delete(t);
       }
       for (const p of r.points) m.set(p.t, p);
     }
@@ -29,7 +41,7 @@
     for (const p of (live.rules.get(rule) || new Map()).values()) {
       for (const k of OUTCOMES) t[k] += p[k];
       t.latency_max_us = Math.max(t.latency_max_us, p.latency_max_us);
-      if (p.latency_avg_us > 0) { sum += p.latency_avg_us; n++; }
+      n += p.latency_n; sum += p.latency_avg_us * p.latency_n;
     }
     if (n > 0) t.latency_avg_us = Math.floor(sum / n);
     return t;
@@ -53,6 +65,11 @@
     body.replaceChildren(...rows);
   }
 
+  function spanText() {
+    const secs = live.now - live.from + 1;
+    return live.step === 1 ? "last " + secs + " s" : "last " + Math.round(secs / 3600) + " h, a point a minute";
+  }
+
   function renderTable() {
     const body = document.querySelector("#live-table tbody");
     const rows = [];
@@ -60,13 +77,14 @@
       const t = totals(rule);
       const tr = document.createElement("tr");
       tr.dataset.rule = rule;
-      tr.append(cell("th", rule, { scope: "row" }));
+      tr.append(cell("th", rule, { scope: "row", "data-label": "Rule" }));
       for (const k of [...OUTCOMES, "latency_avg_us", "latency_max_us"]) {
-        tr.append(cell("td", String(t[k]), { class: "num", "data-k": k }));
+        tr.append(cell("td", String(t[k]), { class: "num", "data-k": k, "data-label": LABELS[k] }));
       }
       rows.push(tr);
     }
     fill(body, rows, "No rules and no decisions yet.", 8);
+    document.getElementById("live-span").textContent = spanText();
     document.getElementById("live-as-of").textContent = "as of " + new Date(live.now * 1000).toISOString().replace(".000Z", "Z");
   }
 
@@ -76,9 +94,9 @@
       const tr = document.createElement("tr");
       const code = document.createElement("code");
       code.textContent = r.key;
-      const key = document.createElement("td");
+      const key = cell("td", "", { "data-label": "Key" });
       key.append(code);
-      tr.append(cell("td", r.rule), key, cell("td", String(r.count), { class: "num" }));
+      tr.append(cell("td", r.rule, { "data-label": "Rule" }), key, cell("td", String(r.count), { class: "num", "data-label": "Refusals (at most)" }));
       return tr;
     });
     fill(body, rows, "No refusals recently.", 3);
@@ -99,56 +117,127 @@
     return e;
   }
 
-  function renderChart() {
-    const chart = document.getElementById("live-chart");
-    const chosen = document.getElementById("live-rule").value;
-    const rules = chosen ? [chosen] : live.order;
-    const W = 800, H = 240, L = 44, R = 8, T = 10, B = 22;
-    const from = live.now - live.window + 1;
-    const series = {};
-    for (const k of OUTCOMES) series[k] = new Array(live.window).fill(0);
+  // slots is the number of points the span holds; index(t) a point's place.
+  function slots() { return Math.max(1, Math.floor((live.now - live.from) / live.step) + 1); }
+  function index(t) { return Math.floor((t - live.from) / live.step); }
+
+  // counts sums the outcomes of rules point by point.
+  function counts(rules) {
+    const n = slots(), series = {};
+    for (const k of OUTCOMES) series[k] = new Array(n).fill(0);
     for (const rule of rules) {
       for (const p of (live.rules.get(rule) || new Map()).values()) {
-        const i = p.t - from;
-        if (i < 0 || i >= live.window) continue;
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
         for (const k of OUTCOMES) series[k][i] += p[k];
       }
     }
+    return series;
+  }
+
+  // latencies is the store's latency point by point over rules: the mean
+  // over every call, and the maximum.
+  function latencies(rules) {
+    const n = slots(), sum = new Array(n).fill(0), cnt = new Array(n).fill(0);
+    const series = { latency_avg_us: new Array(n).fill(0), latency_max_us: new Array(n).fill(0) };
+    for (const rule of rules) {
+      for (const p of (live.rules.get(rule) || new Map()).values()) {
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
+        sum[i] += p.latency_avg_us * p.latency_n; cnt[i] += p.latency_n;
+        series.latency_max_us[i] = Math.max(series.latency_max_us[i], p.latency_max_us);
+      }
+    }
+    for (let i = 0; i < n; i++) if (cnt[i] > 0) series.latency_avg_us[i] = Math.floor(sum[i] / cnt[i]);
+    return series;
+  }
+
+  // draw puts series (name -> values) in an SVG of W×H as lines, with a
+  // scale when axes is set; it returns each series' sum.
+  function draw(chart, series, W, H, axes) {
+    const L = axes ? 44 : 2, R = axes ? 8 : 2, T = axes ? 10 : 3, B = axes ? 22 : 3;
+    const names = Object.keys(series);
+    const n = series[names[0]].length;
     let top = 1;
-    for (const k of OUTCOMES) for (const v of series[k]) top = Math.max(top, v);
-    const x = (i) => L + (i * (W - L - R)) / Math.max(1, live.window - 1);
+    for (const k of names) for (const v of series[k]) top = Math.max(top, v);
+    const x = (i) => L + (i * (W - L - R)) / Math.max(1, n - 1);
     const y = (v) => T + (H - T - B) * (1 - v / top);
     const title = chart.querySelector("title");
     const kids = [title];
-    for (const f of [0, 0.5, 1]) {
-      const v = Math.round(top * f);
-      kids.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-      kids.push(svg("text", { class: "axis", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+    if (axes) {
+      for (const f of [0, 0.5, 1]) {
+        const v = Math.round(top * f);
+        kids.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+        kids.push(svg("text", { class: "axis", x: L - 4, y: y(v) + 4, "text-anchor": "end" }, String(v)));
+      }
+      kids.push(svg("text", { class: "axis", x: L, y: H - 6 }, "-" + spanText().replace("last ", "").replace(", a point a minute", "")));
+      kids.push(svg("text", { class: "axis", x: W - R, y: H - 6, "text-anchor": "end" }, "now"));
     }
-    kids.push(svg("text", { class: "axis", x: L, y: H - 6 }, "-" + live.window + " s"));
-    kids.push(svg("text", { class: "axis", x: W - R, y: H - 6, "text-anchor": "end" }, "now"));
-    for (const k of OUTCOMES) {
+    const sums = {};
+    const style = getComputedStyle(document.documentElement);
+    for (const k of names) {
       const pts = series[k].map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
-      const sum = series[k].reduce((a, b) => a + b, 0);
+      sums[k] = series[k].reduce((a, b) => a + b, 0);
       kids.push(svg("polyline", {
-        points: pts, fill: "none", "stroke-width": k === "allowed" ? 2 : 1.5,
-        stroke: getComputedStyle(document.documentElement).getPropertyValue("--" + k).trim() || "#000",
-        class: "series", "data-outcome": k, "data-total": String(sum),
+        points: pts, fill: "none", "stroke-width": k === "allowed" || k === "latency_avg_us" ? 2 : 1.5,
+        stroke: style.getPropertyValue("--" + k).trim() || "#000",
+        class: "series", "data-outcome": k, "data-total": String(sums[k]),
       }));
     }
     chart.replaceChildren(...kids);
-    title.textContent = "Decisions per second, " + (chosen ? "rule " + chosen : "all rules") +
-      ", last " + live.window + " s: " + OUTCOMES.map((k) => k.replace("_", " ") + " " + series[k].reduce((a, b) => a + b, 0)).join(", ");
+    return sums;
   }
 
-  let since = 0, failures = 0;
+  function perWhat() { return live.step === 1 ? "per second" : "per minute"; }
+
+  function renderChart() {
+    const chosen = document.getElementById("live-rule").value;
+    const rules = chosen ? [chosen] : live.order;
+    const what = chosen ? "rule " + chosen : "all rules";
+    const chart = document.getElementById("live-chart");
+    const sums = draw(chart, counts(rules), 800, 240, true);
+    chart.querySelector("title").textContent = "Decisions " + perWhat() + ", " + what + ", " + spanText() + ": " +
+      OUTCOMES.map((k) => k.replace("_", " ") + " " + sums[k]).join(", ");
+    const lat = document.getElementById("latency-chart");
+    const ls = latencies(rules);
+    draw(lat, ls, 800, 140, true);
+    lat.querySelector("title").textContent = "Store latency " + perWhat() + " (µs), " + what + ", " + spanText() +
+      ": highest mean " + Math.max(...ls.latency_avg_us) + ", highest max " + Math.max(...ls.latency_max_us);
+    renderSmall();
+  }
+
+  // renderSmall draws a small chart per rule (the first SMALL_MAX).
+  function renderSmall() {
+    const box = document.getElementById("live-small");
+    const figs = [];
+    for (const rule of live.order.slice(0, SMALL_MAX)) {
+      const fig = document.createElement("figure");
+      fig.className = "small";
+      fig.dataset.rule = rule;
+      const chart = svg("svg", { viewBox: "0 0 200 60", preserveAspectRatio: "none", role: "img" });
+      chart.append(svg("title", {}));
+      const sums = draw(chart, counts([rule]), 200, 60, false);
+      chart.querySelector("title").textContent = "Decisions " + perWhat() + ", rule " + rule + ": " +
+        OUTCOMES.map((k) => k.replace("_", " ") + " " + sums[k]).join(", ");
+      const cap = cell("figcaption", "");
+      cap.append(cell("span", rule, { class: "rule" }), cell("span", sums.allowed + " allowed, " + sums.denied + " denied", { class: "sum" }));
+      fig.append(chart, cap);
+      figs.push(fig);
+    }
+    box.replaceChildren(...figs);
+  }
+
+  let since = 0, failures = 0, timer = 0;
   async function poll() {
     const status = document.getElementById("live-status");
+    const range = document.getElementById("live-range").value;
     try {
-      const resp = await fetch("/console/api/live" + (since ? "?since=" + since : ""), { cache: "no-store" });
+      const q = "?" + (range ? "range=" + range + "&" : "") + (since ? "since=" + since : "");
+      const resp = await fetch("/console/api/live" + q, { cache: "no-store" });
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       const data = await resp.json();
-      merge(data);
+      if (range !== document.getElementById("live-range").value) return; // changed meanwhile
+      merge(data, range);
       since = data.now;
       syncRuleSelect();
       renderTable();
@@ -160,14 +249,23 @@
     } catch (e) {
       failures++;
       status.textContent = "Live updates failed (" + e.message + "); retrying.";
+    } finally {
+      // A range of minutes changes slowly: it is asked for less often.
+      clearTimeout(timer);
+      timer = setTimeout(poll, range ? 10 * POLL_MS : POLL_MS);
     }
-    setTimeout(poll, POLL_MS);
+  }
+
+  function changeRange() {
+    since = 0;
+    live.rules.clear();
+    poll();
   }
 
   // ---- Playground ----
-  function showShapeFields() {
-    const shape = document.getElementById("sim-shape").value;
-    for (const f of document.querySelectorAll("#sim-form [data-shapes]")) {
+  function showShapeFields(prefix) {
+    const shape = document.getElementById(prefix + "-shape").value;
+    for (const f of document.querySelectorAll("#" + prefix + "-form [data-shapes]")) {
       f.hidden = !f.dataset.shapes.split(" ").includes(shape);
     }
   }
@@ -198,6 +296,7 @@
     const out = document.getElementById("sim-out");
     const table = document.createElement("table");
     table.id = "sim-totals";
+    table.className = "stack";
     const cap = document.createElement("caption");
     cap.textContent = "Totals over the " + res.ticks + " ticks shown (" + (res.units ? "units" : "requests") + "): " + res.source;
     const head = document.createElement("thead");
@@ -210,9 +309,10 @@
     for (const r of res.rows) {
       const tr = document.createElement("tr");
       tr.dataset.algorithm = r.algorithm;
-      tr.append(cell("th", r.algorithm, { scope: "row", title: r.about }));
-      for (const [k, v] of [["admitted", r.totals.admitted], ["delayed", r.totals.delayed], ["denied", r.totals.denied], ["errors", r.totals.errors], ["max_delay_us", r.totals.max_delay_us]]) {
-        tr.append(cell("td", String(v), { class: "num", "data-k": k }));
+      tr.append(cell("th", r.algorithm, { scope: "row", title: r.about, "data-label": "Algorithm" }));
+      for (const [k, v, label] of [["admitted", r.totals.admitted, "Admitted"], ["delayed", r.totals.delayed, "Delayed"], ["denied", r.totals.denied, "Denied"],
+        ["errors", r.totals.errors, "Errors"], ["max_delay_us", r.totals.max_delay_us, "Max delay (µs)"]]) {
+        tr.append(cell("td", String(v), { class: "num", "data-k": k, "data-label": label }));
       }
       body.append(tr);
     }
@@ -256,13 +356,14 @@
 
   function start() {
     document.getElementById("live-controls").hidden = false;
-    document.getElementById("live-figure").hidden = false;
+    document.getElementById("live-charts").hidden = false;
     document.getElementById("live-rule").addEventListener("change", renderChart);
+    document.getElementById("live-range").addEventListener("change", changeRange);
     poll();
 
     const shape = document.getElementById("sim-shape");
-    shape.addEventListener("change", showShapeFields);
-    showShapeFields();
+    shape.addEventListener("change", () => showShapeFields("sim"));
+    showShapeFields("sim");
     const sel = document.getElementById("sim-rule");
     sel.addEventListener("change", () => {
       const o = sel.selectedOptions[0];
@@ -281,6 +382,98 @@
       });
     }
     document.getElementById("sim-form").addEventListener("submit", runSim);
+    startSteps();
+  }
+
+  // ---- Step through ----
+  // The server renders the whole walk as a table whose rows each hold the
+  // step's state and arithmetic; the stepper shows one row's at a time.
+  let stepAt = 0;
+
+  function showStep(i) {
+    const rows = Array.from(document.querySelectorAll("#steps-table tbody tr[data-step]"));
+    if (rows.length === 0) return;
+    stepAt = Math.max(0, Math.min(i, rows.length - 1));
+    const row = rows[stepAt];
+    for (const r of rows) r.removeAttribute("aria-current");
+    row.setAttribute("aria-current", "step");
+    const detail = row.querySelector(".step-detail");
+    const cur = document.getElementById("step-current");
+    cur.replaceChildren(...Array.from(detail.children).map((c) => c.cloneNode(true)));
+    cur.dataset.step = detail.dataset.step;
+    const cells = row.children;
+    document.getElementById("step-pos").textContent = "Step " + (stepAt + 1) + " of " + rows.length +
+      ": " + cells[1].textContent + ", cost " + cells[2].textContent + ", " + cells[3].textContent;
+    document.getElementById("step-back").disabled = stepAt === 0;
+    document.getElementById("step-forward").disabled = stepAt === rows.length - 1;
+  }
+
+  function startStepper() {
+    const stepper = document.getElementById("stepper");
+    if (!stepper) return;
+    stepper.hidden = false;
+    document.getElementById("step-back").addEventListener("click", () => showStep(stepAt - 1));
+    document.getElementById("step-forward").addEventListener("click", () => showStep(stepAt + 1));
+    // The arrow keys step too while the stepper has the focus.
+    stepper.addEventListener("keydown", (ev) => {
+      const to = { ArrowLeft: stepAt - 1, ArrowRight: stepAt + 1, Home: 0, End: Infinity }[ev.key];
+      if (to === undefined) return;
+      ev.preventDefault();
+      showStep(to);
+    });
+    for (const tr of document.querySelectorAll("#steps-table tbody tr[data-step]")) {
+      tr.querySelector("summary").addEventListener("click", (ev) => {
+        ev.preventDefault();
+        showStep(Number(tr.dataset.step) - 1);
+        stepper.scrollIntoView({ block: "nearest" });
+      });
+    }
+    showStep(0);
+  }
+
+  async function runSteps(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const button = document.getElementById("steps-run");
+    const out = document.getElementById("steps-out");
+    button.disabled = true;
+    try {
+      // The page's own form, answered by the page: the walk is rendered
+      // once, on the server, with or without this script.
+      const resp = await fetch(form.action, {
+        method: "POST", headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams(new FormData(form)).toString(),
+      });
+      const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+      const fresh = doc.getElementById("steps-out");
+      if (!fresh) throw new Error("HTTP " + resp.status);
+      out.replaceChildren(...Array.from(fresh.childNodes).map((n) => document.importNode(n, true)));
+      startStepper();
+    } catch (e) {
+      out.replaceChildren(cell("p", "The walk failed: " + e.message, { id: "steps-error", class: "error", role: "alert" }));
+    } finally {
+      button.disabled = false;
+      document.body.dataset.stepsRuns = String(Number(document.body.dataset.stepsRuns || 0) + 1);
+    }
+  }
+
+  function startSteps() {
+    const shape = document.getElementById("steps-shape");
+    shape.addEventListener("change", () => showShapeFields("steps"));
+    showShapeFields("steps");
+    const sel = document.getElementById("steps-rule");
+    sel.addEventListener("change", () => {
+      const o = sel.selectedOptions[0];
+      if (!o || !o.dataset.limit) return;
+      document.getElementById("steps-algorithm").value = o.dataset.algorithm;
+      document.getElementById("steps-limit").value = o.dataset.limit;
+      document.getElementById("steps-burst").value = o.dataset.burst;
+    });
+    for (const id of ["steps-limit", "steps-burst", "steps-algorithm"]) {
+      document.getElementById(id).addEventListener("input", () => { sel.value = ""; });
+    }
+    document.getElementById("steps-form").addEventListener("submit", runSteps);
+    startStepper();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

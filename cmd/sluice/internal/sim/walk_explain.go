@@ -1,0 +1,327 @@
+package sim
+
+import (
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-go/sluice/algo"
+)
+
+// The explanations below restate each step's arithmetic in exact rationals
+// (the contract's terms: tokens, TAT, windows), from the state before and the
+// state and decision algo.Step returned; they decide nothing. A walk keeps
+// one limit and goes forward in time, so a state is either fresh or written
+// by the same limit: the "Changed limits" reading never comes up.
+
+func rat(n int64) *big.Rat        { return new(big.Rat).SetInt64(n) }
+func frac(a, b int64) *big.Rat    { return new(big.Rat).SetFrac64(a, b) }
+func radd(a, b *big.Rat) *big.Rat { return new(big.Rat).Add(a, b) }
+func rsub(a, b *big.Rat) *big.Rat { return new(big.Rat).Sub(a, b) }
+func rmul(a, b *big.Rat) *big.Rat { return new(big.Rat).Mul(a, b) }
+func rmax(a, b *big.Rat) *big.Rat {
+	if a.Cmp(b) >= 0 {
+		return a
+	}
+	return b
+}
+func rmin(a, b *big.Rat) *big.Rat {
+	if a.Cmp(b) <= 0 {
+		return a
+	}
+	return b
+}
+
+// num formats an exact number: "2", "2.5", "7/3 (≈2.333)".
+func num(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	s := strings.TrimRight(r.FloatString(3), "0")
+	if f, _ := new(big.Rat).SetString(s); f != nil && f.Cmp(r) == 0 {
+		return s
+	}
+	return r.RatString() + " (≈" + s + ")"
+}
+
+// rdur formats an exact duration in µs: "250ms", "1000000/3µs (≈333.333ms)".
+func rdur(r *big.Rat) string {
+	if r.IsInt() {
+		return fmtDur(r.Num().Int64())
+	}
+	whole := new(big.Int).Quo(r.Num(), r.Denom())
+	return r.RatString() + "µs (≈" + fmtDur(whole.Int64()) + ")"
+}
+
+// rat time formats the exact time u + r/rate µs relative to the start.
+func (w *Walk) ratTime(u, r, rate int64) string {
+	if r == 0 {
+		return w.at(u)
+	}
+	return w.at(u) + " + " + frac(r, rate).RatString() + "µs"
+}
+
+// window formats the aligned window k of period p: "k=…: [t+0s, t+1s)".
+func (w *Walk) window(k, p int64) string {
+	return fmt.Sprintf("k = %d: [%s, %s)", k, w.at(k*p), w.at((k+1)*p))
+}
+
+// state formats s as p's algorithm keeps it.
+func (w *Walk) state(s algo.State) []Field {
+	p := w.Params
+	if s.Kind == 0 {
+		return []Field{{"state", "fresh: nothing stored"}}
+	}
+	switch s.Kind {
+	case algo.TokenBucket:
+		lvl := frac(s.A, p.Period)
+		return []Field{
+			{"level", num(lvl) + " (units spent, not yet refilled)"},
+			{"tokens", num(rsub(rat(p.Burst), lvl))},
+			{"last update", w.at(s.B)},
+		}
+	case algo.GCRA:
+		return []Field{{"TAT", w.ratTime(s.A, s.B, p.Rate)}, {"last seen", w.at(s.C)}}
+	case algo.LeakyBucket:
+		return []Field{{"queue empty at", w.ratTime(s.A, s.B, p.Rate)}, {"last seen", w.at(s.C)}}
+	case algo.FixedWindow:
+		return []Field{{"window", fmt.Sprintf("[%s, %s)", w.at(s.B-p.Period), w.at(s.B))}, {"count", strconv.FormatInt(s.A, 10)}}
+	case algo.AlignedWindow:
+		return []Field{{"window", w.window(s.A, p.Period)}, {"count", strconv.FormatInt(s.B, 10)}}
+	case algo.SlidingWindow:
+		return []Field{
+			{"window", w.window(s.A, p.Period)},
+			{"previous window's count", strconv.FormatInt(s.B, 10)},
+			{"this window's count", strconv.FormatInt(s.C, 10)},
+		}
+	default:
+		entries, units := make([]string, 0, len(s.Log)), int64(0)
+		for _, e := range s.Log {
+			entries = append(entries, fmt.Sprintf("%s ×%d", w.at(e.T), e.N))
+			units += e.N
+		}
+		if len(entries) == 0 {
+			entries = append(entries, "none")
+		}
+		return []Field{{"log", strings.Join(entries, ", ")}, {"units in the log", strconv.FormatInt(units, 10)}}
+	}
+}
+
+// explain restates the step from s (before) at now for cost, which decided
+// d and left after.
+func (w *Walk) explain(s algo.State, now, cost int64, d algo.Decision, after algo.State) []string {
+	var lines []string
+	switch w.Params.Kind {
+	case algo.TokenBucket:
+		lines = w.explainTokenBucket(s, now, cost, d)
+	case algo.GCRA, algo.LeakyBucket:
+		lines = w.explainTAT(s, now, cost, d)
+	case algo.FixedWindow:
+		lines = w.explainFixed(s, now, cost, d)
+	case algo.AlignedWindow:
+		lines = w.explainAligned(s, now, cost, d)
+	case algo.SlidingWindow:
+		lines = w.explainSliding(s, now, cost, d)
+	default:
+		lines = w.explainLog(s, now, cost, d, after)
+	}
+	if cost == 0 {
+		lines = append(lines, "cost 0 is a query: nothing is stored")
+	}
+	return lines
+}
+
+// verdict is the line saying whether need ≤ room let the request pass.
+func verdict(d algo.Decision, need, room string) string {
+	if d.Allowed {
+		return fmt.Sprintf("%s ≤ %s: allowed", need, room)
+	}
+	return fmt.Sprintf("%s > %s: denied, nothing spent; retry after %s", need, room, dur(d.RetryAfter))
+}
+
+func (w *Walk) explainTokenBucket(s algo.State, now, cost int64, d algo.Decision) []string {
+	p := w.Params
+	t := frac(p.Period, p.Rate)
+	b := rat(p.Burst)
+	var lines []string
+	lvl := rat(0)
+	if s.Kind == 0 {
+		lines = append(lines, fmt.Sprintf("a fresh key: level 0, %d tokens", p.Burst))
+	} else {
+		e := now - s.B
+		refill := frac(e, 1)
+		refill.Quo(refill, t)
+		lvl = rmin(rmax(rsub(frac(s.A, p.Period), refill), rat(0)), b)
+		lines = append(lines, fmt.Sprintf("%s since the last update refill %s units (one per T = %s): level %s → %s",
+			fmtDur(e), num(refill), rdur(t), num(frac(s.A, p.Period)), num(lvl)))
+	}
+	tokens := rsub(b, lvl)
+	lines = append(lines, fmt.Sprintf("tokens = burst − level = %d − %s = %s", p.Burst, num(lvl), num(tokens)))
+	lines = append(lines, verdict(d, fmt.Sprintf("cost %d", cost), "tokens "+num(tokens)))
+	if d.Allowed {
+		lvl = radd(lvl, rat(cost))
+		tokens = rsub(b, lvl)
+	}
+	lines = append(lines,
+		fmt.Sprintf("remaining = ⌊tokens⌋ = ⌊%s⌋ = %d", num(tokens), d.Remaining),
+		fmt.Sprintf("reset after = ⌈level × T⌉ = ⌈%s × %s⌉ = %s", num(lvl), rdur(t), dur(d.ResetAfter)))
+	return lines
+}
+
+// explainTAT explains gcra (whose timestamp is the TAT, when the bucket is
+// full again) and leaky-bucket (whose timestamp D is when its queue is
+// empty): both keep backlog = timestamp − now, in units of T the level.
+func (w *Walk) explainTAT(s algo.State, now, cost int64, d algo.Decision) []string {
+	p := w.Params
+	t := frac(p.Period, p.Rate)
+	name, capUnits := "TAT", p.Burst
+	if p.Kind == algo.LeakyBucket {
+		name, capUnits = "D", p.Burst+1
+	}
+	var lines []string
+	backlog := rat(0)
+	if s.Kind == 0 {
+		lines = append(lines, fmt.Sprintf("a fresh key: %s = now, backlog 0", name))
+	} else {
+		ts := radd(rat(s.A-now), frac(s.B, p.Rate))
+		backlog = rmin(rmax(ts, rat(0)), rmul(rat(capUnits), t))
+		lines = append(lines, fmt.Sprintf("backlog = max(0, %s − now) = %s = %s × T (T = %s)", name, rdur(backlog), num(new(big.Rat).Quo(backlog, t)), rdur(t)))
+	}
+	ct := rmul(rat(cost), t)
+	if p.Kind == algo.GCRA {
+		room := rmul(rat(p.Burst), t)
+		lines = append(lines, verdict(d, fmt.Sprintf("backlog + cost × T = %s + %s = %s", rdur(backlog), rdur(ct), rdur(radd(backlog, ct))), "burst × T = "+rdur(room)))
+		if d.Allowed {
+			backlog = radd(backlog, ct)
+			lines = append(lines, fmt.Sprintf("TAT moves on by cost × T = %s", rdur(ct)))
+		}
+		lines = append(lines, fmt.Sprintf("remaining = ⌊(burst × T − backlog) / T⌋ = %d", d.Remaining))
+	} else {
+		room := rmul(rat(p.Burst), t)
+		last := radd(backlog, rmul(rat(cost-1), t))
+		if cost == 0 {
+			lines = append(lines, "a query is allowed: it reports the delay a request would wait")
+		} else {
+			lines = append(lines, verdict(d, fmt.Sprintf("the last unit's wait, backlog + (cost − 1) × T = %s", rdur(last)), "burst × T = "+rdur(room)))
+		}
+		if d.Allowed {
+			lines = append(lines, fmt.Sprintf("delay = ⌈backlog⌉ = %s; D moves on by cost × T = %s", dur(d.Delay), rdur(ct)))
+			backlog = radd(backlog, ct)
+		}
+		lines = append(lines, fmt.Sprintf("remaining = ⌊((burst + 1) × T − backlog) / T⌋ = %d", d.Remaining))
+	}
+	lines = append(lines, fmt.Sprintf("reset after = ⌈backlog⌉ = ⌈%s⌉ = %s", rdur(backlog), dur(d.ResetAfter)))
+	return lines
+}
+
+func (w *Walk) explainFixed(s algo.State, now, cost int64, d algo.Decision) []string {
+	p := w.Params
+	var lines []string
+	c, end := int64(0), int64(0)
+	if s.Kind != 0 {
+		c, end = s.A, s.B
+	}
+	switch {
+	case now < end:
+		lines = append(lines, fmt.Sprintf("now is in the open window [%s, %s), which counts %d", w.at(end-p.Period), w.at(end), c))
+	case cost == 0:
+		lines = append(lines, "no window is open and a query opens none")
+		return append(lines, fmt.Sprintf("remaining = rate = %d", d.Remaining))
+	default:
+		c, end = 0, now+p.Period
+		lines = append(lines, fmt.Sprintf("no window is open: the request opens [%s, %s), count 0", w.at(now), w.at(end)))
+	}
+	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", p.Rate)))
+	if d.Allowed {
+		c += cost
+	}
+	return append(lines,
+		fmt.Sprintf("remaining = rate − count = %d − %d = %d", p.Rate, c, d.Remaining),
+		fmt.Sprintf("reset after = window end − now = %s", dur(d.ResetAfter)))
+}
+
+func (w *Walk) explainAligned(s algo.State, now, cost int64, d algo.Decision) []string {
+	p := w.Params
+	k := now / p.Period
+	c := int64(0)
+	if s.Kind != 0 && s.A == k {
+		c = s.B
+	}
+	lines := []string{fmt.Sprintf("now is in window %s, which counts %d", w.window(k, p.Period), c)}
+	if s.Kind != 0 && s.A != k {
+		lines[0] += fmt.Sprintf(" (the count of window %d is left behind)", s.A)
+	}
+	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", p.Rate)))
+	if d.Allowed {
+		c += cost
+	}
+	return append(lines,
+		fmt.Sprintf("remaining = rate − count = %d − %d = %d", p.Rate, c, d.Remaining),
+		fmt.Sprintf("reset after = %s (the window's end − now, while it counts anything)", dur(d.ResetAfter)))
+}
+
+func (w *Walk) explainSliding(s algo.State, now, cost int64, d algo.Decision) []string {
+	p := w.Params
+	k := now / p.Period
+	prev, cur := int64(0), int64(0)
+	if s.Kind != 0 {
+		switch k - s.A {
+		case 0:
+			prev, cur = s.B, s.C
+		case 1:
+			prev = s.C
+		}
+	}
+	x := now - k*p.Period
+	share := frac(p.Period-x, p.Period)
+	est := radd(rmul(rat(prev), share), rat(cur))
+	lines := []string{
+		fmt.Sprintf("now is %s into window %s: the previous window counts %d, this one %d", fmtDur(x), w.window(k, p.Period), prev, cur),
+		fmt.Sprintf("estimate = previous × (window − elapsed)/window + this = %d × %s + %d = %s", prev, num(share), cur, num(est)),
+		verdict(d, fmt.Sprintf("estimate + cost = %s", num(radd(est, rat(cost)))), fmt.Sprintf("rate %d", p.Rate)),
+	}
+	if d.Allowed {
+		est = radd(est, rat(cost))
+	}
+	return append(lines,
+		fmt.Sprintf("remaining = ⌊rate − estimate⌋ = ⌊%d − %s⌋ = %d", p.Rate, num(est), d.Remaining),
+		fmt.Sprintf("reset after = %s (until no window that counts anything is in the estimate)", dur(d.ResetAfter)))
+}
+
+func (w *Walk) explainLog(s algo.State, now, cost int64, d algo.Decision, after algo.State) []string {
+	p := w.Params
+	used, gone := int64(0), 0
+	for _, e := range s.Log {
+		if e.T <= now-p.Period {
+			gone++
+			continue
+		}
+		used += e.N
+	}
+	lines := []string{fmt.Sprintf("the trailing period (%s, %s] holds %d units in %d entries", w.at(now-p.Period), w.at(now), used, len(s.Log)-gone)}
+	if gone > 0 && cost > 0 {
+		lines[0] += fmt.Sprintf("; %d older entries are dropped", gone)
+	}
+	lines = append(lines, verdict(d, fmt.Sprintf("used + cost = %d + %d = %d", used, cost, used+cost), fmt.Sprintf("rate %d", p.Rate)))
+	if d.Allowed {
+		used += cost
+		if cost > 0 {
+			lines = append(lines, fmt.Sprintf("the log records %s ×%d", w.at(now), after.Log[len(after.Log)-1].N))
+		}
+	} else {
+		left := used
+		for _, e := range s.Log {
+			if e.T <= now-p.Period {
+				continue
+			}
+			if left -= e.N; left+cost <= p.Rate {
+				lines = append(lines, fmt.Sprintf("room for cost %d once the entries up to %s ×%d have left: at %s + period, retry after %s", cost, w.at(e.T), e.N, w.at(e.T), dur(d.RetryAfter)))
+				break
+			}
+		}
+	}
+	return append(lines,
+		fmt.Sprintf("remaining = rate − used = %d − %d = %d", p.Rate, used, d.Remaining),
+		fmt.Sprintf("reset after = newest entry + period − now = %s", dur(d.ResetAfter)))
+}
