@@ -67,15 +67,23 @@ type leases struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
+	// gate orders the goroutines a slice or a give-back runs on (inflight)
+	// before close waits for them.
+	gate     sync.RWMutex
+	inflight sync.WaitGroup
 
 	// Totals over the keys the table has dropped (live keys keep their own).
 	gone leaseCounts
 }
 
 type leaseShard struct {
-	mu sync.RWMutex
-	m  map[string]*leaseEntry
-	_  [40]byte // keeps two shards' locks off one cache line
+	// hot is the entry last looked up through the map: a hot key is found
+	// by one atomic load, with no write to a shared cache line (a read
+	// lock's count is one).
+	hot atomic.Pointer[leaseEntry]
+	mu  sync.RWMutex
+	m   map[string]*leaseEntry
+	_   [32]byte // keeps two shards' locks off one cache line
 }
 
 // A slice is units spent in Redis that this process may admit until exp
@@ -105,6 +113,7 @@ func (c *leaseCounts) add(o *leaseCounts) {
 
 // A leaseEntry is one key's slices and demand, under mu.
 type leaseEntry struct {
+	key      string
 	mu       sync.Mutex
 	params   algo.Params
 	cur, nxt slice
@@ -138,18 +147,21 @@ func (ls *leases) shard(key string) *leaseShard {
 // entry returns key's entry, made on first use.
 func (ls *leases) entry(key string) *leaseEntry {
 	sh := ls.shard(key)
+	if e := sh.hot.Load(); e != nil && e.key == key {
+		return e
+	}
 	sh.mu.RLock()
 	e := sh.m[key]
 	sh.mu.RUnlock()
-	if e != nil {
-		return e
+	if e == nil {
+		sh.mu.Lock()
+		if e = sh.m[key]; e == nil {
+			e = &leaseEntry{key: key}
+			sh.m[key] = e
+		}
+		sh.mu.Unlock()
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e = sh.m[key]; e == nil {
-		e = &leaseEntry{}
-		sh.m[key] = e
-	}
+	sh.hot.Store(e)
 	return e
 }
 
@@ -262,6 +274,11 @@ func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Re
 	}
 	// What the slices still hold cannot serve this request: given back
 	// before the next slice is taken.
+	if !ls.goLater() {
+		e.mu.Unlock() // closing: no new slice
+		return ls.s.takeInStore(ctx, req)
+	}
+	defer ls.inflight.Done()
 	stale := e.drop(now)
 	ch := make(chan struct{})
 	e.refill = ch
@@ -287,67 +304,81 @@ func (e *leaseEntry) drop(now int64) []slice {
 // less than half a slice and none is on its way: so a hot key's requests
 // keep finding units and never wait for Redis.
 func (ls *leases) prefetch(key string, e *leaseEntry, now int64) {
-	if e.refill != nil || e.nxt.units > 0 || ls.closed.Load() {
+	if e.refill != nil || e.nxt.units > 0 {
 		return
 	}
 	want := e.want(0)
 	if want == 0 || 2*e.held(now) >= want {
 		return
 	}
+	if !ls.goLater() {
+		return
+	}
 	ch := make(chan struct{})
 	e.refill = ch
 	p := e.params
 	go func() {
+		defer ls.inflight.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
 		defer cancel()
 		_, _ = ls.takeSlice(ctx, key, &p, 0, want, e, ch) // a failure leaves the key to Redis
 	}()
 }
 
+// goLater reports whether a slice may be taken (the store is not
+// closing), and counts its taker in inflight, which must call
+// inflight.Done: close waits for the slices on their way before it gives
+// back what the slices hold.
+func (ls *leases) goLater() bool {
+	ls.gate.RLock()
+	defer ls.gate.RUnlock()
+	if ls.closed.Load() {
+		return false
+	}
+	ls.inflight.Add(1)
+	return true
+}
+
 // takeSlice runs the lease script for cost units and up to want − cost
 // more, keeps what passed beyond cost as a slice of e (when e still decides
-// under p), and ends the refill ch. It returns the decision of the take, as
-// the caller sees it: Remaining counts the new slice's units.
+// under p and has room), gives back what it cannot keep, and ends the
+// refill ch. It returns the decision of the take, as the caller sees it:
+// Remaining counts the new slice's units.
 func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64, e *leaseEntry, ch chan struct{}) (algo.Decision, error) {
 	sent := ls.now()
 	d, got, err := ls.s.lease(ctx, key, p, cost, want)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	defer close(ch)
 	if e.refill == ch {
 		e.refill = nil
 	}
+	close(ch)
 	if err != nil || got <= cost {
+		e.mu.Unlock()
 		return d, err
 	}
 	sl := slice{units: got - cost, exp: sent + ls.life, taken: sent, reset: d.ResetAfter, window: d.Window}
 	if p.Kind == algo.FixedWindow || p.Kind == algo.AlignedWindow {
 		sl.exp = sent + min(ls.life, d.ResetAfter) // never past the window's end
 	}
-	if e.params != *p || ls.closed.Load() {
-		ls.giveBackLater(key, p, sl)
-		return d, nil
-	}
 	e.counts.slices++
 	e.counts.leased += sl.units
 	d.Remaining += sl.units
 	e.expire(ls.now())
+	kept := e.params == *p
 	switch {
+	case !kept:
 	case e.cur.units == 0:
 		e.cur = sl
 	case e.nxt.units == 0:
 		e.nxt = sl
 	default:
-		ls.giveBackLater(key, p, sl) // both places taken meanwhile: not kept
+		kept = false // both places taken meanwhile
+	}
+	e.mu.Unlock()
+	if !kept {
+		ls.giveBack(key, p, []slice{sl})
 	}
 	return d, nil
-}
-
-// giveBackLater gives sl back on its own goroutine (the caller holds a
-// lock).
-func (ls *leases) giveBackLater(key string, p *algo.Params, sl slice) {
-	pp := *p
-	go ls.giveBack(key, &pp, []slice{sl})
 }
 
 // giveBack refunds the units of slices under p to key, each naming its
@@ -445,6 +476,7 @@ func (ls *leases) sweep(now int64, closing bool) {
 			if idle >= 4*ls.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
 				ls.gone.add(&e.counts)
 				delete(sh.m, key)
+				sh.hot.CompareAndSwap(e, nil)
 			}
 			e.mu.Unlock()
 		}
@@ -455,13 +487,18 @@ func (ls *leases) sweep(now int64, closing bool) {
 	}
 }
 
-// close stops the janitor and gives back every slice this process holds.
+// close stops the janitor, waits for the slices on their way, and gives
+// back every slice this process holds.
 func (ls *leases) close() {
-	if ls.closed.Swap(true) {
+	ls.gate.Lock()
+	was := ls.closed.Swap(true)
+	ls.gate.Unlock()
+	if was {
 		return
 	}
 	close(ls.stop)
 	<-ls.done
+	ls.inflight.Wait()
 	ls.sweep(ls.now(), true)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +179,238 @@ func leaseBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int
 	}
 	t.Logf("trace %d (%v): %d admissions, %d decisions from leases", ti, kind, len(adm), local)
 	return local
+}
+
+// heat takes n units one by one on key from s, all admitted, so that s
+// leases the key.
+func heat(t *testing.T, s *redisstore.Store, key string, lim sluice.Limit, n int) {
+	t.Helper()
+	for i := range n {
+		res, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: lim, Cost: 1})
+		if err != nil || !res.Allowed {
+			t.Fatalf("take %d: %+v %v", i, res, err)
+		}
+	}
+}
+
+// settled waits until s has no slice on its way: its stats stop changing.
+func settled(t *testing.T, s *redisstore.Store) redisstore.LeaseStats {
+	t.Helper()
+	prev := s.LeaseStats()
+	for range 200 {
+		time.Sleep(20 * time.Millisecond)
+		st := s.LeaseStats()
+		if st == prev {
+			return st
+		}
+		prev = st
+	}
+	t.Fatal("lease stats never settled")
+	return prev
+}
+
+func TestLeaseCloseGivesBack(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Shared(t).Client()
+	prefix := fmt.Sprintf("leaseclose:%d:", time.Now().UnixNano())
+	clock := testenv.NewClock()
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithLeases(time.Minute))
+	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock))
+	defer plain.Close()
+	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000} // no refill during the test
+	heat(t, s, "k", lim, 100)
+	st := settled(t, s)
+	if st.Held == 0 || st.Local == 0 {
+		t.Fatalf("no slice held after 100 takes: %+v", st)
+	}
+	look, err := plain.Take(ctx, sluice.Request{Key: "k", Limit: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Redis counts the 100 admitted and the units held as spent.
+	if look.Remaining != 1000-100-st.Held {
+		t.Fatalf("Redis has %d left, want 1000 − 100 − %d held", look.Remaining, st.Held)
+	}
+	if top := s.Leases(5); len(top) != 1 || top[0].Key != "k" || top[0].Held != st.Held {
+		t.Fatalf("Leases: %+v, want k holding %d", top, st.Held)
+	}
+	s.Close()
+	if look, err = plain.Take(ctx, sluice.Request{Key: "k", Limit: lim}); err != nil || look.Remaining != 900 {
+		t.Fatalf("after Close: %+v %v, want 900 left", look, err)
+	}
+	if st = s.LeaseStats(); st.Held != 0 || st.GivenBack == 0 {
+		t.Fatalf("after Close: %+v", st)
+	}
+}
+
+func TestLeaseResetDropsSlices(t *testing.T) {
+	ctx := context.Background()
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leasereset:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute))
+	defer s.Close()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
+	heat(t, s, "k", lim, 100)
+	if st := settled(t, s); st.Held == 0 {
+		t.Fatalf("no slice held: %+v", st)
+	}
+	if err := s.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.LeaseStats(); st.Held != 0 {
+		t.Fatalf("after Reset: %+v", st)
+	}
+	// The key is fresh: the next take sees the whole window.
+	res, err := s.Take(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+	if err != nil || !res.Allowed || res.Remaining != 999 {
+		t.Fatalf("after Reset: %+v %v, want 999 left", res, err)
+	}
+}
+
+func TestLeaseUnleasableGoToRedis(t *testing.T) {
+	ctx := context.Background()
+	clock := testenv.NewClock()
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leaseno:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(clock), redisstore.WithLeases(time.Minute))
+	defer s.Close()
+	for _, alg := range []sluice.Algorithm{sluice.SlidingWindow, sluice.SlidingLog, sluice.LeakyBucket} {
+		lim := sluice.Limit{Algorithm: alg, Rate: 50, Period: time.Hour, Burst: 49}
+		m := model.New(algo.Kind(alg), 50, time.Hour.Microseconds(), 49)
+		key := alg.String()
+		for i := range 60 {
+			clock.Add(time.Millisecond)
+			res, err := s.Take(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1, MaxDelay: 24 * time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := m.Take(key, clock.Now().UnixMicro(), 1)
+			if res.Allowed != want.Allowed || res.Remaining != want.Remaining {
+				t.Fatalf("%v take %d: %+v, model %+v", alg, i, res, want)
+			}
+		}
+	}
+	if st := s.LeaseStats(); st.Keys != 0 || st.Local != 0 || st.Slices != 0 {
+		t.Fatalf("unleasable keys were leased: %+v", st)
+	}
+}
+
+// TestLeaseOutageSpendsWhatIsHeld stops Redis under a process holding
+// slices: it admits exactly the units it holds, then the failure policy
+// applies.
+func TestLeaseOutageSpendsWhatIsHeld(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	s := newGoRedis(t, srv.Client(), redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute),
+		redisstore.WithTimeout(200*time.Millisecond))
+	defer s.Close()
+	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000}
+	heat(t, s, "k", lim, 100)
+	settled(t, s)
+	srv.Stop(t)
+	held := settled(t, s).Held
+	if held == 0 {
+		t.Fatal("no slice held when Redis stopped")
+	}
+	var admitted int64
+	for {
+		res, err := s.Take(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+		if err != nil {
+			if !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("after %d: %v, want ErrStoreUnavailable", admitted, err)
+			}
+			break
+		}
+		if !res.Allowed || res.Degraded {
+			t.Fatalf("after %d: %+v", admitted, res)
+		}
+		admitted++
+	}
+	if admitted != held {
+		t.Fatalf("admitted %d during the outage, held %d", admitted, held)
+	}
+}
+
+// BenchmarkLeasedTake is a hot key decided from slices: memory speed, no
+// allocation, few Redis calls.
+func BenchmarkLeasedTake(b *testing.B) {
+	s := newGoRedis(b, redistest.Shared(b).Client(), redisstore.WithPrefix(fmt.Sprintf("leasebench:%d:", time.Now().UnixNano())), redisstore.WithLeases(time.Second))
+	defer s.Close()
+	eng := s.Engine()
+	req := storelink.Request{Key: "hot", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1 << 30, Period: 1_000_000, Burst: 1 << 30}, Cost: 1, MaxDelay: algo.Never}
+	ctx := context.Background()
+	for range 10_000 { // warm the key up: its demand sizes the slices
+		if _, err := eng.Take(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := eng.Take(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	st := s.LeaseStats()
+	b.ReportMetric(float64(st.Store+st.Slices)/float64(st.Local+st.Store), "redis-calls/decision")
+}
+
+// TestLeaseConcurrentFleetIsExact hammers one fixed-window key from several
+// stores' goroutines at the server's time: the window admits at most its
+// rate, and once every store has closed (giving its slices back) Redis has
+// counted exactly the units admitted.
+func TestLeaseConcurrentFleetIsExact(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Shared(t).Client()
+	prefix := fmt.Sprintf("leasefleet:%d:", time.Now().UnixNano())
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3000, Period: time.Hour}
+	var stores []*redisstore.Store
+	for range 3 {
+		stores = append(stores, newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithLeases(time.Minute)))
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 600 {
+					res, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: lim, Cost: 1})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var st redisstore.LeaseStats
+	for _, s := range stores {
+		x := s.LeaseStats()
+		st.Local += x.Local
+		s.Close()
+	}
+	if n := admitted.Load(); n > lim.Rate || n < lim.Rate/2 {
+		t.Fatalf("admitted %d of a window of %d, demand 14400", n, lim.Rate)
+	}
+	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix))
+	defer plain.Close()
+	look, err := plain.Take(ctx, sluice.Request{Key: "hot", Limit: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if look.Remaining != lim.Rate-admitted.Load() {
+		t.Fatalf("Redis has %d left after %d admitted of %d: slices not given back", look.Remaining, admitted.Load(), lim.Rate)
+	}
+	if st.Local == 0 {
+		t.Fatal("no decision from a lease")
+	}
+	t.Logf("admitted %d, %d from leases", admitted.Load(), st.Local)
 }
