@@ -650,3 +650,6 @@ func (s *Store) leaseAt(ctx context.Context, key string, p *algo.Params, cost, w
 	d, err := decisionOf(c.Reply, c.Keys[0])
 	return d, c.Reply[width], err
 }
+
+// Leasing reports whether the store leases hot keys (WithLeases).
+func (s *Store) Leasing() bool { return s.leases != nil }

@@ -1,0 +1,59 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// A store with leases shows them on /metrics: units held, decisions from
+// slices and in Redis, units leased. One without shows no lease series.
+func TestLeaseMetrics(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rs, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute), redisstore.WithPrefix(fmt.Sprintf("lm:%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ts := start(t, Options{Store: rs}, nil)
+	lim := sluice.Limit{Rate: 1000, Period: time.Hour, Burst: 1000}
+	for i := range 200 {
+		if _, err := rs.Take(context.Background(), sluice.Request{Key: "hot", Limit: lim, Cost: 1}); err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+	}
+	_, page := httpGet(t, ts.base+"/metrics")
+	value := func(series string) int64 {
+		m := regexp.MustCompile(regexp.QuoteMeta(series) + ` (\d+)`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("/metrics has no %s:\n%s", series, grep(page, "lease"))
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	st := rs.LeaseStats()
+	if got := value(`sluice_serve_lease_decisions_total{store="main",where="lease"}`); got == 0 || got > st.Local {
+		t.Errorf("decisions from leases: %d (store says %d)", got, st.Local)
+	}
+	if got := value(`sluice_serve_lease_units_total{fate="leased",store="main"}`); got == 0 {
+		t.Errorf("no unit leased")
+	}
+	value(`sluice_serve_lease_held_units{store="main"}`)
+
+	plain, err := redisstore.New(srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	ts2 := start(t, Options{Store: plain}, nil)
+	if _, page := httpGet(t, ts2.base+"/metrics"); regexp.MustCompile(`sluice_serve_lease_`).MatchString(page) {
+		t.Errorf("lease series without leases:\n%s", grep(page, "lease"))
+	}
+}
