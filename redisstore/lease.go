@@ -32,8 +32,10 @@ import (
 // A slice covers about a quarter of life of the process's demand.
 //
 // Sliding-window, sliding-log and leaky-bucket keys are never leased (they
-// cannot give units back), and neither are composites (TakeAll, TakeEach):
-// they are decided in Redis as without leases. A refund goes to Redis; a
+// cannot give units back): they are decided in Redis as without leases. A
+// composite (TakeAll, TakeEach) whose parts are all leasable is admitted
+// from their slices when each holds its part's cost, all or nothing; else
+// it is decided in Redis as without leases. A refund goes to Redis; a
 // Reset drops this process's slices of the key. During an outage the
 // process keeps admitting from the slices it holds, then the failure policy
 // applies. LeaseStats reports what the slices hold. life must be positive

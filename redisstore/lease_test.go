@@ -414,3 +414,76 @@ func TestLeaseConcurrentFleetIsExact(t *testing.T) {
 	}
 	t.Logf("admitted %d, %d from leases", admitted.Load(), st.Local)
 }
+
+// TestLeaseCompositesKeepTheBound runs composites (a token-bucket part and
+// a fixed-window part) from several stores with leases at a fake clock:
+// each part's admissions keep its own bound, and composites come to be
+// decided from slices.
+func TestLeaseCompositesKeepTheBound(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(testenv.Seed(t), 26))
+	life := 20 * time.Millisecond
+	f := newFleet(t, redistest.Shared(t).Client(), 3, life, fmt.Sprintf("leasecomp:%d:", time.Now().UnixNano()))
+	tb := sluice.Limit{Rate: 300, Period: 100 * time.Millisecond, Burst: 150}
+	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 200, Period: 100 * time.Millisecond}
+	lims := make([]*sluice.Limiter, len(f.stores))
+	for i, s := range f.stores {
+		lims[i] = sluice.New(s)
+	}
+	var global, user []model.Admission
+	for range 3000 {
+		f.clock.Add(time.Duration(r.IntN(200)) * time.Microsecond)
+		now := f.clock.Now().UnixMicro()
+		l := lims[r.IntN(len(lims))]
+		ct, cu := int64(1+r.IntN(2)), int64(1+r.IntN(2))
+		each := make([]sluice.Result, 2)
+		res, err := l.TakeEach(ctx, []sluice.Part{{Key: "global", Limit: tb, Cost: ct}, {Key: "user", Limit: fw, Cost: cu}}, each)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed != (each[0].Allowed && each[1].Allowed) {
+			t.Fatalf("summary %+v, parts %+v", res, each)
+		}
+		if res.Allowed {
+			global = append(global, model.Admission{T: now, Units: ct})
+			user = append(user, model.Admission{T: now, Units: cu, Window: each[1].Window})
+		}
+	}
+	if err := model.CheckBucketBound(global, tb.Burst, tb.Rate, tb.Period.Microseconds(), life.Microseconds()); err != nil {
+		t.Fatalf("token-bucket part: %v", err)
+	}
+	if err := model.CheckWindowBound(user, fw.Rate, fw.Period.Microseconds()); err != nil {
+		t.Fatalf("fixed-window part: %v", err)
+	}
+	var local int64
+	for _, s := range f.stores {
+		local += s.LeaseStats().Local
+	}
+	if local == 0 {
+		t.Fatal("no composite part was decided from a slice")
+	}
+	t.Logf("%d and %d admitted, %d part decisions from slices", len(global), len(user), local)
+}
+
+// A composite whose part has no slice goes to Redis whole, and spends
+// nothing from the other part's slices.
+func TestLeaseCompositeRefusalSpendsNoSlice(t *testing.T) {
+	ctx := context.Background()
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leaseall:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute))
+	defer s.Close()
+	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000}
+	heat(t, s, "a", lim, 100)
+	held := settled(t, s).Held
+	tiny := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	if _, err := s.Take(ctx, sluice.Request{Key: "b", Limit: tiny, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.TakeAll(ctx, []sluice.Request{{Key: "a", Limit: lim, Cost: 1}, {Key: "b", Limit: tiny, Cost: 1}})
+	if err != nil || res.Allowed {
+		t.Fatalf("composite over an empty part: %+v %v, want refused", res, err)
+	}
+	if st := s.LeaseStats(); st.Held != held {
+		t.Fatalf("held %d after the refusal, %d before", st.Held, held)
+	}
+}
