@@ -34,9 +34,10 @@ func TestLeaseLocalDecisionsByHand(t *testing.T) {
 	ks := model.NewKeys()
 	lim := model.Limit{Kind: algo.FixedWindow, Rate: 10, Period: 100}
 	p := ks.Process(1000)
-	// The first take spends 1 + 4 more: a lease of 4 until the window's end.
+	// The first take spends 1 + 4 more: a lease of 4 until the window's end;
+	// remaining counts the 5 left in the store and the lease's 4.
 	d, local := p.Take("k", lim, 10, 1, 5)
-	if local || !d.Allowed || d.Window != 110 || d.Remaining != 5 {
+	if local || !d.Allowed || d.Window != 110 || d.Remaining != 9 {
 		t.Fatalf("first: %+v local=%v", d, local)
 	}
 	d, local = p.Take("k", lim, 20, 3, 5)
@@ -44,9 +45,10 @@ func TestLeaseLocalDecisionsByHand(t *testing.T) {
 		t.Fatalf("second: %+v local=%v, want %+v local", d, local, want)
 	}
 	// Two units do not fit the lease's one: it is given back (a refund
-	// naming its window) and the store takes 2 + 3 more.
+	// naming its window) and the store takes 2 + 3 more: 4 + 5 spent, and
+	// the lease's 3.
 	d, local = p.Take("k", lim, 30, 2, 5)
-	if local || !d.Allowed || d.Remaining != 10-4-5 {
+	if local || !d.Allowed || d.Remaining != 10-4-5+3 {
 		t.Fatalf("third: %+v local=%v", d, local)
 	}
 	if p.Held("k", 30) != 3 {
