@@ -396,7 +396,7 @@ func report(w io.Writer, c *config, above, below []*run) {
 		}
 		fmt.Fprintf(w, "| %s | %d | %.0f | %.1f%% | %.5f |\n", r.name, r.procs, rates[r.name], 100*float64(local)/float64(max(d, 1)), calls)
 	}
-	fmt.Fprintf(w, "\nLeases ÷ without: %.1f× (target ≥ 10×); leases ÷ one process in memory: %.2f (target ≥ 0.5); Redis calls per 100 decisions with leases: %.2f (target ≤ 1).\n\n",
+	fmt.Fprintf(w, "\nLeases ÷ without: %.1f× (target ≥ 10×); leases ÷ one process in memory: %.2f (target ≥ 0.5); Redis calls per 100 decisions with leases: %.4f (target ≤ 1).\n\n",
 		rates["leases"]/rates["plain"], rates["leases"]/rates["memory"], 100*callsLeased)
 	fmt.Fprintf(w, "Limit below demand: %d/s, burst %d, shared by %d processes:\n\n", c.limit, c.limit/10, c.procs)
 	fmt.Fprintln(w, "| store | decisions/s | admitted/s | % of limit | Redis calls per decision | spans over the bound |")
