@@ -487,3 +487,36 @@ func TestLeaseCompositeRefusalSpendsNoSlice(t *testing.T) {
 		t.Fatalf("held %d after the refusal, %d before", st.Held, held)
 	}
 }
+
+// When a key's demand stops for a slice's horizon, its slices go back to
+// Redis before they end.
+func TestLeaseDemandDropGivesBack(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Shared(t).Client()
+	prefix := fmt.Sprintf("leasedrop:%d:", time.Now().UnixNano())
+	clock := testenv.NewClock()
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithLeases(200*time.Millisecond))
+	defer s.Close()
+	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock))
+	defer plain.Close()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
+	heat(t, s, "k", lim, 100)
+	if st := settled(t, s); st.Held == 0 {
+		t.Fatalf("no slice held: %+v", st)
+	}
+	clock.Add(60 * time.Millisecond) // past the horizon (a quarter of the life), within the life
+	var st redisstore.LeaseStats
+	for range 500 {
+		if st = s.LeaseStats(); st.Held == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the janitor runs every horizon of real time
+	}
+	if st.Held != 0 || st.GivenBack == 0 {
+		t.Fatalf("slices still held after demand stopped: %+v", st)
+	}
+	look, err := plain.Take(ctx, sluice.Request{Key: "k", Limit: lim})
+	if err != nil || look.Remaining != 900 {
+		t.Fatalf("Redis after the give-back: %+v %v, want 900 left", look, err)
+	}
+}
