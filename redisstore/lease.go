@@ -126,6 +126,11 @@ type leaseEntry struct {
 	winStart, winUnits, demand int64
 	lastUse                    int64
 	counts                     leaseCounts
+	// epoch counts the resets of the key, so that a slice taken before one
+	// is not kept after it; gone is set when the table forgets the entry,
+	// so that a caller who found it just before looks again.
+	epoch uint64
+	gone  bool
 }
 
 func newLeases(s *Store) *leases {
@@ -165,6 +170,18 @@ func (ls *leases) entry(key string) *leaseEntry {
 	}
 	sh.hot.Store(e)
 	return e
+}
+
+// lockedEntry returns key's entry, locked: one the table still holds.
+func (ls *leases) lockedEntry(key string) *leaseEntry {
+	for {
+		e := ls.entry(key)
+		e.mu.Lock()
+		if !e.gone {
+			return e
+		}
+		e.mu.Unlock()
+	}
 }
 
 // note counts cost units asked for at now in the key's demand.
@@ -248,9 +265,8 @@ func (e *leaseEntry) local(now, cost int64, r *storelink.Result) bool {
 // slice when one holds the units, else in Redis, taking a new slice when
 // the key is hot.
 func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
-	e := ls.entry(req.Key)
+	e := ls.lockedEntry(req.Key)
 	now := ls.now()
-	e.mu.Lock()
 	if e.params != req.Params {
 		// Slices of another limit are given back under it.
 		old, back := e.params, e.drop(now)
@@ -347,6 +363,9 @@ func (ls *leases) goLater() bool {
 // refill ch. It returns the decision of the take, as the caller sees it:
 // Remaining counts the new slice's units.
 func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64, e *leaseEntry, ch chan struct{}) (algo.Decision, error) {
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
 	sent := ls.now()
 	d, got, err := ls.s.lease(ctx, key, p, cost, want)
 	e.mu.Lock()
@@ -366,6 +385,10 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	e.counts.leased += sl.units
 	d.Remaining += sl.units
 	e.expire(ls.now())
+	if e.epoch != epoch || e.gone {
+		e.mu.Unlock() // the key was reset meanwhile: nothing to give back to
+		return d, nil
+	}
 	kept := e.params == *p
 	switch {
 	case !kept:
@@ -435,6 +458,7 @@ func (ls *leases) forget(key string) {
 	}
 	e.mu.Lock()
 	e.cur, e.nxt = slice{}, slice{}
+	e.epoch++
 	e.mu.Unlock()
 }
 
@@ -477,6 +501,7 @@ func (ls *leases) sweep(now int64, closing bool) {
 			}
 			if idle >= 4*ls.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
 				ls.gone.add(&e.counts)
+				e.gone = true
 				delete(sh.m, key)
 				sh.hot.CompareAndSwap(e, nil)
 			}

@@ -40,6 +40,14 @@ func (ls *leases) takeAll(reqs []storelink.Request, each []storelink.Result) (re
 	for _, i := range order[:n] {
 		es[i].mu.Lock()
 	}
+	for i := range reqs {
+		if es[i].gone { // forgotten by the table meanwhile: rare, left to Redis
+			for _, j := range order[:n] {
+				es[j].mu.Unlock()
+			}
+			return res, false
+		}
+	}
 	now := ls.now()
 	ok = true
 	for i := range reqs {
