@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -91,9 +92,10 @@ type leaseShard struct {
 // A slice is units spent in Redis that this process may admit until exp
 // (local µs, exclusive); taken is when it was asked for (local µs), reset
 // the key's reset_after (µs) and window the window's end (store µs; 0 for
-// the buckets) that the take reported.
+// the buckets) that the take reported, and spent the store's time of the
+// take (µs).
 type slice struct {
-	units, exp, taken, reset, window int64
+	units, exp, taken, reset, window, spent int64
 }
 
 // live reports whether sl holds units at now.
@@ -367,7 +369,7 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	epoch := e.epoch
 	e.mu.Unlock()
 	sent := ls.now()
-	d, got, err := ls.s.lease(ctx, key, p, cost, want)
+	d, got, at, err := ls.s.lease(ctx, key, p, cost, want)
 	e.mu.Lock()
 	if e.refill == ch {
 		e.refill = nil
@@ -377,7 +379,7 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 		e.mu.Unlock()
 		return d, err
 	}
-	sl := slice{units: got - cost, exp: sent + ls.life, taken: sent, reset: d.ResetAfter, window: d.Window}
+	sl := slice{units: got - cost, exp: sent + ls.life, taken: sent, reset: d.ResetAfter, window: d.Window, spent: at}
 	if p.Kind == algo.FixedWindow || p.Kind == algo.AlignedWindow {
 		sl.exp = sent + min(ls.life, d.ResetAfter) // never past the window's end
 	}
@@ -406,25 +408,23 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	return d, nil
 }
 
-// giveBack refunds the units of slices under p to key, each naming its
-// window, while it is live: a slice that ends before its give-back is sent
-// is dropped instead. A give-back that fails is dropped too.
+// giveBack gives the units of slices under p back to key, while each is
+// live: a slice that has ended is dropped instead, and so is one whose
+// give-back reaches Redis after its life there (lease_giveback.lua) or
+// fails.
 func (ls *leases) giveBack(key string, p *algo.Params, slices []slice) {
 	for _, sl := range slices {
-		now := ls.now()
-		if !sl.live(now) {
-			ls.count(key, func(c *leaseCounts) { c.expired += sl.units })
-			continue
+		ok := false
+		if sl.live(ls.now()) {
+			ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
+			ok = ls.s.giveBack(ctx, key, p, &sl, ls.life) == nil
+			cancel()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
-		req := storelink.Request{Key: key, Params: *p, Cost: sl.units, MaxDelay: algo.Never}
-		_, err := ls.s.refundNow(ctx, req, sl.window)
-		cancel()
 		ls.count(key, func(c *leaseCounts) {
-			if err != nil {
-				c.expired += sl.units
-			} else {
+			if ok {
 				c.givenBack += sl.units
+			} else {
+				c.expired += sl.units
 			}
 		})
 	}
@@ -656,26 +656,66 @@ var leaseScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 }()
 
 // lease runs the lease script on key at the store's time (applying no
-// failure policy): the take's decision and the units it spent.
-func (s *Store) lease(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, error) {
+// failure policy): the take's decision, the units it spent and the time it
+// was taken at (µs, the store's).
+func (s *Store) lease(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, int64, error) {
 	now, err := s.clock()
 	if err != nil {
-		return algo.Decision{}, 0, err
+		return algo.Decision{}, 0, 0, err
 	}
 	return s.leaseAt(ctx, key, p, cost, want, now)
 }
 
 // leaseAt is lease at now (µs, -1 for the server's TIME).
-func (s *Store) leaseAt(ctx context.Context, key string, p *algo.Params, cost, want, now int64) (algo.Decision, int64, error) {
+func (s *Store) leaseAt(ctx context.Context, key string, p *algo.Params, cost, want, now int64) (algo.Decision, int64, int64, error) {
 	c := leaseCall(s.prefix+key, limitOf(p, algo.Never), cost, want, now, s.margin)
 	if err := s.call(ctx, c); err != nil {
-		return algo.Decision{}, 0, err
+		return algo.Decision{}, 0, 0, err
 	}
-	if len(c.Reply) != width+1 {
-		return algo.Decision{}, 0, fmt.Errorf("%w: lease script replied %v", redisrun.ErrBadReply, c.Reply)
+	if len(c.Reply) != width+2 {
+		return algo.Decision{}, 0, 0, fmt.Errorf("%w: lease script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	d, err := decisionOf(c.Reply, c.Keys[0])
-	return d, c.Reply[width], err
+	return d, c.Reply[width], c.Reply[width+1], err
+}
+
+// giveBackScript is refund.lua behind lease_giveback.lua: a refund that
+// does nothing once the slice's life in the store has ended.
+var giveBackScript = redisrun.NewScript(prelude() + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) +
+	mustRead("lease_giveback.lua") + mustRead("refund.lua"))
+
+// errSliceEnded is a give-back that reached Redis after its slice's life.
+var errSliceEnded = errors.New("redisstore: the slice had ended when its give-back arrived")
+
+// giveBack refunds sl's units to key under p, naming its window; a bucket's
+// only until life after the slice was spent (the store's time).
+func (s *Store) giveBack(ctx context.Context, key string, p *algo.Params, sl *slice, life int64) error {
+	now, err := s.clock()
+	if err != nil {
+		return err
+	}
+	return s.giveBackAt(ctx, key, p, sl, life, now)
+}
+
+// giveBackAt is giveBack at now (µs, -1 for the server's TIME).
+func (s *Store) giveBackAt(ctx context.Context, key string, p *algo.Params, sl *slice, life, now int64) error {
+	deadline := int64(0)
+	if p.Kind == algo.TokenBucket || p.Kind == algo.GCRA {
+		deadline = sl.spent + life
+	}
+	c := scripts.refundCall(s.prefix+key, limitOf(p, algo.Never), sl.units, now, s.margin, sl.window)
+	c.Script = giveBackScript
+	c.Args = append(c.Args, deadline)
+	if err := s.call(ctx, c); err != nil {
+		return err
+	}
+	if len(c.Reply) != width {
+		return fmt.Errorf("%w: give-back script replied %v", redisrun.ErrBadReply, c.Reply)
+	}
+	if c.Reply[0] != 1 {
+		return errSliceEnded
+	}
+	return nil
 }
 
 // Leasing reports whether the store leases hot keys (WithLeases).

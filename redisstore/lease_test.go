@@ -520,3 +520,32 @@ func TestLeaseDemandDropGivesBack(t *testing.T) {
 		t.Fatalf("Redis after the give-back: %+v %v, want 900 left", look, err)
 	}
 }
+
+// A bucket's slice given back after its life in the store gives nothing
+// back; within it, its units come back.
+func TestLeaseGiveBackOnlyWithinLife(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+		s := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("leasegb:%d:", time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+		p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 100}
+		t0 := base
+		if _, got, err := redisstore.LeaseAt(s, ctx, "k", p, 0, 50, t0); err != nil || got != 50 {
+			t.Fatalf("%s: lease: %d %v", name, got, err)
+		}
+		// Its life is 1000µs: at t0 + 1000 the give-back does nothing.
+		if ok, err := redisstore.GiveBackAt(s, ctx, "k", p, 50, 0, t0, 1000, t0+1000); err != nil || ok {
+			t.Fatalf("%s: late give-back: %v %v, want refused", name, ok, err)
+		}
+		look, _, _ := redisstore.LeaseAt(s, ctx, "k", p, 0, 0, t0+1000)
+		if look.Remaining != 50 {
+			t.Fatalf("%s: after a late give-back %d left, want 50", name, look.Remaining)
+		}
+		if ok, err := redisstore.GiveBackAt(s, ctx, "k", p, 50, 0, t0+1000, 1000, t0+1999); err != nil || !ok {
+			t.Fatalf("%s: give-back within the life: %v %v", name, ok, err)
+		}
+		if look, _, _ = redisstore.LeaseAt(s, ctx, "k", p, 0, 0, t0+1999); look.Remaining != 100 {
+			t.Fatalf("%s: after a give-back %d left, want 100", name, look.Remaining)
+		}
+		s.Close()
+	}
+}

@@ -7,12 +7,13 @@
 -- ARGV     kind, rate, period (µs), burst, cost, want, now (µs, -1 for the
 --          server's TIME), TTL margin (µs)
 -- reply    the decision of the take (see decision in the prelude), then the
---          units it spent (0 when refused); or failed(code) then 0 (see
+--          units it spent (0 when refused), then the time it was taken at
+--          (µs: the server's, or now); or failed(code) then 0, 0 (see
 --          guard.lua)
 local code = guarded_clock(tonumber(ARGV[7]))
 if code then
   local f = failed(code)
-  f[7] = 0
+  f[7], f[8] = 0, 0
   return f
 end
 margin = tonumber(ARGV[8])
@@ -29,13 +30,13 @@ local function lease()
   end
   local d, fields, fresh_at = step(rate, period, burst, n, huge, k, a, b, c, r, p, raw)
   store(KEYS[1], fields, fresh_at)
-  d[7] = d[1] == 1 and n or 0
+  d[7], d[8] = d[1] == 1 and n or 0, now
   return d
 end
 
 local ok, d = pcall(lease)
 if not ok then
   d = failed(failure_code(d, false))
-  d[7] = 0
+  d[7], d[8] = 0, 0
 end
 return d
