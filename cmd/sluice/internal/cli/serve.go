@@ -178,6 +178,9 @@ func (f *serveFlags) check() error {
 	if f.leases < 0 || f.leases > time.Hour {
 		return fmt.Errorf("--store-leases %s: want 0 (off) to 1h", f.leases)
 	}
+	if f.leases > 0 && f.store == "memory" && (f.perSecond == "" || f.perSecond == "memory") {
+		return fmt.Errorf("--store-leases %s: leases share a Redis store's budgets among instances; the memory store has none to lease (use --store redis://…)", f.leases)
+	}
 	if f.connAge < 0 || f.connAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age %s, --grpc-max-connection-age-grace %s: want 0 (never, as long as needed) or more", f.connAge, f.connAgeGrace)
 	}

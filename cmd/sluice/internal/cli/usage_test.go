@@ -120,6 +120,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--store-pipelines", "2000"}, "--store-pipelines 2000: want 0 to 1024"},
 		{[]string{"--store-leases", "-1s"}, "--store-leases -1s: want 0 (off) to 1h"},
 		{[]string{"--store-leases", "2h"}, "--store-leases 2h0m0s: want 0 (off) to 1h"},
+		{[]string{"--store-leases", "1s"}, "--store-leases 1s: leases share a Redis store's budgets among instances; the memory store has none to lease"},
 		{[]string{"--gomaxprocs", "0"}, `--gomaxprocs "0": want auto or 1 to 65536`},
 		{[]string{"--gomaxprocs", "all"}, `--gomaxprocs "all": want auto or 1 to 65536`},
 		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age -1s"},
