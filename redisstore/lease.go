@@ -284,22 +284,21 @@ func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Re
 		e.mu.Unlock()
 		return r, nil
 	}
+	// What the slices still hold cannot serve this request: it is given
+	// back first, so that this process is not refused for want of units it
+	// holds itself.
 	want := e.want(req.Cost)
 	e.counts.store++
-	if want == req.Cost || e.refill != nil {
-		// A cold key, or one whose next slice is on its way (a request does
-		// not wait for it): decided in Redis as without leases.
+	stale := e.drop(now)
+	if want == req.Cost || e.refill != nil || !ls.goLater() {
+		// A cold key, one whose next slice is on its way (a request does not
+		// wait for it), or a store closing: decided in Redis as without
+		// leases.
 		e.mu.Unlock()
-		return ls.s.takeInStore(ctx, req)
-	}
-	// What the slices still hold cannot serve this request: given back
-	// before the next slice is taken.
-	if !ls.goLater() {
-		e.mu.Unlock() // closing: no new slice
+		ls.giveBack(req.Key, &req.Params, stale)
 		return ls.s.takeInStore(ctx, req)
 	}
 	defer ls.inflight.Done()
-	stale := e.drop(now)
 	ch := make(chan struct{})
 	e.refill = ch
 	e.mu.Unlock()

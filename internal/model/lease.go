@@ -79,10 +79,10 @@ func (p *Process) expiry(lim Limit, now int64, d algo.Decision) int64 {
 
 // Take decides cost units for key under lim at now. A leasable limit is
 // decided from a live lease of this limit holding at least cost units (the
-// one that runs out first): locally, local is true. Otherwise the lease
-// script takes cost and up to want − cost more, which become a lease when
-// more than cost passed; when want > cost the key's leases that could not
-// serve the request (another limit, too few units) are first given back.
+// one that runs out first): locally, local is true. Otherwise the key's
+// leases that could not serve it (another limit, too few units) are given
+// back, and the lease script takes cost and up to want − cost more, which
+// become a lease when more than cost passed.
 // Its decision reports the take's figures, Remaining counting the new
 // lease's units. An unleasable limit is decided in the store as without
 // leases.
@@ -103,12 +103,10 @@ func (p *Process) Take(key string, lim Limit, now, cost, want int64) (d algo.Dec
 			return p.local(key, l, now), true
 		}
 	}
-	if want > cost {
-		for _, l := range p.leases[key] {
-			p.giveBack(key, l, now)
-		}
-		p.leases[key] = nil
+	for _, l := range p.leases[key] {
+		p.giveBack(key, l, now)
 	}
+	p.leases[key] = nil
 	d, got := p.Refill(key, lim, now, cost, want)
 	d.Remaining += got
 	return d, false
