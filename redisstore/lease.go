@@ -75,8 +75,10 @@ type leases struct {
 	gate     sync.RWMutex
 	inflight sync.WaitGroup
 
-	// Totals over the keys the table has dropped (live keys keep their own).
-	gone leaseCounts
+	// Totals over the keys the table has dropped (live keys keep their own),
+	// under goneMu.
+	goneMu sync.Mutex
+	gone   leaseCounts
 }
 
 type leaseShard struct {
@@ -384,10 +386,11 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	}
 	e.counts.slices++
 	e.counts.leased += sl.units
-	d.Remaining += sl.units
 	e.expire(ls.now())
 	if e.epoch != epoch || e.gone {
-		e.mu.Unlock() // the key was reset meanwhile: nothing to give back to
+		// The key was reset meanwhile: nothing to give back to.
+		e.counts.expired += sl.units
+		e.mu.Unlock()
 		return d, nil
 	}
 	kept := e.params == *p
@@ -399,6 +402,9 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 		e.nxt = sl
 	default:
 		kept = false // both places taken meanwhile
+	}
+	if kept {
+		d.Remaining += sl.units
 	}
 	e.mu.Unlock()
 	if !kept {
@@ -436,9 +442,9 @@ func (ls *leases) count(key string, f func(*leaseCounts)) {
 	e := sh.m[key]
 	sh.mu.RUnlock()
 	if e == nil {
-		sh.mu.Lock()
+		ls.goneMu.Lock()
 		f(&ls.gone)
-		sh.mu.Unlock()
+		ls.goneMu.Unlock()
 		return
 	}
 	e.mu.Lock()
@@ -456,6 +462,7 @@ func (ls *leases) forget(key string) {
 		return
 	}
 	e.mu.Lock()
+	e.counts.expired += e.cur.units + e.nxt.units
 	e.cur, e.nxt = slice{}, slice{}
 	e.epoch++
 	e.mu.Unlock()
@@ -499,7 +506,9 @@ func (ls *leases) sweep(now int64, closing bool) {
 				}
 			}
 			if idle >= 4*ls.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
+				ls.goneMu.Lock()
 				ls.gone.add(&e.counts)
+				ls.goneMu.Unlock()
 				e.gone = true
 				delete(sh.m, key)
 				sh.hot.CompareAndSwap(e, nil)
@@ -582,10 +591,9 @@ func (s *Store) LeaseStats() LeaseStats {
 		}
 		sh.mu.RUnlock()
 	}
-	sh := &ls.shards[0]
-	sh.mu.Lock() // gone is written under a shard's lock, any
+	ls.goneMu.Lock()
 	c.add(&ls.gone)
-	sh.mu.Unlock()
+	ls.goneMu.Unlock()
 	st.Local, st.Store, st.Slices, st.Leased, st.GivenBack, st.Expired = c.local, c.store, c.slices, c.leased, c.givenBack, c.expired
 	return st
 }

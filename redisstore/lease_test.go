@@ -549,3 +549,67 @@ func TestLeaseGiveBackOnlyWithinLife(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestLeaseTableUnderChurn takes on a few keys from many goroutines while
+// others read the stats, reset keys and change limits, with a life short
+// enough for slices to end and the janitor to sweep (run it with -race).
+func TestLeaseTableUnderChurn(t *testing.T) {
+	ctx := context.Background()
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leasechurn:%d:", time.Now().UnixNano())),
+		redisstore.WithLeases(40*time.Millisecond))
+	lims := []sluice.Limit{{Rate: 100_000, Period: time.Second, Burst: 1000}, {Algorithm: sluice.GCRA, Rate: 100_000, Period: time.Second, Burst: 1000},
+		{Algorithm: sluice.AlignedWindow, Rate: 10_000, Period: 100 * time.Millisecond}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k%d", i%3)
+				lim := lims[(i/200)%len(lims)] // goroutines change limits at about the same time
+				if _, err := s.Take(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			s.LeaseStats()
+			s.Leases(3)
+			if i%4 == 0 {
+				if err := s.Reset(ctx, "k1"); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	s.Close()
+	st := s.LeaseStats()
+	if st.Held != 0 {
+		t.Fatalf("after Close: %+v", st)
+	}
+	// Every unit leased was admitted (each decision here is of one unit),
+	// given back, or dropped.
+	if st.Leased != st.Local+st.GivenBack+st.Expired {
+		t.Fatalf("units leased ≠ admitted from slices + given back + dropped: %+v", st)
+	}
+	t.Logf("%+v", st)
+}
