@@ -9,13 +9,13 @@
 // second of all processes together and the Redis commands per decision
 // (INFO commandstats, EVALSHA and EVAL). Below demand (-limit units/s,
 // burst a tenth of it, shared by the processes) it reports the units
-// admitted as a share of the limit, and checks every span of the
-// admissions' timestamps against SEMANTICS.md's bound: a decision made
-// between tBefore and tAfter (this machine's clock, which the
-// redis-server shares) is counted in a span [a, b] when a ≤ tBefore and
-// tAfter ≤ b, and the units so counted must not exceed
-// burst + floor((b − a + life)·limit/1s). Spans of up to 10ms are checked
-// from every admission, longer ones from one admission in 100.
+// admitted as a share of the limit, and checks spans of the admissions'
+// timestamps against SEMANTICS.md's bound: a decision made between tBefore
+// and tAfter (this machine's clock, which the redis-server shares) is
+// counted in a span [a, b] when a ≤ tBefore and tAfter ≤ b, and the units
+// so counted must not exceed burst + floor((b − a + life)·limit/1s). The
+// spans checked are 0, 0.1, 1, 10, 100ms and 1s long, starting at every
+// admission (at one in 100 for those over 10ms).
 //
 // The processes are this binary started again with -child; they start
 // together at an instant the parent gives them. It starts a redis-server on
