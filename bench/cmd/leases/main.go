@@ -4,6 +4,7 @@
 // memory, all in one run.
 //
 //	GOWORK=off go run ./cmd/leases [-procs 4] [-callers 64] [-duration 5s] [-life 1s] [-limit 20000]
+//	GOWORK=off go run ./cmd/leases -serve [-callers 64] [-duration 5s] [-life 1s]
 //
 // Above demand (a limit no load reaches) it reports the decisions per
 // second of all processes together and the Redis commands per decision
@@ -16,6 +17,11 @@
 // so counted must not exceed burst + floor((b − a + life)·limit/1s). The
 // spans checked are 0, 0.1, 1, 10, 100ms and 1s long, starting at every
 // admission (at one in 100 for those over 10ms).
+//
+// With -serve it measures `sluice serve` instead (built from this working
+// tree, as cmd/rls does): one hot descriptor, in memory, over Redis, and
+// over Redis with --store-leases, each in turn, reporting the server's CPU
+// per call and Redis's script calls per call.
 //
 // The processes are this binary started again with -child; they start
 // together at an instant the parent gives them. It starts a redis-server on
@@ -54,6 +60,7 @@ type config struct {
 	procs, callers int
 	duration, life time.Duration
 	limit          int64
+	serve          bool // measure sluice serve instead (runServe)
 	// child mode
 	child     bool
 	mode      string // leases, plain, memory
@@ -73,6 +80,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured time per run")
 	fs.DurationVar(&c.life, "life", time.Second, "the leases' life (WithLeases)")
 	fs.Int64Var(&c.limit, "limit", 20_000, "units per second of the below-demand run, shared by the processes")
+	fs.BoolVar(&c.serve, "serve", false, "measure `sluice serve` on one hot descriptor: in memory, over Redis, over Redis with --store-leases -life")
 	fs.BoolVar(&c.child, "child", false, "internal: run as one process of a run")
 	fs.StringVar(&c.mode, "mode", "leases", "internal: leases, plain or memory")
 	fs.StringVar(&c.addr, "addr", "", "internal: the redis-server")
@@ -93,9 +101,12 @@ func parseFlags(args []string) (*config, error) {
 func main() {
 	c, err := parseFlags(os.Args[1:])
 	if err == nil {
-		if c.child {
+		switch {
+		case c.child:
 			err = runChild(c, os.Stdout)
-		} else {
+		case c.serve:
+			err = runServe(c, os.Stdout)
+		default:
 			err = runParent(c)
 		}
 	}
