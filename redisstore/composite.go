@@ -46,6 +46,11 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Resu
 // takeAllNow is TakeAll on checked requests (by TakeAll, or by the Limiter
 // before it calls the engine).
 func (s *Store) takeAllNow(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
+	if s.leases != nil {
+		if r, ok := s.leases.takeAll(reqs, nil); ok {
+			return r, nil
+		}
+	}
 	now, err := s.clock()
 	if err != nil {
 		return storelink.Result{}, err
@@ -59,6 +64,11 @@ func (s *Store) takeAllNow(ctx context.Context, reqs []storelink.Request) (store
 // failure policy, FailOpen admits every part and FailLocal reports the
 // fallback's parts, all Degraded.
 func (s *Store) takeEachNow(ctx context.Context, reqs []storelink.Request, each []storelink.Result) (storelink.Result, error) {
+	if s.leases != nil {
+		if r, ok := s.leases.takeAll(reqs, each); ok {
+			return r, nil
+		}
+	}
 	now, err := s.clock()
 	if err != nil {
 		return storelink.Result{}, err

@@ -60,3 +60,26 @@ func ExampleStore_TakeAll() {
 	})
 	fmt.Println(res.Allowed, err)
 }
+
+// A global budget every instance of a service hits at once is decided from
+// slices leased to each instance: in memory, never over the limit by more
+// than a second of refill in any span.
+func ExampleWithLeases() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	store, err := redisstore.New(rdb, redisstore.WithLeases(time.Second))
+	if err != nil {
+		fmt.Println("bad options:", err)
+		return
+	}
+	defer store.Close() // gives back what the slices still hold
+	lim := sluice.New(store)
+	for range 1000 {
+		if _, err := lim.Take(context.Background(), "api:all", sluice.PerSecond(20_000).WithBurst(2_000), 1); err != nil {
+			fmt.Println("no decision:", err)
+			return
+		}
+	}
+	st := store.LeaseStats()
+	fmt.Println(st.Local+st.Store > 0, st.Held >= 0)
+}

@@ -44,10 +44,14 @@ func (s *Store) refund(ctx context.Context, req storelink.Request, now, window i
 	return decisionOf(c.Reply, c.Keys[0])
 }
 
-// Reset forgets key.
+// Reset forgets key. With WithLeases it drops this process's slices of
+// key, giving nothing back; other processes' slices end within their life.
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return sluice.ErrEmptyKey
+	}
+	if s.leases != nil {
+		s.leases.forget(key)
 	}
 	return s.call(ctx, scripts.resetCall(s.prefix+key))
 }

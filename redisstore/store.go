@@ -34,6 +34,9 @@ type Store struct {
 	closed atomic.Bool
 	// optErr collects the options that cannot work, for New.
 	optErr []error
+	// leaseLife is WithLeases's, and leases its table (nil without).
+	leaseLife time.Duration
+	leases    *leases
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -72,14 +75,21 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 	}
 	s.group = redisrun.GroupOf(client)
 	s.run = redisrun.NewRunner[decision](client, s.batchN, s.timeout, scripts, ErrClosed)
+	if s.leaseLife > 0 {
+		s.leases = newLeases(s)
+	}
 	return s, nil
 }
 
 // Close stops the store's batching goroutines; every call made after it
 // returns ErrClosed at once, and so do the calls still waiting to be sent.
 // It waits for the pipelines already on their way (at most the store's
-// timeout). It does not close the client.
+// timeout). With WithLeases it first gives back what its slices hold. It
+// does not close the client.
 func (s *Store) Close() error {
+	if s.leases != nil {
+		s.leases.close()
+	}
 	s.closed.Store(true)
 	s.run.Close()
 	return nil
@@ -104,8 +114,17 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, er
 }
 
 // take is Take on a checked request (by Take, or by the Limiter before it
-// calls the engine). FailLocal's fallback decides the same request.
+// calls the engine). FailLocal's fallback decides the same request. With
+// WithLeases a leasable request of cost > 0 goes through the leases.
 func (s *Store) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
+	if s.leases != nil && req.Cost > 0 && algo.Leasable(req.Params.Kind) {
+		return s.leases.take(ctx, req)
+	}
+	return s.takeInStore(ctx, req)
+}
+
+// takeInStore is take in Redis, without leases.
+func (s *Store) takeInStore(ctx context.Context, req storelink.Request) (storelink.Result, error) {
 	now, err := s.clock()
 	if err != nil {
 		return storelink.Result{}, err

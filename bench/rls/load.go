@@ -184,6 +184,9 @@ type Options struct {
 	Duration  time.Duration // how long to call; ignored when Calls > 0
 	Calls     int64         // the number of calls to make in all, if > 0
 	Timeout   time.Duration // the run ends if no call completes for this long; 0 means 10 s
+	// Values are the descriptor values the callers walk, in turn, when
+	// Measure dials; nil means the workload's (Values).
+	Values []string
 }
 
 // Result is what a run measured. Only the load generator's side: the
@@ -217,19 +220,36 @@ type Loader interface {
 // DialLoader connects the load generator g ("" means H2) to addr, a
 // loopback host:port, over conns connections (0 means 4).
 func DialLoader(g Generator, addr string, conns int) (Loader, error) {
+	return DialLoaderValues(g, addr, conns, nil)
+}
+
+// DialLoaderValues is DialLoader whose callers walk values (nil: the
+// workload's, Values).
+func DialLoaderValues(g Generator, addr string, conns int, values []string) (Loader, error) {
+	reqs, err := marshalValues(values)
+	if err != nil {
+		return nil, err
+	}
 	switch g {
 	case H2, "":
-		return DialH2(addr, conns)
+		return dialH2(addr, conns, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, reqs)
 	case GRPC:
-		return Dial(addr, conns)
+		return dialGRPC(addr, conns, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, reqs)
 	}
 	return nil, fmt.Errorf("rls: unknown load generator %q (want h2 or grpc)", g)
 }
 
 // marshalWorkload returns the workload's requests, marshalled.
-func marshalWorkload() ([][]byte, error) {
+func marshalWorkload() ([][]byte, error) { return marshalValues(nil) }
+
+// marshalValues returns the requests of values (nil: the workload's),
+// marshalled.
+func marshalValues(values []string) ([][]byte, error) {
+	if values == nil {
+		values = Values()
+	}
 	var out [][]byte
-	for _, v := range Values() {
+	for _, v := range values {
 		b, err := proto.Marshal(Request(v))
 		if err != nil {
 			return nil, err

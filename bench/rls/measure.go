@@ -73,7 +73,7 @@ func Measure(ctx context.Context, s *Server, redisPid int, o Options, warmup tim
 	if o.Generator == "" {
 		o.Generator = H2
 	}
-	c, err := DialLoader(o.Generator, s.Addr, o.Conns)
+	c, err := DialLoaderValues(o.Generator, s.Addr, o.Conns, o.Values)
 	if err != nil {
 		return nil, err
 	}

@@ -336,6 +336,12 @@ func StartSluice(ctx context.Context, bin, dir string, c ConfigFiles, store stri
 	if store == "memory" {
 		kind = "memory"
 	}
+	return StartSluiceFlags(ctx, bin, dir, c, store, kind, nil, extra)
+}
+
+// StartSluiceFlags is StartSluice with flags added to `sluice serve`'s
+// arguments, and kind naming the store in the Server (and its log file).
+func StartSluiceFlags(ctx context.Context, bin, dir string, c ConfigFiles, store, kind string, flags, extra []string) (*Server, error) {
 	return retryStart(func() (*Server, error) {
 		g, err := freePort()
 		if err != nil {
@@ -346,7 +352,7 @@ func StartSluice(ctx context.Context, bin, dir string, c ConfigFiles, store stri
 			return nil, err
 		}
 		s := &Server{Name: "sluice", Store: kind, Addr: "127.0.0.1:" + g}
-		args := SluiceArgs(c.File, store, s.Addr, "127.0.0.1:"+h)
+		args := append(SluiceArgs(c.File, store, s.Addr, "127.0.0.1:"+h), flags...)
 		return s, start(ctx, s, bin, args, extra, filepath.Join(dir, "sluice-"+kind+".log"))
 	})
 }

@@ -17,6 +17,11 @@
 // limit over a key space. The model does not model clocks that go backwards
 // (a key's time must not decrease) or leaky-bucket's maxDelay. It panics on
 // a cost outside [0, capacity] and on a time that goes back.
+//
+// Leases (SEMANTICS.md, "Leases") are modelled in lease.go: LeaseTake is
+// the lease script, a Process is one process's lease table over a shared
+// Keys, and CheckBucketBound and CheckWindowBound check admissions against
+// the bound.
 package model
 
 import (

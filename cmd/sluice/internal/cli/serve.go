@@ -42,6 +42,7 @@ type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	cpuProfile, limitHeader, remainingHeader, resetHeader, procs                     string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
+	leases                                                                           time.Duration // --store-leases
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains                                                                     bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -97,6 +98,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
+	fs.DurationVar(&f.leases, "store-leases", 0, "lease hot keys' budgets to this instance for at most this long (0: off): a hot descriptor is decided in memory, never over its limit by more than a lease's life of refill")
 	fs.IntVar(&f.pipelines, "store-pipelines", 1, "pipelines to Redis in flight at once (0: every decision in its own round trip): one gathers every call that comes while it is on its way, the fewest round trips per decision")
 	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1): HOST:PORT, or unix:PATH for a Unix domain socket (envoy's GRPC_UDS)")
 	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config): HOST:PORT or unix:PATH")
@@ -176,6 +178,12 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 func (f *serveFlags) check() error {
 	if f.pipelines < 0 || f.pipelines > 1024 {
 		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)
+	}
+	if f.leases < 0 || f.leases > time.Hour {
+		return fmt.Errorf("--store-leases %s: want 0 (off) to 1h", f.leases)
+	}
+	if f.leases > 0 && f.store == "memory" && (f.perSecond == "" || f.perSecond == "memory") {
+		return fmt.Errorf("--store-leases %s: leases share a Redis store's budgets among instances; the memory store has none to lease (use --store redis://…)", f.leases)
 	}
 	if f.connAge < 0 || f.connAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age %s, --grpc-max-connection-age-grace %s: want 0 (never, as long as needed) or more", f.connAge, f.connAgeGrace)
@@ -360,6 +368,9 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
 		if f.prefix != "" {
 			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
+		}
+		if f.leases > 0 {
+			ropts = append(ropts, redisstore.WithLeases(f.leases))
 		}
 		rs, err := redisstore.New(c, ropts...)
 		if err != nil {

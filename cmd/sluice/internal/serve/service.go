@@ -44,6 +44,9 @@ type service struct {
 func newService(o Options) *service {
 	m := newMetrics()
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
+	if c := newLeaseCollector(o.Store, o.PerSecondStore); c != nil {
+		m.reg.MustRegister(c)
+	}
 	// An epoch-aligned window's reset is read on the store's clock when it
 	// was given one (a test's), else on the fast system clock.
 	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {

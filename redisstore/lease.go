@@ -1,0 +1,729 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storelink"
+)
+
+// WithLeases makes the store lease hot keys' budgets to this process
+// (SEMANTICS.md, "Leases"): a key this process decides often takes a slice
+// of its budget from Redis in one script (spent there, like any take) and
+// admits from it in memory, taking the next slice before it runs dry and
+// giving back what it did not use when its demand drops or the store
+// closes. A slice is sized from this process's own recent demand on the
+// key, so a cold key takes none and is decided in Redis as without leases.
+//
+// life is the longest a slice is kept: a unit admitted from it was spent in
+// Redis at most life earlier, so under token-bucket and gcra all processes
+// together admit at most burst + floor((d + life)/T) units in any span d;
+// under fixed-window and aligned-window a slice never outlives its window,
+// so a window still admits at most rate. Shorter is closer to the limit at
+// every instant; longer takes fewer round trips on a key of little demand.
+// A slice covers about a quarter of life of the process's demand.
+//
+// Sliding-window, sliding-log and leaky-bucket keys are never leased (they
+// cannot give units back): they are decided in Redis as without leases. A
+// composite (TakeAll, TakeEach) whose parts are all leasable is admitted
+// from their slices when each holds its part's cost, all or nothing; else
+// it is decided in Redis as without leases. A refund goes to Redis; a
+// Reset drops this process's slices of the key. During an outage the
+// process keeps admitting from the slices it holds, then the failure policy
+// applies. LeaseStats reports what the slices hold. life must be positive
+// and at most an hour.
+func WithLeases(life time.Duration) Option {
+	return func(s *Store) {
+		if life <= 0 || life > time.Hour {
+			s.optErr = append(s.optErr, fmt.Errorf("WithLeases(%v): a lease's life must be from 1µs to 1h", life))
+			return
+		}
+		s.leaseLife = life
+	}
+}
+
+// leaseShards is the number of shards of the lease table.
+const leaseShards = 64
+
+// minSlice is the fewest units beyond a request's cost worth a slice: a
+// key whose demand over a slice's horizon is below it is decided in Redis.
+const minSlice = 4
+
+// leases is a store's lease table: per key, the slices this process holds
+// and its recent demand.
+type leases struct {
+	s       *Store
+	life    int64 // µs
+	horizon int64 // µs: the demand one slice covers
+	now     func() int64
+	seed    maphash.Seed
+	shards  [leaseShards]leaseShard
+	stop    chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+	// gate orders the goroutines a slice or a give-back runs on (inflight)
+	// before close waits for them.
+	gate     sync.RWMutex
+	inflight sync.WaitGroup
+
+	// Totals over the keys the table has dropped (live keys keep their own),
+	// under goneMu.
+	goneMu sync.Mutex
+	gone   leaseCounts
+}
+
+type leaseShard struct {
+	// hot is the entry last looked up through the map: a hot key is found
+	// by one atomic load, with no write to a shared cache line (a read
+	// lock's count is one).
+	hot atomic.Pointer[leaseEntry]
+	mu  sync.RWMutex
+	m   map[string]*leaseEntry
+	_   [32]byte // keeps two shards' locks off one cache line
+}
+
+// A slice is units spent in Redis that this process may admit until exp
+// (local µs, exclusive); taken is when it was asked for (local µs), reset
+// the key's reset_after (µs) and window the window's end (store µs; 0 for
+// the buckets) that the take reported, and spent the store's time of the
+// take (µs).
+type slice struct {
+	units, exp, taken, reset, window, spent int64
+}
+
+// live reports whether sl holds units at now.
+func (sl *slice) live(now int64) bool { return sl.units > 0 && now < sl.exp }
+
+// leaseCounts are a key's counters (see LeaseStats).
+type leaseCounts struct {
+	local, store, slices, leased, givenBack, expired int64
+}
+
+func (c *leaseCounts) add(o *leaseCounts) {
+	c.local += o.local
+	c.store += o.store
+	c.slices += o.slices
+	c.leased += o.leased
+	c.givenBack += o.givenBack
+	c.expired += o.expired
+}
+
+// A leaseEntry is one key's slices and demand, under mu.
+type leaseEntry struct {
+	key      string
+	mu       sync.Mutex
+	params   algo.Params
+	cur, nxt slice
+	// refill is closed when the slice being taken has landed; nil when none
+	// is on its way (one at a time per key).
+	refill chan struct{}
+	// Demand: units asked for since winStart, and over the last full horizon.
+	winStart, winUnits, demand int64
+	lastUse                    int64
+	counts                     leaseCounts
+	// epoch counts the resets of the key, so that a slice taken before one
+	// is not kept after it; gone is set when the table forgets the entry,
+	// so that a caller who found it just before looks again.
+	epoch uint64
+	gone  bool
+}
+
+func newLeases(s *Store) *leases {
+	ls := &leases{s: s, life: s.leaseLife.Microseconds(), now: fastclock.Micros, seed: maphash.MakeSeed(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	ls.horizon = max(ls.life/4, 1)
+	if s.now != nil {
+		ls.now = s.now
+	}
+	for i := range ls.shards {
+		ls.shards[i].m = make(map[string]*leaseEntry)
+	}
+	go ls.janitor(time.Duration(ls.horizon) * time.Microsecond)
+	return ls
+}
+
+func (ls *leases) shard(key string) *leaseShard {
+	return &ls.shards[maphash.String(ls.seed, key)%leaseShards]
+}
+
+// entry returns key's entry, made on first use.
+func (ls *leases) entry(key string) *leaseEntry {
+	sh := ls.shard(key)
+	if e := sh.hot.Load(); e != nil && e.key == key {
+		return e
+	}
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil {
+		sh.mu.Lock()
+		if e = sh.m[key]; e == nil {
+			e = &leaseEntry{key: key}
+			sh.m[key] = e
+		}
+		sh.mu.Unlock()
+	}
+	sh.hot.Store(e)
+	return e
+}
+
+// lockedEntry returns key's entry, locked: one the table still holds.
+func (ls *leases) lockedEntry(key string) *leaseEntry {
+	for {
+		e := ls.entry(key)
+		e.mu.Lock()
+		if !e.gone {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
+// note counts cost units asked for at now in the key's demand.
+func (e *leaseEntry) note(now, cost, horizon int64) {
+	if el := now - e.winStart; el >= horizon {
+		e.demand = 0
+		if el < 2*horizon {
+			e.demand = e.winUnits * horizon / el
+		}
+		e.winStart, e.winUnits = now, 0
+	}
+	e.winUnits += cost
+	e.lastUse = now
+}
+
+// want is how many units a slice taken now for a request of cost should
+// spend: the demand over a horizon, at most half the key's capacity (so
+// that one process does not empty a fresh key for the others); cost when
+// the key is cold.
+func (e *leaseEntry) want(cost int64) int64 {
+	w := min(max(e.demand, e.winUnits), e.params.Capacity()/2)
+	if w < cost+minSlice {
+		return cost
+	}
+	return w
+}
+
+// held is the units e's live slices hold at now.
+func (e *leaseEntry) held(now int64) int64 {
+	var n int64
+	if e.cur.live(now) {
+		n += e.cur.units
+	}
+	if e.nxt.live(now) {
+		n += e.nxt.units
+	}
+	return n
+}
+
+// expire drops e's slices that have ended at now, unspent: their units are
+// not given back (SEMANTICS.md: a give-back after the end could land where
+// the bound no longer counts them). The next slice moves up when the
+// current one is spent or gone.
+func (e *leaseEntry) expire(now int64) {
+	for _, sl := range []*slice{&e.cur, &e.nxt} {
+		if sl.units > 0 && now >= sl.exp {
+			e.counts.expired += sl.units
+			*sl = slice{}
+		}
+	}
+	if e.cur.units == 0 && e.nxt.units > 0 {
+		e.cur, e.nxt = e.nxt, slice{}
+	}
+}
+
+// local admits cost units at now from the first slice holding them, and
+// writes the decision into r (SEMANTICS.md: a leased decision).
+func (e *leaseEntry) local(now, cost int64, r *storelink.Result) bool {
+	sl := &e.cur
+	if sl.units < cost {
+		sl = &e.nxt
+		if sl.units < cost {
+			return false
+		}
+	}
+	sl.units -= cost
+	e.counts.local++
+	*r = storelink.Result{
+		Allowed:    true,
+		Remaining:  e.cur.units + e.nxt.units,
+		ResetAfter: storelink.Duration(max(0, sl.reset-(now-sl.taken))),
+		Window:     sl.window,
+	}
+	if e.cur.units == 0 {
+		e.cur, e.nxt = e.nxt, slice{}
+	}
+	return true
+}
+
+// take decides req, a request of cost > 0 under a leasable limit: from a
+// slice when one holds the units, else in Redis, taking a new slice when
+// the key is hot.
+func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
+	e := ls.lockedEntry(req.Key)
+	now := ls.now()
+	if e.params != req.Params {
+		// Slices of another limit are given back under it.
+		old, back := e.params, e.drop(now)
+		e.params = req.Params
+		e.winStart, e.winUnits, e.demand = now, 0, 0
+		defer ls.giveBack(req.Key, &old, back)
+	}
+	e.note(now, req.Cost, ls.horizon)
+	e.expire(now)
+	var r storelink.Result
+	if e.local(now, req.Cost, &r) {
+		ls.prefetch(req.Key, e, now)
+		e.mu.Unlock()
+		return r, nil
+	}
+	// What the slices still hold cannot serve this request: it is given
+	// back first, so that this process is not refused for want of units it
+	// holds itself.
+	want := e.want(req.Cost)
+	e.counts.store++
+	stale := e.drop(now)
+	if want == req.Cost || e.refill != nil || !ls.goLater() {
+		// A cold key, one whose next slice is on its way (a request does not
+		// wait for it), or a store closing: decided in Redis as without
+		// leases.
+		e.mu.Unlock()
+		ls.giveBack(req.Key, &req.Params, stale)
+		return ls.s.takeInStore(ctx, req)
+	}
+	defer ls.inflight.Done()
+	ch := make(chan struct{})
+	e.refill = ch
+	e.mu.Unlock()
+	ls.giveBack(req.Key, &req.Params, stale)
+	d, err := ls.takeSlice(ctx, req.Key, &req.Params, req.Cost, want, e, ch)
+	return ls.s.settle(&d, err, func() (storelink.Result, error) { return ls.s.local.Take(ctx, req) })
+}
+
+// drop empties e's live slices and returns them, to be given back.
+func (e *leaseEntry) drop(now int64) []slice {
+	var out []slice
+	for _, sl := range []*slice{&e.cur, &e.nxt} {
+		if sl.live(now) {
+			out = append(out, *sl)
+		}
+		*sl = slice{}
+	}
+	return out
+}
+
+// prefetch starts taking the next slice, under e.mu, when the slices hold
+// less than half a slice and none is on its way: so a hot key's requests
+// keep finding units and never wait for Redis.
+func (ls *leases) prefetch(key string, e *leaseEntry, now int64) {
+	if e.refill != nil || e.nxt.units > 0 {
+		return
+	}
+	want := e.want(0)
+	if want == 0 || 2*e.held(now) >= want {
+		return
+	}
+	if !ls.goLater() {
+		return
+	}
+	ch := make(chan struct{})
+	e.refill = ch
+	p := e.params
+	go func() {
+		defer ls.inflight.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
+		defer cancel()
+		_, _ = ls.takeSlice(ctx, key, &p, 0, want, e, ch) // a failure leaves the key to Redis
+	}()
+}
+
+// goLater reports whether a slice may be taken (the store is not
+// closing), and counts its taker in inflight, which must call
+// inflight.Done: close waits for the slices on their way before it gives
+// back what the slices hold.
+func (ls *leases) goLater() bool {
+	ls.gate.RLock()
+	defer ls.gate.RUnlock()
+	if ls.closed.Load() {
+		return false
+	}
+	ls.inflight.Add(1)
+	return true
+}
+
+// takeSlice runs the lease script for cost units and up to want − cost
+// more, keeps what passed beyond cost as a slice of e (when e still decides
+// under p and has room), gives back what it cannot keep, and ends the
+// refill ch. It returns the decision of the take, as the caller sees it:
+// Remaining counts the new slice's units.
+func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64, e *leaseEntry, ch chan struct{}) (algo.Decision, error) {
+	e.mu.Lock()
+	epoch := e.epoch
+	e.mu.Unlock()
+	sent := ls.now()
+	d, got, at, err := ls.s.lease(ctx, key, p, cost, want)
+	e.mu.Lock()
+	if e.refill == ch {
+		e.refill = nil
+	}
+	close(ch)
+	if err != nil || got <= cost {
+		e.mu.Unlock()
+		return d, err
+	}
+	sl := slice{units: got - cost, exp: sent + ls.life, taken: sent, reset: d.ResetAfter, window: d.Window, spent: at}
+	if p.Kind == algo.FixedWindow || p.Kind == algo.AlignedWindow {
+		sl.exp = sent + min(ls.life, d.ResetAfter) // never past the window's end
+	}
+	e.counts.slices++
+	e.counts.leased += sl.units
+	e.expire(ls.now())
+	if e.epoch != epoch || e.gone {
+		// The key was reset meanwhile: nothing to give back to.
+		e.counts.expired += sl.units
+		e.mu.Unlock()
+		return d, nil
+	}
+	kept := e.params == *p
+	switch {
+	case !kept:
+	case e.cur.units == 0:
+		e.cur = sl
+	case e.nxt.units == 0:
+		e.nxt = sl
+	default:
+		kept = false // both places taken meanwhile
+	}
+	if kept {
+		d.Remaining += sl.units
+	}
+	e.mu.Unlock()
+	if !kept {
+		ls.giveBack(key, p, []slice{sl})
+	}
+	return d, nil
+}
+
+// giveBack gives the units of slices under p back to key, while each is
+// live: a slice that has ended is dropped instead, and so is one whose
+// give-back reaches Redis after its life there (lease_giveback.lua) or
+// fails.
+func (ls *leases) giveBack(key string, p *algo.Params, slices []slice) {
+	for _, sl := range slices {
+		ok := false
+		if sl.live(ls.now()) {
+			ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
+			ok = ls.s.giveBack(ctx, key, p, &sl, ls.life) == nil
+			cancel()
+		}
+		ls.count(key, func(c *leaseCounts) {
+			if ok {
+				c.givenBack += sl.units
+			} else {
+				c.expired += sl.units
+			}
+		})
+	}
+}
+
+// count updates key's counters with f (the table's when the key is gone).
+func (ls *leases) count(key string, f func(*leaseCounts)) {
+	sh := ls.shard(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil {
+		ls.goneMu.Lock()
+		f(&ls.gone)
+		ls.goneMu.Unlock()
+		return
+	}
+	e.mu.Lock()
+	f(&e.counts)
+	e.mu.Unlock()
+}
+
+// forget drops key's slices without giving anything back (a reset).
+func (ls *leases) forget(key string) {
+	sh := ls.shard(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.counts.expired += e.cur.units + e.nxt.units
+	e.cur, e.nxt = slice{}, slice{}
+	e.epoch++
+	e.mu.Unlock()
+}
+
+// janitor, every horizon, gives back the slices of keys whose demand has
+// stopped and forgets keys idle for long.
+func (ls *leases) janitor(every time.Duration) {
+	defer close(ls.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+			ls.sweep(ls.now(), false)
+		}
+	}
+}
+
+// sweep gives back the slices of every key idle for a horizon at now (all,
+// when closing), and forgets keys idle for four lives that hold nothing.
+func (ls *leases) sweep(now int64, closing bool) {
+	type back struct {
+		key    string
+		params algo.Params
+		slices []slice
+	}
+	var todo []back
+	for i := range ls.shards {
+		sh := &ls.shards[i]
+		sh.mu.Lock()
+		for key, e := range sh.m {
+			e.mu.Lock()
+			e.expire(now)
+			idle := now - e.lastUse
+			if closing || idle >= ls.horizon {
+				if sl := e.drop(now); len(sl) > 0 {
+					todo = append(todo, back{key, e.params, sl})
+				}
+			}
+			if idle >= 4*ls.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
+				ls.goneMu.Lock()
+				ls.gone.add(&e.counts)
+				ls.goneMu.Unlock()
+				e.gone = true
+				delete(sh.m, key)
+				sh.hot.CompareAndSwap(e, nil)
+			}
+			e.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	for _, b := range todo {
+		ls.giveBack(b.key, &b.params, b.slices)
+	}
+}
+
+// close stops the janitor, waits for the slices on their way, and gives
+// back every slice this process holds.
+func (ls *leases) close() {
+	ls.gate.Lock()
+	was := ls.closed.Swap(true)
+	ls.gate.Unlock()
+	if was {
+		return
+	}
+	close(ls.stop)
+	<-ls.done
+	ls.inflight.Wait()
+	ls.sweep(ls.now(), true)
+}
+
+// LeaseStats is what a store's leases hold and have done (WithLeases):
+// counters since the store was made, and the units held now.
+type LeaseStats struct {
+	// Keys is how many keys the lease table follows.
+	Keys int
+	// Held is the units this process's live slices hold now: spent in Redis,
+	// not yet admitted. Another process refused meanwhile is the price of
+	// the leases (under-admission), bounded by the slices.
+	Held int64
+	// Local counts decisions made from slices, without Redis; Store the
+	// decisions on leasable keys that went to Redis (cold keys, refills
+	// made by a request, refusals).
+	Local, Store int64
+	// Slices counts the slices taken and Leased their units; GivenBack the
+	// units given back to Redis; Expired the units dropped unspent (a slice
+	// that ended, a give-back that failed): units spent in Redis that no
+	// request used.
+	Slices, Leased, GivenBack, Expired int64
+}
+
+// KeyLease is one key's leases (Store.Leases).
+type KeyLease struct {
+	Key string
+	// Held is the units the key's live slices hold, Slices how many there
+	// are (0 to 2), ExpiresIn when the first ends.
+	Held      int64
+	Slices    int
+	ExpiresIn time.Duration
+	// Demand is the units this process asked for on the key over the last
+	// slice horizon (a quarter of the lease's life).
+	Demand int64
+}
+
+// LeaseStats reports the store's leases (zero without WithLeases).
+func (s *Store) LeaseStats() LeaseStats {
+	ls := s.leases
+	if ls == nil {
+		return LeaseStats{}
+	}
+	now := ls.now()
+	var st LeaseStats
+	var c leaseCounts
+	for i := range ls.shards {
+		sh := &ls.shards[i]
+		sh.mu.RLock()
+		st.Keys += len(sh.m)
+		for _, e := range sh.m {
+			e.mu.Lock()
+			c.add(&e.counts)
+			st.Held += e.held(now)
+			e.mu.Unlock()
+		}
+		sh.mu.RUnlock()
+	}
+	ls.goneMu.Lock()
+	c.add(&ls.gone)
+	ls.goneMu.Unlock()
+	st.Local, st.Store, st.Slices, st.Leased, st.GivenBack, st.Expired = c.local, c.store, c.slices, c.leased, c.givenBack, c.expired
+	return st
+}
+
+// Leases returns the keys whose slices hold the most units now, at most n
+// of them, most first (what a console shows of the leases).
+func (s *Store) Leases(n int) []KeyLease {
+	ls := s.leases
+	if ls == nil || n <= 0 {
+		return nil
+	}
+	now := ls.now()
+	var out []KeyLease
+	for i := range ls.shards {
+		sh := &ls.shards[i]
+		sh.mu.RLock()
+		for key, e := range sh.m {
+			e.mu.Lock()
+			k := KeyLease{Key: key, Held: e.held(now), Demand: max(e.demand, e.winUnits)}
+			for _, sl := range []*slice{&e.cur, &e.nxt} {
+				if sl.live(now) {
+					k.Slices++
+					if in := storelink.Duration(sl.exp - now); k.ExpiresIn == 0 || in < k.ExpiresIn {
+						k.ExpiresIn = in
+					}
+				}
+			}
+			e.mu.Unlock()
+			if k.Held > 0 {
+				out = append(out, k)
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Held != out[j].Held {
+			return out[i].Held > out[j].Held
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out[:min(n, len(out))]
+}
+
+// leaseCall returns the lease script's call (scripts/lease.lua).
+func leaseCall(key string, l limit, cost, want, now, margin int64) *redisrun.Call {
+	return &redisrun.Call{
+		Script: leaseScripts[l.kind],
+		Keys:   []string{key},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, cost, want, now, margin},
+	}
+}
+
+// leaseScripts are the lease scripts by algorithm: the prelude, the guard,
+// the step and scripts/lease.lua; nil for the algorithms never leased.
+var leaseScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
+	for _, k := range algo.Kinds() {
+		if !algo.Leasable(k) {
+			continue
+		}
+		step := mustRead(stepFiles[k])
+		if k == algo.GCRA {
+			step = mustRead("timestamp.lua") + step
+		}
+		out[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("lease.lua"))
+	}
+	return out
+}()
+
+// lease runs the lease script on key at the store's time (applying no
+// failure policy): the take's decision, the units it spent and the time it
+// was taken at (µs, the store's).
+func (s *Store) lease(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, int64, error) {
+	now, err := s.clock()
+	if err != nil {
+		return algo.Decision{}, 0, 0, err
+	}
+	return s.leaseAt(ctx, key, p, cost, want, now)
+}
+
+// leaseAt is lease at now (µs, -1 for the server's TIME).
+func (s *Store) leaseAt(ctx context.Context, key string, p *algo.Params, cost, want, now int64) (algo.Decision, int64, int64, error) {
+	c := leaseCall(s.prefix+key, limitOf(p, algo.Never), cost, want, now, s.margin)
+	if err := s.call(ctx, c); err != nil {
+		return algo.Decision{}, 0, 0, err
+	}
+	if len(c.Reply) != width+2 {
+		return algo.Decision{}, 0, 0, fmt.Errorf("%w: lease script replied %v", redisrun.ErrBadReply, c.Reply)
+	}
+	d, err := decisionOf(c.Reply, c.Keys[0])
+	return d, c.Reply[width], c.Reply[width+1], err
+}
+
+// giveBackScript is refund.lua behind lease_giveback.lua: a refund that
+// does nothing once the slice's life in the store has ended.
+var giveBackScript = redisrun.NewScript(prelude() + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) +
+	mustRead("lease_giveback.lua") + mustRead("refund.lua"))
+
+// errSliceEnded is a give-back that reached Redis after its slice's life.
+var errSliceEnded = errors.New("redisstore: the slice had ended when its give-back arrived")
+
+// giveBack refunds sl's units to key under p, naming its window; a bucket's
+// only until life after the slice was spent (the store's time).
+func (s *Store) giveBack(ctx context.Context, key string, p *algo.Params, sl *slice, life int64) error {
+	now, err := s.clock()
+	if err != nil {
+		return err
+	}
+	return s.giveBackAt(ctx, key, p, sl, life, now)
+}
+
+// giveBackAt is giveBack at now (µs, -1 for the server's TIME).
+func (s *Store) giveBackAt(ctx context.Context, key string, p *algo.Params, sl *slice, life, now int64) error {
+	deadline := int64(0)
+	if p.Kind == algo.TokenBucket || p.Kind == algo.GCRA {
+		deadline = sl.spent + life
+	}
+	c := scripts.refundCall(s.prefix+key, limitOf(p, algo.Never), sl.units, now, s.margin, sl.window)
+	c.Script = giveBackScript
+	c.Args = append(c.Args, deadline)
+	if err := s.call(ctx, c); err != nil {
+		return err
+	}
+	if len(c.Reply) != width {
+		return fmt.Errorf("%w: give-back script replied %v", redisrun.ErrBadReply, c.Reply)
+	}
+	if c.Reply[0] != 1 {
+		return errSliceEnded
+	}
+	return nil
+}
+
+// Leasing reports whether the store leases hot keys (WithLeases).
+func (s *Store) Leasing() bool { return s.leases != nil }
