@@ -1,0 +1,193 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storelink"
+)
+
+// DefaultLifetime is the lifetime of a lease whose Concurrency names none:
+// long enough for an expensive request, short enough that the slots of a
+// process that died come back within the minute.
+const DefaultLifetime = time.Minute
+
+// ErrNoLeases is returned by Acquire, Release and Extend over a store that
+// holds no concurrency limits (a Store from outside this module). It wraps
+// errors.ErrUnsupported.
+var ErrNoLeases = storelink.ErrNoLeases
+
+// Concurrency is a concurrency limit: at most Limit units held at once per
+// key, by leases (Acquire). A lease that is not released comes back by
+// itself Lifetime after it was acquired or last extended, never before: the
+// slots of a holder that died or hung are not lost. A Lifetime of 0 is
+// DefaultLifetime. Like a Limit, it travels with each call.
+type Concurrency struct {
+	Limit    int64
+	Lifetime time.Duration
+}
+
+// MaxConcurrent returns a concurrency limit of n units held at once, with
+// the default lifetime.
+func MaxConcurrent(n int64) Concurrency { return Concurrency{Limit: n} }
+
+// WithLifetime returns c with its leases' lifetime set to d.
+func (c Concurrency) WithLifetime(d time.Duration) Concurrency { c.Lifetime = d; return c }
+
+// Validate reports why c cannot be used (an error wrapping
+// ErrInvalidLimit), or nil.
+func (c Concurrency) Validate() error {
+	_, err := c.params()
+	return err
+}
+
+// params returns c as algo takes it.
+func (c Concurrency) params() (algo.Concurrency, error) {
+	d := c.Lifetime
+	if d == 0 {
+		d = DefaultLifetime
+	}
+	if d < time.Microsecond || d%time.Microsecond != 0 {
+		return algo.Concurrency{}, fmt.Errorf("%w: lease lifetime %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, d)
+	}
+	p := algo.Concurrency{Limit: c.Limit, Lifetime: d.Microseconds()}
+	return p, p.Validate()
+}
+
+// Lease is the answer to Acquire. Allowed reports that the lease is held:
+// release it (Release) when the work is done. Refused, it holds nothing and
+// RetryAfter is what can honestly be said about when to retry: the wait
+// until enough held leases reach the end of their lifetime, were none
+// released or extended (releases make the real wait shorter, extensions
+// longer). Remaining is the units that could still be acquired after this
+// answer, ResetAfter the wait until the last lease held comes back by
+// itself. Degraded reports a lease a failure policy granted.
+type Lease struct {
+	Result
+	// Key and Limit are those of the Acquire; ID names the lease among the
+	// key's (0 when none is held: refused, a query of 0 units, or FailOpen's
+	// grant).
+	Key   string
+	Limit Concurrency
+	Units int64
+	ID    int64
+	// Expiry is when the lease comes back by itself: µs since the Unix
+	// epoch by the store's clock (Redis's TIME, unless the store was given
+	// the caller's).
+	Expiry int64
+}
+
+// leaseTries bounds the ids an Acquire draws: a second is needed only when
+// the first is held by another lease of the key (a chance of one in 2^53
+// per lease held).
+const leaseTries = 4
+
+// Acquire asks for a lease of units on key under c, and holds it if the
+// units held on key plus units are at most c.Limit. Units 0 only looks.
+// Units over c.Limit is an error (ErrCostExceedsCapacity), not a refusal.
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (Lease, error) {
+	p, err := c.params()
+	if err != nil {
+		return Lease{}, err
+	}
+	op := storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
+	for range leaseTries {
+		op.ID = 1 + rand.Int64N(algo.MaxLeaseID)
+		r, err := l.lease(ctx, &op)
+		if errors.Is(err, algo.ErrLeaseID) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		ls := Lease{Result: leaseResult(&r), Key: key, Limit: c, Units: units, Expiry: r.Expiry}
+		if r.Expiry > 0 { // a lease is held: not a query, nor FailOpen's grant
+			ls.ID = op.ID
+		}
+		return ls, nil
+	}
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+}
+
+// Release gives a lease back. The Result's Allowed reports that the lease
+// was still held (false: it had come back by itself, or was released
+// already); Remaining and ResetAfter are the key's after it. Releasing a
+// lease that holds nothing (refused, or a query) does nothing.
+func (l *Limiter) Release(ctx context.Context, lease Lease) (Result, error) {
+	return l.leaseOp(ctx, algo.OpRelease, &lease, 0)
+}
+
+// Extend makes a lease still held come back by itself lifetime from now (0:
+// its Concurrency's lifetime) instead of when it would have; a long request
+// calls it before its lease runs out. The Lease returned has the new
+// Expiry; its Allowed is false when the lease had come back already: its
+// units may be held by another, and the work no longer holds a slot.
+func (l *Limiter) Extend(ctx context.Context, lease Lease, lifetime time.Duration) (Lease, error) {
+	r, err := l.leaseOp(ctx, algo.OpExtend, &lease, lifetime)
+	if err != nil {
+		return Lease{}, err
+	}
+	lease.Result = r
+	if !r.Allowed {
+		lease.ID, lease.Expiry = 0, 0
+	}
+	return lease, nil
+}
+
+// leaseOp releases or extends lease (by lifetime, 0: its own).
+func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (Result, error) {
+	c := lease.Limit
+	if lifetime != 0 {
+		c.Lifetime = lifetime
+	}
+	p, err := c.params()
+	if err != nil {
+		return Result{}, err
+	}
+	if lease.ID == 0 {
+		// Nothing held, or FailOpen's grant: nothing to give back.
+		if lease.Key == "" {
+			return Result{}, ErrEmptyKey
+		}
+		return Result{Degraded: lease.Degraded}, nil
+	}
+	o := storelink.LeaseOp{Op: op, Key: lease.Key, Limit: p, Units: min(lease.Units, p.Limit), ID: lease.ID, Degraded: lease.Degraded}
+	r, err := l.lease(ctx, &o)
+	if err != nil {
+		return Result{}, err
+	}
+	if op == algo.OpExtend {
+		lease.Expiry = r.Expiry
+	}
+	return leaseResult(&r), nil
+}
+
+// lease checks op and runs it on the store.
+func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (r storelink.LeaseResult, err error) {
+	if err := storelink.CheckLease(op); err != nil {
+		return storelink.LeaseResult{}, err
+	}
+	if l.leaseLocal != nil && !op.Degraded {
+		d := &r.Decision
+		d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, r.Expiry, err = l.leaseLocal.LeaseLocal(op.Op, op.Key, op.Limit, op.Units, op.ID)
+		return r, err
+	}
+	if l.leaser == nil {
+		if l.eng == nil {
+			return storelink.LeaseResult{}, errNoStore
+		}
+		return storelink.LeaseResult{}, ErrNoLeases
+	}
+	return l.leaser.Lease(ctx, *op)
+}
+
+// leaseResult is a lease operation's answer as a Result.
+func leaseResult(r *storelink.LeaseResult) Result {
+	res := Result(storelink.ResultOf(&r.Decision))
+	res.Degraded = r.Degraded
+	return res
+}

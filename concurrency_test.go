@@ -1,0 +1,78 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+// At most 2 exports of an account run at once; each holds its slot while it
+// runs and releases it when done. A holder that dies keeps its slot until
+// the lease's lifetime ends.
+func ExampleLimiter_Acquire() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	exports := sluice.MaxConcurrent(2).WithLifetime(10 * time.Minute)
+
+	a, _ := lim.Acquire(ctx, "export:acme", exports, 1)
+	b, _ := lim.Acquire(ctx, "export:acme", exports, 1)
+	c, _ := lim.Acquire(ctx, "export:acme", exports, 1)
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed, "retry within", c.RetryAfter)
+
+	r, _ := lim.Release(ctx, a)
+	fmt.Println("released:", r.Allowed, "free:", r.Remaining)
+	// Output:
+	// true true false retry within 10m0s
+	// released: true free: 1
+}
+
+// A long job extends its lease before the lifetime ends, so that its slot
+// is not taken while it still runs.
+func ExampleLimiter_Extend() {
+	lim := sluice.New(memstore.New())
+	ctx := context.Background()
+	jobs := sluice.MaxConcurrent(1).WithLifetime(30 * time.Second)
+
+	lease, _ := lim.Acquire(ctx, "job:nightly", jobs, 1)
+	lease, err := lim.Extend(ctx, lease, time.Minute)
+	fmt.Println(lease.Allowed, err, lease.Expiry > 0)
+	lim.Release(ctx, lease)
+	// Output:
+	// true <nil> true
+}
+
+// TestLeasesOutside: a store from outside this module holds no concurrency
+// limits: an error wrapping errors.ErrUnsupported, never a lease.
+func TestLeasesOutside(t *testing.T) {
+	lim := sluice.New(struct{ sluice.Store }{memstore.New()})
+	ls, err := lim.Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1)
+	if !errors.Is(err, sluice.ErrNoLeases) || !errors.Is(err, errors.ErrUnsupported) || ls.Allowed {
+		t.Fatalf("%+v %v, want ErrNoLeases", ls, err)
+	}
+	var zero sluice.Limiter
+	if _, err := zero.Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("the zero Limiter: %v, want ErrStoreUnavailable", err)
+	}
+}
+
+// TestConcurrencyDefaultLifetime: a Concurrency with no lifetime gives its
+// leases DefaultLifetime.
+func TestConcurrencyDefaultLifetime(t *testing.T) {
+	s := memstore.New(memstore.WithClock(fixedClock{}))
+	ls, err := sluice.New(s).Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1)
+	if err != nil || !ls.Allowed || ls.Expiry != (fixedClock{}).Now().UnixMicro()+sluice.DefaultLifetime.Microseconds() {
+		t.Fatalf("%+v %v, want held for DefaultLifetime", ls, err)
+	}
+}
+
+type fixedClock struct{}
+
+func (fixedClock) Now() time.Time { return time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC) }
+
+func (fixedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }

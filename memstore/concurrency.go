@@ -1,0 +1,130 @@
+package memstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storelink"
+)
+
+// leaseShard holds the lease sets of the keys whose hash picks it, under
+// one lock: a lease operation is a map lookup and a step over a few leases,
+// shorter than the lock-free table's machinery would be worth. Padded to a
+// cache line of its own.
+type leaseShard struct {
+	mu      sync.Mutex
+	sets    map[string]*leaseSet
+	sweepAt int // sweep on the insert that brings the sets to this
+	_       [40]byte
+}
+
+// leaseSet is one key's leases, sorted by expiry (algo.LeaseStep's state),
+// and the time (µs) from which none is held. A set emptied by releases
+// stays until a sweep finds it fresh: the next acquire on the key then
+// reuses its array and allocates nothing.
+type leaseSet struct {
+	held    []algo.Lease
+	freshAt int64
+}
+
+var (
+	_ storelink.Leaser     = (*engine)(nil)
+	_ storelink.LeaseLocal = (*engine)(nil)
+)
+
+// LeaseLocal is Lease for the Limiter's hot path.
+func (e *engine) LeaseLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error) {
+	s := e.store()
+	o := storelink.LeaseOp{Op: op, Key: key, Limit: c, Units: units, ID: id}
+	r, err := s.lease(&o, s.now())
+	d := &r.Decision
+	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, r.Expiry, err
+}
+
+// Lease runs op at the store's clock time.
+func (e *engine) Lease(_ context.Context, op storelink.LeaseOp) (storelink.LeaseResult, error) {
+	s := e.store()
+	return s.lease(&op, s.now())
+}
+
+// LeaseAt runs op at now (µs since the epoch).
+func (e *engine) LeaseAt(_ context.Context, op storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
+	return e.store().lease(&op, now)
+}
+
+// lease runs one checked lease operation at now under its shard's lock.
+func (s *Store) lease(op *storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
+	var r storelink.LeaseResult
+	if err := algo.CheckTime(now); err != nil {
+		return r, err // wraps sluice.ErrInvalidTime
+	}
+	sh := &s.leases[(hashOf(s.seed, op.Key)>>40)&s.mask]
+	sh.mu.Lock()
+	set := sh.sets[op.Key]
+	if set == nil {
+		if op.Op != algo.OpAcquire || op.Units == 0 {
+			sh.mu.Unlock()
+			// Nothing is held: the step's figures on the fresh state, which
+			// a release, an extension or a query leaves as it is.
+			var none []algo.Lease
+			r.Expiry, _ = algo.LeaseStep(&op.Limit, &none, op.Op, now, op.Units, op.ID, &r.Decision)
+			return r, nil
+		}
+		set = sh.insert(op.Key, now)
+	}
+	exp, err := algo.LeaseStep(&op.Limit, &set.held, op.Op, now, op.Units, op.ID, &r.Decision)
+	set.freshAt = r.Decision.FreshAt
+	sh.mu.Unlock()
+	if err != nil {
+		return storelink.LeaseResult{}, err
+	}
+	r.Expiry = exp
+	return r, nil
+}
+
+// insert adds key's empty lease set (sh.mu held), first dropping the sets
+// that hold nothing at now once the shard has doubled since its last
+// sweep, as the rate tables do.
+func (sh *leaseShard) insert(key string, now int64) *leaseSet {
+	if sh.sets == nil {
+		sh.sets = make(map[string]*leaseSet)
+	}
+	if len(sh.sets)+1 >= sh.sweepAt {
+		for k, set := range sh.sets {
+			if set.freshAt <= now {
+				delete(sh.sets, k)
+			}
+		}
+		sh.sweepAt = max(minSweep, 2*(len(sh.sets)+1))
+	}
+	set := &leaseSet{}
+	sh.sets[key] = set
+	return set
+}
+
+// sweepLeases drops the lease sets that hold nothing at now.
+func (s *Store) sweepLeases(now int64) {
+	for i := range s.leases {
+		sh := &s.leases[i]
+		sh.mu.Lock()
+		for k, set := range sh.sets {
+			if set.freshAt <= now {
+				delete(sh.sets, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// leaseKeys is the number of keys whose lease sets are kept.
+func (s *Store) leaseKeys() int {
+	n := 0
+	for i := range s.leases {
+		sh := &s.leases[i]
+		sh.mu.Lock()
+		n += len(sh.sets)
+		sh.mu.Unlock()
+	}
+	return n
+}
