@@ -177,10 +177,7 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (r storelink
 		return r, err
 	}
 	if l.leaser == nil {
-		if l.eng == nil {
-			return storelink.LeaseResult{}, errNoStore
-		}
-		return storelink.LeaseResult{}, ErrNoLeases
+		return storelink.LeaseResult{}, l.noLeases()
 	}
 	return l.leaser.Lease(ctx, *op)
 }
@@ -190,4 +187,74 @@ func leaseResult(r *storelink.LeaseResult) Result {
 	res := Result(storelink.ResultOf(&r.Decision))
 	res.Degraded = r.Degraded
 	return res
+}
+
+// AcquireAll asks for a lease of units on key under c together with the
+// rate parts (a request that takes a slot and a unit of a per-minute
+// budget): the lease is held and every part spends its cost only if all
+// grant; a refusal holds nothing and spends nothing. The Lease's Result is
+// the composite's, as TakeAll's: admitted, Remaining the smallest of the
+// lease's and the parts' after spending, ResetAfter and Delay the largest;
+// refused, the figures of a look at each (the lease's a query), and
+// RetryAfter the largest of the refusing parts'. A key of the lease may
+// also name a rate part: they are two states.
+//
+// Over a Redis Cluster every key must be in one slot (a {hash tag}): a
+// composite whose keys are not is an error wrapping ErrLeaseCrossSlot.
+func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, units int64, parts []Part) (Lease, error) {
+	if len(parts) == 0 {
+		return l.Acquire(ctx, key, c, units)
+	}
+	p, err := c.params()
+	if err != nil {
+		return Lease{}, err
+	}
+	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
+	if err != nil {
+		return Lease{}, err
+	}
+	op := storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
+	each := make([]algo.Decision, len(reqs))
+	for range leaseTries {
+		op.ID = 1 + rand.Int64N(algo.MaxLeaseID)
+		if err := storelink.CheckLease(&op); err != nil {
+			return Lease{}, err
+		}
+		if l.leaser == nil {
+			return Lease{}, l.noLeases()
+		}
+		r, err := l.leaser.LeaseAll(ctx, op, reqs, each)
+		if errors.Is(err, algo.ErrLeaseID) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		// The fold of the parts' figures, which report as TakeEach's do:
+		// refused, only the refusing ones carry a RetryAfter.
+		sum := r.Decision
+		for i := range each {
+			algo.Combine(&sum, each[i])
+		}
+		ls := Lease{Result: Result(storelink.ResultOf(&sum)), Key: key, Limit: c, Units: units, Expiry: r.Expiry}
+		ls.Degraded = r.Degraded
+		if r.Expiry > 0 {
+			ls.ID = op.ID
+		}
+		return ls, nil
+	}
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+}
+
+// ErrLeaseCrossSlot is returned by AcquireAll over a Redis Cluster when its
+// keys are not all in one slot.
+var ErrLeaseCrossSlot = storelink.ErrLeaseCrossSlot
+
+// noLeases is the error of a lease operation on a Limiter whose store
+// holds no leases.
+func (l *Limiter) noLeases() error {
+	if l.eng == nil {
+		return errNoStore
+	}
+	return ErrNoLeases
 }

@@ -76,3 +76,22 @@ type fixedClock struct{}
 func (fixedClock) Now() time.Time { return time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC) }
 
 func (fixedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+// A report takes a slot of 2 per account and a unit of 10 a minute, all or
+// nothing: the refused third neither holds a slot nor spends a unit.
+func ExampleLimiter_AcquireAll() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	slots := sluice.MaxConcurrent(2)
+	budget := []sluice.Part{{Key: "reports:acme", Limit: sluice.PerMinute(10), Cost: 1}}
+
+	for range 3 {
+		ls, _ := lim.AcquireAll(ctx, "reports:acme", slots, 1, budget)
+		fmt.Println(ls.Allowed, ls.Remaining)
+	}
+	// Output:
+	// true 1
+	// true 0
+	// false 0
+}

@@ -128,3 +128,60 @@ func (s *Store) leaseKeys() int {
 	}
 	return n
 }
+
+// LeaseAll runs the acquire op with the rate parts reqs at the store's
+// clock time.
+func (e *engine) LeaseAll(_ context.Context, op storelink.LeaseOp, reqs []storelink.Request, each []algo.Decision) (storelink.LeaseResult, error) {
+	s := e.store()
+	return s.leaseAll(&op, reqs, s.now(), each)
+}
+
+// LeaseAllAt runs the acquire op with the rate parts reqs at now.
+func (e *engine) LeaseAllAt(_ context.Context, op storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
+	return e.store().leaseAll(&op, reqs, now, each)
+}
+
+// leaseAll decides a lease and rate parts as one: under the lease shard's
+// lock (taken before any entry lock, which no rate decision holds while it
+// takes a lease lock), the lease is acquired; the parts are then decided
+// together, refused outright when the lease did not fit, and the lease is
+// given back when they refuse. A lease shard's lock covers every acquire
+// of the key, so no one sees the lease in between.
+func (s *Store) leaseAll(op *storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
+	var r storelink.LeaseResult
+	if err := algo.CheckTime(now); err != nil {
+		return r, err
+	}
+	sh := &s.leases[(hashOf(s.seed, op.Key)>>40)&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	set := sh.sets[op.Key]
+	if set == nil {
+		set = sh.insert(op.Key, now)
+	}
+	d := &r.Decision
+	exp, err := algo.LeaseStep(&op.Limit, &set.held, algo.OpAcquire, now, op.Units, op.ID, d)
+	if err != nil {
+		return storelink.LeaseResult{}, err
+	}
+	var acc algo.Decision
+	if err := s.takeAllUnless(reqs, now, &acc, each, !d.Allowed); err != nil {
+		if exp > 0 {
+			algo.LeaseStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+		}
+		return storelink.LeaseResult{}, err
+	}
+	if len(reqs) > 0 && !acc.Allowed && d.Allowed {
+		// The parts refused: the lease is given back, and reports a look
+		// (a query) that says it alone would have granted.
+		if exp > 0 {
+			algo.LeaseStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+		}
+		*d = algo.Decision{}
+		algo.LeaseStep(&op.Limit, &set.held, algo.OpAcquire, now, 0, op.ID, d)
+		exp = 0
+	}
+	set.freshAt = d.FreshAt
+	r.Expiry = exp
+	return r, nil
+}

@@ -105,3 +105,58 @@ func (ls *Leases) Extend(key string, limit, lifetime, now, id int64) algo.Decisi
 // Held is the units of key's leases held at t: what a counter of work in
 // flight counts.
 func (ls *Leases) Held(key string, t int64) int64 { return ls.held(key, t) }
+
+// AcquireEach is the contract's composite of a lease and rate parts: the
+// lease of units on key (under limit and lifetime, named id) and models[i]'s
+// costs[i] units for keys[i] pass only if all grant; a refusal holds nothing
+// and spends nothing. It returns the lease part's decision and writes each
+// rate part's into each[i], as TakeEach states them: admitted, each part's
+// own after spending (the lease's after it is held); refused, a look at
+// each part (the lease's a query of 0 units) whose Allowed says whether the
+// part alone would have granted, with its own RetryAfter when it would not.
+// The summary is the fold of the lease's and the parts' (Fold).
+func AcquireEach(ls *Leases, key string, limit, lifetime, units, id int64, models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
+	saved := make([]*keyState, len(models))
+	had := make([]bool, len(models))
+	for i, m := range models {
+		if st, ok := m.keys[keys[i]]; ok {
+			saved[i], had[i] = st.clone(), true
+		}
+	}
+	alone := make([]algo.Decision, len(models))
+	allowed := units == 0 || ls.held(key, now)+units <= limit
+	leaseAlone := allowed
+	for i, m := range models {
+		alone[i] = m.Take(keys[i], now, costs[i])
+		allowed = allowed && alone[i].Allowed
+	}
+	if allowed {
+		copy(each, alone)
+		return ls.Acquire(key, limit, lifetime, now, units, id)
+	}
+	for i, m := range models {
+		if had[i] {
+			m.keys[keys[i]] = saved[i]
+		} else {
+			delete(m.keys, keys[i])
+		}
+		d := m.Take(keys[i], now, 0)
+		each[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
+		if !alone[i].Allowed {
+			each[i].RetryAfter = alone[i].RetryAfter
+		}
+	}
+	if leaseAlone {
+		return ls.Acquire(key, limit, lifetime, now, 0, id) // a look: it would have granted
+	}
+	return ls.Acquire(key, limit, lifetime, now, units, id) // its refusal holds nothing
+}
+
+// Fold is a composite's summary of its parts' decisions (the lease's first,
+// then the rate parts'): allowed when all are, the smallest Remaining, the
+// largest RetryAfter, ResetAfter and Delay, no Window.
+func Fold(lease algo.Decision, each []algo.Decision) algo.Decision {
+	d := fold(append([]algo.Decision{lease}, each...))
+	d.Window = 0
+	return d
+}

@@ -46,7 +46,21 @@ type Leaser interface {
 	Lease(ctx context.Context, op LeaseOp) (LeaseResult, error)
 	// LeaseAt runs op at now (µs since the epoch), with no failure policy.
 	LeaseAt(ctx context.Context, op LeaseOp, now int64) (LeaseResult, error)
+	// LeaseAll runs the acquire op together with the rate parts reqs, at
+	// the store's time and under its failure policy: all pass or none
+	// (SEMANTICS.md, "Concurrency limits"). It returns the lease part's
+	// result and writes each part's decision into each[i] (each as long
+	// as reqs), as TakeEach reports them.
+	LeaseAll(ctx context.Context, op LeaseOp, reqs []Request, each []algo.Decision) (LeaseResult, error)
+	// LeaseAllAt is LeaseAll at now, with no failure policy.
+	LeaseAllAt(ctx context.Context, op LeaseOp, reqs []Request, now int64, each []algo.Decision) (LeaseResult, error)
 }
+
+// ErrLeaseCrossSlot is the error of a composite of a lease and rate parts
+// whose keys a Redis Cluster keeps in different slots: no script sees them
+// all, and a lease held while the parts are taken in turn would refuse
+// others for nothing. Give the keys a {hash tag}.
+var ErrLeaseCrossSlot = errors.New("sluice: a composite with a lease needs its keys in one cluster slot (give them a {hash tag})")
 
 // CheckLease checks a lease operation as a Limiter does (see LeaseOp).
 func CheckLease(op *LeaseOp) error {

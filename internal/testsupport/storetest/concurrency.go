@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
@@ -23,6 +26,79 @@ func Leases(t *testing.T, newStore NewStore) {
 	t.Run("Lifetime", func(t *testing.T) { LeaseLifetime(t, newStore) })
 	t.Run("Errors", func(t *testing.T) { LeaseErrors(t, sluice.New(newStore(t, nil))) })
 	t.Run("Goroutines", func(t *testing.T) { LeaseGoroutines(t, sluice.New(newStore(t, nil)), 16, 200) })
+	t.Run("Composite", func(t *testing.T) { LeaseComposite(t, newStore, 1000) })
+}
+
+// LeaseComposite checks a random trace of n composites of a lease and rate
+// parts (Limiter.AcquireAll), among releases, against the model
+// (model.AcquireEach): every summary equals the fold of the model's parts,
+// and the lease is held exactly when the model holds it. The keys share a
+// {hash tag}, so that a cluster decides each composite in one script.
+func LeaseComposite(t *testing.T, newStore NewStore, n int) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 27))
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	ls := model.NewLeases()
+	ks := model.NewKeys()
+	ctx := context.Background()
+	rates := []sluice.Limit{
+		sluice.PerSecond(20).WithBurst(3),
+		sluice.PerSecond(5).Using(sluice.FixedWindow),
+		sluice.PerSecond(8).Using(sluice.SlidingLog),
+		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerSecond(4).Using(sluice.SlidingWindow),
+	}
+	partKeys := []string{"{u}rate", "{u}global", "{u}job"} // "{u}job" also names the lease: two states
+	var held []sluice.Lease
+	now := Base
+	for i := range n {
+		now += r.Int64N(60_000)
+		clock.us.Store(now)
+		if len(held) > 0 && r.IntN(3) == 0 {
+			j := r.IntN(len(held))
+			got, err := lim.Release(ctx, held[j])
+			want := resultOf(ls.Release("{u}job", held[j].Limit.Limit, now, held[j].ID))
+			if err != nil || got != want {
+				t.Fatalf("seed %d op %d: release %+v %v, model %+v", seed, i, got, err, want)
+			}
+			held = slices.Delete(held, j, j+1)
+			continue
+		}
+		c := sluice.MaxConcurrent(1 + r.Int64N(3)).WithLifetime(time.Duration(50+r.Int64N(300)) * time.Millisecond)
+		units := r.Int64N(c.Limit + 1)
+		var parts []sluice.Part
+		var models []*model.Model
+		var keys []string
+		var costs []int64
+		for _, k := range r.Perm(len(partKeys))[:r.IntN(len(partKeys)+1)] {
+			l := rates[r.IntN(len(rates))]
+			p, _ := storelink.Params(l)
+			cost := r.Int64N(p.Capacity() + 1)
+			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost})
+			models = append(models, ks.Model(ModelLimit(p)))
+			keys, costs = append(keys, partKeys[k]), append(costs, cost)
+		}
+		got, err := lim.AcquireAll(ctx, "{u}job", c, units, parts)
+		if err != nil {
+			t.Fatalf("seed %d op %d: %v", seed, i, err)
+		}
+		id := got.ID
+		if id == 0 {
+			id = -int64(i) - 1
+		}
+		each := make([]algo.Decision, len(parts))
+		lease := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, now, each)
+		want := resultOf(model.Fold(lease, each))
+		if got.Result != want || (got.ID != 0) != (want.Allowed && units > 0) {
+			t.Fatalf("seed %d op %d (lease %d of %d, parts %+v at +%dµs): %+v id %d, model %+v (lease %+v, parts %+v)",
+				seed, i, units, c.Limit, parts, now-Base, got.Result, got.ID, want, lease, each)
+		}
+		if got.ID != 0 {
+			held = append(held, got)
+		}
+	}
+	t.Logf("%d composites with a lease equal to the model (seed %d)", n, seed)
 }
 
 // LeaseTrace checks a random trace of n acquires, releases and extensions
