@@ -89,24 +89,36 @@ const leaseTries = 4
 // Acquire asks for a lease of units on key under c, and holds it if the
 // units held on key plus units are at most c.Limit. Units 0 only looks.
 // Units over c.Limit is an error (ErrCostExceedsCapacity), not a refusal.
-func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (Lease, error) {
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (ls Lease, err error) {
 	p, err := c.params()
+	if err == nil {
+		err = storelink.CheckUnits(key, p.Limit, units)
+	}
 	if err != nil {
 		return Lease{}, err
 	}
-	op := storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
 	for range leaseTries {
-		op.ID = 1 + rand.Int64N(algo.MaxLeaseID)
-		r, err := l.lease(ctx, &op)
+		id := 1 + rand.Int64N(algo.MaxLeaseID)
+		var retry, reset int64
+		if l.leaseLocal != nil {
+			// Scalars through the interface: a LeaseOp and a LeaseResult
+			// would be copied through memory at every call.
+			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, err = l.leaseLocal.LeaseLocal(algo.OpAcquire, key, p, units, id)
+		} else {
+			var r storelink.LeaseResult
+			r, err = l.lease(ctx, &storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
+			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, ls.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
+		}
 		if errors.Is(err, algo.ErrLeaseID) {
 			continue
 		}
 		if err != nil {
 			return Lease{}, err
 		}
-		ls := Lease{Result: leaseResult(&r), Key: key, Limit: c, Units: units, Expiry: r.Expiry}
-		if r.Expiry > 0 { // a lease is held: not a query, nor FailOpen's grant
-			ls.ID = op.ID
+		ls.RetryAfter, ls.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
+		ls.Key, ls.Limit, ls.Units = key, c, units
+		if ls.Expiry > 0 { // a lease is held: not a query, nor FailOpen's grant
+			ls.ID = id
 		}
 		return ls, nil
 	}
@@ -139,42 +151,44 @@ func (l *Limiter) Extend(ctx context.Context, lease Lease, lifetime time.Duratio
 }
 
 // leaseOp releases or extends lease (by lifetime, 0: its own).
-func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (Result, error) {
+func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (res Result, err error) {
 	c := lease.Limit
 	if lifetime != 0 {
 		c.Lifetime = lifetime
 	}
 	p, err := c.params()
+	if err == nil {
+		err = storelink.CheckUnits(lease.Key, p.Limit, 0)
+	}
 	if err != nil {
 		return Result{}, err
 	}
 	if lease.ID == 0 {
 		// Nothing held, or FailOpen's grant: nothing to give back.
-		if lease.Key == "" {
-			return Result{}, ErrEmptyKey
-		}
 		return Result{Degraded: lease.Degraded}, nil
 	}
-	o := storelink.LeaseOp{Op: op, Key: lease.Key, Limit: p, Units: min(lease.Units, p.Limit), ID: lease.ID, Degraded: lease.Degraded}
-	r, err := l.lease(ctx, &o)
+	var retry, reset, exp int64
+	if l.leaseLocal != nil && !lease.Degraded {
+		res.Allowed, res.Remaining, retry, reset, exp, err = l.leaseLocal.LeaseLocal(op, lease.Key, p, 0, lease.ID)
+	} else {
+		var r storelink.LeaseResult
+		r, err = l.lease(ctx, &storelink.LeaseOp{Op: op, Key: lease.Key, Limit: p, ID: lease.ID, Degraded: lease.Degraded})
+		res.Allowed, res.Remaining, retry, reset, exp, res.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
+	}
 	if err != nil {
 		return Result{}, err
 	}
+	res.RetryAfter, res.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
 	if op == algo.OpExtend {
-		lease.Expiry = r.Expiry
+		lease.Expiry = exp
 	}
-	return leaseResult(&r), nil
+	return res, nil
 }
 
 // lease checks op and runs it on the store.
-func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (r storelink.LeaseResult, err error) {
+func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (storelink.LeaseResult, error) {
 	if err := storelink.CheckLease(op); err != nil {
 		return storelink.LeaseResult{}, err
-	}
-	if l.leaseLocal != nil && !op.Degraded {
-		d := &r.Decision
-		d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, r.Expiry, err = l.leaseLocal.LeaseLocal(op.Op, op.Key, op.Limit, op.Units, op.ID)
-		return r, err
 	}
 	if l.leaser == nil {
 		return storelink.LeaseResult{}, l.noLeases()
@@ -182,12 +196,6 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (r storelink
 	return l.leaser.Lease(ctx, *op)
 }
 
-// leaseResult is a lease operation's answer as a Result.
-func leaseResult(r *storelink.LeaseResult) Result {
-	res := Result(storelink.ResultOf(&r.Decision))
-	res.Degraded = r.Degraded
-	return res
-}
 
 // AcquireAll asks for a lease of units on key under c together with the
 // rate parts (a request that takes a slot and a unit of a per-minute

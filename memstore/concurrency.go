@@ -33,13 +33,13 @@ var (
 	_ storelink.LeaseLocal = (*engine)(nil)
 )
 
-// LeaseLocal is Lease for the Limiter's hot path.
+// LeaseLocal is Lease for the Limiter's hot path: scalars in and out, no
+// LeaseOp or LeaseResult to build and copy.
 func (e *engine) LeaseLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error) {
 	s := e.store()
-	o := storelink.LeaseOp{Op: op, Key: key, Limit: c, Units: units, ID: id}
-	r, err := s.lease(&o, s.now())
-	d := &r.Decision
-	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, r.Expiry, err
+	var d algo.Decision
+	expiry, err = s.leaseStep(op, key, &c, units, id, s.now(), &d)
+	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, expiry, err
 }
 
 // Lease runs op at the store's clock time.
@@ -53,34 +53,40 @@ func (e *engine) LeaseAt(_ context.Context, op storelink.LeaseOp, now int64) (st
 	return e.store().lease(&op, now)
 }
 
-// lease runs one checked lease operation at now under its shard's lock.
+// lease runs one checked lease operation at now.
 func (s *Store) lease(op *storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
 	var r storelink.LeaseResult
-	if err := algo.CheckTime(now); err != nil {
-		return r, err // wraps sluice.ErrInvalidTime
-	}
-	sh := &s.leases[(hashOf(s.seed, op.Key)>>40)&s.mask]
-	sh.mu.Lock()
-	set := sh.sets[op.Key]
-	if set == nil {
-		if op.Op != algo.OpAcquire || op.Units == 0 {
-			sh.mu.Unlock()
-			// Nothing is held: the step's figures on the fresh state, which
-			// a release, an extension or a query leaves as it is.
-			var none []algo.Lease
-			r.Expiry, _ = algo.LeaseStep(&op.Limit, &none, op.Op, now, op.Units, op.ID, &r.Decision)
-			return r, nil
-		}
-		set = sh.insert(op.Key, now)
-	}
-	exp, err := algo.LeaseStep(&op.Limit, &set.held, op.Op, now, op.Units, op.ID, &r.Decision)
-	set.freshAt = r.Decision.FreshAt
-	sh.mu.Unlock()
+	exp, err := s.leaseStep(op.Op, op.Key, &op.Limit, op.Units, op.ID, now, &r.Decision)
 	if err != nil {
 		return storelink.LeaseResult{}, err
 	}
 	r.Expiry = exp
 	return r, nil
+}
+
+// leaseStep runs one checked lease operation at now under its shard's
+// lock, writing the decision into *d (zero).
+func (s *Store) leaseStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
+	if err := algo.CheckTime(now); err != nil {
+		return 0, err // wraps sluice.ErrInvalidTime
+	}
+	sh := &s.leases[(hashOf(s.seed, key)>>40)&s.mask]
+	sh.mu.Lock()
+	set := sh.sets[key]
+	if set == nil {
+		if op != algo.OpAcquire || units == 0 {
+			sh.mu.Unlock()
+			// Nothing is held: the step's figures on the fresh state, which
+			// a release, an extension or a query leaves as it is.
+			var none []algo.Lease
+			return algo.LeaseStep(c, &none, op, now, units, id, d)
+		}
+		set = sh.insert(key, now)
+	}
+	exp, err := algo.LeaseStep(c, &set.held, op, now, units, id, d)
+	set.freshAt = d.FreshAt
+	sh.mu.Unlock()
+	return exp, err
 }
 
 // insert adds key's empty lease set (sh.mu held), first dropping the sets

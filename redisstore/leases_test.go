@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -196,5 +197,44 @@ func TestLeaseAllCrossSlot(t *testing.T) {
 	tagged := []sluice.Part{{Key: "{u}rate", Limit: sluice.PerMinute(1), Cost: 1}}
 	if ls, err := lim.AcquireAll(ctx, "{u}job", one, 1, tagged); err != nil || !ls.Allowed || ls.ID == 0 {
 		t.Fatalf("keys with one hash tag: %+v %v", ls, err)
+	}
+}
+
+// BenchmarkLease is an acquire and its release on one standalone server:
+// one script call each, serially (two round trips) and from 64 goroutines
+// (the calls share pipelines).
+func BenchmarkLease(b *testing.B) {
+	c := redistest.Shared(b).Client()
+	ctx := context.Background()
+	for _, par := range []int{1, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", par), func(b *testing.B) {
+			s := newGoRedis(b, c, redisstore.WithPrefix(fmt.Sprintf("bench:%d:", time.Now().UnixNano())))
+			defer s.Close()
+			lim := sluice.New(s)
+			conc := sluice.MaxConcurrent(1_000_000)
+			b.ReportAllocs()
+			b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0))) // par goroutines in all
+			if par == 1 {
+				for b.Loop() {
+					leaseOnce(b, lim, ctx, conc)
+				}
+				return
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					leaseOnce(b, lim, ctx, conc)
+				}
+			})
+		})
+	}
+}
+
+func leaseOnce(b *testing.B, lim *sluice.Limiter, ctx context.Context, c sluice.Concurrency) {
+	ls, err := lim.Acquire(ctx, "job", c, 1)
+	if err != nil || !ls.Allowed {
+		b.Fatal(ls, err)
+	}
+	if _, err := lim.Release(ctx, ls); err != nil {
+		b.Fatal(err)
 	}
 }

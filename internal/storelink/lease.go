@@ -65,8 +65,6 @@ var ErrLeaseCrossSlot = errors.New("sluice: a composite with a lease needs its k
 // CheckLease checks a lease operation as a Limiter does (see LeaseOp).
 func CheckLease(op *LeaseOp) error {
 	switch {
-	case op.Key == "":
-		return ErrEmptyKey
 	case op.Op < algo.OpAcquire || op.Op > algo.OpExtend:
 		return fmt.Errorf("%w: unknown lease operation %d", ErrInvalidLimit, op.Op)
 	case op.ID < 1 || op.ID > algo.MaxLeaseID:
@@ -75,11 +73,19 @@ func CheckLease(op *LeaseOp) error {
 	if err := op.Limit.Validate(); err != nil {
 		return err
 	}
+	return CheckUnits(op.Key, op.Limit.Limit, op.Units)
+}
+
+// CheckUnits checks a lease's key and units under a valid limit: a key
+// not empty, 0 ≤ units ≤ limit.
+func CheckUnits(key string, limit, units int64) error {
 	switch {
-	case op.Units < 0:
-		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, op.Units)
-	case op.Units > op.Limit.Limit:
-		return fmt.Errorf("%w: %d units, concurrency limit %d", ErrCostExceedsCapacity, op.Units, op.Limit.Limit)
+	case key == "":
+		return ErrEmptyKey
+	case units < 0:
+		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, units)
+	case units > limit:
+		return fmt.Errorf("%w: %d units, concurrency limit %d", ErrCostExceedsCapacity, units, limit)
 	}
 	return nil
 }
