@@ -196,7 +196,6 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (storelink.L
 	return l.leaser.Lease(ctx, *op)
 }
 
-
 // AcquireAll asks for a lease of units on key under c together with the
 // rate parts (a request that takes a slot and a unit of a per-minute
 // budget): the lease is held and every part spends its cost only if all
