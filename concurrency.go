@@ -26,9 +26,18 @@ var ErrNoLeases = storelink.ErrNoLeases
 // itself Lifetime after it was acquired or last extended, never before: the
 // slots of a holder that died or hung are not lost. A Lifetime of 0 is
 // DefaultLifetime. Like a Limit, it travels with each call.
+//
+// Reserve keeps units for requests of a higher class (reserved capacity,
+// as Stripe's load shedders keep it for critical traffic): a request under
+// a Concurrency with Reserve R passes only if R units are still free after
+// it, while one with Reserve 0 may use the whole Limit. Give the classes
+// of one key the same Limit and their own Reserve: a lower class is
+// refused once the key's leases pass its share, a higher one uses
+// everything. Its Remaining and RetryAfter are its class's.
 type Concurrency struct {
 	Limit    int64
 	Lifetime time.Duration
+	Reserve  int64
 }
 
 // MaxConcurrent returns a concurrency limit of n units held at once, with
@@ -37,6 +46,9 @@ func MaxConcurrent(n int64) Concurrency { return Concurrency{Limit: n} }
 
 // WithLifetime returns c with its leases' lifetime set to d.
 func (c Concurrency) WithLifetime(d time.Duration) Concurrency { c.Lifetime = d; return c }
+
+// Reserving returns c keeping units for higher classes (see Reserve).
+func (c Concurrency) Reserving(units int64) Concurrency { c.Reserve = units; return c }
 
 // Validate reports why c cannot be used (an error wrapping
 // ErrInvalidLimit), or nil.
@@ -54,7 +66,13 @@ func (c Concurrency) params() (algo.Concurrency, error) {
 	if d < time.Microsecond || d%time.Microsecond != 0 {
 		return algo.Concurrency{}, fmt.Errorf("%w: lease lifetime %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, d)
 	}
-	p := algo.Concurrency{Limit: c.Limit, Lifetime: d.Microseconds()}
+	if c.Reserve < 0 || c.Limit > 0 && c.Reserve >= c.Limit {
+		return algo.Concurrency{}, fmt.Errorf("%w: a reserve of %d out of a limit of %d (want 0 ≤ reserve < limit)", ErrInvalidLimit, c.Reserve, c.Limit)
+	}
+	// A class with a reserve is the limit less the reserve on the same
+	// key: the leases held count alike for every class, and a lowered
+	// limit keeps them all (SEMANTICS.md), so that is exact.
+	p := algo.Concurrency{Limit: c.Limit - c.Reserve, Lifetime: d.Microseconds()}
 	return p, p.Validate()
 }
 

@@ -95,3 +95,43 @@ func ExampleLimiter_AcquireAll() {
 	// true 0
 	// false 0
 }
+
+// TestConcurrencyReserve: a limit of 10 with 2 reserved for critical
+// requests: normal requests are refused once 8 are held, critical ones
+// use all 10, and a normal request's figures are its class's.
+func TestConcurrencyReserve(t *testing.T) {
+	lim := sluice.New(memstore.New(memstore.WithClock(fixedClock{})))
+	ctx := context.Background()
+	critical := sluice.MaxConcurrent(10).WithLifetime(time.Minute)
+	normal := critical.Reserving(2)
+	var held []sluice.Lease
+	for i := range 8 {
+		ls, err := lim.Acquire(ctx, "api", normal, 1)
+		if err != nil || !ls.Allowed || ls.Remaining != int64(7-i) {
+			t.Fatalf("normal %d: %+v %v", i, ls, err)
+		}
+		held = append(held, ls)
+	}
+	if ls, err := lim.Acquire(ctx, "api", normal, 1); err != nil || ls.Allowed || ls.RetryAfter != time.Minute {
+		t.Fatalf("normal past its share: %+v %v, want refused", ls, err)
+	}
+	for i := range 2 {
+		if ls, err := lim.Acquire(ctx, "api", critical, 1); err != nil || !ls.Allowed || ls.Remaining != int64(1-i) {
+			t.Fatalf("critical %d: %+v %v", i, ls, err)
+		}
+	}
+	if ls, err := lim.Acquire(ctx, "api", critical, 1); err != nil || ls.Allowed {
+		t.Fatalf("critical past the whole limit: %+v %v", ls, err)
+	}
+	if r, err := lim.Release(ctx, held[0]); err != nil || !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("a normal release with 9 of 10 held: %+v %v, want 0 left for its class", r, err)
+	}
+	for _, bad := range []sluice.Concurrency{critical.Reserving(10), critical.Reserving(-1)} {
+		if _, err := lim.Acquire(ctx, "api", bad, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("reserve %d: %v, want ErrInvalidLimit", bad.Reserve, err)
+		}
+	}
+	if _, err := lim.Acquire(ctx, "api", critical.Reserving(5), 6); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+		t.Errorf("6 units where a class may hold 5: %v, want ErrCostExceedsCapacity", err)
+	}
+}

@@ -27,6 +27,38 @@ func Leases(t *testing.T, newStore NewStore) {
 	t.Run("Errors", func(t *testing.T) { LeaseErrors(t, sluice.New(newStore(t, nil))) })
 	t.Run("Goroutines", func(t *testing.T) { LeaseGoroutines(t, sluice.New(newStore(t, nil)), 16, 200) })
 	t.Run("Composite", func(t *testing.T) { LeaseComposite(t, newStore, 1000) })
+	t.Run("Classes", func(t *testing.T) { LeaseClasses(t, sluice.New(newStore(t, nil))) })
+}
+
+// LeaseClasses checks reserved capacity: under a limit of 5 with 2 kept for
+// critical requests, normal ones hold at most 3 and critical ones the rest,
+// whichever class came first.
+func LeaseClasses(t *testing.T, lim *sluice.Limiter) {
+	ctx := context.Background()
+	critical := sluice.MaxConcurrent(5).WithLifetime(time.Hour)
+	normal := critical.Reserving(2)
+	grant := func(c sluice.Concurrency, n int) int {
+		got := 0
+		for range n {
+			ls, err := lim.Acquire(ctx, "classes", c, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ls.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	if n := grant(critical, 1); n != 1 {
+		t.Fatalf("critical first: %d granted", n)
+	}
+	if n := grant(normal, 4); n != 2 {
+		t.Fatalf("normal with 1 critical held: %d of 4 granted, want 2 (3 in all for its class)", n)
+	}
+	if n := grant(critical, 4); n != 2 {
+		t.Fatalf("critical with 3 held: %d of 4 granted, want the 2 reserved", n)
+	}
 }
 
 // LeaseComposite checks a random trace of n composites of a lease and rate
