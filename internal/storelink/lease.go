@@ -99,3 +99,14 @@ func CheckUnits(key string, limit, units int64) error {
 type LeaseLocal interface {
 	LeaseLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error)
 }
+
+// Reserver is the side of an Engine that decides requests of a class that
+// must leave units for higher classes (algo.StepReserving): memstore's and
+// redisstore's engines implement it.
+type Reserver interface {
+	// TakeReserving decides req leaving reserve units, at the store's time
+	// and under its failure policy.
+	TakeReserving(ctx context.Context, req Request, reserve int64) (Result, error)
+	// TakeReservingAt is TakeReserving at now, with no failure policy.
+	TakeReservingAt(ctx context.Context, req Request, reserve, now int64) (algo.Decision, error)
+}

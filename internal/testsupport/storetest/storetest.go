@@ -518,6 +518,7 @@ func Run(t *testing.T, newStore NewStore) {
 		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
 	})
 	t.Run("Leases", func(t *testing.T) { Leases(t, newStore) })
+	t.Run("Reserve", func(t *testing.T) { ReserveTrace(t, newStore, 1500) })
 }
 
 // Trace checks a random trace of n requests whose limits change (see
