@@ -35,14 +35,21 @@ type ConcurrencyPolicy struct {
 	Key KeyFunc
 	// Units is what each call holds; 0 means 1.
 	Units int64
+	// Reserve keeps units of Limit for critical calls (reserved capacity):
+	// a call Critical does not pick holds a slot only while Reserve units
+	// stay free after it; a critical one may use them all.
+	Reserve int64
+	// Critical picks the calls that may use the reserve; nil picks none.
+	Critical func(ctx context.Context, method string) bool
 }
 
 // Concurrent holds the interceptors of one ConcurrencyPolicy. It is safe
 // for concurrent use.
 type Concurrent struct {
-	hold policycore.Hold
-	key  KeyFunc
-	cfg  config
+	hold     policycore.Hold
+	key      KeyFunc
+	critical func(ctx context.Context, method string) bool
+	cfg      config
 }
 
 // NewConcurrent returns the interceptors of p on lim. Of the Options,
@@ -59,9 +66,10 @@ func NewConcurrent(lim *sluice.Limiter, p ConcurrencyPolicy, opts ...Option) (*C
 		return nil, err
 	}
 	c := &Concurrent{
-		hold: policycore.Hold{Name: p.Name, Limit: p.Limit, Units: p.Units, Lim: lim, Obs: cfg.observer, Source: sourceServer},
-		key:  p.Key,
-		cfg:  cfg,
+		hold:     policycore.Hold{Name: p.Name, Limit: p.Limit, Reserve: p.Reserve, Units: p.Units, Lim: lim, Obs: cfg.observer, Source: sourceServer},
+		key:      p.Key,
+		critical: p.Critical,
+		cfg:      cfg,
 	}
 	if err := c.hold.Check(cfg.prefix); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
@@ -107,7 +115,8 @@ func (c *Concurrent) run(ctx context.Context, method string, work func()) error 
 	if !ok {
 		return status.Error(codes.InvalidArgument, "no key for concurrency policy "+strconv.Quote(c.hold.Name))
 	}
-	refused, err := c.hold.Run(ctx, policycore.Bound(key), work)
+	critical := c.critical != nil && c.critical(ctx, method)
+	refused, err := c.hold.Run(ctx, policycore.Bound(key), critical, work)
 	switch {
 	case err != nil:
 		if c.cfg.onError != nil {

@@ -30,6 +30,13 @@ type ConcurrencyPolicy struct {
 	Key KeyFunc
 	// Units is what each request holds; 0 means 1.
 	Units int64
+	// Reserve keeps units of Limit for critical requests (reserved
+	// capacity): a request Critical does not pick holds a slot only while
+	// Reserve units stay free after it; a critical one may use them all.
+	Reserve int64
+	// Critical picks the requests that may use the reserve (a health
+	// check, a paying customer's checkout); nil picks none.
+	Critical func(r *http.Request) bool
 }
 
 // Concurrent is the middleware of one ConcurrencyPolicy. It is safe for
@@ -37,6 +44,7 @@ type ConcurrencyPolicy struct {
 type Concurrent struct {
 	hold        policycore.Hold
 	key         KeyFunc
+	critical    func(*http.Request) bool
 	unavailable time.Duration
 	onError     func(*http.Request, error)
 }
@@ -60,8 +68,9 @@ func NewConcurrent(lim *sluice.Limiter, p ConcurrencyPolicy, opts ...Option) (*C
 		}
 	}
 	c := &Concurrent{
-		hold:        policycore.Hold{Name: p.Name, Limit: p.Limit, Units: p.Units, Lim: lim, Obs: m.obs, Source: ObserveSource},
+		hold:        policycore.Hold{Name: p.Name, Limit: p.Limit, Reserve: p.Reserve, Units: p.Units, Lim: lim, Obs: m.obs, Source: ObserveSource},
 		key:         p.Key,
+		critical:    p.Critical,
 		unavailable: m.unavailable,
 		onError:     m.onError,
 	}
@@ -86,7 +95,8 @@ func (c *Concurrent) Handler(next http.Handler) http.Handler {
 			http.Error(w, "no key for concurrency policy "+strconv.Quote(c.hold.Name), http.StatusBadRequest)
 			return
 		}
-		refused, err := c.hold.Run(r.Context(), policycore.Bound(key), func() { next.ServeHTTP(w, r) })
+		critical := c.critical != nil && c.critical(r)
+		refused, err := c.hold.Run(r.Context(), policycore.Bound(key), critical, func() { next.ServeHTTP(w, r) })
 		switch {
 		case err != nil:
 			if c.onError != nil {

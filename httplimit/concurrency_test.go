@@ -181,3 +181,45 @@ func ExampleNewConcurrent() {
 	// Output:
 	// 200 report built
 }
+
+// TestConcurrentReserve: 3 slots with 1 kept for critical requests: two
+// ordinary requests run, a third waits its turn with 429, and a critical
+// one still gets the reserved slot.
+func TestConcurrentReserve(t *testing.T) {
+	lim := sluice.New(memstore.New())
+	c, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{
+		Name: "api", Limit: sluice.MaxConcurrent(3), Key: httplimit.Header("X-Account"), Reserve: 1,
+		Critical: func(r *http.Request) bool { return r.URL.Path == "/checkout" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+	}))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { getAs(h, "acme") })
+		<-started
+	}
+	if w := getAs(h, "acme"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a third ordinary request: %d, want 429", w.Code)
+	}
+	wg.Go(func() {
+		r := httptest.NewRequest("POST", "/checkout", nil)
+		r.Header.Set("X-Account", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Errorf("the critical request: %d", w.Code)
+		}
+	})
+	<-started // the reserved slot
+	close(release)
+	wg.Wait()
+	if _, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{Name: "x", Limit: sluice.MaxConcurrent(3), Reserve: 3}); err == nil {
+		t.Fatal("a reserve of the whole limit: no error")
+	}
+}

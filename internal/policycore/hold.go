@@ -14,8 +14,11 @@ import (
 // gives it back however it ends. The doors only find the key and answer a
 // refusal; Acquire, Release and the events are here.
 type Hold struct {
-	Name      string
-	Limit     sluice.Concurrency
+	Name  string
+	Limit sluice.Concurrency
+	// Reserve is kept for critical requests: the others hold a slot only
+	// while Reserve units stay free after it (sluice.Concurrency.Reserve).
+	Reserve   int64
 	Units     int64  // at least 1
 	KeyPrefix string // KeyPrefix(the door's prefix, Name)
 	Lim       *sluice.Limiter
@@ -41,19 +44,26 @@ func (h *Hold) Check(prefix string) error {
 	case h.Units == 0:
 		h.Units = 1
 	}
-	if h.Units > h.Limit.Limit {
-		return fmt.Errorf("concurrency policy %q: %d units exceed the limit %d: nothing could pass", h.Name, h.Units, h.Limit.Limit)
+	if h.Reserve < 0 || h.Reserve >= h.Limit.Limit {
+		return fmt.Errorf("concurrency policy %q: a reserve of %d out of %d (want 0 ≤ reserve < limit)", h.Name, h.Reserve, h.Limit.Limit)
+	}
+	if h.Units > h.Limit.Limit-h.Reserve {
+		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a reserve of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Reserve)
 	}
 	h.KeyPrefix = KeyPrefix(prefix, h.Name)
 	return nil
 }
 
-// Acquire asks for the lease of the request whose key is key, and reports
-// the outcome: held (Allowed), refused (Denied), a failure policy's grant
-// (Degraded) or an error.
-func (h *Hold) Acquire(ctx context.Context, key string) (sluice.Lease, error) {
+// Acquire asks for the lease of the request whose key is key (critical: it
+// may use the reserve), and reports the outcome: held (Allowed), refused
+// (Denied), a failure policy's grant (Degraded) or an error.
+func (h *Hold) Acquire(ctx context.Context, key string, critical bool) (sluice.Lease, error) {
 	start := time.Now()
-	ls, err := h.Lim.Acquire(ctx, h.KeyPrefix+key, h.Limit, h.Units)
+	c := h.Limit
+	if !critical {
+		c.Reserve = h.Reserve
+	}
+	ls, err := h.Lim.Acquire(ctx, h.KeyPrefix+key, c, h.Units)
 	o := observe.Allowed
 	switch {
 	case err != nil:
@@ -79,12 +89,13 @@ func (h *Hold) Release(ctx context.Context, ls sluice.Lease) {
 	}
 }
 
-// Run runs work holding a lease for key, released however work ends (it
+// Run runs work holding a lease for key (critical: it may use the
+// reserve), released however work ends (it
 // returns or panics; the panic goes on once the lease is given back). It
 // returns the refused lease when no slot is free (work did not run), and
 // the Limiter's error.
-func (h *Hold) Run(ctx context.Context, key string, work func()) (refused *sluice.Lease, err error) {
-	ls, err := h.Acquire(ctx, key)
+func (h *Hold) Run(ctx context.Context, key string, critical bool, work func()) (refused *sluice.Lease, err error) {
+	ls, err := h.Acquire(ctx, key, critical)
 	if err != nil {
 		return nil, err
 	}
