@@ -9,14 +9,14 @@ func Leasable(k Kind) bool {
 	return k == TokenBucket || k == GCRA || k == FixedWindow || k == AlignedWindow
 }
 
-// Lease takes a slice of a key's budget at now: cost units and, when they
+// TakeSlice takes a slice of a key's budget at now: cost units and, when they
 // pass, up to want − cost more, never more than the key has available (the
 // Remaining of a look at now). It returns the decision of the take that
 // spent the units and how many it spent (got): 0 when refused (then the
 // decision is the refusal of cost, and s is what that refusal leaves), else
 // from cost to max(cost, want). p must be leasable and 0 ≤ cost ≤
 // p.Capacity(); scripts/lease.lua is its twin.
-func Lease(p *Params, s *State, now, cost, want int64) (d Decision, got int64) {
+func TakeSlice(p *Params, s *State, now, cost, want int64) (d Decision, got int64) {
 	look := *s // a query stores nothing, but a step updates its state in place
 	n := min(max(want, cost), Step(p, &look, now, 0, Never).Remaining)
 	if n < cost {

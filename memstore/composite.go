@@ -50,6 +50,13 @@ func (a *part) before(b *part) bool {
 // without an entry steps a fresh state and stores nothing. Composites of up
 // to 4 parts allocate nothing.
 func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision) error {
+	return s.takeAllUnless(reqs, now, acc, each, false)
+}
+
+// takeAllUnless is takeAll with one more part that refuses when veto is
+// set (a lease that does not fit: see leaseAll), whose figures the caller
+// folds in: the parts then spend nothing and report as in a refusal.
+func (s *Store) takeAllUnless(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision, veto bool) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err // wraps sluice.ErrInvalidTime
 	}
@@ -97,6 +104,9 @@ func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision,
 		} else {
 			algo.Combine(acc, d)
 		}
+	}
+	if veto {
+		acc.Allowed = false
 	}
 	if acc.Allowed {
 		for i := range parts {

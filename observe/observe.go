@@ -35,14 +35,21 @@ const (
 	// Degraded: the store was unavailable and its failure policy (fail open,
 	// or a local fallback) admitted the request.
 	Degraded
+	// Expired: a concurrency policy's lease had come back by itself (the
+	// end of its lifetime) before the request that held it ended: its slot
+	// may have been given to another while it still ran. Reported when the
+	// request ends, with no latency.
+	Expired
 )
 
-// Outcomes lists every Outcome, for adapters that declare their series up
-// front.
+// Outcomes lists every Outcome of a decision, for adapters that declare
+// their series up front. Expired, which only a concurrency policy reports
+// (when its request ends), is not among them: an adapter counts it as it
+// comes, so that rate policies gain no series.
 var Outcomes = [...]Outcome{Allowed, Denied, ShadowDenied, Error, Degraded}
 
 // String returns the outcome's label: "allowed", "denied", "shadow_denied",
-// "error" or "degraded".
+// "error", "degraded" or "expired".
 func (o Outcome) String() string {
 	switch o {
 	case Allowed:
@@ -55,6 +62,8 @@ func (o Outcome) String() string {
 		return "error"
 	case Degraded:
 		return "degraded"
+	case Expired:
+		return "expired"
 	}
 	return "unknown"
 }

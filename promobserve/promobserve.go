@@ -13,7 +13,8 @@
 //     policy per decision; outcome is allowed, denied, shadow_denied, error
 //     or degraded (observe.Outcome's labels). The five series of a (source,
 //     policy) appear together, at 0, when it is first seen or declared
-//     (WithPolicies).
+//     (WithPolicies). A concurrency policy's "expired" (a lease that came
+//     back before its request ended) appears when first counted.
 //   - sluice_store_latency_seconds{source}, a histogram: how long the store
 //     took, once per store call (the call's first Event, observe.Event.Index
 //     0), from 25µs to 2.5s.

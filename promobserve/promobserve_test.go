@@ -269,3 +269,29 @@ func policyTotal(t *testing.T, g prometheus.Gatherer, policy string) float64 {
 // unsafeString is a string over b's bytes: what a caller that reuses its
 // buffer would pass.
 func unsafeString(b []byte) string { return unsafe.String(&b[0], len(b)) }
+
+// TestObserverExpired: a concurrency policy's expired lease is counted
+// under outcome "expired", a series that appears only when first seen (a
+// rate policy gains none).
+func TestObserverExpired(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	o := mustNew(t, reg)
+	o.Observe(observe.Event{Source: "http", Policy: "exports", Outcome: observe.Allowed})
+	if n := testutil.CollectAndCount(o, promobserve.DecisionsName); n != len(observe.Outcomes) {
+		t.Fatalf("%d series before any expiry, want %d", n, len(observe.Outcomes))
+	}
+	o.Observe(observe.Event{Source: "http", Policy: "exports", Outcome: observe.Expired})
+	want := `
+# HELP sluice_decisions_total Rate-limit decisions, one per policy per request, by the door that made them (source), policy and outcome.
+# TYPE sluice_decisions_total counter
+sluice_decisions_total{outcome="allowed",policy="exports",source="http"} 1
+sluice_decisions_total{outcome="degraded",policy="exports",source="http"} 0
+sluice_decisions_total{outcome="denied",policy="exports",source="http"} 0
+sluice_decisions_total{outcome="error",policy="exports",source="http"} 0
+sluice_decisions_total{outcome="expired",policy="exports",source="http"} 1
+sluice_decisions_total{outcome="shadow_denied",policy="exports",source="http"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), promobserve.DecisionsName); err != nil {
+		t.Fatal(err)
+	}
+}

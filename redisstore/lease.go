@@ -370,7 +370,7 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	epoch := e.epoch
 	e.mu.Unlock()
 	sent := ls.now()
-	d, got, at, err := ls.s.lease(ctx, key, p, cost, want)
+	d, got, at, err := ls.s.takeSlice(ctx, key, p, cost, want)
 	e.mu.Lock()
 	if e.refill == ch {
 		e.refill = nil
@@ -665,7 +665,7 @@ var leaseScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 // lease runs the lease script on key at the store's time (applying no
 // failure policy): the take's decision, the units it spent and the time it
 // was taken at (µs, the store's).
-func (s *Store) lease(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, int64, error) {
+func (s *Store) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, int64, error) {
 	now, err := s.clock()
 	if err != nil {
 		return algo.Decision{}, 0, 0, err

@@ -24,7 +24,7 @@ import (
 
 // conformLease replays traces of changing limits where every leasable
 // request is a lease take (a random cost and want) through the lease script,
-// algo.Lease and the model's LeaseTake, and the others are plain takes, and
+// algo.TakeSlice and the model's LeaseTake, and the others are plain takes, and
 // requires every decision and every slice equal.
 func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
@@ -58,7 +58,7 @@ func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}
-			mem, memN := algo.Lease(&q.Params, st, q.Now, q.Cost, want)
+			mem, memN := algo.TakeSlice(&q.Params, st, q.Now, q.Cost, want)
 			mem.FreshAt = 0
 			exact, exactN := ks.Model(lim).LeaseTake(q.Key, q.Now, q.Cost, want)
 			if got != mem || got != exact || gotN != memN || gotN != exactN {

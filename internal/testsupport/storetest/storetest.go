@@ -507,7 +507,7 @@ type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
 
 // Run runs the checks every store must pass through a sluice.Limiter:
 // random traces against the exact model (Trace), refunds, changed limits,
-// and the errors' sentinels.
+// the errors' sentinels, and concurrency limits (Leases).
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Trace", func(t *testing.T) { Trace(t, newStore, 3000) })
 	t.Run("Each", func(t *testing.T) { Each(t, newStore, 1500) })
@@ -517,6 +517,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Errors", func(t *testing.T) {
 		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
 	})
+	t.Run("Leases", func(t *testing.T) { Leases(t, newStore) })
+	t.Run("Reserve", func(t *testing.T) { ReserveTrace(t, newStore, 1500) })
 }
 
 // Trace checks a random trace of n requests whose limits change (see

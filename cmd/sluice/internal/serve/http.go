@@ -34,6 +34,9 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
 	mux.HandleFunc("POST /v1/take", s.serveTake)
+	mux.HandleFunc("POST /v1/acquire", s.serveLease("acquire"))
+	mux.HandleFunc("POST /v1/release", s.serveLease("release"))
+	mux.HandleFunc("POST /v1/extend", s.serveLease("extend"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	// envoyproxy/ratelimit's probe path, for deployments that switch.
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "OK") })

@@ -1,0 +1,175 @@
+package algo_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+)
+
+// leaseOp is one operation of a lease trace and the decision it must get.
+type leaseOp struct {
+	op, now, units, id int64
+	allowed            bool
+	remaining, retry   int64
+	reset, expiry      int64
+}
+
+func runLeases(t *testing.T, c algo.Concurrency, ops []leaseOp) {
+	t.Helper()
+	var held []algo.Lease
+	for i, o := range ops {
+		var d algo.Decision
+		exp, err := algo.LeaseStep(&c, &held, o.op, o.now, o.units, o.id, &d)
+		if err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		got := leaseOp{o.op, o.now, o.units, o.id, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, exp}
+		if got != o {
+			t.Fatalf("op %d: got %+v, want %+v", i, got, o)
+		}
+		if d.FreshAt != o.now+d.ResetAfter {
+			t.Fatalf("op %d: FreshAt %d, want now + ResetAfter = %d", i, d.FreshAt, o.now+d.ResetAfter)
+		}
+	}
+}
+
+func TestLeaseStepByHand(t *testing.T) {
+	const acq, rel, ext = algo.OpAcquire, algo.OpRelease, algo.OpExtend
+	c := algo.Concurrency{Limit: 3, Lifetime: 100}
+	runLeases(t, c, []leaseOp{
+		{acq, 0, 1, 1, true, 2, 0, 100, 100},
+		{acq, 10, 2, 2, true, 0, 0, 100, 110},
+		{acq, 20, 1, 3, false, 0, 80, 90, 0},   // lease 1 comes back at 100
+		{acq, 20, 3, 3, false, 0, 90, 90, 0},   // needs both: the later, 110
+		{acq, 20, 0, 3, true, 0, 0, 90, 0},     // a query always passes
+		{rel, 30, 0, 2, true, 2, 0, 70, 0},     // lease 2 back: 2 free
+		{rel, 30, 0, 2, false, 2, 0, 70, 0},    // twice: nothing more
+		{ext, 40, 0, 1, true, 2, 0, 100, 140},  // held until 140
+		{acq, 99, 2, 4, true, 0, 0, 100, 199},  // limit full again
+		{acq, 139, 1, 5, false, 0, 1, 60, 0},   // lease 1 ends at 140, not before
+		{acq, 140, 1, 5, true, 0, 0, 100, 240}, // and not after
+		{rel, 150, 0, 1, false, 0, 0, 90, 0},   // lease 1 had come back
+		{ext, 250, 0, 4, false, 3, 0, 0, 0},    // lease 4 too: an empty key is fresh
+	})
+}
+
+// TestLeaseStepLoweredLimit: a limit lowered below the units held refuses
+// until enough leases have come back, and reports no negative remainder.
+func TestLeaseStepLoweredLimit(t *testing.T) {
+	var held []algo.Lease
+	c := algo.Concurrency{Limit: 4, Lifetime: 10}
+	for id := int64(1); id <= 4; id++ {
+		var d algo.Decision
+		if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, id, 1, id, &d); err != nil || !d.Allowed {
+			t.Fatalf("acquire %d: %+v %v", id, d, err)
+		}
+	}
+	low := algo.Concurrency{Limit: 2, Lifetime: 10}
+	var d algo.Decision
+	algo.LeaseStep(&low, &held, algo.OpAcquire, 5, 1, 9, &d)
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter != 13-5 {
+		t.Fatalf("under the lowered limit: %+v, want refused, remaining 0, retry 8 (leases 1..3 back at 13)", d)
+	}
+}
+
+func TestLeaseStepIDInUse(t *testing.T) {
+	c := algo.Concurrency{Limit: 5, Lifetime: 10}
+	var held []algo.Lease
+	var d algo.Decision
+	algo.LeaseStep(&c, &held, algo.OpAcquire, 0, 1, 7, &d)
+	d = algo.Decision{}
+	if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, 5, 1, 7, &d); !errors.Is(err, algo.ErrLeaseID) {
+		t.Fatalf("an id still held: err %v, want ErrLeaseID", err)
+	}
+	if len(held) != 1 {
+		t.Fatalf("the refused id changed the leases: %v", held)
+	}
+	d = algo.Decision{}
+	if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, 10, 1, 7, &d); err != nil || !d.Allowed {
+		t.Fatalf("the id once its lease came back: %+v %v", d, err)
+	}
+}
+
+func TestConcurrencyValidate(t *testing.T) {
+	for _, c := range []algo.Concurrency{{0, 1}, {-1, 1}, {1, 0}, {1, -5}, {algo.MaxScaled + 1, 1}, {1, algo.MaxScaled + 1}} {
+		if err := c.Validate(); !errors.Is(err, algo.ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", c, err)
+		}
+	}
+	if err := (algo.Concurrency{Limit: 1, Lifetime: 1}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLeaseStepMatchesModel runs random traces of acquires, releases and
+// extensions over a few keys through LeaseStep and the model: every
+// decision, and the lease's expiry, must agree, and the units held never
+// pass the limit in force.
+func TestLeaseStepMatchesModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(testenv.Seed(t), 25))
+	for trace := range 300 {
+		limit := 1 + r.Int64N(6)
+		lifetime := 1 + r.Int64N(50)
+		keys := []string{"a", "b"}
+		states := map[string][]algo.Lease{}
+		m := model.NewLeases()
+		ids := map[string][]int64{} // every id acquired on a key, held or not
+		now, next := t0, int64(1)
+		for i := range 200 {
+			now += r.Int64N(12)
+			key := keys[r.IntN(len(keys))]
+			lim := limit
+			if r.IntN(10) == 0 {
+				lim = 1 + r.Int64N(6) // a changed limit
+			}
+			life := lifetime
+			if r.IntN(4) == 0 {
+				life = 1 + r.Int64N(50)
+			}
+			c := algo.Concurrency{Limit: lim, Lifetime: life}
+			var op, units, id int64
+			switch k := r.IntN(10); {
+			case k < 5 || len(ids[key]) == 0:
+				op, units, id = algo.OpAcquire, r.Int64N(lim+1), next
+				next++
+			case k < 8:
+				op, id = algo.OpRelease, ids[key][r.IntN(len(ids[key]))]
+			default:
+				op, id = algo.OpExtend, ids[key][r.IntN(len(ids[key]))]
+			}
+			held := states[key]
+			var d algo.Decision
+			exp, err := algo.LeaseStep(&c, &held, op, now, units, id, &d)
+			if err != nil {
+				t.Fatalf("trace %d op %d: %v", trace, i, err)
+			}
+			states[key] = held
+			var want algo.Decision
+			switch op {
+			case algo.OpAcquire:
+				want = m.Acquire(key, lim, life, now, units, id)
+				if d.Allowed && units > 0 {
+					ids[key] = append(ids[key], id)
+				}
+			case algo.OpRelease:
+				want = m.Release(key, lim, now, id)
+			default:
+				want = m.Extend(key, lim, life, now, id)
+			}
+			if !same(d, want) {
+				t.Fatalf("trace %d op %d (op %d key %s units %d id %d at %d, limit %d life %d): got %+v, model %+v",
+					trace, i, op, key, units, id, now, lim, life, d, want)
+			}
+			if wantExp := now + life; d.Allowed && (op == algo.OpExtend || op == algo.OpAcquire && units > 0) && exp != wantExp {
+				t.Fatalf("trace %d op %d: expiry %d, want %d", trace, i, exp, wantExp)
+			}
+			if op == algo.OpAcquire && d.Allowed && units > 0 && m.Held(key, now) > lim {
+				t.Fatalf("trace %d op %d: %d units held over the limit %d", trace, i, m.Held(key, now), lim)
+			}
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// LeaseRequest is the body of POST /v1/acquire, /v1/release and
+// /v1/extend: a concurrency limit named by its key, as /v1/take's key
+// form names a budget. Limit is the units held at once; Lifetime (a Go
+// duration, "30s"; default sluice.DefaultLifetime) how long a lease lives
+// unless released or extended; Units what an acquire holds (default 1; 0
+// looks). Lease names the lease a release or an extension is about, as an
+// acquire answered it.
+type LeaseRequest struct {
+	Key      string `json:"key"`
+	Limit    int64  `json:"limit"`
+	Lifetime string `json:"lifetime,omitempty"`
+	Units    *int64 `json:"units,omitempty"`
+	Lease    string `json:"lease,omitempty"`
+}
+
+// LeaseResponse is the answer of the lease calls: Allowed (an acquire's
+// lease is held; a release's or extension's lease was still held), Lease
+// and ExpiryUS (µs since the epoch by the store's clock) of a lease held,
+// and the figures of sluice.Lease's Result.
+type LeaseResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Lease        string `json:"lease,omitempty"`
+	ExpiryUS     int64  `json:"expiry_us,omitempty"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterUS int64  `json:"retry_after_us"`
+	ResetAfterUS int64  `json:"reset_after_us"`
+	Degraded     bool   `json:"degraded"`
+}
+
+// localLease begins the name of a lease the store's failure policy held
+// in this process (FailLocal): its release must come back to it.
+const localLease = "local-"
+
+// decodeLeaseRequest decodes and checks a lease call's body; needLease:
+// the call names a lease (release, extend).
+func decodeLeaseRequest(b []byte, needLease bool) (*LeaseRequest, sluice.Concurrency, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var t LeaseRequest
+	if err := dec.Decode(&t); err != nil {
+		return nil, sluice.Concurrency{}, fmt.Errorf("bad request JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, sluice.Concurrency{}, errors.New("bad request JSON: more than one value")
+	}
+	c := sluice.MaxConcurrent(t.Limit)
+	if t.Lifetime != "" {
+		d, err := time.ParseDuration(t.Lifetime)
+		if err != nil {
+			return nil, c, fmt.Errorf(`"lifetime": %w`, err)
+		}
+		c.Lifetime = d
+	}
+	switch {
+	case t.Key == "":
+		return nil, c, errors.New(`"key" is required`)
+	case needLease && t.Lease == "":
+		return nil, c, errors.New(`"lease" is required`)
+	case !needLease && t.Lease != "":
+		return nil, c, errors.New(`"lease" names the lease of a release or an extension`)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, c, err
+	}
+	return &t, c, nil
+}
+
+// serveLease answers one lease call (op "acquire", "release", "extend").
+func (s *service) serveLease(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { s.metrics.latency.WithLabelValues(op).Observe(time.Since(start).Seconds()) }()
+		b, ok := s.readBody(w, r)
+		if !ok {
+			s.count(op, "invalid")
+			return
+		}
+		t, c, err := decodeLeaseRequest(b, op != "acquire")
+		if err == nil && len(t.Key) > s.opts.MaxEntryBytes {
+			err = fmt.Errorf("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
+		}
+		if err != nil {
+			s.count(op, "invalid")
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, err := s.lease(r.Context(), op, t, c)
+		if err != nil {
+			s.count(op, codeLabel(grpcError(err)))
+			httpError(w, err)
+			return
+		}
+		if out.Degraded {
+			s.metrics.degraded.Inc()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case out.Allowed:
+			s.count(op, "ok")
+		case op == "acquire":
+			s.count(op, "over_limit")
+			setRetryAfter(w.Header(), time.Duration(out.RetryAfterUS)*time.Microsecond)
+			w.WriteHeader(http.StatusTooManyRequests)
+		default:
+			s.count(op, "expired") // the lease had come back by itself
+		}
+		json.NewEncoder(w).Encode(out)
+	}
+}
+
+// lease runs one lease call on the service's limiter.
+func (s *service) lease(ctx context.Context, op string, t *LeaseRequest, c sluice.Concurrency) (*LeaseResponse, error) {
+	lim := s.lim
+	key := takeKeyPrefix + t.Key
+	var ls sluice.Lease
+	var err error
+	if op == "acquire" {
+		units := int64(1)
+		if t.Units != nil {
+			units = *t.Units
+		}
+		ls, err = lim.Acquire(ctx, key, c, units)
+	} else {
+		held := sluice.Lease{Key: key, Limit: c, Units: 1}
+		id := t.Lease
+		if rest, ok := strings.CutPrefix(id, localLease); ok {
+			id, held.Degraded = rest, true
+		}
+		if held.ID, err = strconv.ParseInt(id, 10, 64); err != nil || held.ID <= 0 {
+			return nil, badRequest("lease %q: not a lease an acquire answered", t.Lease)
+		}
+		if op == "release" {
+			ls.Result, err = lim.Release(ctx, held)
+			ls.ID = 0
+		} else {
+			ls, err = lim.Extend(ctx, held, 0)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, badRequest("%v", err)
+	}
+	out := &LeaseResponse{
+		Allowed: ls.Allowed, Remaining: ls.Remaining, Degraded: ls.Degraded,
+		RetryAfterUS: ls.RetryAfter.Microseconds(), ResetAfterUS: ls.ResetAfter.Microseconds(),
+	}
+	if ls.ID != 0 {
+		out.Lease, out.ExpiryUS = strconv.FormatInt(ls.ID, 10), ls.Expiry
+		if ls.Degraded {
+			out.Lease = localLease + out.Lease
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,285 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storelink"
+)
+
+// DefaultLifetime is the lifetime of a lease whose Concurrency names none:
+// long enough for an expensive request, short enough that the slots of a
+// process that died come back within the minute.
+const DefaultLifetime = time.Minute
+
+// ErrNoLeases is returned by Acquire, Release and Extend over a store that
+// holds no concurrency limits (a Store from outside this module). It wraps
+// errors.ErrUnsupported.
+var ErrNoLeases = storelink.ErrNoLeases
+
+// Concurrency is a concurrency limit: at most Limit units held at once per
+// key, by leases (Acquire). A lease that is not released comes back by
+// itself Lifetime after it was acquired or last extended, never before: the
+// slots of a holder that died or hung are not lost. A Lifetime of 0 is
+// DefaultLifetime. Like a Limit, it travels with each call.
+//
+// Reserve keeps units for requests of a higher class (reserved capacity,
+// as Stripe's load shedders keep it for critical traffic): a request under
+// a Concurrency with Reserve R passes only if R units are still free after
+// it, while one with Reserve 0 may use the whole Limit. Give the classes
+// of one key the same Limit and their own Reserve: a lower class is
+// refused once the key's leases pass its share, a higher one uses
+// everything. Its Remaining and RetryAfter are its class's.
+type Concurrency struct {
+	Limit    int64
+	Lifetime time.Duration
+	Reserve  int64
+}
+
+// MaxConcurrent returns a concurrency limit of n units held at once, with
+// the default lifetime.
+func MaxConcurrent(n int64) Concurrency { return Concurrency{Limit: n} }
+
+// WithLifetime returns c with its leases' lifetime set to d.
+func (c Concurrency) WithLifetime(d time.Duration) Concurrency { c.Lifetime = d; return c }
+
+// Reserving returns c keeping units for higher classes (see Reserve).
+func (c Concurrency) Reserving(units int64) Concurrency { c.Reserve = units; return c }
+
+// Validate reports why c cannot be used (an error wrapping
+// ErrInvalidLimit), or nil.
+func (c Concurrency) Validate() error {
+	_, err := c.params()
+	return err
+}
+
+// params returns c as algo takes it.
+func (c Concurrency) params() (algo.Concurrency, error) {
+	d := c.Lifetime
+	if d == 0 {
+		d = DefaultLifetime
+	}
+	if d < time.Microsecond || d%time.Microsecond != 0 {
+		return algo.Concurrency{}, fmt.Errorf("%w: lease lifetime %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, d)
+	}
+	if c.Reserve < 0 || c.Limit > 0 && c.Reserve >= c.Limit {
+		return algo.Concurrency{}, fmt.Errorf("%w: a reserve of %d out of a limit of %d (want 0 ≤ reserve < limit)", ErrInvalidLimit, c.Reserve, c.Limit)
+	}
+	// A class with a reserve is the limit less the reserve on the same
+	// key: the leases held count alike for every class, and a lowered
+	// limit keeps them all (SEMANTICS.md), so that is exact.
+	p := algo.Concurrency{Limit: c.Limit - c.Reserve, Lifetime: d.Microseconds()}
+	return p, p.Validate()
+}
+
+// Lease is the answer to Acquire. Allowed reports that the lease is held:
+// release it (Release) when the work is done. Refused, it holds nothing and
+// RetryAfter is what can honestly be said about when to retry: the wait
+// until enough held leases reach the end of their lifetime, were none
+// released or extended (releases make the real wait shorter, extensions
+// longer). Remaining is the units that could still be acquired after this
+// answer, ResetAfter the wait until the last lease held comes back by
+// itself. Degraded reports a lease a failure policy granted.
+type Lease struct {
+	Result
+	// Key and Limit are those of the Acquire; ID names the lease among the
+	// key's (0 when none is held: refused, a query of 0 units, or FailOpen's
+	// grant).
+	Key   string
+	Limit Concurrency
+	Units int64
+	ID    int64
+	// Expiry is when the lease comes back by itself: µs since the Unix
+	// epoch by the store's clock (Redis's TIME, unless the store was given
+	// the caller's).
+	Expiry int64
+}
+
+// leaseTries bounds the ids an Acquire draws: a second is needed only when
+// the first is held by another lease of the key (a chance of one in 2^53
+// per lease held).
+const leaseTries = 4
+
+// Acquire asks for a lease of units on key under c, and holds it if the
+// units held on key plus units are at most c.Limit. Units 0 only looks.
+// Units over c.Limit is an error (ErrCostExceedsCapacity), not a refusal.
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (ls Lease, err error) {
+	p, err := c.params()
+	if err == nil {
+		err = storelink.CheckUnits(key, p.Limit, units)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	for range leaseTries {
+		id := 1 + rand.Int64N(algo.MaxLeaseID)
+		var retry, reset int64
+		if l.leaseLocal != nil {
+			// Scalars through the interface: a LeaseOp and a LeaseResult
+			// would be copied through memory at every call.
+			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, err = l.leaseLocal.LeaseLocal(algo.OpAcquire, key, p, units, id)
+		} else {
+			var r storelink.LeaseResult
+			r, err = l.lease(ctx, &storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
+			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, ls.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
+		}
+		if errors.Is(err, algo.ErrLeaseID) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		ls.RetryAfter, ls.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
+		ls.Key, ls.Limit, ls.Units = key, c, units
+		if ls.Expiry > 0 { // a lease is held: not a query, nor FailOpen's grant
+			ls.ID = id
+		}
+		return ls, nil
+	}
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+}
+
+// Release gives a lease back. The Result's Allowed reports that the lease
+// was still held (false: it had come back by itself, or was released
+// already); Remaining and ResetAfter are the key's after it. Releasing a
+// lease that holds nothing (refused, or a query) does nothing.
+func (l *Limiter) Release(ctx context.Context, lease Lease) (Result, error) {
+	return l.leaseOp(ctx, algo.OpRelease, &lease, 0)
+}
+
+// Extend makes a lease still held come back by itself lifetime from now (0:
+// its Concurrency's lifetime) instead of when it would have; a long request
+// calls it before its lease runs out. The Lease returned has the new
+// Expiry; its Allowed is false when the lease had come back already: its
+// units may be held by another, and the work no longer holds a slot.
+func (l *Limiter) Extend(ctx context.Context, lease Lease, lifetime time.Duration) (Lease, error) {
+	r, err := l.leaseOp(ctx, algo.OpExtend, &lease, lifetime)
+	if err != nil {
+		return Lease{}, err
+	}
+	lease.Result = r
+	if !r.Allowed {
+		lease.ID, lease.Expiry = 0, 0
+	}
+	return lease, nil
+}
+
+// leaseOp releases or extends lease (by lifetime, 0: its own).
+func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (res Result, err error) {
+	c := lease.Limit
+	if lifetime != 0 {
+		c.Lifetime = lifetime
+	}
+	p, err := c.params()
+	if err == nil {
+		err = storelink.CheckUnits(lease.Key, p.Limit, 0)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if lease.ID == 0 {
+		// Nothing held, or FailOpen's grant: nothing to give back.
+		return Result{Degraded: lease.Degraded}, nil
+	}
+	var retry, reset, exp int64
+	if l.leaseLocal != nil && !lease.Degraded {
+		res.Allowed, res.Remaining, retry, reset, exp, err = l.leaseLocal.LeaseLocal(op, lease.Key, p, 0, lease.ID)
+	} else {
+		var r storelink.LeaseResult
+		r, err = l.lease(ctx, &storelink.LeaseOp{Op: op, Key: lease.Key, Limit: p, ID: lease.ID, Degraded: lease.Degraded})
+		res.Allowed, res.Remaining, retry, reset, exp, res.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.RetryAfter, res.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
+	if op == algo.OpExtend {
+		lease.Expiry = exp
+	}
+	return res, nil
+}
+
+// lease checks op and runs it on the store.
+func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (storelink.LeaseResult, error) {
+	if err := storelink.CheckLease(op); err != nil {
+		return storelink.LeaseResult{}, err
+	}
+	if l.leaser == nil {
+		return storelink.LeaseResult{}, l.noLeases()
+	}
+	return l.leaser.Lease(ctx, *op)
+}
+
+// AcquireAll asks for a lease of units on key under c together with the
+// rate parts (a request that takes a slot and a unit of a per-minute
+// budget): the lease is held and every part spends its cost only if all
+// grant; a refusal holds nothing and spends nothing. The Lease's Result is
+// the composite's, as TakeAll's: admitted, Remaining the smallest of the
+// lease's and the parts' after spending, ResetAfter and Delay the largest;
+// refused, the figures of a look at each (the lease's a query), and
+// RetryAfter the largest of the refusing parts'. A key of the lease may
+// also name a rate part: they are two states.
+//
+// Over a Redis Cluster every key must be in one slot (a {hash tag}): a
+// composite whose keys are not is an error wrapping ErrLeaseCrossSlot.
+func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, units int64, parts []Part) (Lease, error) {
+	if len(parts) == 0 {
+		return l.Acquire(ctx, key, c, units)
+	}
+	p, err := c.params()
+	if err != nil {
+		return Lease{}, err
+	}
+	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
+	if err != nil {
+		return Lease{}, err
+	}
+	op := storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
+	each := make([]algo.Decision, len(reqs))
+	for range leaseTries {
+		op.ID = 1 + rand.Int64N(algo.MaxLeaseID)
+		if err := storelink.CheckLease(&op); err != nil {
+			return Lease{}, err
+		}
+		if l.leaser == nil {
+			return Lease{}, l.noLeases()
+		}
+		r, err := l.leaser.LeaseAll(ctx, op, reqs, each)
+		if errors.Is(err, algo.ErrLeaseID) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		// The fold of the parts' figures, which report as TakeEach's do:
+		// refused, only the refusing ones carry a RetryAfter.
+		sum := r.Decision
+		for i := range each {
+			algo.Combine(&sum, each[i])
+		}
+		ls := Lease{Result: Result(storelink.ResultOf(&sum)), Key: key, Limit: c, Units: units, Expiry: r.Expiry}
+		ls.Degraded = r.Degraded
+		if r.Expiry > 0 {
+			ls.ID = op.ID
+		}
+		return ls, nil
+	}
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+}
+
+// ErrLeaseCrossSlot is returned by AcquireAll over a Redis Cluster when its
+// keys are not all in one slot.
+var ErrLeaseCrossSlot = storelink.ErrLeaseCrossSlot
+
+// noLeases is the error of a lease operation on a Limiter whose store
+// holds no leases.
+func (l *Limiter) noLeases() error {
+	if l.eng == nil {
+		return errNoStore
+	}
+	return ErrNoLeases
+}

@@ -1,0 +1,48 @@
+package model_test
+
+import (
+	"testing"
+
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/model"
+)
+
+// The contract's lease rules by hand: held while t < expiry, the refusal's
+// wait the one until enough leases end, a release or an extension of a
+// lease that came back changes nothing.
+func TestLeasesByHand(t *testing.T) {
+	ls := model.NewLeases()
+	check := func(what string, got algo.Decision, allowed bool, remaining, retry, reset int64) {
+		t.Helper()
+		if got.Allowed != allowed || got.Remaining != remaining || got.RetryAfter != retry || got.ResetAfter != reset {
+			t.Fatalf("%s: %+v, want allowed=%v remaining=%d retry=%d reset=%d", what, got, allowed, remaining, retry, reset)
+		}
+	}
+	check("a", ls.Acquire("k", 2, 100, 0, 1, 1), true, 1, 0, 100)
+	check("b", ls.Acquire("k", 2, 100, 50, 1, 2), true, 0, 0, 100)
+	check("c refused", ls.Acquire("k", 2, 100, 60, 1, 3), false, 0, 40, 90)
+	check("two units", ls.Acquire("k", 2, 100, 60, 2, 3), false, 0, 90, 90)
+	check("a at its expiry", ls.Acquire("k", 2, 100, 100, 1, 3), true, 0, 0, 100)
+	check("release of a", ls.Release("k", 2, 110, 1), false, 0, 0, 90)
+	check("extend b", ls.Extend("k", 2, 100, 120, 2), true, 0, 0, 100)
+	check("release b", ls.Release("k", 2, 130, 2), true, 1, 0, 70)
+	if ls.Held("k", 199) != 1 || ls.Held("k", 200) != 0 {
+		t.Fatalf("held at 199 and 200: %d %d, want 1 0", ls.Held("k", 199), ls.Held("k", 200))
+	}
+}
+
+// TakeReserving by hand: a fixed window of 5 with 2 reserved.
+func TestTakeReservingByHand(t *testing.T) {
+	m := model.New(algo.FixedWindow, 5, 1000, 0)
+	for i := range 3 {
+		if d := m.TakeReserving("k", 0, 1, 2); !d.Allowed || d.Remaining != int64(2-i) {
+			t.Fatalf("normal %d: %+v", i, d)
+		}
+	}
+	if d := m.TakeReserving("k", 10, 1, 2); d.Allowed || d.RetryAfter != 990 || d.Remaining != 0 {
+		t.Fatalf("normal past its share: %+v", d)
+	}
+	if d := m.Take("k", 10, 2); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("critical: %+v", d)
+	}
+}

@@ -1,0 +1,119 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/memstore"
+)
+
+// TestLeaseZeroAllocs: an acquire and its release on a key that has held a
+// lease before allocate nothing, nor does a refusal.
+func TestLeaseZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	lim := sluice.New(memstore.New())
+	ctx := context.Background()
+	c := sluice.MaxConcurrent(2)
+	full, _ := lim.Acquire(ctx, "full", sluice.MaxConcurrent(1), 1)
+	if !full.Allowed {
+		t.Fatal("the first lease of a fresh key was refused")
+	}
+	for name, f := range map[string]func(){
+		"Acquire+Release": func() {
+			ls, _ := lim.Acquire(ctx, "job", c, 1)
+			lim.Release(ctx, ls)
+		},
+		"refused Acquire": func() { lim.Acquire(ctx, "full", sluice.MaxConcurrent(1), 1) },
+		"Extend":          func() { lim.Extend(ctx, full, 0) },
+	} {
+		f()
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+}
+
+// TestLeaseSweep: a key whose leases were all released or came back is
+// forgotten by Sweep; one that still holds a lease is kept.
+func TestLeaseSweep(t *testing.T) {
+	clock := testenv.NewClock()
+	s := memstore.New(memstore.WithClock(clock))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	c := sluice.MaxConcurrent(1).WithLifetime(time.Second)
+	a, _ := lim.Acquire(ctx, "a", c, 1)
+	lim.Acquire(ctx, "b", c, 1)
+	if s.Len() != 2 {
+		t.Fatalf("Len %d after two keys' leases, want 2", s.Len())
+	}
+	lim.Release(ctx, a)
+	s.Sweep()
+	if s.Len() != 1 {
+		t.Fatalf("Len %d after a's release and a sweep, want 1", s.Len())
+	}
+	clock.Add(time.Second)
+	s.Sweep()
+	if s.Len() != 0 {
+		t.Fatalf("Len %d once b's lease came back, want 0", s.Len())
+	}
+	if ls, err := lim.Acquire(ctx, "b", c, 1); err != nil || !ls.Allowed {
+		t.Fatalf("b after the sweep: %+v %v", ls, err)
+	}
+}
+
+// BenchmarkLease is an acquire and its release on one key, beside one
+// token-bucket take (the issue's bound: within 2×).
+func BenchmarkLease(b *testing.B) {
+	ctx := context.Background()
+	b.Run("op=acquire+release", func(b *testing.B) {
+		lim := sluice.New(memstore.New())
+		c := sluice.MaxConcurrent(8)
+		b.ReportAllocs()
+		for b.Loop() {
+			ls, err := lim.Acquire(ctx, "user:1", c, 1)
+			if err != nil || !ls.Allowed {
+				b.Fatal(ls, err)
+			}
+			if _, err := lim.Release(ctx, ls); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("op=take", func(b *testing.B) {
+		lim := sluice.New(memstore.New())
+		l := sluice.PerSecond(1_000_000).WithBurst(1000)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := lim.Take(ctx, "user:1", l, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// At most 2 reports of a user built at once: the third waits for a slot. A
+// lease not released (the process died) comes back by itself after its
+// lifetime.
+func ExampleStore_leases() {
+	lim := sluice.New(memstore.New())
+	ctx := context.Background()
+	reports := sluice.MaxConcurrent(2).WithLifetime(5 * time.Minute)
+
+	first, _ := lim.Acquire(ctx, "reports:alice", reports, 1)
+	second, _ := lim.Acquire(ctx, "reports:alice", reports, 1)
+	third, _ := lim.Acquire(ctx, "reports:alice", reports, 1)
+	fmt.Println(first.Allowed, second.Allowed, third.Allowed)
+
+	lim.Release(ctx, first)
+	again, _ := lim.Acquire(ctx, "reports:alice", reports, 1)
+	fmt.Println("after a release:", again.Allowed, "remaining", again.Remaining)
+	// Output:
+	// true true false
+	// after a release: true remaining 0
+}
