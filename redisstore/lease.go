@@ -309,12 +309,16 @@ func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Re
 	return ls.s.settle(&d, err, func() (storelink.Result, error) { return ls.s.local.Take(ctx, req) })
 }
 
-// drop empties e's live slices and returns them, to be given back.
+// drop empties e's slices and returns the live ones, to be given back;
+// the units of those that have ended are counted dropped, as expire counts
+// them (a changed limit dropped them uncounted before expire ran).
 func (e *leaseEntry) drop(now int64) []slice {
 	var out []slice
 	for _, sl := range []*slice{&e.cur, &e.nxt} {
 		if sl.live(now) {
 			out = append(out, *sl)
+		} else {
+			e.counts.expired += sl.units // ended unspent: dropped, as expire does
 		}
 		*sl = slice{}
 	}
