@@ -2,11 +2,9 @@ package cli
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -82,26 +80,8 @@ func (x *xdsFlags) tlsConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.serverName}
-	if x.ca != "" {
-		b, err := os.ReadFile(x.ca)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("--xds-tls-ca: no PEM certificate in %s", x.ca)
-		}
-		cfg.RootCAs = pool
-	}
-	if (x.cert == "") != (x.key == "") {
-		return nil, errors.New("--xds-tls-cert and --xds-tls-key go together")
-	}
-	if x.cert != "" {
-		pair, err := tls.LoadX509KeyPair(x.cert, x.key)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-cert/--xds-tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	if err := clientTLS(cfg, "xds", x.ca, x.cert, x.key); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

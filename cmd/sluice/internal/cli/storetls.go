@@ -37,26 +37,8 @@ func (s storeTLS) config(base *tls.Config) (*tls.Config, error) {
 	if base != nil {
 		cfg = base.Clone()
 	}
-	if s.ca != "" {
-		b, err := os.ReadFile(s.ca)
-		if err != nil {
-			return nil, fmt.Errorf("--store-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("--store-tls-ca: no PEM certificate in %s", s.ca)
-		}
-		cfg.RootCAs = pool
-	}
-	if (s.cert == "") != (s.key == "") {
-		return nil, errors.New("--store-tls-cert and --store-tls-key go together")
-	}
-	if s.cert != "" {
-		pair, err := tls.LoadX509KeyPair(s.cert, s.key)
-		if err != nil {
-			return nil, fmt.Errorf("--store-tls-cert/--store-tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	if err := clientTLS(cfg, "store", s.ca, s.cert, s.key); err != nil {
+		return nil, err
 	}
 	if s.skipHostname {
 		// The chain is still checked, by VerifyConnection; only the name
@@ -76,4 +58,32 @@ func (s storeTLS) config(base *tls.Config) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// clientTLS sets cfg's roots from the PEM file ca and its client certificate
+// from cert and key (each "" for none), naming the flags --PREFIX-tls-… in
+// its errors: the store's and the xDS server's TLS read their files alike.
+func clientTLS(cfg *tls.Config, prefix, ca, cert, key string) error {
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return fmt.Errorf("--%s-tls-ca: %w", prefix, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("--%s-tls-ca: no PEM certificate in %s", prefix, ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return fmt.Errorf("--%[1]s-tls-cert and --%[1]s-tls-key go together", prefix)
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("--%[1]s-tls-cert/--%[1]s-tls-key: %w", prefix, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return nil
 }
