@@ -404,8 +404,15 @@
     const cells = row.children;
     document.getElementById("step-pos").textContent = "Step " + (stepAt + 1) + " of " + rows.length +
       ": " + cells[1].textContent + ", cost " + cells[2].textContent + ", " + cells[3].textContent;
-    document.getElementById("step-back").disabled = stepAt === 0;
-    document.getElementById("step-forward").disabled = stepAt === rows.length - 1;
+    const back = document.getElementById("step-back");
+    const forward = document.getElementById("step-forward");
+    const focused = document.activeElement;
+    back.disabled = stepAt === 0;
+    forward.disabled = stepAt === rows.length - 1;
+    // A disabled button loses the focus, and the arrow keys with it: Home
+    // on Back would leave the stepper deaf. The other button takes it.
+    if (focused === back && back.disabled) forward.focus();
+    if (focused === forward && forward.disabled) back.focus();
   }
 
   function startStepper() {
