@@ -32,11 +32,13 @@ type slot struct {
 // minutes of coarseStep seconds. A second's counts move into its minute when
 // its slot of the per-second ring is reused, so each second is counted in
 // exactly one place, and the coarse view adds the ring's seconds still held.
+// A range of MaxRange that does not start on a minute touches one minute
+// more than it spans, hence the one slot over.
 const (
 	coarseStep  = 60
-	coarseSlots = 6 * 60
-	// MaxRange is the longest time range the live view reports.
-	MaxRange = coarseSlots * coarseStep * time.Second
+	coarseSlots = 6*60 + 1
+	// MaxRange is the longest time range the live view reports: 6 hours.
+	MaxRange = (coarseSlots - 1) * coarseStep * time.Second
 )
 
 // minute is one minute of one rule's counts in the coarse view; it is read
