@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-go/sluice"
+
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 )
@@ -329,19 +331,44 @@ func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formVal
 		form.Algorithms[a] = true
 	}
 	req = SimRequest{Rule: form.Rule, Limit: form.Limit, Window: form.Window, Tick: form.Tick, Shape: form.Shape, Trace: form.Trace, Algorithms: f["algorithms"]}
-	if s := strings.TrimSpace(form.Burst); s != "" {
-		b, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return req, form, fmt.Errorf("burst %q is not a whole number", s)
-		}
-		req.Burst = &b
-	}
-	for _, e := range []error{formInt("ticks", form.Ticks, &req.Ticks), formInt("rate", form.Rate, &req.Rate), formInt("size", form.Size, &req.Size)} {
+	req.Burst, err = formNumbers(form.Burst, form.Ticks, form.Rate, form.Size, &req.Ticks, &req.Rate, &req.Size)
+	return req, form, err
+}
+
+// formNumbers reads the whole numbers a run's form shares, the playground's
+// and the stepper's: the burst (nil when left empty) and the shape's ticks,
+// rate and size into their fields (left as they are when empty).
+func formNumbers(burst, ticks, rate, size string, dTicks, dRate, dSize *int) (*int64, error) {
+	for _, e := range []error{formInt("ticks", ticks, dTicks), formInt("rate", rate, dRate), formInt("size", size, dSize)} {
 		if e != nil {
-			return req, form, e
+			return nil, e
 		}
 	}
-	return req, form, nil
+	s := strings.TrimSpace(burst)
+	if s == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("burst %q is not a whole number", s)
+	}
+	return &b, nil
+}
+
+// parseLimit is a run's limit: text as sluice.ParseLimit reads it, with
+// the burst asked for (none: the limit's own).
+func parseLimit(text string, burst *int64) (sluice.Limit, error) {
+	lim, err := sluice.ParseLimit(text)
+	if err != nil {
+		return lim, fmt.Errorf("limit %q: %w", text, err)
+	}
+	if burst != nil {
+		if *burst < 0 {
+			return lim, fmt.Errorf("burst %d is negative", *burst)
+		}
+		lim = lim.WithBurst(*burst)
+	}
+	return lim, nil
 }
 
 // readBody reads a run's body, at most maxBodyBytes: JSON into v (and a nil

@@ -127,15 +127,9 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := sluice.ParseLimit(limText)
+	lim, err := parseLimit(limText, burst)
 	if err != nil {
-		return nil, fmt.Errorf("limit %q: %w", limText, err)
-	}
-	if burst != nil {
-		if *burst < 0 {
-			return nil, fmt.Errorf("burst %d is negative", *burst)
-		}
-		lim = lim.WithBurst(*burst)
+		return nil, err
 	}
 	lim = lim.Using(sluice.TokenBucket)
 	if err := lim.Validate(); err != nil {

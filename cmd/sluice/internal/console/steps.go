@@ -3,7 +3,6 @@ package console
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -81,15 +80,9 @@ func walk(req StepsRequest, view ConfigView) (*StepsResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := sluice.ParseLimit(limText)
+	lim, err := parseLimit(limText, burst)
 	if err != nil {
-		return nil, fmt.Errorf("limit %q: %w", limText, err)
-	}
-	if burst != nil {
-		if *burst < 0 {
-			return nil, fmt.Errorf("burst %d is negative", *burst)
-		}
-		lim = lim.WithBurst(*burst)
+		return nil, err
 	}
 	p, err := storelink.Params(lim.Using(a))
 	if err != nil {
@@ -171,19 +164,8 @@ func readStepsRequest(w http.ResponseWriter, r *http.Request) (StepsRequest, ste
 		Tick: f.Get("tick"), Ticks: f.Get("ticks"), Trace: f.Get("trace"),
 	}
 	req = StepsRequest{Rule: form.Rule, Algorithm: form.Algorithm, Limit: form.Limit, Shape: form.Shape, Requests: form.Requests, Tick: form.Tick, Trace: form.Trace}
-	if s := strings.TrimSpace(form.Burst); s != "" {
-		b, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return req, form, fmt.Errorf("burst %q is not a whole number", s)
-		}
-		req.Burst = &b
-	}
-	for _, e := range []error{formInt("ticks", form.Ticks, &req.Ticks), formInt("rate", form.Rate, &req.Rate), formInt("size", form.Size, &req.Size)} {
-		if e != nil {
-			return req, form, e
-		}
-	}
-	return req, form, nil
+	req.Burst, err = formNumbers(form.Burst, form.Ticks, form.Rate, form.Size, &req.Ticks, &req.Rate, &req.Size)
+	return req, form, err
 }
 
 // runSteps reads a walk from r and runs it, through the gate the

@@ -232,13 +232,17 @@ func (w *Walk) explainFixed(s algo.State, now, cost int64, d algo.Decision) []st
 		c, end = 0, now+p.Period
 		lines = append(lines, fmt.Sprintf("no window is open: the request opens [%s, %s), count 0", w.at(now), w.at(end)))
 	}
-	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", p.Rate)))
+	return append(countLines(lines, p.Rate, c, cost, d), fmt.Sprintf("reset after = window end − now = %s", dur(d.ResetAfter)))
+}
+
+// countLines adds a window counter's verdict (count c, cost asked, out of
+// rate) and what remains after it to lines.
+func countLines(lines []string, rate, c, cost int64, d algo.Decision) []string {
+	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", rate)))
 	if d.Allowed {
 		c += cost
 	}
-	return append(lines,
-		fmt.Sprintf("remaining = rate − count = %d − %d = %d", p.Rate, c, d.Remaining),
-		fmt.Sprintf("reset after = window end − now = %s", dur(d.ResetAfter)))
+	return append(lines, fmt.Sprintf("remaining = rate − count = %d − %d = %d", rate, c, d.Remaining))
 }
 
 func (w *Walk) explainAligned(s algo.State, now, cost int64, d algo.Decision) []string {
@@ -252,13 +256,7 @@ func (w *Walk) explainAligned(s algo.State, now, cost int64, d algo.Decision) []
 	if s.Kind != 0 && s.A != k {
 		lines[0] += fmt.Sprintf(" (the count of window %d is left behind)", s.A)
 	}
-	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", p.Rate)))
-	if d.Allowed {
-		c += cost
-	}
-	return append(lines,
-		fmt.Sprintf("remaining = rate − count = %d − %d = %d", p.Rate, c, d.Remaining),
-		fmt.Sprintf("reset after = %s (the window's end − now, while it counts anything)", dur(d.ResetAfter)))
+	return append(countLines(lines, p.Rate, c, cost, d), fmt.Sprintf("reset after = %s (the window's end − now, while it counts anything)", dur(d.ResetAfter)))
 }
 
 func (w *Walk) explainSliding(s algo.State, now, cost int64, d algo.Decision) []string {
