@@ -78,17 +78,42 @@ func (m *metrics) forConcurrencies(concs []*rlsconfig.Concurrency) concSeries {
 }
 
 // checkConcurrencies reports a configuration whose leases this service
-// cannot take as configured: a concurrency limit whose descriptor's rate
-// limit is kept in the per-second store (Options.PerSecondStore) while
-// leases are held in the main one, which cannot decide both at once.
+// cannot take as configured (see checkLeases).
 func (s *service) checkConcurrencies(cfg *rlsconfig.Config) error {
-	if s.lim2 == nil {
+	return checkLeases(cfg, s.lim2 != nil)
+}
+
+// checkLeases reports a configuration whose leases a service cannot take
+// as configured: with a per-second store (Options.PerSecondStore), a
+// concurrency limit whose descriptor's rate limit is kept there while
+// leases are held in the main store, which cannot decide both at once.
+func checkLeases(cfg *rlsconfig.Config, perSecondStore bool) error {
+	if !perSecondStore {
 		return nil
 	}
 	for _, cc := range cfg.Concurrencies() {
-		if r := cc.Rate; r != nil && !r.Unlimited && r.Limit.Rate > 0 && s.limFor(r.Limit) != s.lim {
+		if r := cc.Rate; r != nil && !r.Unlimited && r.Limit.Rate > 0 && perSecond(r.Limit) {
 			return fmt.Errorf("%s: descriptor %s: its rate_limit is kept in the per-second store and its concurrency in the main store: a lease cannot take both at once (give the concurrency a descriptor of its own, or the rate limit a longer unit)", cc.Domain, cc.Path)
 		}
 	}
 	return nil
+}
+
+// CheckConfig loads o's configuration files (Config, MergeDomains) as New
+// would, and checks them as New would against a per-second store when
+// perSecondStore, without a store, a listener or a watch: what
+// `sluice serve --check` reports. An empty Config is the empty
+// configuration.
+func CheckConfig(o Options, perSecondStore bool) (*rlsconfig.Config, error) {
+	if o.Config == "" {
+		return rlsconfig.Parse(map[string][]byte{})
+	}
+	cfg, err := rlsconfig.Options{MergeDomains: o.MergeDomains}.Load(o.Config)
+	if err == nil {
+		err = checkLeases(cfg, perSecondStore)
+	}
+	if err == nil {
+		_, err = ruleMetadata(cfg.Rules())
+	}
+	return cfg, err
 }
