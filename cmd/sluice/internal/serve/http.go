@@ -505,6 +505,11 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintln(w)
 	}
+	writeConcurrencies(w, concs)
+}
+
+// writeConcurrencies writes /debug/config's text lines of concs.
+func writeConcurrencies(w io.Writer, concs []configConcurrency) {
 	for _, c := range concs {
 		fmt.Fprintf(w, "%s: %s concurrency", c.Domain, c.Path)
 		if c.Name != "" {
