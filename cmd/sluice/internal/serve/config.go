@@ -41,9 +41,9 @@ type state struct {
 	counters map[*rlsconfig.Rule]*ruleCounters
 	// concCounters are the lease counters of the concurrency limits.
 	concCounters concSeries
-	metadata map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
-	loaded   time.Time
-	origin   string // ConfigView.Origin
+	metadata     map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
+	loaded       time.Time
+	origin       string // ConfigView.Origin
 	// envoyRules are the rules' series of Options.EnvoyStats, found as
 	// calls come.
 	envoyRules *ruleSeries
