@@ -219,7 +219,8 @@ func (s *service) lease(ctx context.Context, op string, t *LeaseRequest, c sluic
 // store's failure or the caller's end as they are, anything else (a unit
 // count over the limit, keys in two cluster slots) the request's.
 func leaseError(err error) error {
-	if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	var re *requestError
+	if errors.As(err, &re) || errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return badRequest("%v", err)

@@ -91,10 +91,26 @@ func entriesJSON(descriptor string) string {
 // The lease calls by descriptors: the service finds the concurrency limit
 // (a pool, a class of it), answers a token that a release or an extension
 // echoes, takes a descriptor's rate limit with its lease, and answers a
-// descriptor without concurrency as allowed with nothing held.
+// descriptor without concurrency as allowed with nothing held. On the
+// memory store and on a real Redis.
 func TestLeaseByDescriptors(t *testing.T) {
-	clock := &fakeClock{t: t0}
-	ts := start(t, Options{Config: writeConfig(t, map[string]string{"jobs.yaml": jobsConfig})}, clock)
+	for _, redis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "redis"}[redis], func(t *testing.T) {
+			clock := &fakeClock{t: t0}
+			o := Options{Config: writeConfig(t, map[string]string{"jobs.yaml": jobsConfig})}
+			if redis {
+				rs, err := redisstore.New(redistest.Standalone(t).Client(), redisstore.WithClock(clock))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Store = rs
+			}
+			leaseByDescriptors(t, start(t, o, clock), clock)
+		})
+	}
+}
+
+func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 	c := leaseClient{t, ts.base}
 
 	// The pool: 4 per tenant; the batch class leaves 2 for the others.
@@ -375,5 +391,55 @@ func TestLeasePerSecondStore(t *testing.T) {
 	_, err := New(o)
 	if err == nil || !strings.Contains(err.Error(), "descriptor k: its rate_limit is kept in the per-second store") {
 		t.Fatalf("New: %v", err)
+	}
+}
+
+// On a Redis Cluster a lease and the rate limit taken with it are decided
+// in one script, so in one slot: without --domain-slot the lease's key and
+// the rate limit's hash apart, a 400 that says so (never a lease held
+// without its rate part, nor a hit spent without its lease); with it, a
+// domain's keys are in one slot, classes' too. A lease alone needs no slot
+// of its own.
+func TestLeaseCluster(t *testing.T) {
+	cl := redistest.Cluster(t)
+	const conf = `domain: jobs
+descriptors:
+  - key: report
+    rate_limit: {unit: minute, requests_per_unit: 3}
+    concurrency: {max: 2}
+  - key: tenant
+    concurrency: {max: 4}
+    descriptors:
+      - key: priority
+        rate_limit: {unit: minute, requests_per_unit: 3}
+        concurrency: {reserve: 1}
+`
+	for _, slot := range []bool{false, true} {
+		rs, err := redisstore.New(cl.Client(), redisstore.WithPrefix(fmt.Sprintf("lc%v:%d:", slot, time.Now().UnixNano())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := start(t, Options{Config: writeConfig(t, map[string]string{"jobs.yaml": conf}), Store: rs, DomainSlot: slot}, nil)
+		c := leaseClient{t, ts.base}
+		if !slot {
+			for _, d := range []string{"report=q3", "tenant=t1 priority=low"} {
+				if r := c.acquire(d, 400); !strings.Contains(r.Rule, "two Redis Cluster slots") || !strings.Contains(r.Rule, "--domain-slot") {
+					t.Errorf("%s without --domain-slot: %q", d, r.Rule)
+				}
+			}
+			c.release(c.acquire("tenant=t1", 200).Lease)
+			continue
+		}
+		for range 2 {
+			c.release(c.acquire("report=q3", 200).Lease)
+		}
+		c.acquire("report=q3", 200)
+		c.acquire("report=q3", 429) // the minute's 3 are spent
+		a := c.acquire("tenant=t1 priority=low", 200)
+		c.acquire("tenant=t1 priority=low", 200)
+		c.acquire("tenant=t1 priority=low", 200)
+		c.acquire("tenant=t1 priority=low", 429) // the reserve, and the rate limit
+		c.acquire("tenant=t1", 200)
+		c.release(a.Lease)
 	}
 }
