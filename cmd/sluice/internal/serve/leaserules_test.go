@@ -415,11 +415,12 @@ descriptors:
         concurrency: {reserve: 1}
 `
 	for _, slot := range []bool{false, true} {
-		rs, err := redisstore.New(cl.Client(), redisstore.WithPrefix(fmt.Sprintf("lc%v:%d:", slot, time.Now().UnixNano())))
+		clock := &fakeClock{t: t0} // the minute's window stays put
+		rs, err := redisstore.New(cl.Client(), redisstore.WithClock(clock), redisstore.WithPrefix(fmt.Sprintf("lc%v:%d:", slot, time.Now().UnixNano())))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := start(t, Options{Config: writeConfig(t, map[string]string{"jobs.yaml": conf}), Store: rs, DomainSlot: slot}, nil)
+		ts := start(t, Options{Config: writeConfig(t, map[string]string{"jobs.yaml": conf}), Store: rs, DomainSlot: slot}, clock)
 		c := leaseClient{t, ts.base}
 		if !slot {
 			for _, d := range []string{"report=q3", "tenant=t1 priority=low"} {
