@@ -44,7 +44,7 @@ type serveFlags struct {
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	leases                                                                           time.Duration // --store-leases
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
-	mergeDomains                                                                     bool
+	mergeDomains, checkOnly                                                          bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	grpcSAN, httpSAN, perSecond                                                      string
 	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
@@ -68,6 +68,9 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := f.check(); err != nil {
 		return err
 	}
+	if f.checkOnly {
+		return f.checkConfig(stdout)
+	}
 	o, closeStore, err := f.options(stderr)
 	if err != nil {
 		return err
@@ -83,11 +86,27 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	return runServe(ctx, o, !f.noConsole)
 }
 
+// checkConfig is --check: it loads the configuration as serve would and
+// says what it holds, or returns the load error.
+func (f *serveFlags) checkConfig(stdout io.Writer) error {
+	if f.xds.server != "" {
+		return errors.New("--check: the rules come from the xDS server (--xds-server), not from files: nothing to check")
+	}
+	cfg, err := serve.CheckConfig(serve.Options{Config: f.config, MergeDomains: f.mergeDomains}, f.perSecond != "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "configuration OK: %d domains, %d rules, %d concurrency limits, from %d files\n",
+		len(cfg.Domains()), len(cfg.Rules()), len(cfg.Concurrencies()), len(cfg.Sources()))
+	return nil
+}
+
 // define defines serve's flags on a new flag set, into f.
 func (f *serveFlags) define() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.mergeDomains, "merge-domain-config", false, "merge the --config files that configure one domain, as envoy's MERGE_DOMAIN_CONFIG does (a top-level descriptor in two of them is an error); without it two files with one domain are an error")
+	fs.BoolVar(&f.checkOnly, "check", false, "load --config, report what it holds or why it does not load, and exit (0: it loads) without serving, as envoyproxy/ratelimit's config check")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")

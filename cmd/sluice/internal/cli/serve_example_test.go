@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
@@ -60,6 +61,13 @@ func TestExampleServeRules(t *testing.T) {
 			t.Errorf("%v: rule %s name %q limit %q unlimited %v shadow %v; want %s %q %q %v %v",
 				tc.desc, r.Path, r.Name, limit, r.Unlimited, r.Shadow, tc.path, tc.name, tc.limit, tc.unlimited, tc.shadow)
 		}
+	}
+	// The one concurrency limit: the exports', with their rate limit.
+	export := e("path", "/export/users", "api_key", "alice")
+	cc := c.ResolveConcurrency("edge", export)
+	if n := len(c.Concurrencies()); n != 1 || cc == nil || cc.Name != "running-exports" || cc.Limit != sluice.MaxConcurrent(2).WithLifetime(5*time.Minute) ||
+		cc.Rate != c.Resolve("edge", [][]rlsconfig.Entry{export})[0] {
+		t.Errorf("%d concurrency limits; the exports': %+v", n, cc)
 	}
 }
 

@@ -84,6 +84,7 @@ type level struct {
 type Config struct {
 	domains map[string]*node
 	rules   []*Rule
+	concs   []*Concurrency
 	sources []string
 }
 
@@ -97,6 +98,7 @@ type node struct {
 	// matches.
 	wild []wildcard
 	rule *Rule
+	conc *Concurrency // sluice's extension, nil when none
 }
 
 type wildcard struct {
@@ -222,6 +224,7 @@ func (o Options) Parse(files map[string][]byte) (*Config, error) {
 		}
 		return strings.Compare(x.Path, y.Path)
 	})
+	sortConcurrencies(b.c.concs)
 	return b.c, nil
 }
 
@@ -275,11 +278,11 @@ func (b *builder) file(name string, f *yamlFile) error {
 		if !b.merge {
 			return &Error{File: name, Line: f.domainLine, Msg: fmt.Sprintf("duplicate domain '%s' in config file (first in %s)", f.domain, prev)}
 		}
-		return b.descs(name, f.domain, b.c.domains[f.domain], f.domain+".", "", nil, f.descs)
+		return b.descs(name, f.domain, b.c.domains[f.domain], f.domain+".", "", nil, nil, f.descs)
 	}
 	b.first[f.domain] = name
 	root := &node{children: map[string]*node{}}
-	if err := b.descs(name, f.domain, root, f.domain+".", "", nil, f.descs); err != nil {
+	if err := b.descs(name, f.domain, root, f.domain+".", "", nil, nil, f.descs); err != nil {
 		return err
 	}
 	b.c.domains[f.domain] = root
@@ -288,8 +291,9 @@ func (b *builder) file(name string, f *yamlFile) error {
 
 // descs loads the descriptors under parent, in the order envoy checks them.
 // prefix is the parent's composite path with a trailing dot, path its Rule.Path,
-// levels the configured descriptors above.
-func (b *builder) descs(file, domain string, parent *node, prefix, path string, levels []level, ds []*yamlDesc) error {
+// levels the configured descriptors above, pool the nearest concurrency pool
+// above (nil when none).
+func (b *builder) descs(file, domain string, parent *node, prefix, path string, levels []level, pool *Concurrency, ds []*yamlDesc) error {
 	for _, d := range ds {
 		if d.key == "" {
 			return &Error{File: file, Line: d.line, Path: strings.TrimSuffix(prefix, "."), Msg: "descriptor has empty key"}
@@ -339,7 +343,22 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 		if d.shareThreshold && !wild {
 			return &Error{File: file, Line: d.line, Path: full, Msg: fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
 		}
-		if err := b.descs(file, domain, n, full+".", rulePath, here, d.descs); err != nil {
+		below := pool
+		if d.concurrency != nil {
+			if len(b.c.concs) >= MaxRules {
+				return &Error{File: file, Line: d.concurrency.line, Path: full, Msg: tooManyConcurrencies()}
+			}
+			c, err := b.concurrency(file, domain, full, rulePath, d, here, pool, n.rule)
+			if err != nil {
+				return err
+			}
+			n.conc = c
+			b.c.concs = append(b.c.concs, c)
+			if c.Pool == c.Path {
+				below = c
+			}
+		}
+		if err := b.descs(file, domain, n, full+".", rulePath, here, below, d.descs); err != nil {
 			return err
 		}
 		parent.children[composite] = n

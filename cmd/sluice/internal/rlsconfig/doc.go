@@ -59,6 +59,43 @@
 // burst + 1). A larger limit is a load error that says so; a smaller burst,
 // a shorter period:, or one of envoy's windows is the way to express it.
 //
+// # Concurrency limits
+//
+// sluice adds concurrency to a descriptor, beside its rate_limit: at most
+// max units held at once by the leases of the descriptors that resolve to
+// it (sluice serve's /v1/acquire), each lease coming back by itself
+// lifetime after it was acquired or last extended:
+//
+//	descriptors:
+//	- key: tenant
+//	  concurrency: {max: 10, lifetime: 30s, name: tenants}   # a pool: 10 per tenant
+//	  descriptors:
+//	    - key: priority
+//	      value: critical
+//	      concurrency: {reserve: 0}     # a class of the pool above: uses all 10
+//	    - key: priority
+//	      concurrency: {reserve: 2}     # any other priority leaves 2 free for critical
+//	- key: report
+//	  rate_limit: {unit: minute, requests_per_unit: 100}
+//	  concurrency: {max: 2}             # a lease takes a slot and a hit, or neither
+//
+// max is a whole number from 1 to MaxConcurrency (2^50); lifetime a Go
+// duration from 1ms to MaxLifetime (24h), default sluice.DefaultLifetime
+// (1m); reserve, from 0 to max-1, the units a lease leaves free for the
+// pool's other classes (sluice.Concurrency.Reserve); name names it in
+// metrics. A descriptor whose concurrency gives max is a pool, keyed as its
+// rate_limit would be (Concurrency.Key; share_threshold applies). One that
+// gives reserve alone is a class of the nearest pool above: its leases hold
+// that pool's units, under the pool's key, with its own reserve. A
+// descriptor's rate_limit and its concurrency are taken together, all or
+// nothing; the rate rules (Resolve) are those of the rate_limits alone, so
+// a descriptor with only a concurrency has no rate limit, as envoy reads
+// it. Like rules, a configuration holds at most MaxRules concurrency limits.
+// Load errors say what is wrong: a max or reserve out of range, a reserve
+// not below its pool's max, a class with no pool above it or with a
+// lifetime of its own, and a concurrency on a descriptor in shadow_mode or
+// quota_mode (a lease is held or it is not).
+//
 // # Matching
 //
 // A request names a domain and a list of descriptors, each a list of entries

@@ -77,3 +77,38 @@ func ExampleOverride() {
 	// Output:
 	// 100/1m0s aligned-window burst 100 edge/remote_address=10.0.0.1 edge.remote_address_10.0.0.1
 }
+
+func ExampleConfig_ResolveConcurrency() {
+	c, err := rlsconfig.Parse(map[string][]byte{"jobs.yaml": []byte(`
+domain: jobs
+descriptors:
+  - key: tenant
+    concurrency: {max: 10, lifetime: 30s}
+    descriptors:
+      - key: priority
+        value: critical
+        concurrency: {reserve: 0}
+      - key: priority
+        concurrency: {reserve: 2}
+`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, d := range [][]rlsconfig.Entry{
+		{{Key: "tenant", Value: "acme"}, {Key: "priority", Value: "critical"}},
+		{{Key: "tenant", Value: "acme"}, {Key: "priority", Value: "batch"}},
+		{{Key: "user", Value: "ann"}},
+	} {
+		cc := c.ResolveConcurrency("jobs", d)
+		if cc == nil {
+			fmt.Println("no concurrency limit")
+			continue
+		}
+		fmt.Println(cc.Path, "of pool", cc.Pool, cc.Key(d), "max", cc.Limit.Limit, "reserve", cc.Limit.Reserve, "lifetime", cc.Limit.Lifetime)
+	}
+	// Output:
+	// tenant/priority=critical of pool tenant jobs/tenant=acme max 10 reserve 0 lifetime 30s
+	// tenant/priority of pool tenant jobs/tenant=acme max 10 reserve 2 lifetime 30s
+	// no concurrency limit
+}

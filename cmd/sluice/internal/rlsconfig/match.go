@@ -53,6 +53,15 @@ func (c *Config) Resolve(domain string, descriptors [][]Entry) []*Rule {
 // reached by the descriptor's last entry, and a descriptor longer than the
 // configured path matches nothing.
 func (root *node) match(entries []Entry) *Rule {
+	if n := root.matchNode(entries); n != nil {
+		return n.rule
+	}
+	return nil
+}
+
+// matchNode returns the configured descriptor that entries reach (see
+// match), or nil.
+func (root *node) matchNode(entries []Entry) *node {
 	var buf [128]byte
 	cur := root
 	for i, e := range entries {
@@ -75,7 +84,7 @@ func (root *node) match(entries []Entry) *Rule {
 			return nil
 		}
 		if i == len(entries)-1 {
-			return next.rule
+			return next
 		}
 		if len(next.children) == 0 {
 			return nil
@@ -118,21 +127,25 @@ func globMatch(parts [][]byte, s []byte) bool {
 // in envoy. A key never begins with '/' (the domain is not empty, and its
 // '/' are escaped): sluice serve keeps the keys its HTTP API is given apart
 // by beginning them with one.
-func (r *Rule) Key(entries []Entry) string {
-	n := len(r.Domain)
+func (r *Rule) Key(entries []Entry) string { return key(r.Domain, r.levels, entries) }
+
+// key is the store key of entries matched through levels, in domain (see
+// Rule.Key).
+func key(domain string, levels []level, entries []Entry) string {
+	n := len(domain)
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
 	var b strings.Builder
 	b.Grow(n + n/4)
-	escape(&b, r.Domain)
+	escape(&b, domain)
 	for i, e := range entries {
 		b.WriteByte('/')
 		escape(&b, e.Key)
 		b.WriteByte('=')
 		v := e.Value
-		if r.shared(i, e) {
-			v = sharedValue(r.levels[i].composite, e.Key)
+		if sharedAt(levels, i, e) {
+			v = sharedValue(levels[i].composite, e.Key)
 		}
 		escape(&b, v)
 	}
@@ -240,8 +253,12 @@ func (l *level) how(e Entry) int {
 
 // shared reports whether entry i of a descriptor that resolved to r counts
 // under the wildcard pattern instead of its value (share_threshold).
-func (r *Rule) shared(i int, e Entry) bool {
-	return i < len(r.levels) && r.levels[i].share && r.levels[i].how(e) == byWildcard
+func (r *Rule) shared(i int, e Entry) bool { return sharedAt(r.levels, i, e) }
+
+// sharedAt reports whether entry i, matched through levels, counts under
+// the wildcard pattern instead of its value (share_threshold).
+func sharedAt(levels []level, i int, e Entry) bool {
+	return i < len(levels) && levels[i].share && levels[i].how(e) == byWildcard
 }
 
 // StatKey returns envoyproxy/ratelimit's stat name for a descriptor (its

@@ -33,6 +33,18 @@ type yamlDesc struct {
 	valueToMetric  bool
 	shareThreshold bool
 	metadata       map[string]any
+	concurrency    *yamlConcurrency // sluice's extension
+}
+
+// yamlConcurrency is a descriptor's concurrency (sluice's extension).
+type yamlConcurrency struct {
+	line         int
+	max, reserve int64
+	hasMax       bool
+	hasReserve   bool
+	lifetime     string
+	lifetimeLine int
+	name         string
 }
 
 type yamlRateLimit struct {
@@ -70,9 +82,10 @@ var (
 	descKeys = map[string]bool{
 		"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true,
 		"quota_mode": true, "detailed_metric": true, "value_to_metric": true,
-		"share_threshold": true, "metadata": true,
+		"share_threshold": true, "metadata": true, "concurrency": true,
 	}
-	rateLimitKeys = map[string]bool{
+	concurrencyKeys = map[string]bool{"max": true, "lifetime": true, "reserve": true, "name": true}
+	rateLimitKeys   = map[string]bool{
 		"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true,
 		"algorithm": true, "burst": true, "period": true,
 	}
@@ -100,11 +113,18 @@ func tooManyRules() string {
 	return fmt.Sprintf("error loading config file: the configuration has more than %d rules (rate_limits, an alias's counted at each use): sluice loads at most %d", MaxRules, MaxRules)
 }
 
+// tooManyConcurrencies is the message of a configuration of more than
+// MaxRules concurrency limits.
+func tooManyConcurrencies() string {
+	return fmt.Sprintf("error loading config file: the configuration has more than %d concurrency limits (an alias's counted at each use): sluice loads at most %d", MaxRules, MaxRules)
+}
+
 // reader walks one file's YAML tree.
 type reader struct {
 	file  string
 	nodes int
 	rules int // rate_limits read
+	concs int // concurrency limits read
 }
 
 // readYAML reads one file. A YAML syntax error, an unknown or misplaced key,
@@ -360,6 +380,12 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 					err = r.errf(p.line, "%s", tooManyRules())
 				}
 			}
+		case "concurrency":
+			if d.concurrency, err = r.concurrency(p); err == nil && d.concurrency != nil {
+				if r.concs++; r.concs > MaxRules {
+					err = r.errf(p.line, "%s", tooManyConcurrencies())
+				}
+			}
 		case "descriptors":
 			d.descs, err = r.descs(p, depth+1)
 		case "metadata":
@@ -413,6 +439,42 @@ func (r *reader) rateLimit(p pair) (*yamlRateLimit, error) {
 		}
 	}
 	return rl, nil
+}
+
+// concurrency reads a descriptor's concurrency; null is none, as a null
+// rate_limit is.
+func (r *reader) concurrency(p pair) (*yamlConcurrency, error) {
+	n, null, err := r.value(p)
+	if err != nil || null {
+		return nil, err
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, r.errf(n.Line, "error loading config file: concurrency must be a map, not %s", kindName(n))
+	}
+	fs, err := r.fields(n, "a concurrency", concurrencyKeys)
+	if err != nil {
+		return nil, err
+	}
+	c := &yamlConcurrency{line: n.Line}
+	for _, p := range fs {
+		switch p.key {
+		case "max":
+			c.hasMax = true
+			c.max, err = r.integer(p, 1, MaxConcurrency)
+		case "reserve":
+			c.hasReserve = true
+			c.reserve, err = r.integer(p, 0, MaxConcurrency-1)
+		case "lifetime":
+			c.lifetimeLine = p.line
+			c.lifetime, err = r.str(p)
+		case "name":
+			c.name, err = r.str(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 func (r *reader) replaces(p pair) ([]yamlReplace, error) {

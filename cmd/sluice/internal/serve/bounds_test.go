@@ -102,3 +102,39 @@ func TestDecisionSeriesBounded(t *testing.T) {
 		t.Errorf("after a reload to one rule: only %v, k0 %v; want the new rule's series and not the old ones'", labels["only"], labels["k0"])
 	}
 }
+
+// The lease series are bounded as the rule series are: the first
+// maxRuleSeries concurrency limits have their own, the others count under
+// "(other)"; a reload drops the series of the limits it no longer has.
+func TestConcurrencySeriesBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: m\ndescriptors:\n")
+	for i := range maxRuleSeries + 200 {
+		fmt.Fprintf(&b, "  - {key: k%04d, concurrency: {max: 1}}\n", i)
+	}
+	dir := writeConfig(t, map[string]string{"m.yaml": b.String()})
+	ts := start(t, Options{Config: dir, NoWatch: true}, &fakeClock{t: t0})
+	httpPost(t, ts.base+"/v1/acquire", `{"domain": "m", "descriptors": [[{"key": "k1100", "value": "a"}]]}`)
+	_, page := httpGet(t, ts.base+"/metrics")
+	series := regexp.MustCompile(`(?m)^sluice_serve_concurrency_leases_total\{concurrency="([^"]*)"`).FindAllStringSubmatch(page, -1)
+	labels := map[string]bool{}
+	for _, m := range series {
+		labels[m[1]] = true
+	}
+	if len(labels) != maxRuleSeries+1 || !labels["k0000"] || labels["k1100"] {
+		t.Errorf("%d concurrency labels (k0000 %v, k1100 %v), want %d and %q", len(labels), labels["k0000"], labels["k1100"], maxRuleSeries, otherLabel)
+	}
+	if want := `sluice_serve_concurrency_leases_total{concurrency="(other)",domain="(other)",outcome="held"} 1`; !strings.Contains(page, want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, grep(page, "(other)"))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "m.yaml"), []byte("domain: m\ndescriptors:\n  - {key: only, concurrency: {max: 1}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	_, page = httpGet(t, ts.base+"/metrics")
+	if !strings.Contains(page, `concurrency="only"`) || strings.Contains(page, `concurrency="k0000"`) || strings.Contains(page, `concurrency="(other)"`) {
+		t.Errorf("after a reload to one limit:\n%s", grep(page, "sluice_serve_concurrency"))
+	}
+}

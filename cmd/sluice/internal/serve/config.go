@@ -24,6 +24,8 @@ type ConfigView struct {
 	// Domains and Rules are the configuration's.
 	Domains []string
 	Rules   []*rlsconfig.Rule
+	// Concurrencies are its concurrency limits.
+	Concurrencies []*rlsconfig.Concurrency
 	// Loaded is when it was loaded.
 	Loaded time.Time
 	// LastError is the last failed load's error (nil when the last load
@@ -37,9 +39,11 @@ type ConfigView struct {
 type state struct {
 	cfg      *rlsconfig.Config
 	counters map[*rlsconfig.Rule]*ruleCounters
-	metadata map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
-	loaded   time.Time
-	origin   string // ConfigView.Origin
+	// concCounters are the lease counters of the concurrency limits.
+	concCounters concSeries
+	metadata     map[*rlsconfig.Rule]*structpb.Struct // the rules' metadata, for dynamic metadata
+	loaded       time.Time
+	origin       string // ConfigView.Origin
 	// envoyRules are the rules' series of Options.EnvoyStats, found as
 	// calls come.
 	envoyRules *ruleSeries
@@ -59,6 +63,7 @@ func (s *service) config() ConfigView {
 	v := ConfigView{Path: s.opts.Config}
 	if st != nil {
 		v.Sources, v.Domains, v.Rules, v.Loaded, v.Origin = st.cfg.Sources(), st.cfg.Domains(), st.cfg.Rules(), st.loaded, st.origin
+		v.Concurrencies = st.cfg.Concurrencies()
 	} else if s.opts.XDS != nil {
 		v.Origin = s.opts.XDS.origin("") + ": waiting for the first configuration"
 	}
@@ -107,6 +112,9 @@ func (s *service) install(cfg *rlsconfig.Config, err error, origin string) error
 	if err == nil {
 		meta, err = ruleMetadata(cfg.Rules())
 	}
+	if err == nil {
+		err = s.checkConcurrencies(cfg)
+	}
 	now := time.Now()
 	if err != nil {
 		s.metrics.loads.WithLabelValues("failed").Inc()
@@ -119,7 +127,7 @@ func (s *service) install(cfg *rlsconfig.Config, err error, origin string) error
 		return err
 	}
 	counters, shared := s.metrics.forRules(cfg.Rules())
-	st := &state{cfg: cfg, counters: counters, metadata: meta, loaded: now, origin: origin, envoyRules: &ruleSeries{}}
+	st := &state{cfg: cfg, counters: counters, concCounters: s.metrics.forConcurrencies(cfg.Concurrencies()), metadata: meta, loaded: now, origin: origin, envoyRules: &ruleSeries{}}
 	s.state.Store(st)
 	s.loads.errMu.Lock()
 	s.loads.lastErr = nil

@@ -404,6 +404,38 @@ type configRule struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
+// configConcurrency is one concurrency limit in /debug/config's JSON.
+type configConcurrency struct {
+	Domain   string `json:"domain"`
+	Path     string `json:"path"`
+	Name     string `json:"name,omitempty"`
+	Pool     string `json:"pool"`
+	Max      int64  `json:"max"`
+	Lifetime string `json:"lifetime"`
+	Reserve  int64  `json:"reserve,omitempty"`
+	// RateLimit is the limit of the descriptor's rate_limit taken with
+	// each lease, "" when none.
+	RateLimit string `json:"rate_limit,omitempty"`
+}
+
+// configConcurrencies are v's concurrency limits as /debug/config shows
+// them.
+func configConcurrencies(v *ConfigView) []configConcurrency {
+	out := make([]configConcurrency, 0, len(v.Concurrencies))
+	for _, cc := range v.Concurrencies {
+		life := cc.Limit.Lifetime
+		if life == 0 {
+			life = sluice.DefaultLifetime
+		}
+		c := configConcurrency{Domain: cc.Domain, Path: cc.Path, Name: cc.Name, Pool: cc.Pool, Max: cc.Limit.Limit, Lifetime: life.String(), Reserve: cc.Limit.Reserve}
+		if r := cc.Rate; r != nil && !r.Unlimited {
+			c.RateLimit = r.Limit.String()
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 // serveConfig shows the configuration in use: text, or JSON with
 // ?format=json or Accept: application/json.
 func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
@@ -427,6 +459,7 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		return rules[i].Path < rules[j].Path
 	})
+	concs := configConcurrencies(&v)
 	lastErr := ""
 	if v.LastError != nil {
 		lastErr = v.LastError.Error()
@@ -435,7 +468,7 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{
 			"path": v.Path, "origin": v.Origin, "sources": v.Sources, "domains": v.Domains, "loaded": v.Loaded,
-			"last_error": lastErr, "rules": rules,
+			"last_error": lastErr, "rules": rules, "concurrency": concs,
 		})
 		return
 	}
@@ -469,6 +502,28 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		if c.Metadata != nil {
 			fmt.Fprintf(w, " metadata=%s", c.Metadata)
+		}
+		fmt.Fprintln(w)
+	}
+	writeConcurrencies(w, concs)
+}
+
+// writeConcurrencies writes /debug/config's text lines of concs.
+func writeConcurrencies(w io.Writer, concs []configConcurrency) {
+	for _, c := range concs {
+		fmt.Fprintf(w, "%s: %s concurrency", c.Domain, c.Path)
+		if c.Name != "" {
+			fmt.Fprintf(w, " name=%q", c.Name)
+		}
+		fmt.Fprintf(w, " max=%d lifetime=%s", c.Max, c.Lifetime)
+		if c.Pool != c.Path {
+			fmt.Fprintf(w, " pool=%s", c.Pool)
+		}
+		if c.Reserve > 0 {
+			fmt.Fprintf(w, " reserve=%d", c.Reserve)
+		}
+		if c.RateLimit != "" {
+			fmt.Fprintf(w, " with_rate_limit=%q", c.RateLimit)
 		}
 		fmt.Fprintln(w)
 	}

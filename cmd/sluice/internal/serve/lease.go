@@ -15,26 +15,45 @@ import (
 )
 
 // LeaseRequest is the body of POST /v1/acquire, /v1/release and
-// /v1/extend: a concurrency limit named by its key, as /v1/take's key
-// form names a budget. Limit is the units held at once; Lifetime (a Go
-// duration, "30s"; default sluice.DefaultLifetime) how long a lease lives
-// unless released or extended; Units what an acquire holds (default 1; 0
-// looks). Lease names the lease a release or an extension is about, as an
-// acquire answered it.
+// /v1/extend, in one of two forms.
+//
+// By key, a concurrency limit of the caller's, as /v1/take's key form
+// names a budget: Key; Limit, the units held at once; Lifetime (a Go
+// duration, "30s"; default sluice.DefaultLifetime), how long a lease lives
+// unless released or extended; and Lease, the lease a release or an
+// extension is about, as an acquire answered it.
+//
+// By descriptors, a configured concurrency limit (the rules' concurrency:):
+// an acquire gives Domain and Descriptors, as /v1/take does, and the
+// service finds the limit; a release or an extension gives Lease alone,
+// the token the acquire answered.
+//
+// Units is what an acquire holds (default 1; 0 looks), in both forms.
 type LeaseRequest struct {
-	Key      string `json:"key"`
-	Limit    int64  `json:"limit"`
-	Lifetime string `json:"lifetime,omitempty"`
-	Units    *int64 `json:"units,omitempty"`
-	Lease    string `json:"lease,omitempty"`
+	Key         string        `json:"key,omitempty"`
+	Limit       int64         `json:"limit,omitempty"`
+	Lifetime    string        `json:"lifetime,omitempty"`
+	Domain      string        `json:"domain,omitempty"`
+	Descriptors [][]TakeEntry `json:"descriptors,omitempty"`
+	Units       *int64        `json:"units,omitempty"`
+	Lease       string        `json:"lease,omitempty"`
+}
+
+// byRules reports whether t is in the descriptor form.
+func (t *LeaseRequest) byRules() bool {
+	return t.Domain != "" || t.Descriptors != nil || strings.HasPrefix(t.Lease, tokenPrefix)
 }
 
 // LeaseResponse is the answer of the lease calls: Allowed (an acquire's
 // lease is held; a release's or extension's lease was still held), Lease
 // and ExpiryUS (µs since the epoch by the store's clock) of a lease held,
-// and the figures of sluice.Lease's Result.
+// and the figures of sluice.Lease's Result. In the descriptor form, Rule
+// names the concurrency limit (its name, else its descriptor path); an
+// acquire whose descriptors have none is allowed with nothing held: no
+// Lease, Remaining -1.
 type LeaseResponse struct {
 	Allowed      bool   `json:"allowed"`
+	Rule         string `json:"rule,omitempty"`
 	Lease        string `json:"lease,omitempty"`
 	ExpiryUS     int64  `json:"expiry_us,omitempty"`
 	Remaining    int64  `json:"remaining"`
@@ -48,7 +67,9 @@ type LeaseResponse struct {
 const localLease = "local-"
 
 // decodeLeaseRequest decodes and checks a lease call's body; needLease:
-// the call names a lease (release, extend).
+// the call names a lease (release, extend). In the key form it returns the
+// caller's limit; in the descriptor form (t.byRules()) the zero
+// Concurrency, and the service checks the descriptors' bounds.
 func decodeLeaseRequest(b []byte, needLease bool) (*LeaseRequest, sluice.Concurrency, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -58,6 +79,12 @@ func decodeLeaseRequest(b []byte, needLease bool) (*LeaseRequest, sluice.Concurr
 	}
 	if dec.More() {
 		return nil, sluice.Concurrency{}, errors.New("bad request JSON: more than one value")
+	}
+	if t.Units != nil && *t.Units < 0 {
+		return nil, sluice.Concurrency{}, fmt.Errorf(`"units" %d is negative`, *t.Units)
+	}
+	if t.byRules() {
+		return &t, sluice.Concurrency{}, checkRulesForm(&t, needLease)
 	}
 	c := sluice.MaxConcurrent(t.Limit)
 	if t.Lifetime != "" {
@@ -81,6 +108,21 @@ func decodeLeaseRequest(b []byte, needLease bool) (*LeaseRequest, sluice.Concurr
 	return &t, c, nil
 }
 
+// checkRulesForm checks a lease call in the descriptor form.
+func checkRulesForm(t *LeaseRequest, needLease bool) error {
+	switch {
+	case t.Key != "" || t.Limit != 0 || t.Lifetime != "":
+		return errors.New(`give either "domain" and "descriptors" (or a lease they answered), or "key" and "limit", not both`)
+	case needLease && (t.Lease == "" || t.Domain != "" || t.Descriptors != nil || t.Units != nil):
+		return errors.New(`a release or an extension of a configured limit gives "lease" alone, as the acquire answered it`)
+	case !needLease && t.Lease != "":
+		return errors.New(`"lease" names the lease of a release or an extension`)
+	case !needLease && (t.Domain == "" || len(t.Descriptors) == 0):
+		return errors.New(`"domain" and at least one descriptor are required`)
+	}
+	return nil
+}
+
 // serveLease answers one lease call (op "acquire", "release", "extend").
 func (s *service) serveLease(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +142,12 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		out, err := s.lease(r.Context(), op, t, c)
+		var out *LeaseResponse
+		if t.byRules() {
+			out, err = s.leaseByRules(r.Context(), op, t)
+		} else {
+			out, err = s.lease(r.Context(), op, t, c)
+		}
 		if err != nil {
 			s.count(op, codeLabel(grpcError(err)))
 			httpError(w, err)
@@ -153,10 +200,7 @@ func (s *service) lease(ctx context.Context, op string, t *LeaseRequest, c sluic
 		}
 	}
 	if err != nil {
-		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, err
-		}
-		return nil, badRequest("%v", err)
+		return nil, leaseError(err)
 	}
 	out := &LeaseResponse{
 		Allowed: ls.Allowed, Remaining: ls.Remaining, Degraded: ls.Degraded,
@@ -169,4 +213,15 @@ func (s *service) lease(ctx context.Context, op string, t *LeaseRequest, c sluic
 		}
 	}
 	return out, nil
+}
+
+// leaseError is a lease operation's error as the service answers it: the
+// store's failure or the caller's end as they are, anything else (a unit
+// count over the limit, keys in two cluster slots) the request's.
+func leaseError(err error) error {
+	var re *requestError
+	if errors.As(err, &re) || errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return badRequest("%v", err)
 }

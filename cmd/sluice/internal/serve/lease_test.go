@@ -2,9 +2,11 @@ package serve
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The lease calls: two acquires of a limit of 2 are held, a third is 429
@@ -78,10 +80,13 @@ func TestLeaseEndpoints(t *testing.T) {
 	}
 }
 
-// FuzzDecodeLeaseRequest: any body is an error or a request whose key is
-// set and whose limit is valid; never a panic.
+// FuzzDecodeLeaseRequest: any body is an error, a request by key whose key
+// is set and whose limit is valid, or a request by descriptors: an acquire
+// with a domain and descriptors, a release or an extension with a token
+// alone; never a panic.
 func FuzzDecodeLeaseRequest(f *testing.F) {
-	for _, s := range []string{`{"key": "k", "limit": 2}`, `{"key": "k", "limit": 2, "lifetime": "1m", "units": 1}`, `{"key": "k", "limit": 1, "lease": "12"}`, `{`, `[]`, `{"limit": -1}`} {
+	for _, s := range []string{`{"key": "k", "limit": 2}`, `{"key": "k", "limit": 2, "lifetime": "1m", "units": 1}`, `{"key": "k", "limit": 1, "lease": "12"}`, `{`, `[]`, `{"limit": -1}`,
+		`{"domain": "d", "descriptors": [[{"key": "k", "value": "v"}]], "units": 2}`, `{"lease": "c1.eyJkIjoiZCJ9"}`, `{"domain": "d", "lease": "c1.x"}`} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
@@ -90,8 +95,48 @@ func FuzzDecodeLeaseRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if r.Key == "" || c.Validate() != nil || needLease != (r.Lease != "") {
-			t.Fatalf("accepted %q: %+v %+v", b, r, c)
+		if r.Units != nil && *r.Units < 0 {
+			t.Fatalf("accepted %q: negative units", b)
+		}
+		switch {
+		case !r.byRules():
+			if r.Key == "" || c.Validate() != nil || needLease != (r.Lease != "") {
+				t.Fatalf("accepted %q: %+v %+v", b, r, c)
+			}
+		case needLease:
+			if r.Key != "" || r.Domain != "" || r.Descriptors != nil || !strings.HasPrefix(r.Lease, tokenPrefix) {
+				t.Fatalf("accepted %q as a release by token: %+v", b, r)
+			}
+		default:
+			if r.Key != "" || r.Lease != "" || r.Domain == "" || len(r.Descriptors) == 0 {
+				t.Fatalf("accepted %q as an acquire by descriptors: %+v", b, r)
+			}
+		}
+	})
+}
+
+// FuzzLeaseToken: any text is a token within the service's bounds or an
+// error; never a panic; a token encoded is read back as it was (its text
+// valid UTF-8, as a JSON request decodes it).
+func FuzzLeaseToken(f *testing.F) {
+	f.Add("c1."+(&leaseToken{Domain: "jobs", Entries: [][2]string{{"tenant", "acme"}}, ID: 7, Degraded: true}).encode(), "jobs", "tenant", "acme", int64(7))
+	f.Add("c1.e30", "d", "k", "", int64(1))
+	f.Add("c1.!!", "", "", "", int64(0))
+	o := Options{}
+	if err := o.setDefaults(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s, domain, key, value string, id int64) {
+		if tok, entries, err := decodeToken(s, &o); err == nil {
+			if tok.ID <= 0 || len(entries) == 0 || len(entries) > o.MaxEntries || tok.Domain == "" || len(tok.Domain) > o.MaxEntryBytes {
+				t.Fatalf("accepted %q: %+v", s, tok)
+			}
+		}
+		want := leaseToken{Domain: domain, Entries: [][2]string{{key, value}}, ID: id}
+		got, _, err := decodeToken(want.encode(), &o)
+		valid := domain != "" && key != "" && id > 0 && len(domain) <= o.MaxEntryBytes && len(key) <= o.MaxEntryBytes && len(value) <= o.MaxEntryBytes && utf8.ValidString(domain) && utf8.ValidString(key) && utf8.ValidString(value)
+		if valid && (err != nil || !reflect.DeepEqual(*got, want)) {
+			t.Fatalf("%+v read back as %+v, %v", want, got, err)
 		}
 	})
 }

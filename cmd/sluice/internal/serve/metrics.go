@@ -20,6 +20,7 @@ type metrics struct {
 	calls        *prometheus.CounterVec   // door, code
 	latency      *prometheus.HistogramVec // door
 	decisions    *prometheus.CounterVec   // domain, rule, outcome
+	concurrency  *prometheus.CounterVec   // domain, concurrency, outcome
 	storeErrors  prometheus.Counter
 	degraded     prometheus.Counter
 	globalShadow prometheus.Counter
@@ -35,6 +36,9 @@ type metrics struct {
 	// rules' decision series, so that a reload drops those of the rules it
 	// no longer has. Only a load touches it, under loads.mu.
 	ruleLabels map[[2]string]bool
+	// concLabels are the (domain, concurrency) label values of the
+	// configured concurrency limits' lease series; only a load touches it.
+	concLabels map[[2]string]*leaseCounters
 	// values holds the decision series of detailed_metric and
 	// value_to_metric rules, one per stat name sent, up to maxValueSeries,
 	// then otherLabel's.
@@ -71,6 +75,7 @@ func newMetrics() *metrics {
 			Name: "sluice_serve_rule_decisions_total",
 			Help: "Descriptors decided, by domain, rule (its name, else its descriptor path; with detailed_metric or value_to_metric envoy's stat name with the values sent; \"override\" for a request's limit override) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
+		concurrency: newConcurrencyVec(),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_serve_store_errors_total", Help: "Decisions the store could not make (the call failed, or a shadow rule was skipped).",
 		}),
@@ -93,7 +98,7 @@ func newMetrics() *metrics {
 			Name: "sluice_serve_store_may_evict", Help: "1 when a store's Redis may evict the limiter's keys (its maxmemory-policy is not noeviction: an evicted key forgets what was spent), as last checked, at start and by each /readyz.",
 		}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
+	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.concurrency, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
 	m.grpcLatency = m.latency.WithLabelValues("grpc")
