@@ -205,10 +205,10 @@ type Clock interface {
 type Limiter struct {
 	eng   storelink.Decider
 	local storelink.Local // eng, when it is one (memstore's)
-	// leaser is eng, when its store holds concurrency limits.
-	leaser     storelink.Leaser
-	leaseLocal storelink.LeaseLocal // leaser, when it is one (memstore's)
-	clock      Clock
+	// holder is eng, when its store holds concurrency limits.
+	holder    storelink.Holder
+	holdLocal storelink.HoldLocal // holder, when it is one (memstore's)
+	clock     Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
 	valid [8]atomic.Pointer[validLimit]
@@ -300,8 +300,8 @@ func New(store Store, opts ...Option) *Limiter {
 		l.eng = outside{store}
 	}
 	l.local, _ = l.eng.(storelink.Local)
-	l.leaser, _ = l.eng.(storelink.Leaser)
-	l.leaseLocal, _ = l.eng.(storelink.LeaseLocal)
+	l.holder, _ = l.eng.(storelink.Holder)
+	l.holdLocal, _ = l.eng.(storelink.HoldLocal)
 	for _, o := range opts {
 		o(l)
 	}

@@ -54,7 +54,7 @@ func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision,
 }
 
 // takeAllUnless is takeAll with one more part that refuses when veto is
-// set (a lease that does not fit: see leaseAll), whose figures the caller
+// set (a hold that does not fit: see holdAll), whose figures the caller
 // folds in: the parts then spend nothing and report as in a refusal.
 func (s *Store) takeAllUnless(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision, veto bool) error {
 	if err := algo.CheckTime(now); err != nil {

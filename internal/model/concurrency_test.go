@@ -7,11 +7,11 @@ import (
 	"github.com/sluice-go/sluice/internal/model"
 )
 
-// The contract's lease rules by hand: held while t < expiry, the refusal's
-// wait the one until enough leases end, a release or an extension of a
-// lease that came back changes nothing.
-func TestLeasesByHand(t *testing.T) {
-	ls := model.NewLeases()
+// The contract's hold rules by hand: held while t < expiry, the refusal's
+// wait the one until enough holds end, a release or an extension of a
+// hold that came back changes nothing.
+func TestHoldsByHand(t *testing.T) {
+	ls := model.NewHolds()
 	check := func(what string, got algo.Decision, allowed bool, remaining, retry, reset int64) {
 		t.Helper()
 		if got.Allowed != allowed || got.Remaining != remaining || got.RetryAfter != retry || got.ResetAfter != reset {

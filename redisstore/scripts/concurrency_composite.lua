@@ -1,23 +1,23 @@
--- concurrency_composite.lua: a lease (concurrency.lua) and rate parts
--- (each algorithm's step) decided as one, the twin of memstore's leaseAll:
--- the lease is held and every part spends only if all grant; a refusal
+-- concurrency_composite.lua: a hold (concurrency.lua) and rate parts
+-- (each algorithm's step) decided as one, the twin of memstore's holdAll:
+-- the hold is held and every part spends only if all grant; a refusal
 -- holds nothing and spends nothing. It mirrors composite.lua's steps for
--- one request, with the lease as one more part whose look is a query.
--- KEYS     the lease key, then one key per part; all in one cluster slot
--- ARGV     TTL margin (µs), now (µs, -1 for the server's TIME), the lease's
+-- one request, with the hold as one more part whose look is a query.
+-- KEYS     the hold key, then one key per part; all in one cluster slot
+-- ARGV     TTL margin (µs), now (µs, -1 for the server's TIME), the hold's
 --          limit, lifetime (µs), units and id, the number of parts, then
 --          per part: kind, rate, period (µs), burst, cost, max delay (µs,
 --          -1 for none)
--- reply    the lease's decision (as concurrency_main.lua's), then one
+-- reply    the hold's decision (as concurrency_main.lua's), then one
 --          decision per part (see decision in the prelude), flattened; in a
---          refusal, a part that granted reports a look, and the lease, if
+--          refusal, a part that granted reports a look, and the hold, if
 --          it would have granted, a query; failed(code) for every one when
---          a step raised; -2 first when the lease id is held
+--          a step raised; -2 first when the hold id is held
 
 local function run(n)
   local limit, lifetime, units, id = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local held = load_leases(KEYS[1])
-  local ld, live, lfresh = lease_step(limit, lifetime, 1, units, id, held)
+  local held = load_holds(KEYS[1])
+  local ld, live, lfresh = hold_step(limit, lifetime, 1, units, id, held)
   if not ld then
     return nil
   end
@@ -37,7 +37,7 @@ local function run(n)
       store(KEYS[1 + i], writes[i], fresh[i])
     end
     if live then
-      store_leases(KEYS[1], live, lfresh)
+      store_holds(KEYS[1], live, lfresh)
     end
     return ld, ds
   end
@@ -50,7 +50,7 @@ local function run(n)
     store(KEYS[1 + i], nil, fresh[i])
   end
   if ld[1] == 1 then
-    ld = lease_step(limit, lifetime, 1, 0, id, held) -- a query: it would have granted
+    ld = hold_step(limit, lifetime, 1, 0, id, held) -- a query: it would have granted
   end
   return ld, ds
 end

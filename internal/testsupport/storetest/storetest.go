@@ -517,7 +517,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Errors", func(t *testing.T) {
 		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
 	})
-	t.Run("Leases", func(t *testing.T) { Leases(t, newStore) })
+	t.Run("Holds", func(t *testing.T) { Holds(t, newStore) })
 	t.Run("Reserve", func(t *testing.T) { ReserveTrace(t, newStore, 1500) })
 }
 
