@@ -115,7 +115,7 @@ func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (stor
 // (scripts/concurrency_composite.lua): every algorithm's step, as the
 // composite script has them, and the holds'.
 var holdAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + mustRead("timestamp.lua") + allSteps() +
-	mustRead("concurrency.lua") + mustRead("concurrency_composite.lua"))
+	mustRead("class.lua") + mustRead("concurrency.lua") + mustRead("concurrency_composite.lua"))
 
 // allSteps is every algorithm's step script.
 func allSteps() string {
@@ -170,7 +170,7 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 	key := s.HoldKey(op.Key)
 	keys := make([]string, 1, 1+len(reqs))
 	keys[0] = key
-	args := make([]any, 0, 7+6*len(reqs))
+	args := make([]any, 0, 7+7*len(reqs))
 	args = append(args, s.margin, now, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, len(reqs))
 	g, ok := s.group(key)
 	for i := range reqs {
@@ -181,7 +181,7 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 		}
 		keys = append(keys, k)
 		l := limitOf(&r.Params, r.MaxDelay)
-		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay)
+		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay, r.Reserve)
 	}
 	if err := s.ready(ctx); err != nil {
 		return storelink.HoldResult{}, err

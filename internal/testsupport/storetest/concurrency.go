@@ -62,7 +62,8 @@ func HoldClasses(t *testing.T, lim *sluice.Limiter) {
 }
 
 // HoldComposite checks a random trace of n composites of a hold and rate
-// parts (Limiter.AcquireAll), among releases, against the model
+// parts (Limiter.AcquireAll), half of the parts with a random reserve,
+// among releases, against the model
 // (model.AcquireEach): every summary equals the fold of the model's parts,
 // and the hold is held exactly when the model holds it. The keys share a
 // {hash tag}, so that a cluster decides each composite in one script.
@@ -102,14 +103,15 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 		var parts []sluice.Part
 		var models []*model.Model
 		var keys []string
-		var costs []int64
+		var costs, reserves []int64
 		for _, k := range r.Perm(len(partKeys))[:r.IntN(len(partKeys)+1)] {
 			l := rates[r.IntN(len(rates))]
 			p, _ := storelink.Params(l)
 			cost := r.Int64N(p.Capacity() + 1)
-			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost})
+			reserve := randomReserve(r, p.Capacity()-cost)
+			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost, Reserve: reserve})
 			models = append(models, ks.Model(ModelLimit(p)))
-			keys, costs = append(keys, partKeys[k]), append(costs, cost)
+			keys, costs, reserves = append(keys, partKeys[k]), append(costs, cost), append(reserves, reserve)
 		}
 		got, err := lim.AcquireAll(ctx, "{u}job", c, units, parts)
 		if err != nil {
@@ -120,7 +122,7 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 			id = -int64(i) - 1
 		}
 		each := make([]algo.Decision, len(parts))
-		hold := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, now, each)
+		hold := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, reserves, now, each)
 		want := resultOf(model.Fold(hold, each))
 		if got.Result != want || (got.ID != 0) != (want.Allowed && units > 0) {
 			t.Fatalf("seed %d op %d (hold %d of %d, parts %+v at +%dµs): %+v id %d, model %+v (hold %+v, parts %+v)",
