@@ -222,7 +222,8 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.HoldOp) (storelink.Ho
 // lease's and the parts' after spending, ResetAfter and Delay the largest;
 // refused, the figures of a look at each (the lease's a query), and
 // RetryAfter the largest of the refusing parts'. A key of the lease may
-// also name a rate part: they are two states.
+// also name a rate part: they are two states. A part's Reserve keeps its
+// units for higher classes as in TakeAll, and c's Reserve the lease's.
 //
 // Over a Redis Cluster every key must be in one slot (a {hash tag}): a
 // composite whose keys are not is an error wrapping ErrLeaseCrossSlot.
