@@ -99,10 +99,10 @@ type Lease struct {
 	Expiry int64
 }
 
-// leaseTries bounds the ids an Acquire draws: a second is needed only when
+// holdTries bounds the ids an Acquire draws: a second is needed only when
 // the first is held by another lease of the key (a chance of one in 2^53
 // per lease held).
-const leaseTries = 4
+const holdTries = 4
 
 // Acquire asks for a lease of units on key under c, and holds it if the
 // units held on key plus units are at most c.Limit. Units 0 only looks.
@@ -115,19 +115,19 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 	if err != nil {
 		return Lease{}, err
 	}
-	for range leaseTries {
-		id := 1 + rand.Int64N(algo.MaxLeaseID)
+	for range holdTries {
+		id := 1 + rand.Int64N(algo.MaxHoldID)
 		var retry, reset int64
-		if l.leaseLocal != nil {
-			// Scalars through the interface: a LeaseOp and a LeaseResult
+		if l.holdLocal != nil {
+			// Scalars through the interface: a HoldOp and a HoldResult
 			// would be copied through memory at every call.
-			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, err = l.leaseLocal.LeaseLocal(algo.OpAcquire, key, p, units, id)
+			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, err = l.holdLocal.HoldLocal(algo.OpAcquire, key, p, units, id)
 		} else {
-			var r storelink.LeaseResult
-			r, err = l.lease(ctx, &storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
+			var r storelink.HoldResult
+			r, err = l.lease(ctx, &storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
 			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, ls.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
 		}
-		if errors.Is(err, algo.ErrLeaseID) {
+		if errors.Is(err, algo.ErrHoldID) {
 			continue
 		}
 		if err != nil {
@@ -140,7 +140,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		}
 		return ls, nil
 	}
-	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrHoldID, holdTries)
 }
 
 // Release gives a lease back. The Result's Allowed reports that the lease
@@ -148,7 +148,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 // already); Remaining and ResetAfter are the key's after it. Releasing a
 // lease that holds nothing (refused, or a query) does nothing.
 func (l *Limiter) Release(ctx context.Context, lease Lease) (Result, error) {
-	return l.leaseOp(ctx, algo.OpRelease, &lease, 0)
+	return l.holdOp(ctx, algo.OpRelease, &lease, 0)
 }
 
 // Extend makes a lease still held come back by itself lifetime from now (0:
@@ -157,7 +157,7 @@ func (l *Limiter) Release(ctx context.Context, lease Lease) (Result, error) {
 // Expiry; its Allowed is false when the lease had come back already: its
 // units may be held by another, and the work no longer holds a slot.
 func (l *Limiter) Extend(ctx context.Context, lease Lease, lifetime time.Duration) (Lease, error) {
-	r, err := l.leaseOp(ctx, algo.OpExtend, &lease, lifetime)
+	r, err := l.holdOp(ctx, algo.OpExtend, &lease, lifetime)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -168,8 +168,8 @@ func (l *Limiter) Extend(ctx context.Context, lease Lease, lifetime time.Duratio
 	return lease, nil
 }
 
-// leaseOp releases or extends lease (by lifetime, 0: its own).
-func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (res Result, err error) {
+// holdOp releases or extends lease (by lifetime, 0: its own).
+func (l *Limiter) holdOp(ctx context.Context, op int64, lease *Lease, lifetime time.Duration) (res Result, err error) {
 	c := lease.Limit
 	if lifetime != 0 {
 		c.Lifetime = lifetime
@@ -186,11 +186,11 @@ func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime 
 		return Result{Degraded: lease.Degraded}, nil
 	}
 	var retry, reset, exp int64
-	if l.leaseLocal != nil && !lease.Degraded {
-		res.Allowed, res.Remaining, retry, reset, exp, err = l.leaseLocal.LeaseLocal(op, lease.Key, p, 0, lease.ID)
+	if l.holdLocal != nil && !lease.Degraded {
+		res.Allowed, res.Remaining, retry, reset, exp, err = l.holdLocal.HoldLocal(op, lease.Key, p, 0, lease.ID)
 	} else {
-		var r storelink.LeaseResult
-		r, err = l.lease(ctx, &storelink.LeaseOp{Op: op, Key: lease.Key, Limit: p, ID: lease.ID, Degraded: lease.Degraded})
+		var r storelink.HoldResult
+		r, err = l.lease(ctx, &storelink.HoldOp{Op: op, Key: lease.Key, Limit: p, ID: lease.ID, Degraded: lease.Degraded})
 		res.Allowed, res.Remaining, retry, reset, exp, res.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
 	}
 	if err != nil {
@@ -204,14 +204,14 @@ func (l *Limiter) leaseOp(ctx context.Context, op int64, lease *Lease, lifetime 
 }
 
 // lease checks op and runs it on the store.
-func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (storelink.LeaseResult, error) {
-	if err := storelink.CheckLease(op); err != nil {
-		return storelink.LeaseResult{}, err
+func (l *Limiter) lease(ctx context.Context, op *storelink.HoldOp) (storelink.HoldResult, error) {
+	if err := storelink.CheckHold(op); err != nil {
+		return storelink.HoldResult{}, err
 	}
-	if l.leaser == nil {
-		return storelink.LeaseResult{}, l.noLeases()
+	if l.holder == nil {
+		return storelink.HoldResult{}, l.noHolds()
 	}
-	return l.leaser.Lease(ctx, *op)
+	return l.holder.Hold(ctx, *op)
 }
 
 // AcquireAll asks for a lease of units on key under c together with the
@@ -222,7 +222,8 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.LeaseOp) (storelink.L
 // lease's and the parts' after spending, ResetAfter and Delay the largest;
 // refused, the figures of a look at each (the lease's a query), and
 // RetryAfter the largest of the refusing parts'. A key of the lease may
-// also name a rate part: they are two states.
+// also name a rate part: they are two states. A part's Reserve keeps its
+// units for higher classes as in TakeAll, and c's Reserve the lease's.
 //
 // Over a Redis Cluster every key must be in one slot (a {hash tag}): a
 // composite whose keys are not is an error wrapping ErrLeaseCrossSlot.
@@ -238,18 +239,18 @@ func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, uni
 	if err != nil {
 		return Lease{}, err
 	}
-	op := storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
+	op := storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units}
 	each := make([]algo.Decision, len(reqs))
-	for range leaseTries {
-		op.ID = 1 + rand.Int64N(algo.MaxLeaseID)
-		if err := storelink.CheckLease(&op); err != nil {
+	for range holdTries {
+		op.ID = 1 + rand.Int64N(algo.MaxHoldID)
+		if err := storelink.CheckHold(&op); err != nil {
 			return Lease{}, err
 		}
-		if l.leaser == nil {
-			return Lease{}, l.noLeases()
+		if l.holder == nil {
+			return Lease{}, l.noHolds()
 		}
-		r, err := l.leaser.LeaseAll(ctx, op, reqs, each)
-		if errors.Is(err, algo.ErrLeaseID) {
+		r, err := l.holder.HoldAll(ctx, op, reqs, each)
+		if errors.Is(err, algo.ErrHoldID) {
 			continue
 		}
 		if err != nil {
@@ -268,16 +269,16 @@ func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, uni
 		}
 		return ls, nil
 	}
-	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrLeaseID, leaseTries)
+	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrHoldID, holdTries)
 }
 
 // ErrLeaseCrossSlot is returned by AcquireAll over a Redis Cluster when its
 // keys are not all in one slot.
 var ErrLeaseCrossSlot = storelink.ErrLeaseCrossSlot
 
-// noLeases is the error of a lease operation on a Limiter whose store
+// noHolds is the error of a lease operation on a Limiter whose store
 // holds no leases.
-func (l *Limiter) noLeases() error {
+func (l *Limiter) noHolds() error {
 	if l.eng == nil {
 		return errNoStore
 	}

@@ -47,9 +47,9 @@ func ExampleLimiter_Extend() {
 	// true <nil> true
 }
 
-// TestLeasesOutside: a store from outside this module holds no concurrency
+// TestHoldsOutside: a store from outside this module holds no concurrency
 // limits: an error wrapping errors.ErrUnsupported, never a lease.
-func TestLeasesOutside(t *testing.T) {
+func TestHoldsOutside(t *testing.T) {
 	lim := sluice.New(struct{ sluice.Store }{memstore.New()})
 	ls, err := lim.Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1)
 	if !errors.Is(err, sluice.ErrNoLeases) || !errors.Is(err, errors.ErrUnsupported) || ls.Allowed {

@@ -28,11 +28,8 @@ func (l *Limiter) TakeReserving(ctx context.Context, key string, lim Limit, cost
 	if err == nil {
 		err = storelink.Check(key, p, cost)
 	}
-	if err == nil && (reserve < 0 || cost+reserve > p.Capacity()) {
-		err = fmt.Errorf("%w: cost %d with a reserve of %d, capacity %d", ErrCostExceedsCapacity, cost, reserve, p.Capacity())
-		if reserve < 0 {
-			err = fmt.Errorf("%w: reserve %d is negative", ErrInvalidCost, reserve)
-		}
+	if err == nil {
+		err = storelink.CheckReserve(&p, cost, reserve)
 	}
 	if err != nil {
 		return Result{}, err

@@ -125,9 +125,14 @@ func (o outside) Take(ctx context.Context, req storelink.Request) (storelink.Res
 	return storelink.Result(r), err
 }
 
+// TakeAll hands the parts over; a part with a reserve is ErrNoReserve,
+// since a Request carries none.
 func (o outside) TakeAll(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
 	pub := make([]Request, len(reqs))
 	for i := range reqs {
+		if reqs[i].Reserve != 0 {
+			return storelink.Result{}, ErrNoReserve
+		}
 		pub[i] = publicRequest(&reqs[i])
 	}
 	r, err := o.s.TakeAll(ctx, pub)
@@ -205,10 +210,10 @@ type Clock interface {
 type Limiter struct {
 	eng   storelink.Decider
 	local storelink.Local // eng, when it is one (memstore's)
-	// leaser is eng, when its store holds concurrency limits.
-	leaser     storelink.Leaser
-	leaseLocal storelink.LeaseLocal // leaser, when it is one (memstore's)
-	clock      Clock
+	// holder is eng, when its store holds concurrency limits.
+	holder    storelink.Holder
+	holdLocal storelink.HoldLocal // holder, when it is one (memstore's)
+	clock     Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
 	valid [8]atomic.Pointer[validLimit]
@@ -300,8 +305,8 @@ func New(store Store, opts ...Option) *Limiter {
 		l.eng = outside{store}
 	}
 	l.local, _ = l.eng.(storelink.Local)
-	l.leaser, _ = l.eng.(storelink.Leaser)
-	l.leaseLocal, _ = l.eng.(storelink.LeaseLocal)
+	l.holder, _ = l.eng.(storelink.Holder)
+	l.holdLocal, _ = l.eng.(storelink.HoldLocal)
 	for _, o := range opts {
 		o(l)
 	}
@@ -429,10 +434,18 @@ func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int6
 // Part is one limit of a composite request: Cost units spent on Key under
 // Limit. Each part has its own cost ("1 request and 850 tokens"); a part of
 // Cost 0 only looks, as Take with cost 0 does.
+//
+// Reserve makes the part a lower class's, as TakeReserving does for one
+// limit: the part passes only if Cost + Reserve units could pass, and
+// spends only Cost; its Remaining is the class's (less Reserve, at least
+// 0). Cost + Reserve over the limit's capacity is an error
+// (ErrCostExceedsCapacity); 0 is no reserve. A store from outside this
+// module cannot keep one (ErrNoReserve).
 type Part struct {
-	Key   string
-	Limit Limit
-	Cost  int64
+	Key     string
+	Limit   Limit
+	Cost    int64
+	Reserve int64
 }
 
 // appendRequests checks the parts of a composite request and appends their
@@ -448,7 +461,7 @@ func (l *Limiter) appendRequests(dst []storelink.Request, parts []Part) ([]store
 		}
 		dst = append(dst, storelink.Request{}) // set the fields: copying a Request costs more
 		r := &dst[len(dst)-1]
-		r.Key, r.Params, r.Cost, r.MaxDelay = pt.Key, p, pt.Cost, algo.Never
+		r.Key, r.Params, r.Cost, r.MaxDelay, r.Reserve = pt.Key, p, pt.Cost, algo.Never, pt.Reserve
 	}
 	if err := distinct(parts); err != nil {
 		return dst[:n], err
@@ -462,6 +475,9 @@ func (l *Limiter) checkPart(i int, pt *Part) (algo.Params, error) {
 	p, err := l.partParams(pt.Limit)
 	if err == nil {
 		err = storelink.Check(pt.Key, p, pt.Cost)
+	}
+	if err == nil && pt.Reserve != 0 {
+		err = storelink.CheckReserve(&p, pt.Cost, pt.Reserve)
 	}
 	if err != nil {
 		return p, storelink.PartError(i, pt.Key, err)

@@ -6,16 +6,16 @@ import (
 )
 
 // Concurrency is a validated concurrency limit: at most Limit units held at
-// once (by leases), each lease coming back by itself Lifetime µs after it
+// once (by holds), each hold coming back by itself Lifetime µs after it
 // was acquired or last extended, if it was not released before.
 type Concurrency struct {
 	Limit    int64
 	Lifetime int64 // µs
 }
 
-// MaxLeaseID is the largest lease id: ids stay below 2^53 so that a Lua
+// MaxHoldID is the largest hold id: ids stay below 2^53 so that a Lua
 // double holds them exactly, as it does every other quantity.
-const MaxLeaseID = int64(1)<<53 - 1
+const MaxHoldID = int64(1)<<53 - 1
 
 // Validate reports why c cannot be used, or nil: Limit and Lifetime must be
 // positive and at most MaxScaled (a lifetime of 2^50 µs is 35 years).
@@ -33,17 +33,17 @@ func (c Concurrency) Validate() error {
 	return nil
 }
 
-// Lease is one held lease of a key: its id, the units it holds and the time
+// Hold is one hold of a key: its id, the units it holds and the time
 // (µs) it comes back by itself. It is held at every instant before Expiry.
-type Lease struct {
+type Hold struct {
 	ID, Units, Expiry int64
 }
 
-// ErrLeaseID is returned by Acquire when a lease of the key that is still
+// ErrHoldID is returned by Acquire when a hold of the key that is still
 // held has the id asked for: the caller draws another and asks again.
-var ErrLeaseID = errors.New("sluice: lease id in use")
+var ErrHoldID = errors.New("sluice: lease id in use")
 
-// The lease operations a store runs (LeaseStep): the codes are those of the
+// The hold operations a store runs (HoldStep): the codes are those of the
 // Lua twin's op argument.
 const (
 	OpAcquire int64 = iota + 1
@@ -51,32 +51,32 @@ const (
 	OpExtend
 )
 
-// LeaseStep runs one lease operation at now on a key's leases held, which
+// HoldStep runs one hold operation at now on the holds of a key, which
 // it keeps sorted by expiry and updates in place (the zero, nil, value is
 // the fresh state):
 //
-//   - OpAcquire of units under c with the id id: the leases that have come
+//   - OpAcquire of units under c with the id id: the holds that have come
 //     back are dropped; the request passes when the units still held plus
-//     units fit c.Limit, and then holds a lease {id, units, now +
+//     units fit c.Limit, and then keeps a hold {id, units, now +
 //     c.Lifetime}. Units 0 is a query: always allowed, nothing held.
-//     Refused, RetryAfter is the wait until enough of the held leases come
+//     Refused, RetryAfter is the wait until enough of the holds come
 //     back by themselves for it to fit, were none released or extended.
-//   - OpRelease of the lease id: Allowed reports that it was still held;
-//     it is then dropped. A lease that had come back, or was never held,
+//   - OpRelease of the hold id: Allowed reports that it was still held;
+//     it is then dropped. A hold that had come back, or was never held,
 //     changes nothing.
-//   - OpExtend of the lease id by c.Lifetime: a lease still held is held
+//   - OpExtend of the hold id by c.Lifetime: a hold still held is held
 //     until now + c.Lifetime (Allowed); one that had come back stays gone.
 //
 // Every operation reports Remaining, the units that could still be acquired
 // (c.Limit less those held; 0 when a lowered limit is below them),
-// ResetAfter, the wait until the last lease comes back, and FreshAt. expiry
-// is the lease's Expiry when an acquire or extend is allowed, else 0.
+// ResetAfter, the wait until the last hold comes back, and FreshAt. expiry
+// is the hold's Expiry when an acquire or extend is allowed, else 0.
 //
 // Preconditions, which the stores check: c is valid (for a release, only
 // its Limit is read, for the figures), 0 ≤ units ≤ c.Limit, 1 ≤ id ≤
-// MaxLeaseID, now passes CheckTime. The only error is ErrLeaseID, when an
-// acquire names the id of a lease still held: nothing changes.
-func LeaseStep(c *Concurrency, held *[]Lease, op, now, units, id int64, d *Decision) (expiry int64, err error) {
+// MaxHoldID, now passes CheckTime. The only error is ErrHoldID, when an
+// acquire names the id of a hold still held: nothing changes.
+func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decision) (expiry int64, err error) {
 	h := *held
 	n := 0
 	for n < len(h) && h[n].Expiry <= now {
@@ -101,13 +101,13 @@ func LeaseStep(c *Concurrency, held *[]Lease, op, now, units, id int64, d *Decis
 		switch {
 		case at >= 0 && units > 0:
 			*held = h
-			return 0, ErrLeaseID
+			return 0, ErrHoldID
 		case units == 0:
 			d.Allowed = true
 		case used+units <= c.Limit:
 			d.Allowed = true
 			expiry = now + c.Lifetime
-			h = insertLease(h, Lease{ID: id, Units: units, Expiry: expiry})
+			h = insertHold(h, Hold{ID: id, Units: units, Expiry: expiry})
 			used += units
 		default:
 			left := used
@@ -127,7 +127,7 @@ func LeaseStep(c *Concurrency, held *[]Lease, op, now, units, id int64, d *Decis
 			if op == OpExtend {
 				l.Expiry = now + c.Lifetime
 				expiry = l.Expiry
-				h = insertLease(h, l)
+				h = insertHold(h, l)
 			} else {
 				used -= l.Units
 			}
@@ -142,15 +142,15 @@ func LeaseStep(c *Concurrency, held *[]Lease, op, now, units, id int64, d *Decis
 	return expiry, nil
 }
 
-// insertLease inserts l into h, sorted by expiry, after the leases that
+// insertHold inserts l into h, sorted by expiry, after the holds that
 // expire with it: the order of a Redis sorted set is not needed, only that
 // of expiries.
-func insertLease(h []Lease, l Lease) []Lease {
+func insertHold(h []Hold, l Hold) []Hold {
 	i := len(h)
 	for i > 0 && h[i-1].Expiry > l.Expiry {
 		i--
 	}
-	h = append(h, Lease{})
+	h = append(h, Hold{})
 	copy(h[i+1:], h[i:])
 	h[i] = l
 	return h

@@ -10,24 +10,24 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
-// leaseOp is one operation of a lease trace and the decision it must get.
-type leaseOp struct {
+// holdOp is one operation of a hold trace and the decision it must get.
+type holdOp struct {
 	op, now, units, id int64
 	allowed            bool
 	remaining, retry   int64
 	reset, expiry      int64
 }
 
-func runLeases(t *testing.T, c algo.Concurrency, ops []leaseOp) {
+func runHolds(t *testing.T, c algo.Concurrency, ops []holdOp) {
 	t.Helper()
-	var held []algo.Lease
+	var held []algo.Hold
 	for i, o := range ops {
 		var d algo.Decision
-		exp, err := algo.LeaseStep(&c, &held, o.op, o.now, o.units, o.id, &d)
+		exp, err := algo.HoldStep(&c, &held, o.op, o.now, o.units, o.id, &d)
 		if err != nil {
 			t.Fatalf("op %d: %v", i, err)
 		}
-		got := leaseOp{o.op, o.now, o.units, o.id, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, exp}
+		got := holdOp{o.op, o.now, o.units, o.id, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, exp}
 		if got != o {
 			t.Fatalf("op %d: got %+v, want %+v", i, got, o)
 		}
@@ -37,60 +37,60 @@ func runLeases(t *testing.T, c algo.Concurrency, ops []leaseOp) {
 	}
 }
 
-func TestLeaseStepByHand(t *testing.T) {
+func TestHoldStepByHand(t *testing.T) {
 	const acq, rel, ext = algo.OpAcquire, algo.OpRelease, algo.OpExtend
 	c := algo.Concurrency{Limit: 3, Lifetime: 100}
-	runLeases(t, c, []leaseOp{
+	runHolds(t, c, []holdOp{
 		{acq, 0, 1, 1, true, 2, 0, 100, 100},
 		{acq, 10, 2, 2, true, 0, 0, 100, 110},
-		{acq, 20, 1, 3, false, 0, 80, 90, 0},   // lease 1 comes back at 100
+		{acq, 20, 1, 3, false, 0, 80, 90, 0},   // hold 1 comes back at 100
 		{acq, 20, 3, 3, false, 0, 90, 90, 0},   // needs both: the later, 110
 		{acq, 20, 0, 3, true, 0, 0, 90, 0},     // a query always passes
-		{rel, 30, 0, 2, true, 2, 0, 70, 0},     // lease 2 back: 2 free
+		{rel, 30, 0, 2, true, 2, 0, 70, 0},     // hold 2 back: 2 free
 		{rel, 30, 0, 2, false, 2, 0, 70, 0},    // twice: nothing more
 		{ext, 40, 0, 1, true, 2, 0, 100, 140},  // held until 140
 		{acq, 99, 2, 4, true, 0, 0, 100, 199},  // limit full again
-		{acq, 139, 1, 5, false, 0, 1, 60, 0},   // lease 1 ends at 140, not before
+		{acq, 139, 1, 5, false, 0, 1, 60, 0},   // hold 1 ends at 140, not before
 		{acq, 140, 1, 5, true, 0, 0, 100, 240}, // and not after
-		{rel, 150, 0, 1, false, 0, 0, 90, 0},   // lease 1 had come back
-		{ext, 250, 0, 4, false, 3, 0, 0, 0},    // lease 4 too: an empty key is fresh
+		{rel, 150, 0, 1, false, 0, 0, 90, 0},   // hold 1 had come back
+		{ext, 250, 0, 4, false, 3, 0, 0, 0},    // hold 4 too: an empty key is fresh
 	})
 }
 
-// TestLeaseStepLoweredLimit: a limit lowered below the units held refuses
-// until enough leases have come back, and reports no negative remainder.
-func TestLeaseStepLoweredLimit(t *testing.T) {
-	var held []algo.Lease
+// TestHoldStepLoweredLimit: a limit lowered below the units held refuses
+// until enough holds have come back, and reports no negative remainder.
+func TestHoldStepLoweredLimit(t *testing.T) {
+	var held []algo.Hold
 	c := algo.Concurrency{Limit: 4, Lifetime: 10}
 	for id := int64(1); id <= 4; id++ {
 		var d algo.Decision
-		if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, id, 1, id, &d); err != nil || !d.Allowed {
+		if _, err := algo.HoldStep(&c, &held, algo.OpAcquire, id, 1, id, &d); err != nil || !d.Allowed {
 			t.Fatalf("acquire %d: %+v %v", id, d, err)
 		}
 	}
 	low := algo.Concurrency{Limit: 2, Lifetime: 10}
 	var d algo.Decision
-	algo.LeaseStep(&low, &held, algo.OpAcquire, 5, 1, 9, &d)
+	algo.HoldStep(&low, &held, algo.OpAcquire, 5, 1, 9, &d)
 	if d.Allowed || d.Remaining != 0 || d.RetryAfter != 13-5 {
-		t.Fatalf("under the lowered limit: %+v, want refused, remaining 0, retry 8 (leases 1..3 back at 13)", d)
+		t.Fatalf("under the lowered limit: %+v, want refused, remaining 0, retry 8 (holds 1..3 back at 13)", d)
 	}
 }
 
-func TestLeaseStepIDInUse(t *testing.T) {
+func TestHoldStepIDInUse(t *testing.T) {
 	c := algo.Concurrency{Limit: 5, Lifetime: 10}
-	var held []algo.Lease
+	var held []algo.Hold
 	var d algo.Decision
-	algo.LeaseStep(&c, &held, algo.OpAcquire, 0, 1, 7, &d)
+	algo.HoldStep(&c, &held, algo.OpAcquire, 0, 1, 7, &d)
 	d = algo.Decision{}
-	if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, 5, 1, 7, &d); !errors.Is(err, algo.ErrLeaseID) {
-		t.Fatalf("an id still held: err %v, want ErrLeaseID", err)
+	if _, err := algo.HoldStep(&c, &held, algo.OpAcquire, 5, 1, 7, &d); !errors.Is(err, algo.ErrHoldID) {
+		t.Fatalf("an id still held: err %v, want ErrHoldID", err)
 	}
 	if len(held) != 1 {
-		t.Fatalf("the refused id changed the leases: %v", held)
+		t.Fatalf("the refused id changed the holds: %v", held)
 	}
 	d = algo.Decision{}
-	if _, err := algo.LeaseStep(&c, &held, algo.OpAcquire, 10, 1, 7, &d); err != nil || !d.Allowed {
-		t.Fatalf("the id once its lease came back: %+v %v", d, err)
+	if _, err := algo.HoldStep(&c, &held, algo.OpAcquire, 10, 1, 7, &d); err != nil || !d.Allowed {
+		t.Fatalf("the id once its hold came back: %+v %v", d, err)
 	}
 }
 
@@ -105,18 +105,18 @@ func TestConcurrencyValidate(t *testing.T) {
 	}
 }
 
-// TestLeaseStepMatchesModel runs random traces of acquires, releases and
-// extensions over a few keys through LeaseStep and the model: every
-// decision, and the lease's expiry, must agree, and the units held never
+// TestHoldStepMatchesModel runs random traces of acquires, releases and
+// extensions over a few keys through HoldStep and the model: every
+// decision, and the hold's expiry, must agree, and the units held never
 // pass the limit in force.
-func TestLeaseStepMatchesModel(t *testing.T) {
+func TestHoldStepMatchesModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 25))
 	for trace := range 300 {
 		limit := 1 + r.Int64N(6)
 		lifetime := 1 + r.Int64N(50)
 		keys := []string{"a", "b"}
-		states := map[string][]algo.Lease{}
-		m := model.NewLeases()
+		states := map[string][]algo.Hold{}
+		m := model.NewHolds()
 		ids := map[string][]int64{} // every id acquired on a key, held or not
 		now, next := t0, int64(1)
 		for i := range 200 {
@@ -143,7 +143,7 @@ func TestLeaseStepMatchesModel(t *testing.T) {
 			}
 			held := states[key]
 			var d algo.Decision
-			exp, err := algo.LeaseStep(&c, &held, op, now, units, id, &d)
+			exp, err := algo.HoldStep(&c, &held, op, now, units, id, &d)
 			if err != nil {
 				t.Fatalf("trace %d op %d: %v", trace, i, err)
 			}

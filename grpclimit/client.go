@@ -144,8 +144,8 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 		each = make([]sluice.Result, len(ps))
 	}
 	parts := make([]sluice.Part, len(ps))
-	for i, p := range ps {
-		parts[i] = sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost}
+	for i := range ps {
+		parts[i] = ps[i].Sluice()
 	}
 	res, err := c.lim.WaitEach(cl, parts, each)
 	lat := time.Since(start)

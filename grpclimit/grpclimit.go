@@ -61,6 +61,19 @@ type Policy struct {
 	// interceptor's WithStreamMode), PerCall or PerMessage. A unary call
 	// spends once, whatever the mode.
 	Stream StreamMode
+	// Reserve keeps units of Limit for critical calls (priority classes,
+	// reserved capacity): a call Critical does not pick passes only while
+	// Reserve units would stay after its cost
+	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// passes its share; a critical one may use the whole limit. Both spend
+	// from one budget. The rate-limit metadata a call gets is its class's:
+	// q is the limit's capacity less Reserve, r what its class may still
+	// spend. 0 keeps nothing; Reserve must leave at least Cost to the
+	// others.
+	Reserve int64
+	// Critical picks the calls that may use Reserve (a health check, a
+	// paying customer's calls); nil picks none.
+	Critical func(ctx context.Context, method string) bool
 }
 
 // policy is a checked Policy: the rule both doors keep, its key and cost
@@ -69,7 +82,13 @@ type policy struct {
 	policycore.Rule
 	Key      KeyFunc
 	CostFunc func(ctx context.Context, method string, msg any) (int64, error)
+	Critical func(ctx context.Context, method string) bool
 	perMsg   bool
+}
+
+// reserveFor is what a call of method leaves for higher classes under p.
+func (p *policy) reserveFor(ctx context.Context, method string) int64 {
+	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(ctx, method))
 }
 
 // Stats holds one policy's counts since its Server or Client was made, one
@@ -107,8 +126,8 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 		if mode == StreamDefault {
 			mode = c.mode
 		}
-		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, perMsg: mode == PerMessage}
-		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Shadow: p.Shadow, Optional: p.Optional}
+		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, Critical: p.Critical, perMsg: mode == PerMessage}
+		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional}
 		if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
 			return nil, fmt.Errorf("grpclimit: %w", err)
 		}
@@ -208,7 +227,7 @@ func gather(cl *call, method string, pols []*policy, msg any, out []policycore.P
 			}
 			cost = c
 		}
-		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost})
+		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost, Reserve: p.reserveFor(cl, method)})
 	}
 	return out, nil
 }
@@ -232,6 +251,7 @@ func (cl *call) charge(ps []policycore.Part, each []sluice.Result) {
 type figures struct {
 	rule             *policycore.Rule
 	cost             int64
+	quota            int64 // q: the call's class's (policycore.Part.Quota)
 	remaining, reset int64 // r, and t in whole seconds
 }
 
@@ -240,7 +260,7 @@ type figures struct {
 func figuresOf(ps []policycore.Part, each []sluice.Result) []figures {
 	out := make([]figures, len(ps))
 	for i, p := range ps {
-		out[i] = figures{rule: p.Rule, cost: p.Cost, remaining: each[i].Remaining, reset: policycore.Seconds(each[i].ResetAfter)}
+		out[i] = figures{rule: p.Rule, cost: p.Cost, quota: p.Quota(), remaining: each[i].Remaining, reset: policycore.Seconds(each[i].ResetAfter)}
 	}
 	return out
 }
@@ -310,8 +330,8 @@ func draft11(figs []figures) metadata.MD {
 			pol = append(pol, ", "...)
 			cur = append(cur, ", "...)
 		}
-		pol = policycore.AppendPolicy(pol, f.rule.Name, f.rule.Q, f.rule.W)
-		cur = policycore.AppendLimit(cur, f.rule.Name, f.remaining, f.reset, f.rule.Q)
+		pol = policycore.AppendPolicy(pol, f.rule.Name, f.quota, f.rule.W)
+		cur = policycore.AppendLimit(cur, f.rule.Name, f.remaining, f.reset, f.quota)
 	}
 	return metadata.MD{"ratelimit-policy": {string(pol)}, "ratelimit": {string(cur)}}
 }

@@ -36,7 +36,9 @@ type PolicyResult struct {
 	Key string
 	// Cost is what the request spends, or would have.
 	Cost int64
-	// Quota and Window are RateLimit-Policy's q and w (whole seconds).
+	// Quota and Window are RateLimit-Policy's q and w (whole seconds). A
+	// request of a lower class (Policy.Reserve) has its class's q: the
+	// limit's capacity less the reserve.
 	Quota, Window int64
 	// Remaining is RateLimit's r, and Reset its t (whole seconds).
 	Remaining, Reset int64
@@ -54,7 +56,7 @@ func DecisionFrom(ctx context.Context) (*Decision, bool) {
 
 // result is p's numbers from a result's Remaining and ResetAfter.
 func result(p *policycore.Part, remaining, resetAfter int64) PolicyResult {
-	return PolicyResult{Name: p.Rule.Name, Shadow: p.Rule.Shadow, Key: p.RequestKey(), Cost: p.Cost, Quota: p.Rule.Q, Window: p.Rule.W,
+	return PolicyResult{Name: p.Rule.Name, Shadow: p.Rule.Shadow, Key: p.RequestKey(), Cost: p.Cost, Quota: p.Quota(), Window: p.Rule.W,
 		Remaining: remaining, Reset: policycore.Seconds(time.Duration(resetAfter))}
 }
 

@@ -24,6 +24,10 @@
 // and they can never make an enforced policy refuse. Per-route policies: wrap
 // each route's handler in a Middleware of its own, with any router.
 //
+// A policy may keep part of its limit for critical requests
+// (Policy.Reserve, Policy.Critical): the others are refused once the key's
+// usage passes their share, and each request's headers are its class's.
+//
 // # Keys
 //
 // A policy's key is the client's IP by default (ClientIP): the connection's

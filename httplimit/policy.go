@@ -41,6 +41,18 @@ type Policy struct {
 	// always optional, and a shadow policy's cost that cannot be read
 	// leaves it out (counted in Stats.Errors): it never answers.
 	Optional bool
+	// Reserve keeps units of Limit for critical requests (priority
+	// classes, reserved capacity): a request Critical does not pick passes
+	// only while Reserve units would stay after its cost
+	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// passes its share; a critical one may use the whole limit. Both spend
+	// from one budget. Its RateLimit fields are its class's: q is the
+	// limit's capacity less Reserve, r what its class may still spend. 0
+	// keeps nothing; Reserve must leave at least Cost to the others.
+	Reserve int64
+	// Critical picks the requests that may use Reserve (a health check, a
+	// paying customer's checkout); nil picks none.
+	Critical func(r *http.Request) bool
 }
 
 // Middleware limits the requests of the handlers it wraps. It is safe for
@@ -73,6 +85,7 @@ type policy struct {
 	policycore.Rule
 	Key      KeyFunc
 	CostFunc func(r *http.Request) (int64, error)
+	Critical func(r *http.Request) bool
 	// clientIP: Key was nil, so the key is the client's address group,
 	// which parts appends straight to KeyPrefix (ClientIP() would make a
 	// string of it first, and look the Middleware up in the context).
@@ -116,7 +129,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 		} else {
 			m.enforced = append(m.enforced, pol)
 		}
-		m.userFuncs = m.userFuncs || !pol.clientIP || p.CostFunc != nil
+		m.userFuncs = m.userFuncs || !pol.clientIP || p.CostFunc != nil || p.Critical != nil
 	}
 	m.userFuncs = m.userFuncs || m.skip != nil
 	var hb []byte
@@ -134,9 +147,10 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 // with its defaults: cost 1, the key defaultKey().
 func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (*policy, error) {
 	pol := &policy{
-		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Shadow: p.Shadow, Optional: p.Optional},
+		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional},
 		Key:      p.Key,
 		CostFunc: p.CostFunc,
+		Critical: p.Critical,
 		clientIP: p.Key == nil,
 	}
 	if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
@@ -146,6 +160,11 @@ func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (
 		pol.Key = defaultKey()
 	}
 	return pol, nil
+}
+
+// reserveFor is what r leaves for higher classes under p.
+func (p *policy) reserveFor(r *http.Request) int64 {
+	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(r))
 }
 
 // Stats is what one policy decided since the Middleware was made.

@@ -204,7 +204,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost})
+			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Reserve: p.reserveFor(req)})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}

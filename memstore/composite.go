@@ -45,8 +45,9 @@ func (a *part) before(b *part) bool {
 // takeAll makes one decision for a composite of checked requests at time
 // now (µs since the epoch), writing it into *acc, which must be zero, and,
 // unless each is nil, each part's decision into each[i] (each as long as
-// reqs; see model.TakeEach for what a part reports). The entries of all parts are locked together, in one order (by hash, then
-// key), so the decision is atomic; a part that spends nothing on a key
+// reqs; see model.TakeEach for what a part reports). A part with a
+// Reserve steps as algo.StepReserving. The entries of all parts are locked
+// together, in one order (by hash, then key), so the decision is atomic; a part that spends nothing on a key
 // without an entry steps a fresh state and stores nothing. Composites of up
 // to 4 parts allocate nothing.
 func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision) error {
@@ -54,7 +55,7 @@ func (s *Store) takeAll(reqs []storelink.Request, now int64, acc *algo.Decision,
 }
 
 // takeAllUnless is takeAll with one more part that refuses when veto is
-// set (a lease that does not fit: see leaseAll), whose figures the caller
+// set (a hold that does not fit: see holdAll), whose figures the caller
 // folds in: the parts then spend nothing and report as in a refusal.
 func (s *Store) takeAllUnless(reqs []storelink.Request, now int64, acc *algo.Decision, each []algo.Decision, veto bool) error {
 	if err := algo.CheckTime(now); err != nil {
@@ -94,7 +95,7 @@ func (s *Store) takeAllUnless(reqs []storelink.Request, now int64, acc *algo.Dec
 			}
 		}
 		var d algo.Decision
-		algo.StepTo(&r.Params, &pt.st, now, r.Cost, r.MaxDelay, &d)
+		algo.StepReserving(&r.Params, &pt.st, now, r.Cost, r.Reserve, r.MaxDelay, &d)
 		pt.freshAt = d.FreshAt
 		if each != nil {
 			each[i] = d
@@ -125,7 +126,7 @@ func (s *Store) takeAllUnless(reqs []storelink.Request, now int64, acc *algo.Dec
 				st = e.st
 			}
 			var d algo.Decision
-			algo.StepTo(&reqs[i].Params, &st, now, 0, reqs[i].MaxDelay, &d)
+			algo.StepReserving(&reqs[i].Params, &st, now, 0, reqs[i].Reserve, reqs[i].MaxDelay, &d)
 			looks = append(looks, d)
 			if each != nil {
 				algo.RefusedPart(&each[i], &d)

@@ -8,69 +8,69 @@ import (
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 
-// leaseShard holds the lease sets of the keys whose hash picks it, under
-// one lock: a lease operation is a map lookup and a step over a few leases,
+// holdShard holds the hold sets of the keys whose hash picks it, under
+// one lock: a hold operation is a map lookup and a step over a few holds,
 // shorter than the lock-free table's machinery would be worth. Padded to a
 // cache line of its own.
-type leaseShard struct {
+type holdShard struct {
 	mu      sync.Mutex
-	sets    map[string]*leaseSet
+	sets    map[string]*holdSet
 	sweepAt int // sweep on the insert that brings the sets to this
 	_       [40]byte
 }
 
-// leaseSet is one key's leases, sorted by expiry (algo.LeaseStep's state),
+// holdSet is one key's holds, sorted by expiry (algo.HoldStep's state),
 // and the time (µs) from which none is held. A set emptied by releases
 // stays until a sweep finds it fresh: the next acquire on the key then
 // reuses its array and allocates nothing.
-type leaseSet struct {
-	held    []algo.Lease
+type holdSet struct {
+	held    []algo.Hold
 	freshAt int64
 }
 
 var (
-	_ storelink.Leaser     = (*engine)(nil)
-	_ storelink.LeaseLocal = (*engine)(nil)
+	_ storelink.Holder    = (*engine)(nil)
+	_ storelink.HoldLocal = (*engine)(nil)
 )
 
-// LeaseLocal is Lease for the Limiter's hot path: scalars in and out, no
-// LeaseOp or LeaseResult to build and copy.
-func (e *engine) LeaseLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error) {
+// HoldLocal is Hold for the Limiter's hot path: scalars in and out, no
+// HoldOp or HoldResult to build and copy.
+func (e *engine) HoldLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error) {
 	s := e.store()
 	var d algo.Decision
-	expiry, err = s.leaseStep(op, key, &c, units, id, s.now(), &d)
+	expiry, err = s.holdStep(op, key, &c, units, id, s.now(), &d)
 	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, expiry, err
 }
 
-// Lease runs op at the store's clock time.
-func (e *engine) Lease(_ context.Context, op storelink.LeaseOp) (storelink.LeaseResult, error) {
+// Hold runs op at the store's clock time.
+func (e *engine) Hold(_ context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
 	s := e.store()
-	return s.lease(&op, s.now())
+	return s.hold(&op, s.now())
 }
 
-// LeaseAt runs op at now (µs since the epoch).
-func (e *engine) LeaseAt(_ context.Context, op storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
-	return e.store().lease(&op, now)
+// HoldAt runs op at now (µs since the epoch).
+func (e *engine) HoldAt(_ context.Context, op storelink.HoldOp, now int64) (storelink.HoldResult, error) {
+	return e.store().hold(&op, now)
 }
 
-// lease runs one checked lease operation at now.
-func (s *Store) lease(op *storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
-	var r storelink.LeaseResult
-	exp, err := s.leaseStep(op.Op, op.Key, &op.Limit, op.Units, op.ID, now, &r.Decision)
+// hold runs one checked hold operation at now.
+func (s *Store) hold(op *storelink.HoldOp, now int64) (storelink.HoldResult, error) {
+	var r storelink.HoldResult
+	exp, err := s.holdStep(op.Op, op.Key, &op.Limit, op.Units, op.ID, now, &r.Decision)
 	if err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
 	r.Expiry = exp
 	return r, nil
 }
 
-// leaseStep runs one checked lease operation at now under its shard's
+// holdStep runs one checked hold operation at now under its shard's
 // lock, writing the decision into *d (zero).
-func (s *Store) leaseStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
+func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
 	if err := algo.CheckTime(now); err != nil {
 		return 0, err // wraps sluice.ErrInvalidTime
 	}
-	sh := &s.leases[(hashOf(s.seed, key)>>40)&s.mask]
+	sh := &s.holds[(hashOf(s.seed, key)>>40)&s.mask]
 	sh.mu.Lock()
 	set := sh.sets[key]
 	if set == nil {
@@ -78,23 +78,23 @@ func (s *Store) leaseStep(op int64, key string, c *algo.Concurrency, units, id, 
 			sh.mu.Unlock()
 			// Nothing is held: the step's figures on the fresh state, which
 			// a release, an extension or a query leaves as it is.
-			var none []algo.Lease
-			return algo.LeaseStep(c, &none, op, now, units, id, d)
+			var none []algo.Hold
+			return algo.HoldStep(c, &none, op, now, units, id, d)
 		}
 		set = sh.insert(key, now)
 	}
-	exp, err := algo.LeaseStep(c, &set.held, op, now, units, id, d)
+	exp, err := algo.HoldStep(c, &set.held, op, now, units, id, d)
 	set.freshAt = d.FreshAt
 	sh.mu.Unlock()
 	return exp, err
 }
 
-// insert adds key's empty lease set (sh.mu held), first dropping the sets
+// insert adds key's empty hold set (sh.mu held), first dropping the sets
 // that hold nothing at now once the shard has doubled since its last
 // sweep, as the rate tables do.
-func (sh *leaseShard) insert(key string, now int64) *leaseSet {
+func (sh *holdShard) insert(key string, now int64) *holdSet {
 	if sh.sets == nil {
-		sh.sets = make(map[string]*leaseSet)
+		sh.sets = make(map[string]*holdSet)
 	}
 	if len(sh.sets)+1 >= sh.sweepAt {
 		for k, set := range sh.sets {
@@ -104,15 +104,15 @@ func (sh *leaseShard) insert(key string, now int64) *leaseSet {
 		}
 		sh.sweepAt = max(minSweep, 2*(len(sh.sets)+1))
 	}
-	set := &leaseSet{}
+	set := &holdSet{}
 	sh.sets[key] = set
 	return set
 }
 
-// sweepLeases drops the lease sets that hold nothing at now.
-func (s *Store) sweepLeases(now int64) {
-	for i := range s.leases {
-		sh := &s.leases[i]
+// sweepHolds drops the hold sets that hold nothing at now.
+func (s *Store) sweepHolds(now int64) {
+	for i := range s.holds {
+		sh := &s.holds[i]
 		sh.mu.Lock()
 		for k, set := range sh.sets {
 			if set.freshAt <= now {
@@ -123,11 +123,11 @@ func (s *Store) sweepLeases(now int64) {
 	}
 }
 
-// leaseKeys is the number of keys whose lease sets are kept.
-func (s *Store) leaseKeys() int {
+// holdKeys is the number of keys whose hold sets are kept.
+func (s *Store) holdKeys() int {
 	n := 0
-	for i := range s.leases {
-		sh := &s.leases[i]
+	for i := range s.holds {
+		sh := &s.holds[i]
 		sh.mu.Lock()
 		n += len(sh.sets)
 		sh.mu.Unlock()
@@ -135,30 +135,30 @@ func (s *Store) leaseKeys() int {
 	return n
 }
 
-// LeaseAll runs the acquire op with the rate parts reqs at the store's
+// HoldAll runs the acquire op with the rate parts reqs at the store's
 // clock time.
-func (e *engine) LeaseAll(_ context.Context, op storelink.LeaseOp, reqs []storelink.Request, each []algo.Decision) (storelink.LeaseResult, error) {
+func (e *engine) HoldAll(_ context.Context, op storelink.HoldOp, reqs []storelink.Request, each []algo.Decision) (storelink.HoldResult, error) {
 	s := e.store()
-	return s.leaseAll(&op, reqs, s.now(), each)
+	return s.holdAll(&op, reqs, s.now(), each)
 }
 
-// LeaseAllAt runs the acquire op with the rate parts reqs at now.
-func (e *engine) LeaseAllAt(_ context.Context, op storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
-	return e.store().leaseAll(&op, reqs, now, each)
+// HoldAllAt runs the acquire op with the rate parts reqs at now.
+func (e *engine) HoldAllAt(_ context.Context, op storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
+	return e.store().holdAll(&op, reqs, now, each)
 }
 
-// leaseAll decides a lease and rate parts as one: under the lease shard's
+// holdAll decides a hold and rate parts as one: under the hold shard's
 // lock (taken before any entry lock, which no rate decision holds while it
-// takes a lease lock), the lease is acquired; the parts are then decided
-// together, refused outright when the lease did not fit, and the lease is
-// given back when they refuse. A lease shard's lock covers every acquire
-// of the key, so no one sees the lease in between.
-func (s *Store) leaseAll(op *storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
-	var r storelink.LeaseResult
+// takes a hold lock), the hold is acquired; the parts are then decided
+// together, refused outright when the hold did not fit, and the hold is
+// given back when they refuse. A hold shard's lock covers every acquire
+// of the key, so no one sees the hold in between.
+func (s *Store) holdAll(op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
+	var r storelink.HoldResult
 	if err := algo.CheckTime(now); err != nil {
 		return r, err
 	}
-	sh := &s.leases[(hashOf(s.seed, op.Key)>>40)&s.mask]
+	sh := &s.holds[(hashOf(s.seed, op.Key)>>40)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	set := sh.sets[op.Key]
@@ -166,25 +166,25 @@ func (s *Store) leaseAll(op *storelink.LeaseOp, reqs []storelink.Request, now in
 		set = sh.insert(op.Key, now)
 	}
 	d := &r.Decision
-	exp, err := algo.LeaseStep(&op.Limit, &set.held, algo.OpAcquire, now, op.Units, op.ID, d)
+	exp, err := algo.HoldStep(&op.Limit, &set.held, algo.OpAcquire, now, op.Units, op.ID, d)
 	if err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
 	var acc algo.Decision
 	if err := s.takeAllUnless(reqs, now, &acc, each, !d.Allowed); err != nil {
 		if exp > 0 {
-			algo.LeaseStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+			algo.HoldStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
 		}
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
 	if len(reqs) > 0 && !acc.Allowed && d.Allowed {
-		// The parts refused: the lease is given back, and reports a look
+		// The parts refused: the hold is given back, and reports a look
 		// (a query) that says it alone would have granted.
 		if exp > 0 {
-			algo.LeaseStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+			algo.HoldStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
 		}
 		*d = algo.Decision{}
-		algo.LeaseStep(&op.Limit, &set.held, algo.OpAcquire, now, 0, op.ID, d)
+		algo.HoldStep(&op.Limit, &set.held, algo.OpAcquire, now, 0, op.ID, d)
 		exp = 0
 	}
 	set.freshAt = d.FreshAt

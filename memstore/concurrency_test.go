@@ -11,9 +11,9 @@ import (
 	"github.com/sluice-go/sluice/memstore"
 )
 
-// TestLeaseZeroAllocs: an acquire and its release on a key that has held a
-// lease before allocate nothing, nor does a refusal.
-func TestLeaseZeroAllocs(t *testing.T) {
+// TestHoldZeroAllocs: an acquire and its release on a key that has had a
+// hold before allocate nothing, nor does a refusal.
+func TestHoldZeroAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
@@ -22,7 +22,7 @@ func TestLeaseZeroAllocs(t *testing.T) {
 	c := sluice.MaxConcurrent(2)
 	full, _ := lim.Acquire(ctx, "full", sluice.MaxConcurrent(1), 1)
 	if !full.Allowed {
-		t.Fatal("the first lease of a fresh key was refused")
+		t.Fatal("the first hold of a fresh key was refused")
 	}
 	for name, f := range map[string]func(){
 		"Acquire+Release": func() {
@@ -39,9 +39,9 @@ func TestLeaseZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestLeaseSweep: a key whose leases were all released or came back is
-// forgotten by Sweep; one that still holds a lease is kept.
-func TestLeaseSweep(t *testing.T) {
+// TestHoldSweep: a key whose holds were all released or came back is
+// forgotten by Sweep; one that still has a hold is kept.
+func TestHoldSweep(t *testing.T) {
 	clock := testenv.NewClock()
 	s := memstore.New(memstore.WithClock(clock))
 	lim := sluice.New(s)
@@ -50,7 +50,7 @@ func TestLeaseSweep(t *testing.T) {
 	a, _ := lim.Acquire(ctx, "a", c, 1)
 	lim.Acquire(ctx, "b", c, 1)
 	if s.Len() != 2 {
-		t.Fatalf("Len %d after two keys' leases, want 2", s.Len())
+		t.Fatalf("Len %d after two keys' holds, want 2", s.Len())
 	}
 	lim.Release(ctx, a)
 	s.Sweep()
@@ -60,16 +60,16 @@ func TestLeaseSweep(t *testing.T) {
 	clock.Add(time.Second)
 	s.Sweep()
 	if s.Len() != 0 {
-		t.Fatalf("Len %d once b's lease came back, want 0", s.Len())
+		t.Fatalf("Len %d once b's hold came back, want 0", s.Len())
 	}
 	if ls, err := lim.Acquire(ctx, "b", c, 1); err != nil || !ls.Allowed {
 		t.Fatalf("b after the sweep: %+v %v", ls, err)
 	}
 }
 
-// BenchmarkLease is an acquire and its release on one key, beside one
+// BenchmarkHold is an acquire and its release on one key, beside one
 // token-bucket take (the bound: within 2×).
-func BenchmarkLease(b *testing.B) {
+func BenchmarkHold(b *testing.B) {
 	ctx := context.Background()
 	b.Run("op=acquire+release", func(b *testing.B) {
 		lim := sluice.New(memstore.New())
@@ -98,7 +98,7 @@ func BenchmarkLease(b *testing.B) {
 }
 
 // At most 2 reports of a user built at once: the third waits for a slot. A
-// lease not released (the process died) comes back by itself after its
+// hold not released (the process died) comes back by itself after its
 // lifetime.
 func ExampleStore_leases() {
 	lim := sluice.New(memstore.New())

@@ -51,9 +51,9 @@ type Store struct {
 	seed   maphash.Seed
 	now    func() int64
 	clock  sluice.Clock // nil: the system's
-	// leases holds the concurrency limits' lease sets (concurrency.go), as
+	// holds keeps the concurrency limits' hold sets (concurrency.go), as
 	// many shards as shards.
-	leases []leaseShard
+	holds []holdShard
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -103,7 +103,7 @@ func New(opts ...Option) *Store {
 		s.shards = make([]shard, pow2(max(256, 64*runtime.GOMAXPROCS(0))))
 	}
 	s.mask = uint64(len(s.shards) - 1)
-	s.leases = make([]leaseShard, len(s.shards))
+	s.holds = make([]holdShard, len(s.shards))
 	for i := range s.shards {
 		s.shards[i].tab.Store(newTable(minTable))
 		s.shards[i].sweepAt = minSweep
@@ -226,13 +226,13 @@ func (s *Store) Sweep() {
 		sh.sweep(now)
 		sh.mu.Unlock()
 	}
-	s.sweepLeases(now)
+	s.sweepHolds(now)
 }
 
 // Len returns the number of keys held: rate limits' and concurrency
 // limits' alike.
 func (s *Store) Len() int {
-	n := s.leaseKeys()
+	n := s.holdKeys()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

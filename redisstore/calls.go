@@ -208,16 +208,16 @@ func (s *scriptSet) merge(ds []*decision) *redisrun.Call {
 // parts at now (µs, -1 for the server's TIME), without its parts: add each
 // with addPart.
 func (s *scriptSet) compositeCall(n int, now, margin int64) *redisrun.Call {
-	c := &redisrun.Call{Script: s.composite, Keys: make([]string, 0, n), Args: make([]any, 0, 4+6*n)}
+	c := &redisrun.Call{Script: s.composite, Keys: make([]string, 0, n), Args: make([]any, 0, 4+7*n)}
 	c.Args = append(c.Args, margin, int64(1), now, int64(n))
 	return c
 }
 
 // addPart adds to c, made by compositeCall, a part on key under l, of cost
-// units.
-func addPart(c *redisrun.Call, key string, l limit, cost int64) {
+// units, leaving reserve units for higher classes.
+func addPart(c *redisrun.Call, key string, l limit, cost, reserve int64) {
 	c.Keys = append(c.Keys, key)
-	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, cost, l.maxDelay)
+	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, cost, l.maxDelay, reserve)
 }
 
 // mergeComposites returns one composite script call for the composites of

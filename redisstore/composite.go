@@ -106,7 +106,7 @@ func (s *Store) takeAll(ctx context.Context, reqs []storelink.Request, now int64
 	c := scripts.compositeCall(len(reqs), now, s.margin)
 	for i := range reqs {
 		r := &reqs[i]
-		addPart(c, s.prefix+r.Key, limitOf(&r.Params, r.MaxDelay), r.Cost)
+		addPart(c, s.prefix+r.Key, limitOf(&r.Params, r.MaxDelay), r.Cost, r.Reserve)
 	}
 	if err := s.composite(ctx, c); err != nil {
 		return algo.Decision{}, err
@@ -160,7 +160,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now in
 	taken := make([]algo.Decision, 0, len(reqs))
 	for i, oi := range order {
 		r := reqs[oi]
-		d, err := s.decide(ctx, r, now)
+		d, err := s.decidePart(ctx, r, now)
 		if err != nil || !d.Allowed {
 			// Give back what can be; the refusal then reports the parts
 			// taken as they are afterwards (a refund replies a look), the
@@ -170,6 +170,7 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now in
 			for j, oj := range order[:i] {
 				if t := reqs[oj]; t.Cost > 0 && storelink.Refundable(t.Params.Kind) {
 					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now, taken[j].Window); rerr == nil {
+						l.Remaining = max(0, l.Remaining-t.Reserve) // the class's, as a look's
 						looks[j] = l
 					}
 				}
@@ -215,7 +216,7 @@ func (s *Store) eachInTurn(ctx context.Context, reqs []storelink.Request, now in
 			look := reqs[oi]
 			look.Cost = 0
 			var err error
-			if d, err = s.decide(context.WithoutCancel(ctx), look, now); err != nil {
+			if d, err = s.decidePart(context.WithoutCancel(ctx), look, now); err != nil {
 				d = algo.Decision{}
 			}
 			d.Allowed = true
@@ -223,6 +224,15 @@ func (s *Store) eachInTurn(ctx context.Context, reqs []storelink.Request, now in
 		algo.RefusedPart(&d, &d)
 		each[oi] = d
 	}
+}
+
+// decidePart decides one part of a composite on its own: through the
+// reserve script (reserve.lua) when it leaves units for higher classes.
+func (s *Store) decidePart(ctx context.Context, r storelink.Request, now int64) (algo.Decision, error) {
+	if r.Reserve > 0 {
+		return s.reserving(ctx, &r, r.Reserve, now)
+	}
+	return s.decide(ctx, r, now)
 }
 
 // refundRank orders the parts of a cross-slot composite: those that can be

@@ -207,6 +207,53 @@ func TestEachCrossSlot(t *testing.T) {
 	}
 }
 
+// TestReserveCrossSlot: on a cluster, the parts of a composite across slots
+// keep their reserves when taken in turn (reserve.lua), and a part given
+// back reports its class's figures: they equal memstore's atomic step.
+func TestReserveCrossSlot(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	_, each, storePrefix := takeAtPrefix(t, c)
+	prefix := apart(storePrefix, "")
+	mem := memstore.New().Engine()
+	ctx := t.Context()
+	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
+	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 60_000_000, Burst: 4}
+	parts := []storelink.Request{
+		{Key: prefix + "global", Params: bucket, Cost: 1, MaxDelay: algo.Never, Reserve: 2},
+		{Key: prefix + "user:1", Params: window, Cost: 1, MaxDelay: algo.Never},
+	}
+	for i, step := range []struct {
+		at      int64 // µs after storetest.Base
+		user    string
+		allowed bool
+	}{
+		{0, "user:1", true},
+		{0, "user:1", false},          // the window refuses; the bucket, taken first, is given back
+		{61_000_000, "user:1", true},  // a new window, the bucket full again
+		{62_000_000, "user:2", true},  // 3 left: 1 + the 2 kept pass
+		{63_000_000, "user:3", false}, // 2 left: the reserve refuses, the window is not reached
+	} {
+		parts[1].Key = prefix + step.user
+		now := storetest.Base + step.at
+		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
+		d, err := each(ctx, parts, now, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := mem.TakeEachAt(ctx, parts, now, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range got {
+			got[j].FreshAt, want[j].FreshAt = 0, 0
+		}
+		d.FreshAt, md.FreshAt = 0, 0
+		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
+			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
+		}
+	}
+}
+
 // TestWindowGivenBackCrossSlot: on a cluster, a window part taken before a
 // part in another slot refuses is given back, for both window algorithms:
 // its window then admits as if the refused composite had never been made.

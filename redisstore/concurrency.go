@@ -11,111 +11,111 @@ import (
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 
-// leaseScript runs one lease operation (scripts/concurrency_main.lua) over
-// the leases' twin of algo/concurrency.go (scripts/concurrency.lua), with
+// holdScript runs one hold operation (scripts/concurrency_main.lua) over
+// the holds' twin of algo/concurrency.go (scripts/concurrency.lua), with
 // the helpers, prelude and guard every decision script has.
-var leaseScript = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("guard.lua") +
+var holdScript = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("guard.lua") +
 	mustRead("concurrency.lua") + mustRead("concurrency_main.lua"))
 
-// leaseIDInUse is the first value of the lease script's reply when an
-// acquire names a lease id still held (algo.ErrLeaseID).
-const leaseIDInUse = -2
+// holdIDInUse is the first value of the hold script's reply when an
+// acquire names a hold id still held (algo.ErrHoldID).
+const holdIDInUse = -2
 
-var _ storelink.Leaser = (*engine)(nil)
+var _ storelink.Holder = (*engine)(nil)
 
-// LeaseKey returns the Redis key that holds the leases of key's concurrency
-// limit: the store's prefix, "lease:", then key, so that a rate limit and a
+// HoldKey returns the Redis key that keeps the holds of key's concurrency
+// limit: the store's prefix, "hold:", then key, so that a rate limit and a
 // concurrency limit of one key are two states (and, with a {hash tag} in
 // key, in one cluster slot).
-func (s *Store) LeaseKey(key string) string { return s.prefix + "lease:" + key }
+func (s *Store) HoldKey(key string) string { return s.prefix + "hold:" + key }
 
-// Lease runs op at the server's time (or the caller's, WithClock), under
+// Hold runs op at the server's time (or the caller's, WithClock), under
 // the store's failure policy: an acquire Redis cannot answer is FailOpen's
-// grant (held nowhere) or FailLocal's lease in the local store; a release
-// or extension of such a lease goes where it is. A release or extension of
-// a lease held in Redis that cannot reach it is an error: the lease comes
+// grant (held nowhere) or FailLocal's hold in the local store; a release
+// or extension of such a hold goes where it is. A release or extension of
+// a hold kept in Redis that cannot reach it is an error: the hold comes
 // back by itself at the end of its lifetime.
-func (e *engine) Lease(ctx context.Context, op storelink.LeaseOp) (storelink.LeaseResult, error) {
+func (e *engine) Hold(ctx context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
 	s := (*Store)(e)
 	if op.Degraded {
-		return s.degradedLease(ctx, op)
+		return s.degradedHold(ctx, op)
 	}
 	now, err := s.clock()
 	if err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
-	r, err := s.lease(ctx, &op, now)
+	r, err := s.hold(ctx, &op, now)
 	if err == nil || op.Op != algo.OpAcquire || !errors.Is(err, sluice.ErrStoreUnavailable) {
 		return r, err
 	}
 	switch s.policy {
 	case FailOpen:
-		r = storelink.LeaseResult{Degraded: true}
+		r = storelink.HoldResult{Degraded: true}
 		r.Decision.Allowed = true
 		return r, nil
 	case FailLocal:
-		return s.degradedLease(ctx, op)
+		return s.degradedHold(ctx, op)
 	}
 	return r, err
 }
 
-// LeaseAt runs op at now (µs since the epoch), with no failure policy.
-func (e *engine) LeaseAt(ctx context.Context, op storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
+// HoldAt runs op at now (µs since the epoch), with no failure policy.
+func (e *engine) HoldAt(ctx context.Context, op storelink.HoldOp, now int64) (storelink.HoldResult, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return storelink.LeaseResult{}, err // wraps sluice.ErrInvalidTime; a negative now would read as TIME
+		return storelink.HoldResult{}, err // wraps sluice.ErrInvalidTime; a negative now would read as TIME
 	}
-	return (*Store)(e).lease(ctx, &op, now)
+	return (*Store)(e).hold(ctx, &op, now)
 }
 
-// degradedLease runs op where the failure policy holds its leases: in the
+// degradedHold runs op where the failure policy holds its holds: in the
 // local store under FailLocal; under FailOpen nowhere (allowed, nothing
 // held).
-func (s *Store) degradedLease(ctx context.Context, op storelink.LeaseOp) (storelink.LeaseResult, error) {
-	local, ok := s.local.(storelink.Leaser)
+func (s *Store) degradedHold(ctx context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
+	local, ok := s.local.(storelink.Holder)
 	if s.policy != FailLocal || !ok {
-		r := storelink.LeaseResult{Degraded: true}
+		r := storelink.HoldResult{Degraded: true}
 		r.Decision.Allowed = op.Op == algo.OpAcquire
 		return r, nil
 	}
 	op.Degraded = false
-	r, err := local.Lease(ctx, op)
+	r, err := local.Hold(ctx, op)
 	r.Degraded = true
 	return r, err
 }
 
-// lease runs op at now (-1: the server's TIME) in one script call, sent
+// hold runs op at now (-1: the server's TIME) in one script call, sent
 // through the store's runner (batched with the calls around it), and sorts
 // its error as a decision's.
-func (s *Store) lease(ctx context.Context, op *storelink.LeaseOp, now int64) (storelink.LeaseResult, error) {
-	key := s.LeaseKey(op.Key)
+func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (storelink.HoldResult, error) {
+	key := s.HoldKey(op.Key)
 	c := &redisrun.Call{
-		Script: leaseScript,
+		Script: holdScript,
 		Keys:   []string{key},
 		Args:   []any{op.Op, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, now, s.margin},
 	}
 	if err := s.call(ctx, c); err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
 	r := c.Reply
 	switch {
 	case len(r) != width:
-		return storelink.LeaseResult{}, fmt.Errorf("%w: lease script replied %v", redisrun.ErrBadReply, r)
-	case r[0] == leaseIDInUse:
-		return storelink.LeaseResult{}, algo.ErrLeaseID
+		return storelink.HoldResult{}, fmt.Errorf("%w: hold script replied %v", redisrun.ErrBadReply, r)
+	case r[0] == holdIDInUse:
+		return storelink.HoldResult{}, algo.ErrHoldID
 	case r[0] < 0:
-		return storelink.LeaseResult{}, failure(r[1], key)
+		return storelink.HoldResult{}, failure(r[1], key)
 	}
-	return storelink.LeaseResult{
+	return storelink.HoldResult{
 		Decision: algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3]},
 		Expiry:   r[4],
 	}, nil
 }
 
-// leaseAllScript decides a lease and rate parts as one
+// holdAllScript decides a hold and rate parts as one
 // (scripts/concurrency_composite.lua): every algorithm's step, as the
-// composite script has them, and the leases'.
-var leaseAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + mustRead("timestamp.lua") + allSteps() +
-	mustRead("concurrency.lua") + mustRead("concurrency_composite.lua"))
+// composite script has them, and the holds'.
+var holdAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + mustRead("timestamp.lua") + allSteps() +
+	mustRead("class.lua") + mustRead("concurrency.lua") + mustRead("concurrency_composite.lua"))
 
 // allSteps is every algorithm's step script.
 func allSteps() string {
@@ -126,83 +126,83 @@ func allSteps() string {
 	return src
 }
 
-// LeaseAll runs the acquire op with the rate parts reqs at the server's
+// HoldAll runs the acquire op with the rate parts reqs at the server's
 // time (or the caller's), under the failure policy: FailOpen grants all
-// (the lease held nowhere), FailLocal decides in the local store.
-func (e *engine) LeaseAll(ctx context.Context, op storelink.LeaseOp, reqs []storelink.Request, each []algo.Decision) (storelink.LeaseResult, error) {
+// (the hold kept nowhere), FailLocal decides in the local store.
+func (e *engine) HoldAll(ctx context.Context, op storelink.HoldOp, reqs []storelink.Request, each []algo.Decision) (storelink.HoldResult, error) {
 	s := (*Store)(e)
 	now, err := s.clock()
 	if err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
-	r, err := s.leaseAll(ctx, &op, reqs, now, each)
+	r, err := s.holdAll(ctx, &op, reqs, now, each)
 	if err == nil || !errors.Is(err, sluice.ErrStoreUnavailable) {
 		return r, err
 	}
 	switch s.policy {
 	case FailOpen:
-		r = storelink.LeaseResult{Degraded: true}
+		r = storelink.HoldResult{Degraded: true}
 		r.Decision.Allowed = true
 		for i := range each {
 			each[i] = algo.Decision{Allowed: true}
 		}
 		return r, nil
 	case FailLocal:
-		r, err := s.local.(storelink.Leaser).LeaseAll(ctx, op, reqs, each)
+		r, err := s.local.(storelink.Holder).HoldAll(ctx, op, reqs, each)
 		r.Degraded = true
 		return r, err
 	}
 	return r, err
 }
 
-// LeaseAllAt runs the acquire op with the rate parts reqs at now, with no
+// HoldAllAt runs the acquire op with the rate parts reqs at now, with no
 // failure policy.
-func (e *engine) LeaseAllAt(ctx context.Context, op storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
+func (e *engine) HoldAllAt(ctx context.Context, op storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
-	return (*Store)(e).leaseAll(ctx, &op, reqs, now, each)
+	return (*Store)(e).holdAll(ctx, &op, reqs, now, each)
 }
 
-// leaseAll sends one call of the lease composite script, whose keys must
+// holdAll sends one call of the hold composite script, whose keys must
 // be in one group (a cluster slot), and reads its reply.
-func (s *Store) leaseAll(ctx context.Context, op *storelink.LeaseOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.LeaseResult, error) {
-	key := s.LeaseKey(op.Key)
+func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
+	key := s.HoldKey(op.Key)
 	keys := make([]string, 1, 1+len(reqs))
 	keys[0] = key
-	args := make([]any, 0, 7+6*len(reqs))
+	args := make([]any, 0, 7+7*len(reqs))
 	args = append(args, s.margin, now, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, len(reqs))
 	g, ok := s.group(key)
 	for i := range reqs {
 		r := &reqs[i]
 		k := s.prefix + r.Key
 		if h, ok2 := s.group(k); !ok || !ok2 || h != g {
-			return storelink.LeaseResult{}, fmt.Errorf("%w: %q and %q", storelink.ErrLeaseCrossSlot, op.Key, r.Key)
+			return storelink.HoldResult{}, fmt.Errorf("%w: %q and %q", storelink.ErrLeaseCrossSlot, op.Key, r.Key)
 		}
 		keys = append(keys, k)
 		l := limitOf(&r.Params, r.MaxDelay)
-		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay)
+		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay, r.Reserve)
 	}
 	if err := s.ready(ctx); err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
-	c := &redisrun.Call{Script: leaseAllScript, Keys: keys, Args: args}
+	c := &redisrun.Call{Script: holdAllScript, Keys: keys, Args: args}
 	if err := s.call(ctx, c); err != nil {
-		return storelink.LeaseResult{}, err
+		return storelink.HoldResult{}, err
 	}
 	rep := c.Reply
 	switch {
-	case len(rep) == width && rep[0] == leaseIDInUse:
-		return storelink.LeaseResult{}, algo.ErrLeaseID
+	case len(rep) == width && rep[0] == holdIDInUse:
+		return storelink.HoldResult{}, algo.ErrHoldID
 	case len(rep) != width*(1+len(reqs)):
-		return storelink.LeaseResult{}, fmt.Errorf("%w: lease composite script replied %v", redisrun.ErrBadReply, rep)
+		return storelink.HoldResult{}, fmt.Errorf("%w: hold composite script replied %v", redisrun.ErrBadReply, rep)
 	case rep[0] < 0:
-		return storelink.LeaseResult{}, failure(rep[1], key)
+		return storelink.HoldResult{}, failure(rep[1], key)
 	}
 	for i := range reqs {
 		d, err := decisionOf(rep[width*(i+1):width*(i+2)], keys[i+1])
 		if err != nil {
-			return storelink.LeaseResult{}, err
+			return storelink.HoldResult{}, err
 		}
 		each[i] = d
 	}
@@ -215,7 +215,7 @@ func (s *Store) leaseAll(ctx context.Context, op *storelink.LeaseOp, reqs []stor
 			algo.RefusedPart(&each[i], &each[i])
 		}
 	}
-	return storelink.LeaseResult{
+	return storelink.HoldResult{
 		Decision: algo.Decision{Allowed: rep[0] == 1, Remaining: rep[1], RetryAfter: rep[2], ResetAfter: rep[3]},
 		Expiry:   rep[4],
 	}, nil

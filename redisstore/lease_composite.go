@@ -10,7 +10,8 @@ import (
 const maxLeasedParts = 8
 
 // takeAll decides a composite from its parts' slices when every part is
-// leasable, of cost > 0, and every part's slices hold its cost: all parts are admitted
+// leasable, of cost > 0 and no reserve, and every part's slices hold its
+// cost: all parts are admitted
 // together, each from its own key's slices (SEMANTICS.md, "Leases"). When
 // one part's slices fall short nothing is spent from any, and ok is false:
 // the composite goes to Redis as without leases. Either way the parts'
@@ -25,8 +26,8 @@ func (ls *leases) takeAll(reqs []storelink.Request, each []storelink.Result) (re
 	var es [maxLeasedParts]*leaseEntry
 	var order [maxLeasedParts]int
 	for i := range reqs {
-		if !algo.Leasable(reqs[i].Params.Kind) || reqs[i].Cost == 0 {
-			return res, false // a query looks at the store, as a single one does
+		if !algo.Leasable(reqs[i].Params.Kind) || reqs[i].Cost == 0 || reqs[i].Reserve != 0 {
+			return res, false // a query looks at the store, as a single one does; so does a class's part
 		}
 		es[i], order[i] = ls.entry(reqs[i].Key), i
 	}

@@ -17,7 +17,7 @@ var reserveScripts = func() (s [algo.AlignedWindow + 1]*redisrun.Script) {
 		if k == algo.GCRA || k == algo.LeakyBucket {
 			step = mustRead("timestamp.lua") + step
 		}
-		s[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("reserve.lua"))
+		s[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("class.lua") + mustRead("reserve.lua"))
 	}
 	return s
 }()

@@ -55,7 +55,7 @@ func assemble() *scriptSet {
 		s.multi[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
 		all += mustRead(stepFiles[k])
 	}
-	s.composite = redisrun.NewScript(all + mustRead("composite.lua"))
+	s.composite = redisrun.NewScript(all + mustRead("class.lua") + mustRead("composite.lua"))
 	s.refund = redisrun.NewScript(prelude + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) + mustRead("refund.lua"))
 	s.reset = redisrun.NewScript(mustRead("reset.lua"))
 	return s

@@ -91,6 +91,18 @@ func TakeAll(models []*Model, keys []string, costs []int64, now int64) algo.Deci
 // So the summary is each's fold: Allowed all of theirs, Remaining the
 // smallest, ResetAfter and Delay the largest, RetryAfter the largest.
 func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
+	return TakeEachReserving(models, keys, costs, nil, now, each)
+}
+
+// TakeEachReserving is TakeEach whose part i leaves reserves[i] units for
+// higher classes (nil: none), as TakeReserving states it for one limit
+// (SEMANTICS.md, "Reserved capacity"): part i alone grants only if
+// costs[i] + reserves[i] units would pass, and then spends costs[i]; its
+// Remaining, and its look's in a refusal, are the class's (less the
+// reserve, at least 0); a part that would not grant reports the RetryAfter
+// of costs[i] + reserves[i]. The composite passes only if every part
+// grants, and a refusal spends nothing.
+func TakeEachReserving(models []*Model, keys []string, costs, reserves []int64, now int64, each []algo.Decision) algo.Decision {
 	saved := make([]*keyState, len(models))
 	had := make([]bool, len(models))
 	for i, m := range models {
@@ -101,7 +113,7 @@ func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []a
 	alone := make([]algo.Decision, len(models))
 	allowed := true
 	for i, m := range models {
-		alone[i] = m.Take(keys[i], now, costs[i])
+		alone[i] = m.TakeReserving(keys[i], now, costs[i], reserveOf(reserves, i))
 		allowed = allowed && alone[i].Allowed
 	}
 	if allowed {
@@ -117,7 +129,7 @@ func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []a
 	}
 	looks := make([]algo.Decision, len(models))
 	for i, m := range models {
-		d := m.Take(keys[i], now, 0)
+		d := m.TakeReserving(keys[i], now, 0, reserveOf(reserves, i))
 		looks[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if !alone[i].Allowed {
 			looks[i].RetryAfter = alone[i].RetryAfter
@@ -125,6 +137,14 @@ func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []a
 	}
 	copy(each, looks)
 	return fold(looks)
+}
+
+// reserveOf is part i's reserve in reserves (nil: none).
+func reserveOf(reserves []int64, i int) int64 {
+	if reserves == nil {
+		return 0
+	}
+	return reserves[i]
 }
 
 // fold is the composite's summary of its parts' decisions: allowed when all

@@ -6,24 +6,24 @@ import (
 	"github.com/sluice-go/sluice/algo"
 )
 
-// Leases is the contract's concurrency limits (SEMANTICS.md, "Concurrency
+// Holds is the contract's concurrency limits (SEMANTICS.md, "Concurrency
 // limits") over a key space of their own, written from the text: each key
-// holds a set of leases, each with its units and the instant it comes back
-// by itself; a lease is held at t when t is before that instant. Figures
+// holds a set of holds, each with its units and the instant it comes back
+// by itself; a hold is held at t when t is before that instant. Figures
 // that the contract defines as "the smallest wait such that …" are found by
-// searching over the wait. The zero Leases is not usable; call NewLeases.
+// searching over the wait. The zero Holds is not usable; call NewHolds.
 // It is not safe for concurrent use.
-type Leases struct {
-	keys map[string]map[int64]lease
+type Holds struct {
+	keys map[string]map[int64]hold
 }
 
-type lease struct{ units, expiry int64 }
+type hold struct{ units, expiry int64 }
 
-// NewLeases returns an empty key space of leases.
-func NewLeases() *Leases { return &Leases{keys: make(map[string]map[int64]lease)} }
+// NewHolds returns an empty key space of holds.
+func NewHolds() *Holds { return &Holds{keys: make(map[string]map[int64]hold)} }
 
-// held is the units of key's leases held at t.
-func (ls *Leases) held(key string, t int64) int64 {
+// held is the units of key's holds held at t.
+func (ls *Holds) held(key string, t int64) int64 {
 	n := int64(0)
 	for _, l := range ls.keys[key] {
 		if t < l.expiry {
@@ -34,7 +34,7 @@ func (ls *Leases) held(key string, t int64) int64 {
 }
 
 // figures fills Remaining and ResetAfter at now under limit.
-func (ls *Leases) figures(key string, limit, now int64, d *algo.Decision) {
+func (ls *Holds) figures(key string, limit, now int64, d *algo.Decision) {
 	d.Remaining = max(0, limit-ls.held(key, now))
 	last := now
 	for _, l := range ls.keys[key] {
@@ -43,18 +43,18 @@ func (ls *Leases) figures(key string, limit, now int64, d *algo.Decision) {
 	d.ResetAfter = search(0, last-now, func(w int64) bool { return ls.held(key, now+w) == 0 })
 }
 
-// Acquire asks for a lease of units (0 ≤ units ≤ limit) on key at now, named
+// Acquire asks for a hold of units (0 ≤ units ≤ limit) on key at now, named
 // id, held for lifetime µs: granted when the units held at now plus units
 // are at most limit. Refused, RetryAfter is the smallest wait after which it
-// would be granted were no lease released or extended. It panics when a
-// lease of key held at now already has the id (the contract's error, which
+// would be granted were no hold released or extended. It panics when a
+// hold of key held at now already has the id (the contract's error, which
 // changes nothing) and on units outside [0, limit].
-func (ls *Leases) Acquire(key string, limit, lifetime, now, units, id int64) algo.Decision {
+func (ls *Holds) Acquire(key string, limit, lifetime, now, units, id int64) algo.Decision {
 	if units < 0 || units > limit {
 		panic(fmt.Sprintf("model: units %d outside [0, %d]", units, limit))
 	}
 	if l, ok := ls.keys[key][id]; ok && now < l.expiry && units > 0 {
-		panic(fmt.Sprintf("model: lease id %d of %q is held", id, key))
+		panic(fmt.Sprintf("model: hold id %d of %q is held", id, key))
 	}
 	var d algo.Decision
 	fits := func(t int64) bool { return ls.held(key, t)+units <= limit }
@@ -63,9 +63,9 @@ func (ls *Leases) Acquire(key string, limit, lifetime, now, units, id int64) alg
 		d.Allowed = true
 		if units > 0 {
 			if ls.keys[key] == nil {
-				ls.keys[key] = make(map[int64]lease)
+				ls.keys[key] = make(map[int64]hold)
 			}
-			ls.keys[key][id] = lease{units, now + lifetime}
+			ls.keys[key][id] = hold{units, now + lifetime}
 		}
 	default:
 		last := now
@@ -78,9 +78,9 @@ func (ls *Leases) Acquire(key string, limit, lifetime, now, units, id int64) alg
 	return d
 }
 
-// Release gives back key's lease id at now: Allowed when it was held at
+// Release gives back key's hold id at now: Allowed when it was held at
 // now. Remaining is read under limit.
-func (ls *Leases) Release(key string, limit, now, id int64) algo.Decision {
+func (ls *Holds) Release(key string, limit, now, id int64) algo.Decision {
 	var d algo.Decision
 	if l, ok := ls.keys[key][id]; ok {
 		d.Allowed = now < l.expiry
@@ -90,32 +90,34 @@ func (ls *Leases) Release(key string, limit, now, id int64) algo.Decision {
 	return d
 }
 
-// Extend makes key's lease id, if held at now, held until now + lifetime
-// (Allowed); a lease that had come back stays gone.
-func (ls *Leases) Extend(key string, limit, lifetime, now, id int64) algo.Decision {
+// Extend makes key's hold id, if held at now, held until now + lifetime
+// (Allowed); a hold that had come back stays gone.
+func (ls *Holds) Extend(key string, limit, lifetime, now, id int64) algo.Decision {
 	var d algo.Decision
 	if l, ok := ls.keys[key][id]; ok && now < l.expiry {
 		d.Allowed = true
-		ls.keys[key][id] = lease{l.units, now + lifetime}
+		ls.keys[key][id] = hold{l.units, now + lifetime}
 	}
 	ls.figures(key, limit, now, &d)
 	return d
 }
 
-// Held is the units of key's leases held at t: what a counter of work in
+// Held is the units of key's holds held at t: what a counter of work in
 // flight counts.
-func (ls *Leases) Held(key string, t int64) int64 { return ls.held(key, t) }
+func (ls *Holds) Held(key string, t int64) int64 { return ls.held(key, t) }
 
-// AcquireEach is the contract's composite of a lease and rate parts: the
-// lease of units on key (under limit and lifetime, named id) and models[i]'s
+// AcquireEach is the contract's composite of a hold and rate parts: the
+// hold of units on key (under limit and lifetime, named id) and models[i]'s
 // costs[i] units for keys[i] pass only if all grant; a refusal holds nothing
-// and spends nothing. It returns the lease part's decision and writes each
+// and spends nothing. It returns the hold part's decision and writes each
 // rate part's into each[i], as TakeEach states them: admitted, each part's
-// own after spending (the lease's after it is held); refused, a look at
-// each part (the lease's a query of 0 units) whose Allowed says whether the
+// own after spending (the hold's after it is held); refused, a look at
+// each part (the hold's a query of 0 units) whose Allowed says whether the
 // part alone would have granted, with its own RetryAfter when it would not.
-// The summary is the fold of the lease's and the parts' (Fold).
-func AcquireEach(ls *Leases, key string, limit, lifetime, units, id int64, models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
+// The summary is the fold of the hold's and the parts' (Fold). Part i
+// leaves reserves[i] units for higher classes (nil: none), as
+// TakeEachReserving states it.
+func AcquireEach(ls *Holds, key string, limit, lifetime, units, id int64, models []*Model, keys []string, costs, reserves []int64, now int64, each []algo.Decision) algo.Decision {
 	saved := make([]*keyState, len(models))
 	had := make([]bool, len(models))
 	for i, m := range models {
@@ -125,9 +127,9 @@ func AcquireEach(ls *Leases, key string, limit, lifetime, units, id int64, model
 	}
 	alone := make([]algo.Decision, len(models))
 	allowed := units == 0 || ls.held(key, now)+units <= limit
-	leaseAlone := allowed
+	holdAlone := allowed
 	for i, m := range models {
-		alone[i] = m.Take(keys[i], now, costs[i])
+		alone[i] = m.TakeReserving(keys[i], now, costs[i], reserveOf(reserves, i))
 		allowed = allowed && alone[i].Allowed
 	}
 	if allowed {
@@ -140,23 +142,23 @@ func AcquireEach(ls *Leases, key string, limit, lifetime, units, id int64, model
 		} else {
 			delete(m.keys, keys[i])
 		}
-		d := m.Take(keys[i], now, 0)
+		d := m.TakeReserving(keys[i], now, 0, reserveOf(reserves, i))
 		each[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if !alone[i].Allowed {
 			each[i].RetryAfter = alone[i].RetryAfter
 		}
 	}
-	if leaseAlone {
+	if holdAlone {
 		return ls.Acquire(key, limit, lifetime, now, 0, id) // a look: it would have granted
 	}
 	return ls.Acquire(key, limit, lifetime, now, units, id) // its refusal holds nothing
 }
 
-// Fold is a composite's summary of its parts' decisions (the lease's first,
+// Fold is a composite's summary of its parts' decisions (the hold's first,
 // then the rate parts'): allowed when all are, the smallest Remaining, the
 // largest RetryAfter, ResetAfter and Delay, no Window.
-func Fold(lease algo.Decision, each []algo.Decision) algo.Decision {
-	d := fold(append([]algo.Decision{lease}, each...))
+func Fold(hold algo.Decision, each []algo.Decision) algo.Decision {
+	d := fold(append([]algo.Decision{hold}, each...))
 	d.Window = 0
 	return d
 }

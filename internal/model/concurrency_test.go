@@ -7,11 +7,11 @@ import (
 	"github.com/sluice-go/sluice/internal/model"
 )
 
-// The contract's lease rules by hand: held while t < expiry, the refusal's
-// wait the one until enough leases end, a release or an extension of a
-// lease that came back changes nothing.
-func TestLeasesByHand(t *testing.T) {
-	ls := model.NewLeases()
+// The contract's hold rules by hand: held while t < expiry, the refusal's
+// wait the one until enough holds end, a release or an extension of a
+// hold that came back changes nothing.
+func TestHoldsByHand(t *testing.T) {
+	ls := model.NewHolds()
 	check := func(what string, got algo.Decision, allowed bool, remaining, retry, reset int64) {
 		t.Helper()
 		if got.Allowed != allowed || got.Remaining != remaining || got.RetryAfter != retry || got.ResetAfter != reset {
@@ -44,5 +44,35 @@ func TestTakeReservingByHand(t *testing.T) {
 	}
 	if d := m.Take("k", 10, 2); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("critical: %+v", d)
+	}
+}
+
+// TakeEachReserving by hand: a global fixed window of 5 with 2 reserved,
+// beside a tenant's window of 2 with none. The reserve refuses the global
+// part once 3 are spent, and a refusal by the tenant's part spends
+// nothing on the global one.
+func TestTakeEachReservingByHand(t *testing.T) {
+	global, tenant := model.New(algo.FixedWindow, 5, 1000, 0), model.New(algo.FixedWindow, 2, 1000, 0)
+	models := []*model.Model{global, tenant}
+	each := make([]algo.Decision, 2)
+	take := func(user string, reserve int64) algo.Decision {
+		return model.TakeEachReserving(models, []string{"g", user}, []int64{1, 1}, []int64{reserve, 0}, 0, each)
+	}
+	for i, user := range []string{"a", "a"} {
+		if d := take(user, 2); !d.Allowed || each[0].Remaining != int64(2-i) {
+			t.Fatalf("normal %d: %+v %+v", i, d, each)
+		}
+	}
+	if d := take("a", 2); d.Allowed || !each[0].Allowed || each[0].Remaining != 1 || each[1].Allowed {
+		t.Fatalf("tenant a past its 2: %+v %+v, want refused by the tenant, the global part a look", d, each)
+	}
+	if d := take("b", 2); !d.Allowed || each[0].Remaining != 0 {
+		t.Fatalf("tenant b: %+v %+v", d, each)
+	}
+	if d := take("c", 2); d.Allowed || each[0].Allowed || each[0].RetryAfter != 1000 || !each[1].Allowed {
+		t.Fatalf("normal past its share: %+v %+v, want refused by the global part's reserve", d, each)
+	}
+	if d := take("c", 0); !d.Allowed || each[0].Remaining != 1 {
+		t.Fatalf("critical: %+v %+v", d, each)
 	}
 }

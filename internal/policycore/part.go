@@ -10,15 +10,27 @@ import (
 )
 
 // Part is one policy's share of a request: its rule, the store key (the
-// rule's KeyPrefix and the request's key) and what the request spends.
+// rule's KeyPrefix and the request's key), what the request spends and
+// what it leaves for higher classes (Rule.ReserveFor).
 type Part struct {
-	Rule *Rule
-	Key  string
-	Cost int64
+	Rule    *Rule
+	Key     string
+	Cost    int64
+	Reserve int64
 }
 
 // RequestKey is the request's key, without the store prefix.
 func (p *Part) RequestKey() string { return p.Key[len(p.Rule.KeyPrefix):] }
+
+// Quota is the draft-11 q of the request's class: the rule's Q less what
+// the request leaves for higher classes, so that RateLimit's r (the
+// class's Remaining) never exceeds it.
+func (p *Part) Quota() int64 { return p.Rule.Q - p.Reserve }
+
+// Sluice is p as a part of a composite on the Limiter.
+func (p *Part) Sluice() sluice.Part {
+	return sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost, Reserve: p.Reserve}
+}
 
 // Record counts outcome o for each part's rule and reports it to obs (nil
 // reports nothing): one Event per part with source, the latency of their
@@ -77,20 +89,23 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 	}
 	var res sluice.Result
 	var err error
-	if len(ps) == 1 { // a composite of one is a Take, without the parts
+	switch {
+	case len(ps) == 1 && ps[0].Reserve > 0: // a lower class's
+		res, err = lim.TakeReserving(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost, ps[0].Reserve)
+	case len(ps) == 1: // a composite of one is a Take, without the parts
 		res, err = lim.Take(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost)
-		if each != nil {
-			each[0] = res
-		}
-	} else {
+	default:
 		buf := sluiceParts.Get().(*[2]sluice.Part)
 		sp := buf[:0]
 		for i := range ps {
-			sp = append(sp, sluice.Part{Key: ps[i].Key, Limit: ps[i].Rule.Limit, Cost: ps[i].Cost})
+			sp = append(sp, ps[i].Sluice())
 		}
 		res, err = lim.TakeEach(ctx, sp, each)
 		*buf = [2]sluice.Part{} // hold no keys in the pool
 		sluiceParts.Put(buf)
+	}
+	if len(ps) == 1 && each != nil {
+		each[0] = res
 	}
 	var lat time.Duration
 	if timed {

@@ -41,7 +41,10 @@ func TestTakeAndRefund(t *testing.T) {
 	tb := rule(t, "tb", sluice.PerMinute(10))
 	win := rule(t, "win", sluice.PerMinute(10).Using(sluice.FixedWindow))
 	slog := rule(t, "slog", sluice.PerMinute(10).Using(sluice.SlidingLog))
-	ps := []policycore.Part{{tb, tb.KeyPrefix + "k", 4}, {win, win.KeyPrefix + "k", 4}, {slog, slog.KeyPrefix + "k", 4}, {tb, tb.KeyPrefix + "free", 0}}
+	ps := []policycore.Part{
+		{Rule: tb, Key: tb.KeyPrefix + "k", Cost: 4}, {Rule: win, Key: win.KeyPrefix + "k", Cost: 4},
+		{Rule: slog, Key: slog.KeyPrefix + "k", Cost: 4}, {Rule: tb, Key: tb.KeyPrefix + "free"},
+	}
 	each := make([]sluice.Result, len(ps))
 	res, lat, err := policycore.Take(ctx, lim, ps, each, false)
 	if err != nil || !res.Allowed || lat != 0 {
@@ -97,7 +100,7 @@ func TestConcurrentRefunds(t *testing.T) {
 	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)))
 	tb := rule(t, "tb", sluice.PerHour(1000))
-	ps := []policycore.Part{{tb, tb.KeyPrefix + "k", 600}}
+	ps := []policycore.Part{{Rule: tb, Key: tb.KeyPrefix + "k", Cost: 600}}
 	each := make([]sluice.Result, 1)
 	if res, _, err := policycore.Take(ctx, lim, ps, each, true); err != nil || !res.Allowed {
 		t.Fatalf("take: %+v, %v", res, err)

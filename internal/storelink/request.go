@@ -19,6 +19,11 @@ type Request struct {
 	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
 	// none).
 	MaxDelay int64
+	// Reserve is what a composite's part leaves for higher classes
+	// (algo.StepReserving, SEMANTICS.md's "Reserved capacity"): 0 ≤
+	// Cost + Reserve ≤ Params.Capacity(). It is 0 but in composites; a
+	// single request with a reserve goes through Reserver.
+	Reserve int64
 }
 
 // The errors of the root package, defined here so that the checks below and
@@ -62,6 +67,18 @@ func Check(key string, p algo.Params, cost int64) error {
 		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	case cost > p.Capacity():
 		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsCapacity, cost, p.Capacity())
+	}
+	return nil
+}
+
+// CheckReserve checks a reserve under valid params and a checked cost: not
+// negative, and cost + reserve within the capacity.
+func CheckReserve(p *algo.Params, cost, reserve int64) error {
+	switch {
+	case reserve < 0:
+		return fmt.Errorf("%w: reserve %d is negative", ErrInvalidCost, reserve)
+	case cost+reserve > p.Capacity():
+		return fmt.Errorf("%w: cost %d with a reserve of %d, capacity %d", ErrCostExceedsCapacity, cost, reserve, p.Capacity())
 	}
 	return nil
 }

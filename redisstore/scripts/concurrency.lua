@@ -1,22 +1,22 @@
--- concurrency.lua: a key's leases and one operation on them, the twin of
--- algo/concurrency.go (LeaseStep). The leases are a list of {id, units,
--- expiry}, sorted by expiry; a lease is held while now < expiry.
+-- concurrency.lua: a key's holds and one operation on them, the twin of
+-- algo/concurrency.go (HoldStep). The holds are a list of {id, units,
+-- expiry}, sorted by expiry; a hold is held while now < expiry.
 
--- A key's leases are stored packed, as a sliding log is: the kind 8 in one
+-- A key's holds are stored packed, as a sliding log is: the kind 8 in one
 -- byte, then (id, units, expiry) as little-endian 8-byte integers per
--- lease, in the order of their expiries.
-local LEASES = 8
+-- hold, in the order of their expiries.
+local HOLDS = 8
 
--- The leases at key, oldest expiry first: {} when there is none. A value
--- of another layout is an error, never read as no leases.
-local function load_leases(key)
+-- The holds at key, oldest expiry first: {} when there is none. A value
+-- of another layout is an error, never read as no holds.
+local function load_holds(key)
   local raw = call('GET', key)
   local held = {}
   if not raw then
     return held
   end
   local n = #raw
-  if n < 1 or (n - 1) % 24 ~= 0 or string.byte(raw, 1) ~= LEASES then
+  if n < 1 or (n - 1) % 24 ~= 0 or string.byte(raw, 1) ~= HOLDS then
     error('sluice: foreign data at key ' .. key .. ': it holds a value sluice did not write')
   end
   local pos = 2
@@ -28,22 +28,22 @@ local function load_leases(key)
   return held
 end
 
--- Stores held at key with a TTL that ends when the last lease comes back
--- (fresh_at), plus the margin; no lease left deletes the key.
-local function store_leases(key, held, fresh_at)
+-- Stores held at key with a TTL that ends when the last hold comes back
+-- (fresh_at), plus the margin; no hold left deletes the key.
+local function store_holds(key, held, fresh_at)
   if #held == 0 then
     call('DEL', key)
     return
   end
-  local s = {string.char(LEASES)}
+  local s = {string.char(HOLDS)}
   for i = 1, #held do
     s[#s + 1] = pack('<i8i8i8', held[i][1], held[i][2], held[i][3])
   end
   call('SET', key, table.concat(s), 'PX', cdiv(max(fresh_at - now, 0) + margin, 1000))
 end
 
--- insert_lease puts l into held after the leases that expire with it.
-local function insert_lease(held, l)
+-- insert_hold puts l into held after the holds that expire with it.
+local function insert_hold(held, l)
   local i = #held + 1
   while i > 1 and held[i - 1][3] > l[3] do
     i = i - 1
@@ -51,12 +51,12 @@ local function insert_lease(held, l)
   table.insert(held, i, l)
 end
 
--- One operation at now (1 acquire, 2 release, 3 extend) of the lease id,
+-- One operation at now (1 acquire, 2 release, 3 extend) of the hold id,
 -- under limit and lifetime: the reply (allowed, remaining, retry_after,
--- reset_after, expiry, 0), the leases to store (nil: nothing changed) and
--- the time the last one comes back. An acquire that names a lease still
--- held replies nil: algo.ErrLeaseID.
-local function lease_step(limit, lifetime, op, units, id, held)
+-- reset_after, expiry, 0), the holds to store (nil: nothing changed) and
+-- the time the last one comes back. An acquire that names a hold still
+-- held replies nil: algo.ErrHoldID.
+local function hold_step(limit, lifetime, op, units, id, held)
   local live, changed = {}, false
   for i = 1, #held do
     if held[i][3] > now then
@@ -81,7 +81,7 @@ local function lease_step(limit, lifetime, op, units, id, held)
       allowed = true
     elseif used + units <= limit then
       allowed, changed, expiry = true, true, now + lifetime
-      insert_lease(live, {id, units, expiry})
+      insert_hold(live, {id, units, expiry})
       used = used + units
     else
       local left = used
@@ -98,7 +98,7 @@ local function lease_step(limit, lifetime, op, units, id, held)
     local l = table.remove(live, at)
     if op == 3 then
       expiry = now + lifetime
-      insert_lease(live, {l[1], l[2], expiry})
+      insert_hold(live, {l[1], l[2], expiry})
     else
       used = used - l[2]
     end

@@ -1,14 +1,14 @@
--- concurrency_main.lua: one lease operation on one key (concurrency.lua's
--- lease_step), its load, step and write under pcall as guard.lua's
+-- concurrency_main.lua: one hold operation on one key (concurrency.lua's
+-- hold_step), its load, step and write under pcall as guard.lua's
 -- decisions are.
--- KEYS[1]  the key (the store's prefix, "lease:", the caller's key)
+-- KEYS[1]  the key (the store's prefix, "hold:", the caller's key)
 -- ARGV     op (1 acquire, 2 release, 3 extend), limit, lifetime (µs),
---          units, lease id, now (µs, -1 for the server's TIME), TTL margin
+--          units, hold id, now (µs, -1 for the server's TIME), TTL margin
 --          (µs)
 -- reply    allowed (0/1), remaining, retry_after (µs), reset_after (µs),
 --          expiry (µs, 0 unless an acquire or extend was allowed), 0; or
 --          failed(code) (see guard.lua); or -2 first when an acquire names
---          a lease id still held
+--          a hold id still held
 local code = guarded_clock(tonumber(ARGV[6]))
 if code then
   return failed(code)
@@ -16,12 +16,12 @@ end
 margin = tonumber(ARGV[7])
 
 local function run(key, limit, lifetime, op, units, id)
-  local d, held, fresh_at = lease_step(limit, lifetime, op, units, id, load_leases(key))
+  local d, held, fresh_at = hold_step(limit, lifetime, op, units, id, load_holds(key))
   if not d then
     return {-2, 0, 0, 0, 0, 0}
   end
   if held then
-    store_leases(key, held, fresh_at)
+    store_holds(key, held, fresh_at)
   end
   return d
 end

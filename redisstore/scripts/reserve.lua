@@ -1,5 +1,6 @@
 -- reserve.lua: one decision on one key for a class that must leave units
--- for higher classes, the twin of algo/reserve.go (StepReserving): it
+-- for higher classes (class.lua's class_step, the twin of algo/reserve.go's
+-- StepReserving): it
 -- passes only if cost + reserve units would pass, and then spends only
 -- cost; refused, it replies that request's refusal and writes nothing but
 -- a missing TTL. Remaining is the class's: less the reserve, at least 0.
@@ -16,19 +17,8 @@ end
 margin = tonumber(ARGV[8])
 
 local function reserving(step, key, rate, period, burst, cost, bound, reserve)
-  local k, a, b, c, r, p, raw = load(key)
-  local d, fields, fresh_at
-  if reserve > 0 and cost > 0 then
-    local probe, _, f = step(rate, period, burst, cost + reserve, bound, k, a, b, c, r, p, raw)
-    if probe[1] ~= 1 then
-      store(key, nil, f)
-      probe[2] = max(0, probe[2] - reserve)
-      return probe
-    end
-  end
-  d, fields, fresh_at = step(rate, period, burst, cost, bound, k, a, b, c, r, p, raw)
+  local d, fields, fresh_at = class_step(step, rate, period, burst, cost, bound, reserve, load(key))
   store(key, fields, fresh_at)
-  d[2] = max(0, d[2] - reserve)
   return d
 end
 

@@ -17,23 +17,23 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
-// Leases runs the concurrency limits' checks every store must pass: a
-// random trace against the exact model, leases that come back at the end of
+// Holds runs the concurrency limits' checks every store must pass: a
+// random trace against the exact model, holds that come back at the end of
 // their lifetime and not before, the errors, and goroutines that never hold
 // more than the limit.
-func Leases(t *testing.T, newStore NewStore) {
-	t.Run("Trace", func(t *testing.T) { LeaseTrace(t, newStore, 1500) })
-	t.Run("Lifetime", func(t *testing.T) { LeaseLifetime(t, newStore) })
-	t.Run("Errors", func(t *testing.T) { LeaseErrors(t, sluice.New(newStore(t, nil))) })
-	t.Run("Goroutines", func(t *testing.T) { LeaseGoroutines(t, sluice.New(newStore(t, nil)), 16, 200) })
-	t.Run("Composite", func(t *testing.T) { LeaseComposite(t, newStore, 1000) })
-	t.Run("Classes", func(t *testing.T) { LeaseClasses(t, sluice.New(newStore(t, nil))) })
+func Holds(t *testing.T, newStore NewStore) {
+	t.Run("Trace", func(t *testing.T) { HoldTrace(t, newStore, 1500) })
+	t.Run("Lifetime", func(t *testing.T) { HoldLifetime(t, newStore) })
+	t.Run("Errors", func(t *testing.T) { HoldErrors(t, sluice.New(newStore(t, nil))) })
+	t.Run("Goroutines", func(t *testing.T) { HoldGoroutines(t, sluice.New(newStore(t, nil)), 16, 200) })
+	t.Run("Composite", func(t *testing.T) { HoldComposite(t, newStore, 1000) })
+	t.Run("Classes", func(t *testing.T) { HoldClasses(t, sluice.New(newStore(t, nil))) })
 }
 
-// LeaseClasses checks reserved capacity: under a limit of 5 with 2 kept for
+// HoldClasses checks reserved capacity: under a limit of 5 with 2 kept for
 // critical requests, normal ones hold at most 3 and critical ones the rest,
 // whichever class came first.
-func LeaseClasses(t *testing.T, lim *sluice.Limiter) {
+func HoldClasses(t *testing.T, lim *sluice.Limiter) {
 	ctx := context.Background()
 	critical := sluice.MaxConcurrent(5).WithLifetime(time.Hour)
 	normal := critical.Reserving(2)
@@ -61,17 +61,18 @@ func LeaseClasses(t *testing.T, lim *sluice.Limiter) {
 	}
 }
 
-// LeaseComposite checks a random trace of n composites of a lease and rate
-// parts (Limiter.AcquireAll), among releases, against the model
+// HoldComposite checks a random trace of n composites of a hold and rate
+// parts (Limiter.AcquireAll), half of the parts with a random reserve,
+// among releases, against the model
 // (model.AcquireEach): every summary equals the fold of the model's parts,
-// and the lease is held exactly when the model holds it. The keys share a
+// and the hold is held exactly when the model holds it. The keys share a
 // {hash tag}, so that a cluster decides each composite in one script.
-func LeaseComposite(t *testing.T, newStore NewStore, n int) {
+func HoldComposite(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 27))
 	clock := new(setClock)
 	lim := sluice.New(newStore(t, clock))
-	ls := model.NewLeases()
+	ls := model.NewHolds()
 	ks := model.NewKeys()
 	ctx := context.Background()
 	rates := []sluice.Limit{
@@ -81,7 +82,7 @@ func LeaseComposite(t *testing.T, newStore NewStore, n int) {
 		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
 		sluice.PerSecond(4).Using(sluice.SlidingWindow),
 	}
-	partKeys := []string{"{u}rate", "{u}global", "{u}job"} // "{u}job" also names the lease: two states
+	partKeys := []string{"{u}rate", "{u}global", "{u}job"} // "{u}job" also names the hold: two states
 	var held []sluice.Lease
 	now := Base
 	for i := range n {
@@ -102,14 +103,15 @@ func LeaseComposite(t *testing.T, newStore NewStore, n int) {
 		var parts []sluice.Part
 		var models []*model.Model
 		var keys []string
-		var costs []int64
+		var costs, reserves []int64
 		for _, k := range r.Perm(len(partKeys))[:r.IntN(len(partKeys)+1)] {
 			l := rates[r.IntN(len(rates))]
 			p, _ := storelink.Params(l)
 			cost := r.Int64N(p.Capacity() + 1)
-			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost})
+			reserve := randomReserve(r, p.Capacity()-cost)
+			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost, Reserve: reserve})
 			models = append(models, ks.Model(ModelLimit(p)))
-			keys, costs = append(keys, partKeys[k]), append(costs, cost)
+			keys, costs, reserves = append(keys, partKeys[k]), append(costs, cost), append(reserves, reserve)
 		}
 		got, err := lim.AcquireAll(ctx, "{u}job", c, units, parts)
 		if err != nil {
@@ -120,30 +122,30 @@ func LeaseComposite(t *testing.T, newStore NewStore, n int) {
 			id = -int64(i) - 1
 		}
 		each := make([]algo.Decision, len(parts))
-		lease := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, now, each)
-		want := resultOf(model.Fold(lease, each))
+		hold := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, reserves, now, each)
+		want := resultOf(model.Fold(hold, each))
 		if got.Result != want || (got.ID != 0) != (want.Allowed && units > 0) {
-			t.Fatalf("seed %d op %d (lease %d of %d, parts %+v at +%dµs): %+v id %d, model %+v (lease %+v, parts %+v)",
-				seed, i, units, c.Limit, parts, now-Base, got.Result, got.ID, want, lease, each)
+			t.Fatalf("seed %d op %d (hold %d of %d, parts %+v at +%dµs): %+v id %d, model %+v (hold %+v, parts %+v)",
+				seed, i, units, c.Limit, parts, now-Base, got.Result, got.ID, want, hold, each)
 		}
 		if got.ID != 0 {
 			held = append(held, got)
 		}
 	}
-	t.Logf("%d composites with a lease equal to the model (seed %d)", n, seed)
+	t.Logf("%d composites with a hold equal to the model (seed %d)", n, seed)
 }
 
-// LeaseTrace checks a random trace of n acquires, releases and extensions
+// HoldTrace checks a random trace of n acquires, releases and extensions
 // on a few keys, under limits and lifetimes that change, through a Limiter
 // over a store that decides by a clock the trace sets: every answer equals
-// the model's (model.Leases), and every lease granted comes back at its
+// the model's (model.Holds), and every hold granted comes back at its
 // Expiry.
-func LeaseTrace(t *testing.T, newStore NewStore, n int) {
+func HoldTrace(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 25))
 	clock := new(setClock)
 	lim := sluice.New(newStore(t, clock))
-	m := model.NewLeases()
+	m := model.NewHolds()
 	ctx := context.Background()
 	keys := []string{"a", "b", "{a}c"}
 	var granted []sluice.Lease
@@ -196,13 +198,13 @@ func LeaseTrace(t *testing.T, newStore NewStore, n int) {
 			t.Fatalf("seed %d op %d on %q at +%dµs: %+v expiry %d, model %+v expiry %d", seed, i, key, now-Base, got, expiry, want, wantExpiry)
 		}
 	}
-	t.Logf("%d lease operations equal to the model (seed %d)", n, seed)
+	t.Logf("%d hold operations equal to the model (seed %d)", n, seed)
 }
 
-// LeaseLifetime checks that the leases of a holder that never releases
+// HoldLifetime checks that the holds of a holder that never releases
 // come back at the end of their lifetime, not a microsecond before, and
 // that an extension moves that end.
-func LeaseLifetime(t *testing.T, newStore NewStore) {
+func HoldLifetime(t *testing.T, newStore NewStore) {
 	clock := new(setClock)
 	clock.us.Store(Base)
 	lim := sluice.New(newStore(t, clock))
@@ -224,7 +226,7 @@ func LeaseLifetime(t *testing.T, newStore NewStore) {
 	clock.us.Store(Base + 999_999)
 	ls, err := lim.Acquire(ctx, "job", c, 1)
 	if err != nil || ls.Allowed || ls.RetryAfter != time.Microsecond {
-		t.Fatalf("1µs before two leases end: %+v %v, want refused, retry after 1µs", ls, err)
+		t.Fatalf("1µs before two holds end: %+v %v, want refused, retry after 1µs", ls, err)
 	}
 	clock.us.Store(Base + 1_000_000)
 	ls, err = lim.Acquire(ctx, "job", c, 2)
@@ -232,19 +234,19 @@ func LeaseLifetime(t *testing.T, newStore NewStore) {
 		t.Fatalf("when they end: %+v %v, want both slots back", ls, err)
 	}
 	if r, err := lim.Release(ctx, held[1]); err != nil || r.Allowed {
-		t.Fatalf("release of a lease that came back: %+v %v, want not held", r, err)
+		t.Fatalf("release of a hold that came back: %+v %v, want not held", r, err)
 	}
 	if e, err := lim.Extend(ctx, held[2], 0); err != nil || e.Allowed || e.ID != 0 {
-		t.Fatalf("extend of a lease that came back: %+v %v, want not held", e, err)
+		t.Fatalf("extend of a hold that came back: %+v %v, want not held", e, err)
 	}
 	if r, err := lim.Release(ctx, ext); err != nil || !r.Allowed || r.Remaining != 1 {
-		t.Fatalf("release of the extended lease: %+v %v, want held, 1 free after", r, err)
+		t.Fatalf("release of the extended hold: %+v %v, want held, 1 free after", r, err)
 	}
 }
 
-// LeaseErrors checks the errors of bad lease operations: none holds or
+// HoldErrors checks the errors of bad hold operations: none holds or
 // changes anything.
-func LeaseErrors(t *testing.T, lim *sluice.Limiter) {
+func HoldErrors(t *testing.T, lim *sluice.Limiter) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		key   string
@@ -271,10 +273,10 @@ func LeaseErrors(t *testing.T, lim *sluice.Limiter) {
 	}
 }
 
-// LeaseGoroutines has g goroutines acquire a slot of a limit of 3, count
+// HoldGoroutines has g goroutines acquire a slot of a limit of 3, count
 // themselves in flight outside the limiter, and release, n times each: the
 // count never passes 3.
-func LeaseGoroutines(t *testing.T, lim *sluice.Limiter, g, n int) {
+func HoldGoroutines(t *testing.T, lim *sluice.Limiter, g, n int) {
 	ctx := context.Background()
 	c := sluice.MaxConcurrent(3).WithLifetime(time.Hour)
 	var inFlight, most, passed atomic.Int64
@@ -297,7 +299,7 @@ func LeaseGoroutines(t *testing.T, lim *sluice.Limiter, g, n int) {
 				passed.Add(1)
 				inFlight.Add(-1)
 				if r, err := lim.Release(ctx, ls); err != nil || !r.Allowed {
-					errs <- errors.Join(err, errors.New("a lease held for an hour was not held at its release"))
+					errs <- errors.Join(err, errors.New("a hold kept for an hour was not held at its release"))
 					return
 				}
 			}

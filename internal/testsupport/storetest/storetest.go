@@ -517,8 +517,9 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Errors", func(t *testing.T) {
 		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
 	})
-	t.Run("Leases", func(t *testing.T) { Leases(t, newStore) })
+	t.Run("Holds", func(t *testing.T) { Holds(t, newStore) })
 	t.Run("Reserve", func(t *testing.T) { ReserveTrace(t, newStore, 1500) })
+	t.Run("ReserveEach", func(t *testing.T) { ReserveEach(t, newStore, 1500) })
 }
 
 // Trace checks a random trace of n requests whose limits change (see
@@ -594,20 +595,29 @@ func canRefund(k algo.Kind) bool {
 // every summary equals the model's TakeAll, and each part's result its
 // model.TakeEach. The keys share a {hash tag}, so that a cluster decides
 // each composite in one script.
-func Each(t *testing.T, newStore NewStore, n int) {
+func Each(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, false) }
+
+// ReserveEach is Each whose parts have, half of them, a random reserve
+// (priority classes in composites), each composite made through TakeEach
+// or TakeAll at random: every summary and every part's result equals
+// model.TakeEachReserving's.
+func ReserveEach(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, true) }
+
+// randomReserve is a random class's reserve, of at most left units: none
+// half of the time.
+func randomReserve(r *rand.Rand, left int64) int64 {
+	if r.IntN(2) == 0 {
+		return 0
+	}
+	return r.Int64N(left + 1)
+}
+
+// eachTrace is Each, or ReserveEach when reserves is set.
+func eachTrace(t *testing.T, newStore NewStore, n int, reserves bool) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 13))
 	clock := new(setClock)
 	lim := sluice.New(newStore(t, clock))
-	limits := []sluice.Limit{
-		sluice.PerSecond(3).WithBurst(4),
-		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
-		sluice.PerSecond(6).Using(sluice.FixedWindow),
-		sluice.PerSecond(4).Using(sluice.AlignedWindow),
-		sluice.PerSecond(5).Using(sluice.SlidingWindow),
-		sluice.PerSecond(4).Using(sluice.SlidingLog),
-	}
 	ks, ams := model.NewKeys(), model.NewKeys() // TakeEach's model, TakeAll's
 	ctx := context.Background()
 	now := Base
@@ -615,41 +625,37 @@ func Each(t *testing.T, newStore NewStore, n int) {
 	for i := range n {
 		now += r.Int64N(300_000) * int64(r.IntN(2))
 		clock.us.Store(now)
-		np := 1 + r.IntN(5)
-		perm := r.Perm(6)
-		parts := make([]sluice.Part, np)
-		models, amodels := make([]*model.Model, np), make([]*model.Model, np)
-		keys, costs := make([]string, np), make([]int64, np)
-		for j := range parts {
-			l := limits[r.IntN(len(limits))]
-			p, _ := storelink.Params(l)
-			cost := r.Int64N(p.Capacity() + 1)
-			if r.IntN(3) == 0 {
-				cost = min(1, cost)
-			}
-			keys[j], costs[j] = fmt.Sprintf("{each}k%d", perm[j]), cost
-			parts[j] = sluice.Part{Key: keys[j], Limit: l, Cost: cost}
-			models[j], amodels[j] = ks.Model(ModelLimit(p)), ams.Model(ModelLimit(p))
+		parts, models, amodels, keys, costs, res := eachParts(r, ks, ams, reserves)
+		got := make([]sluice.Result, len(parts))
+		var sum sluice.Result
+		var err error
+		byAll := reserves && r.IntN(2) == 0
+		if byAll {
+			sum, err = lim.TakeAll(ctx, parts)
+		} else {
+			sum, err = lim.TakeEach(ctx, parts, got)
 		}
-		got := make([]sluice.Result, np)
-		sum, err := lim.TakeEach(ctx, parts, got)
 		if err != nil {
 			t.Fatalf("seed %d request %d: %v", seed, i, err)
 		}
-		want := make([]algo.Decision, np)
-		wantSum := model.TakeEach(models, keys, costs, now, want)
-		if all := model.TakeAll(amodels, keys, costs, now); all != wantSum || sum != resultOf(all) {
+		want := make([]algo.Decision, len(parts))
+		wantSum := model.TakeEachReserving(models, keys, costs, res, now, want)
+		if reserves {
+			if sum != resultOf(wantSum) {
+				t.Fatalf("seed %d request %d at +%dµs %v: summary %+v, model %+v", seed, i, now-Base, parts, sum, wantSum)
+			}
+		} else if all := model.TakeAll(amodels, keys, costs, now); all != wantSum || sum != resultOf(all) {
 			t.Fatalf("seed %d request %d at +%dµs %v: summary %+v, TakeAll's model %+v, TakeEach's %+v", seed, i, now-Base, parts, sum, all, wantSum)
 		}
 		for j := range got {
-			if got[j] != resultOf(want[j]) {
+			if !byAll && got[j] != resultOf(want[j]) {
 				t.Fatalf("seed %d request %d at +%dµs %v: part %d: %+v, model %+v", seed, i, now-Base, parts, j, got[j], resultOf(want[j]))
 			}
 		}
 		switch {
 		case sum.Allowed:
 			seen["allowed"]++
-		case np > 1 && slices.ContainsFunc(got, func(r sluice.Result) bool { return r.Allowed }):
+		case len(parts) > 1 && slices.ContainsFunc(want, func(d algo.Decision) bool { return d.Allowed }):
 			seen["refused, a part granting"]++
 		default:
 			seen["refused"]++
@@ -659,6 +665,45 @@ func Each(t *testing.T, newStore NewStore, n int) {
 		t.Errorf("a trace that tests little: %v", seen)
 	}
 	t.Logf("%v (seed %d)", seen, seed)
+}
+
+// eachParts draws one composite of eachTrace: its parts, their models in
+// ks and ams (TakeEach's and TakeAll's), keys, costs and, when reserves is
+// set, random reserves (else nil).
+func eachParts(r *rand.Rand, ks, ams *model.Keys, reserves bool) (parts []sluice.Part, models, amodels []*model.Model, keys []string, costs, res []int64) {
+	limits := []sluice.Limit{
+		sluice.PerSecond(3).WithBurst(4),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
+		sluice.PerSecond(6).Using(sluice.FixedWindow),
+		sluice.PerSecond(4).Using(sluice.AlignedWindow),
+		sluice.PerSecond(5).Using(sluice.SlidingWindow),
+		sluice.PerSecond(4).Using(sluice.SlidingLog),
+	}
+	np := 1 + r.IntN(5)
+	perm := r.Perm(6)
+	parts = make([]sluice.Part, np)
+	models, amodels = make([]*model.Model, np), make([]*model.Model, np)
+	keys, costs = make([]string, np), make([]int64, np)
+	if reserves {
+		res = make([]int64, np)
+	}
+	for j := range parts {
+		l := limits[r.IntN(len(limits))]
+		p, _ := storelink.Params(l)
+		cost := r.Int64N(p.Capacity() + 1)
+		if r.IntN(3) == 0 {
+			cost = min(1, cost)
+		}
+		keys[j], costs[j] = fmt.Sprintf("{each}k%d", perm[j]), cost
+		parts[j] = sluice.Part{Key: keys[j], Limit: l, Cost: cost}
+		if reserves {
+			res[j] = randomReserve(r, p.Capacity()-cost)
+			parts[j].Reserve = res[j]
+		}
+		models[j], amodels[j] = ks.Model(ModelLimit(p)), ams.Model(ModelLimit(p))
+	}
+	return parts, models, amodels, keys, costs, res
 }
 
 func resultOf(d algo.Decision) sluice.Result {

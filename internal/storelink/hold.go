@@ -8,19 +8,19 @@ import (
 	"github.com/sluice-go/sluice/algo"
 )
 
-// ErrNoLeases is the error of a lease operation on a store that holds no
+// ErrNoLeases is the error of a hold operation on a store that holds no
 // concurrency limits (a sluice.Store from outside this module): it wraps
 // errors.ErrUnsupported.
 var ErrNoLeases = fmt.Errorf("sluice: the store holds no concurrency limits: %w", errors.ErrUnsupported)
 
-// LeaseOp is one checked lease operation (algo.LeaseStep's): Op is
+// HoldOp is one checked hold operation (algo.HoldStep's): Op is
 // algo.OpAcquire, OpRelease or OpExtend; Limit is valid (a release reads
 // only its Limit, for the figures; an extend its Lifetime too); Key is not
-// empty; 0 ≤ Units ≤ Limit.Limit; 1 ≤ ID ≤ algo.MaxLeaseID. Degraded marks
-// a release or extension of a lease that a failure policy granted: the
-// store sends it where that lease is (nowhere for FailOpen's, its local
+// empty; 0 ≤ Units ≤ Limit.Limit; 1 ≤ ID ≤ algo.MaxHoldID. Degraded marks
+// a release or extension of a hold that a failure policy granted: the
+// store sends it where that hold is (nowhere for FailOpen's, its local
 // store for FailLocal's).
-type LeaseOp struct {
+type HoldOp struct {
 	Op       int64
 	Key      string
 	Limit    algo.Concurrency
@@ -29,45 +29,45 @@ type LeaseOp struct {
 	Degraded bool
 }
 
-// LeaseResult is a lease operation's answer: the step's decision, the
-// lease's expiry (µs, by the store's clock) when an acquire or extension
+// HoldResult is a hold operation's answer: the step's decision, the
+// hold's expiry (µs, by the store's clock) when an acquire or extension
 // was allowed, and whether a failure policy made it.
-type LeaseResult struct {
+type HoldResult struct {
 	Decision algo.Decision
 	Expiry   int64
 	Degraded bool
 }
 
-// Leaser is the side of an Engine that holds concurrency limits: memstore's
+// Holder is the side of an Engine that holds concurrency limits: memstore's
 // and redisstore's engines implement it. Its arguments and results pass by
 // value, so that an acquire and a release in memory allocate nothing.
-type Leaser interface {
-	// Lease runs op at the store's time, under the store's failure policy.
-	Lease(ctx context.Context, op LeaseOp) (LeaseResult, error)
-	// LeaseAt runs op at now (µs since the epoch), with no failure policy.
-	LeaseAt(ctx context.Context, op LeaseOp, now int64) (LeaseResult, error)
-	// LeaseAll runs the acquire op together with the rate parts reqs, at
+type Holder interface {
+	// Hold runs op at the store's time, under the store's failure policy.
+	Hold(ctx context.Context, op HoldOp) (HoldResult, error)
+	// HoldAt runs op at now (µs since the epoch), with no failure policy.
+	HoldAt(ctx context.Context, op HoldOp, now int64) (HoldResult, error)
+	// HoldAll runs the acquire op together with the rate parts reqs, at
 	// the store's time and under its failure policy: all pass or none
-	// (SEMANTICS.md, "Concurrency limits"). It returns the lease part's
+	// (SEMANTICS.md, "Concurrency limits"). It returns the hold part's
 	// result and writes each part's decision into each[i] (each as long
 	// as reqs), as TakeEach reports them.
-	LeaseAll(ctx context.Context, op LeaseOp, reqs []Request, each []algo.Decision) (LeaseResult, error)
-	// LeaseAllAt is LeaseAll at now, with no failure policy.
-	LeaseAllAt(ctx context.Context, op LeaseOp, reqs []Request, now int64, each []algo.Decision) (LeaseResult, error)
+	HoldAll(ctx context.Context, op HoldOp, reqs []Request, each []algo.Decision) (HoldResult, error)
+	// HoldAllAt is HoldAll at now, with no failure policy.
+	HoldAllAt(ctx context.Context, op HoldOp, reqs []Request, now int64, each []algo.Decision) (HoldResult, error)
 }
 
-// ErrLeaseCrossSlot is the error of a composite of a lease and rate parts
+// ErrLeaseCrossSlot is the error of a composite of a hold and rate parts
 // whose keys a Redis Cluster keeps in different slots: no script sees them
-// all, and a lease held while the parts are taken in turn would refuse
+// all, and a hold kept while the parts are taken in turn would refuse
 // others for nothing. Give the keys a {hash tag}.
 var ErrLeaseCrossSlot = errors.New("sluice: a composite with a lease needs its keys in one cluster slot (give them a {hash tag})")
 
-// CheckLease checks a lease operation as a Limiter does (see LeaseOp).
-func CheckLease(op *LeaseOp) error {
+// CheckHold checks a hold operation as a Limiter does (see HoldOp).
+func CheckHold(op *HoldOp) error {
 	switch {
 	case op.Op < algo.OpAcquire || op.Op > algo.OpExtend:
 		return fmt.Errorf("%w: unknown lease operation %d", ErrInvalidLimit, op.Op)
-	case op.ID < 1 || op.ID > algo.MaxLeaseID:
+	case op.ID < 1 || op.ID > algo.MaxHoldID:
 		return fmt.Errorf("%w: lease id %d outside [1, 2^53)", ErrInvalidCost, op.ID)
 	}
 	if err := op.Limit.Validate(); err != nil {
@@ -76,7 +76,7 @@ func CheckLease(op *LeaseOp) error {
 	return CheckUnits(op.Key, op.Limit.Limit, op.Units)
 }
 
-// CheckUnits checks a lease's key and units under a valid limit: a key
+// CheckUnits checks a hold's key and units under a valid limit: a key
 // not empty, 0 ≤ units ≤ limit.
 func CheckUnits(key string, limit, units int64) error {
 	switch {
@@ -90,14 +90,14 @@ func CheckUnits(key string, limit, units int64) error {
 	return nil
 }
 
-// LeaseLocal is the fast path of a Leaser that decides in process
+// HoldLocal is the fast path of a Holder that decides in process
 // (memstore's), as Local is for rates: its arguments and results fit in
-// registers, where a LeaseOp and a LeaseResult would be copied through
+// registers, where a HoldOp and a HoldResult would be copied through
 // memory at every call. It runs op (algo.OpAcquire, ...) at the store's
 // time; allowed, remaining, retryAfter and resetAfter are the decision's,
-// expiry is LeaseResult's.
-type LeaseLocal interface {
-	LeaseLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error)
+// expiry is HoldResult's.
+type HoldLocal interface {
+	HoldLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error)
 }
 
 // Reserver is the side of an Engine that decides requests of a class that

@@ -21,11 +21,11 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// TestLeaseKeyTTL: a key holding leases lives until its last lease comes
-// back, plus the margin; one whose last lease is released is deleted.
-func TestLeaseKeyTTL(t *testing.T) {
+// TestHoldKeyTTL: a key with holds lives until its last hold comes
+// back, plus the margin; one whose last hold is released is deleted.
+func TestHoldKeyTTL(t *testing.T) {
 	c := redistest.Shared(t).Client()
-	prefix := fmt.Sprintf("leasettl:%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("holdttl:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Second))
 	defer st.Close()
 	lim := sluice.New(st)
@@ -38,41 +38,41 @@ func TestLeaseKeyTTL(t *testing.T) {
 	if err != nil || !long.Allowed {
 		t.Fatal(long, err)
 	}
-	key := st.LeaseKey("k")
-	if key != prefix+"lease:k" {
-		t.Fatalf("LeaseKey %q", key)
+	key := st.HoldKey("k")
+	if key != prefix+"hold:k" {
+		t.Fatalf("HoldKey %q", key)
 	}
 	ttl := c.PTTL(ctx, key).Val()
 	if ttl <= 60*time.Second || ttl > 61*time.Second {
-		t.Fatalf("PTTL %v, want the longest lease's lifetime plus the 1s margin", ttl)
+		t.Fatalf("PTTL %v, want the longest hold's lifetime plus the 1s margin", ttl)
 	}
 	if c.Exists(ctx, prefix+"k").Val() != 0 {
-		t.Fatal("a lease wrote the rate limit's key")
+		t.Fatal("a hold wrote the rate limit's key")
 	}
 	lim.Release(ctx, long)
 	if ttl := c.PTTL(ctx, key).Val(); ttl <= 9*time.Second || ttl > 11*time.Second {
-		t.Fatalf("PTTL %v after the long lease's release, want the short one's lifetime plus the margin", ttl)
+		t.Fatalf("PTTL %v after the long hold's release, want the short one's lifetime plus the margin", ttl)
 	}
 	lim.Release(ctx, short)
 	if n := c.Exists(ctx, key).Val(); n != 0 {
-		t.Fatal("the key of a released last lease is still there")
+		t.Fatal("the key of a released last hold is still there")
 	}
 }
 
-// TestLeaseForeignKey: a lease key holding another program's value, or a
-// rate limit's state, is an error naming it, never read as no leases.
-func TestLeaseForeignKey(t *testing.T) {
+// TestHoldForeignKey: a hold key holding another program's value, or a
+// rate limit's state, is an error naming it, never read as no holds.
+func TestHoldForeignKey(t *testing.T) {
 	c := redistest.Shared(t).Client()
-	prefix := fmt.Sprintf("leaseforeign:%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("holdforeign:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, c, redisstore.WithPrefix(prefix))
 	defer st.Close()
 	lim := sluice.New(st)
 	ctx := context.Background()
-	c.Set(ctx, st.LeaseKey("s"), "hello", time.Minute)
-	c.HSet(ctx, st.LeaseKey("h"), "a", 1)
-	c.Expire(ctx, st.LeaseKey("h"), time.Minute)
-	// A rate state at the lease key: the rate limit of key "lease:r".
-	if _, err := lim.Take(ctx, "lease:r", sluice.PerMinute(5), 1); err != nil {
+	c.Set(ctx, st.HoldKey("s"), "hello", time.Minute)
+	c.HSet(ctx, st.HoldKey("h"), "a", 1)
+	c.Expire(ctx, st.HoldKey("h"), time.Minute)
+	// A rate state at the hold key: the rate limit of key "hold:r".
+	if _, err := lim.Take(ctx, "hold:r", sluice.PerMinute(5), 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"s", "h", "r"} {
@@ -81,15 +81,15 @@ func TestLeaseForeignKey(t *testing.T) {
 			t.Errorf("acquire on %q: %+v %v, want ErrForeignKey", k, ls, err)
 		}
 	}
-	if c.Get(ctx, st.LeaseKey("s")).Val() != "hello" {
+	if c.Get(ctx, st.HoldKey("s")).Val() != "hello" {
 		t.Error("the foreign value was overwritten")
 	}
 }
 
-// TestLeaseFailurePolicy: with Redis gone, an acquire is FailOpen's grant
-// (held nowhere), FailLocal's lease in the local store (whose release frees
+// TestHoldFailurePolicy: with Redis gone, an acquire is FailOpen's grant
+// (held nowhere), FailLocal's hold in the local store (whose release frees
 // it there), or FailClosed's ErrStoreUnavailable.
-func TestLeaseFailurePolicy(t *testing.T) {
+func TestHoldFailurePolicy(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -121,47 +121,47 @@ func TestLeaseFailurePolicy(t *testing.T) {
 				t.Errorf("FailLocal: %+v %v / %+v %v, want the first held locally, the second refused there", a, err, b, errB)
 			}
 			if r, err := lim.Release(ctx, a); err != nil || !r.Allowed || !r.Degraded {
-				t.Errorf("FailLocal release: %+v %v, want the local lease given back", r, err)
+				t.Errorf("FailLocal release: %+v %v, want the local hold given back", r, err)
 			}
 			if again, err := lim.Acquire(ctx, "k", c1, 1); err != nil || !again.Allowed {
 				t.Errorf("FailLocal after the release: %+v %v", again, err)
 			}
 		}
-		// A lease held in Redis cannot be released while it is gone: an
+		// A hold kept in Redis cannot be released while it is gone: an
 		// error, whatever the policy (it comes back with its lifetime).
 		held := sluice.Lease{Key: "k", Limit: c1, Units: 1, ID: 77}
 		if _, err := lim.Release(ctx, held); !errors.Is(err, sluice.ErrStoreUnavailable) {
-			t.Errorf("policy %d: release of a Redis lease: %v, want ErrStoreUnavailable", policy, err)
+			t.Errorf("policy %d: release of a Redis hold: %v, want ErrStoreUnavailable", policy, err)
 		}
 		st.Close()
 		c.Close()
 	}
 }
 
-// TestLeaseLuaEqualsGo runs random traces of lease operations at given
-// times through the Lua script (LeaseAt) and through memstore, clocks that
+// TestHoldLuaEqualsGo runs random traces of hold operations at given
+// times through the Lua script (HoldAt) and through memstore, clocks that
 // go back included (which the model does not state): every answer agrees.
-func TestLeaseLuaEqualsGo(t *testing.T) {
+func TestHoldLuaEqualsGo(t *testing.T) {
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			seed := testenv.Seed(t)
 			r := rand.New(rand.NewPCG(seed, 26))
-			st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("leaselua:%d:", time.Now().UnixNano())))
+			st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdlua:%d:", time.Now().UnixNano())))
 			defer st.Close()
-			rs, ms := st.Engine().(storelink.Leaser), memstore.New().Engine().(storelink.Leaser)
+			rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
 			ctx := context.Background()
 			now := int64(1_764_000_000_000_000)
 			var ids []int64
 			for i := range 600 {
 				now += r.Int64N(30) - 6 // sometimes back
-				op := storelink.LeaseOp{Op: algo.OpAcquire, Key: []string{"x", "y"}[r.IntN(2)], Limit: algo.Concurrency{Limit: 1 + r.Int64N(4), Lifetime: 1 + r.Int64N(60)}}
+				op := storelink.HoldOp{Op: algo.OpAcquire, Key: []string{"x", "y"}[r.IntN(2)], Limit: algo.Concurrency{Limit: 1 + r.Int64N(4), Lifetime: 1 + r.Int64N(60)}}
 				if k := r.IntN(3); k > 0 && len(ids) > 0 {
 					op.Op, op.ID = int64(k)+1, ids[r.IntN(len(ids))]
 				} else {
 					op.Units, op.ID = r.Int64N(op.Limit.Limit+1), 1+r.Int64N(40)
 				}
-				got, gerr := rs.LeaseAt(ctx, op, now)
-				want, werr := ms.LeaseAt(ctx, op, now)
+				got, gerr := rs.HoldAt(ctx, op, now)
+				want, werr := ms.HoldAt(ctx, op, now)
 				want.Decision.FreshAt = 0
 				if !errors.Is(gerr, werr) && (gerr == nil || werr == nil) || got != want {
 					t.Fatalf("seed %d op %d %+v at %d: Lua %+v %v, Go %+v %v", seed, i, op, now, got, gerr, want, werr)
@@ -174,12 +174,12 @@ func TestLeaseLuaEqualsGo(t *testing.T) {
 	}
 }
 
-// TestLeaseAllCrossSlot: on a cluster, a composite of a lease and rate parts
+// TestHoldAllCrossSlot: on a cluster, a composite of a hold and rate parts
 // whose keys are in different slots is an error that holds and spends
 // nothing; with a {hash tag} it is decided.
-func TestLeaseAllCrossSlot(t *testing.T) {
+func TestHoldAllCrossSlot(t *testing.T) {
 	c := redistest.Cluster(t).Client()
-	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("leasecross:%d:", time.Now().UnixNano())))
+	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdcross:%d:", time.Now().UnixNano())))
 	defer st.Close()
 	lim := sluice.New(st)
 	ctx := context.Background()
@@ -189,7 +189,7 @@ func TestLeaseAllCrossSlot(t *testing.T) {
 		t.Fatalf("keys in two slots: %+v %v, want ErrLeaseCrossSlot", ls, err)
 	}
 	if ls, err := lim.Acquire(ctx, "job:b", one, 1); err != nil || !ls.Allowed {
-		t.Fatalf("the refused composite held the lease: %+v %v", ls, err)
+		t.Fatalf("the refused composite held the hold: %+v %v", ls, err)
 	}
 	if r, err := lim.Take(ctx, "rate:a", sluice.PerMinute(1), 1); err != nil || !r.Allowed {
 		t.Fatalf("the refused composite spent the rate: %+v %v", r, err)
@@ -200,10 +200,10 @@ func TestLeaseAllCrossSlot(t *testing.T) {
 	}
 }
 
-// BenchmarkLease is an acquire and its release on one standalone server:
+// BenchmarkHold is an acquire and its release on one standalone server:
 // one script call each, serially (two round trips) and from 64 goroutines
 // (the calls share pipelines).
-func BenchmarkLease(b *testing.B) {
+func BenchmarkHold(b *testing.B) {
 	c := redistest.Shared(b).Client()
 	ctx := context.Background()
 	for _, par := range []int{1, 64} {
@@ -216,20 +216,20 @@ func BenchmarkLease(b *testing.B) {
 			b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0))) // par goroutines in all
 			if par == 1 {
 				for b.Loop() {
-					leaseOnce(b, lim, ctx, conc)
+					holdOnce(b, lim, ctx, conc)
 				}
 				return
 			}
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					leaseOnce(b, lim, ctx, conc)
+					holdOnce(b, lim, ctx, conc)
 				}
 			})
 		})
 	}
 }
 
-func leaseOnce(b *testing.B, lim *sluice.Limiter, ctx context.Context, c sluice.Concurrency) {
+func holdOnce(b *testing.B, lim *sluice.Limiter, ctx context.Context, c sluice.Concurrency) {
 	ls, err := lim.Acquire(ctx, "job", c, 1)
 	if err != nil || !ls.Allowed {
 		b.Fatal(ls, err)

@@ -23,43 +23,43 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// TestLeasesAcrossProcesses holds a concurrency limit of leaseLimit from
-// leaseProcs processes of leaseGoroutines goroutines each, on one Redis,
-// and kills some of them with SIGKILL while their goroutines hold leases.
+// TestHoldsAcrossProcesses holds a concurrency limit of holdLimit from
+// holdProcs processes of holdGoroutines goroutines each, on one Redis,
+// and kills some of them with SIGKILL while their goroutines have holds.
 //
 // The work in flight is counted outside the limiter, in a sorted set of its
-// own (inFlight): a goroutine that was granted a lease adds itself, scored
-// by the lease's expiry, and in the same script counts the members whose
+// own (inFlight): a goroutine that was granted a hold adds itself, scored
+// by the hold's expiry, and in the same script counts the members whose
 // score is after the server's TIME, keeping the most it ever saw in a key;
 // it removes itself before it releases. Its membership lies within its
-// lease (it joins after the grant and leaves before the release, or at the
-// lease's expiry if killed), so if the limiter never holds more than the
-// limit, the count never passes it; a lease that came back early, before
+// hold (it joins after the grant and leaves before the release, or at the
+// hold's expiry if killed), so if the limiter never holds more than the
+// limit, the count never passes it; a hold that came back early, before
 // its expiry, would let a new holder join while the killed one still
 // counts. The checks:
 //
-//   - the count never passed leaseLimit, in any process, killed or not;
+//   - the count never passed holdLimit, in any process, killed or not;
 //   - once the survivors are done, the slots still held include the
 //     killed holders' that the set counts (a holder killed between its
-//     grant and its count holds a lease the set does not see), and they
+//     grant and its count has a hold the set does not see), and they
 //     come back at their expiry: the whole limit is refused while the set
 //     counts one, and granted once they have all ended;
 //   - a child killed early holds nothing at the end: its slots came back
 //     while the others ran;
 //   - the survivors made no errors.
-func TestLeasesAcrossProcesses(t *testing.T) {
-	if os.Getenv(leaseChildEnv) != "" {
+func TestHoldsAcrossProcesses(t *testing.T) {
+	if os.Getenv(holdChildEnv) != "" {
 		t.Skip("in a child process")
 	}
 	srv := redistest.Standalone(t)
 	client := srv.Client()
 	ctx := context.Background()
-	cfg := leaseConfig{Addr: srv.Addr(), Prefix: fmt.Sprintf("leaseproc:%d:", time.Now().UnixNano()), Lifetime: 1500 * time.Millisecond}
-	children := make([]*childproc.Child, leaseProcs)
+	cfg := holdConfig{Addr: srv.Addr(), Prefix: fmt.Sprintf("holdproc:%d:", time.Now().UnixNano()), Lifetime: 1500 * time.Millisecond}
+	children := make([]*childproc.Child, holdProcs)
 	for i := range children {
 		cfg.Index = i
 		env, _ := json.Marshal(cfg)
-		children[i] = childproc.Start(t, "TestLeaseChild", []string{leaseChildEnv + "=" + string(env)}, 5*time.Minute, nil)
+		children[i] = childproc.Start(t, "TestHoldChild", []string{holdChildEnv + "=" + string(env)}, 5*time.Minute, nil)
 	}
 	for _, c := range children {
 		c.WaitReady(t, loadReadyWithin)
@@ -71,10 +71,10 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 
 	// First wave: child 0, whose slots must come back while the others
 	// still run. Second wave, near the end: children from 1 on, until the
-	// killed ones hold a lease, whose return is checked after the run.
+	// killed ones have a hold, whose return is checked after the run.
 	time.Sleep(run / 4)
 	for heldBy(t, client, cfg.Prefix, 0) == 0 && time.Since(begin) < run/2 {
-		time.Sleep(time.Millisecond) // kill it while it holds a lease
+		time.Sleep(time.Millisecond) // kill it while it has a hold
 	}
 	killed := []int{0}
 	if err := children[0].Kill(); err != nil { // SIGKILL: no deferred release runs
@@ -83,7 +83,7 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 	first, firstAt := heldBy(t, client, cfg.Prefix, 0), time.Since(begin)
 	time.Sleep(time.Until(stop.Add(-run / 5)))
 	orphans := 0
-	for i := 1; i < leaseProcs-1 && orphans == 0 && time.Now().Before(stop); i++ {
+	for i := 1; i < holdProcs-1 && orphans == 0 && time.Now().Before(stop); i++ {
 		for heldBy(t, client, cfg.Prefix, i) == 0 && time.Now().Before(stop) {
 			time.Sleep(time.Millisecond)
 		}
@@ -94,33 +94,33 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 		orphans += heldBy(t, client, cfg.Prefix, i)
 	}
 	lastKill := time.Now()
-	t.Logf("killed child 0 at +%v holding %d leases, then %d more near the end holding %d", firstAt.Round(time.Millisecond), first, len(killed)-1, orphans)
+	t.Logf("killed child 0 at +%v with %d holds, then %d more near the end holding %d", firstAt.Round(time.Millisecond), first, len(killed)-1, orphans)
 	var granted int64
 	for i, c := range children {
 		if slices.Contains(killed, i) {
 			<-c.Done()
 			continue
 		}
-		out, result, werr := childResult(t, i, c, stop, leaseResultMark)
-		var rep leaseReport
+		out, result, werr := childResult(t, i, c, stop, holdResultMark)
+		var rep holdReport
 		if werr != nil || json.Unmarshal([]byte(result), &rep) != nil {
 			t.Fatalf("child %d: %v\n%s", i, werr, out)
 		}
 		if rep.Errors > 0 || rep.Granted == 0 {
-			t.Errorf("child %d: %d errors (first: %s), %d leases", i, rep.Errors, rep.FirstError, rep.Granted)
+			t.Errorf("child %d: %d errors (first: %s), %d holds", i, rep.Errors, rep.FirstError, rep.Granted)
 		}
 		granted += rep.Granted
 	}
 	most, _ := client.Get(ctx, cfg.Prefix+"most").Int64()
-	t.Logf("%d leases granted to the survivors, at most %d in flight (limit %d)", granted, most, leaseLimit)
-	if most > leaseLimit || most == 0 {
-		t.Fatalf("the independent count saw %d in flight, limit %d", most, leaseLimit)
+	t.Logf("%d holds granted to the survivors, at most %d in flight (limit %d)", granted, most, holdLimit)
+	if most > holdLimit || most == 0 {
+		t.Fatalf("the independent count saw %d in flight, limit %d", most, holdLimit)
 	}
 	if n := heldBy(t, client, cfg.Prefix, 0); n != 0 {
-		t.Fatalf("child 0, killed at +%v, still holds %d leases of a %v lifetime", firstAt, n, cfg.Lifetime)
+		t.Fatalf("child 0, killed at +%v, still has %d holds of a %v lifetime", firstAt, n, cfg.Lifetime)
 	}
-	if orphans == 0 && testenv.Timing(t, "a child killed near the end holds a lease") {
-		t.Error("no child killed near the end held a lease: their return is not checked")
+	if orphans == 0 && testenv.Timing(t, "a child killed near the end has a hold") {
+		t.Error("no child killed near the end had a hold: their return is not checked")
 	}
 
 	// The slots still held are the killed holders', and come back at their
@@ -128,31 +128,31 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 	st := newGoRedis(t, client, redisstore.WithPrefix(cfg.Prefix))
 	defer st.Close()
 	lim := sluice.New(st)
-	c := sluice.MaxConcurrent(leaseLimit).WithLifetime(cfg.Lifetime)
+	c := sluice.MaxConcurrent(holdLimit).WithLifetime(cfg.Lifetime)
 	for {
 		before := liveCount(t, client, cfg.Prefix)
-		q, err := lim.Acquire(ctx, leaseKey, c, 0)
+		q, err := lim.Acquire(ctx, holdKey, c, 0)
 		after := liveCount(t, client, cfg.Prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A killed holder may hold a lease it had not yet counted (killed
+		// A killed holder may have a hold it had not yet counted (killed
 		// between the grant and its count), never one it counts and the
 		// limiter has given back.
-		if q.Remaining > leaseLimit-after {
+		if q.Remaining > holdLimit-after {
 			t.Fatalf("%d free by the limiter, while %d to %d held by killed holders by the count", q.Remaining, before, after)
 		}
 		if time.Since(lastKill) > cfg.Lifetime+30*time.Second {
-			t.Fatalf("%d slots still held %v after the last kill, lifetime %v", leaseLimit-q.Remaining, time.Since(lastKill), cfg.Lifetime)
+			t.Fatalf("%d slots still held %v after the last kill, lifetime %v", holdLimit-q.Remaining, time.Since(lastKill), cfg.Lifetime)
 		}
-		if q.Remaining == leaseLimit {
+		if q.Remaining == holdLimit {
 			break
 		}
-		// Not before the killed holders' last lease ends: all of it is
+		// Not before the killed holders' last hold ends: all of it is
 		// refused until then, by exactly the wait to that expiry.
-		all, err := lim.Acquire(ctx, leaseKey, c, leaseLimit)
+		all, err := lim.Acquire(ctx, holdKey, c, holdLimit)
 		if err != nil || all.Allowed && liveCount(t, client, cfg.Prefix) > 0 {
-			t.Fatalf("the whole limit while killed holders' leases live: %+v %v", all, err)
+			t.Fatalf("the whole limit while killed holders' holds live: %+v %v", all, err)
 		}
 		if all.Allowed {
 			lim.Release(ctx, all)
@@ -160,36 +160,36 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 		}
 		time.Sleep(min(all.RetryAfter, 100*time.Millisecond))
 	}
-	all, err := lim.Acquire(ctx, leaseKey, c, leaseLimit)
+	all, err := lim.Acquire(ctx, holdKey, c, holdLimit)
 	if err != nil || !all.Allowed {
-		t.Fatalf("after the killed holders' leases ended: %+v %v", all, err)
+		t.Fatalf("after the killed holders' holds ended: %+v %v", all, err)
 	}
 	t.Logf("the %d slots held by killed holders came back at their expiry", orphans)
 }
 
 const (
-	leaseChildEnv   = "SLUICE_LEASE_CHILD"
-	leaseResultMark = "lease-result: "
-	leaseProcs      = 8
-	leaseGoroutines = 32
-	leaseKilled     = 2
-	leaseLimit      = 8
-	leaseKey        = "expensive"
+	holdChildEnv   = "SLUICE_HOLD_CHILD"
+	holdResultMark = "hold-result: "
+	holdProcs      = 8
+	holdGoroutines = 32
+	holdKilled     = 2
+	holdLimit      = 8
+	holdKey        = "expensive"
 )
 
-type leaseConfig struct {
+type holdConfig struct {
 	Addr, Prefix string
 	Lifetime     time.Duration
 	Index        int // the child's, in its members of the in-flight set
 }
 
-type leaseReport struct {
+type holdReport struct {
 	Granted, Refused, Errors int64
 	FirstError               string
 }
 
-// inFlight adds a holder, scored by its lease's expiry, to the set of work
-// in flight (KEYS[1]) and counts the members whose lease has not ended at
+// inFlight adds a holder, scored by its hold's expiry, to the set of work
+// in flight (KEYS[1]) and counts the members whose hold has not ended at
 // the server's TIME, keeping the most ever counted in KEYS[2]. It is sent
 // by EVAL: a redis.Script made at init would hash it with SHA-1, which the
 // test binary's run under GODEBUG=fips140=only (fips_test.go) refuses.
@@ -213,7 +213,7 @@ func liveCount(t *testing.T, c *redis.Client, prefix string) int64 {
 	return c.ZCount(context.Background(), prefix+"inflight", "("+strconv.FormatInt(now.UnixMicro(), 10), "+inf").Val()
 }
 
-// heldBy is the number of leases child i holds by the in-flight set at the
+// heldBy is the number of holds child i has by the in-flight set at the
 // server's TIME: its members ("i:id") not removed and not expired.
 func heldBy(t *testing.T, c *redis.Client, prefix string, i int) int {
 	ctx := context.Background()
@@ -234,14 +234,14 @@ func heldBy(t *testing.T, c *redis.Client, prefix string, i int) int {
 	return n
 }
 
-// TestLeaseChild is the body of one child process of
-// TestLeasesAcrossProcesses.
-func TestLeaseChild(t *testing.T) {
-	raw, ok := childproc.Config(leaseChildEnv)
+// TestHoldChild is the body of one child process of
+// TestHoldsAcrossProcesses.
+func TestHoldChild(t *testing.T) {
+	raw, ok := childproc.Config(holdChildEnv)
 	if !ok {
-		t.Skip("a child process of TestLeasesAcrossProcesses")
+		t.Skip("a child process of TestHoldsAcrossProcesses")
 	}
-	var cfg leaseConfig
+	var cfg holdConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -253,13 +253,13 @@ func TestLeaseChild(t *testing.T) {
 	lim := sluice.New(st)
 	ctx := context.Background()
 	stop := awaitStart(t)
-	c := sluice.MaxConcurrent(leaseLimit).WithLifetime(cfg.Lifetime)
+	c := sluice.MaxConcurrent(holdLimit).WithLifetime(cfg.Lifetime)
 	keys := []string{cfg.Prefix + "inflight", cfg.Prefix + "most"}
-	var rep leaseReport
+	var rep holdReport
 	var firstErr atomic.Pointer[string]
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for g := range leaseGoroutines {
+	for g := range holdGoroutines {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g)))
 			var granted, refused, errs int64
@@ -269,7 +269,7 @@ func TestLeaseChild(t *testing.T) {
 				firstErr.CompareAndSwap(nil, &s)
 			}
 			for time.Now().Before(stop) {
-				ls, err := lim.Acquire(ctx, leaseKey, c, 1)
+				ls, err := lim.Acquire(ctx, holdKey, c, 1)
 				if err != nil {
 					fail(err)
 					continue
@@ -304,5 +304,5 @@ func TestLeaseChild(t *testing.T) {
 		rep.FirstError = *p
 	}
 	b, _ := json.Marshal(rep)
-	fmt.Println(leaseResultMark + string(b))
+	fmt.Println(holdResultMark + string(b))
 }
