@@ -106,6 +106,16 @@ type Options struct {
 	// browser, which cannot send it when it opens a page, signs in with
 	// it at /console/login instead and gets a session (login.go).
 	Token string
+	// Leases returns the leased budgets of the service's stores
+	// (redisstore.WithLeases), each with its n keys holding the most; nil
+	// when no store leases, and the page then says how to turn them on.
+	// It is called for each page and each live report. Nil: no store
+	// leases.
+	Leases func(n int) []StoreLeases
+	// Slots returns the concurrency leases held now, the n keys holding
+	// the most. It is called for each page and each live report. Nil: the
+	// page shows no slots.
+	Slots func(n int) Slots
 }
 
 // Console collects the live counts and serves the page. Its methods are
@@ -121,6 +131,9 @@ type Console struct {
 	// token is Options.Token, session the cookie value that stands for it
 	// ("" without a token).
 	token, session string
+	leases         func(n int) []StoreLeases // Options.Leases
+	slots          func(n int) Slots         // Options.Slots
+	topN           int                       // Options.TopK
 }
 
 // The bounds of Options.
@@ -171,6 +184,9 @@ func New(o Options) (*Console, error) {
 		runs:    newGate(),
 		token:   o.Token,
 		session: session,
+		leases:  o.Leases,
+		slots:   o.Slots,
+		topN:    o.TopK,
 	}, nil
 }
 
@@ -216,6 +232,9 @@ type Live struct {
 	Rules []RuleLive `json:"rules"`
 	// Top lists the keys refused most often recently, the most first.
 	Top []Refusal `json:"top"`
+	// holding is what is held now: the leased budgets and the concurrency
+	// slots (holding.go).
+	holding
 }
 
 // Live returns the counts per second from the Unix second since (at most
@@ -244,7 +263,7 @@ func (c *Console) LiveRange(d time.Duration, since int64) Live {
 
 // report builds a Live from since to now, each rule's points read by pts.
 func (c *Console) report(now, since, step int64, pts func(*series) []Point) Live {
-	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now), holding: c.holding()}
 	byName := *c.live.m.Load()
 	seen := make(map[string]bool, len(byName))
 	add := func(name string) {

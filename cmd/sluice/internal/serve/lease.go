@@ -100,7 +100,9 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		called := time.Now()
 		out, err := s.lease(r.Context(), op, t, c)
+		s.recordLease(op, t, out, err, time.Since(called))
 		if err != nil {
 			s.count(op, codeLabel(grpcError(err)))
 			httpError(w, err)

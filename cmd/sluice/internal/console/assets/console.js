@@ -102,6 +102,68 @@
     fill(body, rows, "No refusals recently.", 3);
   }
 
+  // ---- What is held: leased budgets and concurrency slots ----
+  // durUS formats µs as the server does: to the millisecond under a
+  // second, else to a tenth of a second.
+  function durUS(us) {
+    if (us < 1e6) { const ms = Math.round(us / 1000); return ms === 0 ? "0s" : ms + "ms"; }
+    const s = Math.round(us / 1e5) / 10;
+    if (s < 60) return s + "s";
+    const m = Math.floor(s / 60), rest = Math.round((s - m * 60) * 10) / 10;
+    return m < 60 ? m + "m" + rest + "s" : Math.floor(m / 60) + "h" + (m % 60) + "m" + rest + "s";
+  }
+
+  function keyCell(key) {
+    const code = document.createElement("code");
+    code.textContent = key;
+    const td = cell("td", "", { "data-label": "Key" });
+    td.append(code);
+    return td;
+  }
+
+  // row builds a table row of a key and its figures: [k, label, text].
+  function row(key, figures) {
+    const tr = document.createElement("tr");
+    tr.dataset.key = key;
+    tr.append(keyCell(key));
+    for (const [k, label, text] of figures) tr.append(cell("td", text, { class: "num", "data-k": k, "data-label": label }));
+    return tr;
+  }
+
+  function callsPer100(s) {
+    const n = s.local + s.redis;
+    if (n === 0) return "—";
+    const tenths = Math.floor(1000 * (s.redis + s.slices) / n);
+    return Math.floor(tenths / 10) + "." + (tenths % 10);
+  }
+
+  function renderLeases(stores) {
+    for (const s of stores || []) {
+      const dl = document.getElementById("lease-stats-" + s.store);
+      const body = document.querySelector("#lease-keys-" + s.store + " tbody");
+      if (!dl || !body) continue; // a store the page was not rendered with
+      const vals = { held: s.held, keys: s.keys, local: s.local, redis: s.redis, calls_per_100: callsPer100(s),
+        slices: s.slices, leased: s.leased, given_back: s.given_back, expired: s.expired };
+      for (const dd of dl.querySelectorAll("dd[data-k]")) dd.textContent = String(vals[dd.dataset.k]);
+      fill(body, (s.top || []).map((k) => row(k.key, [["held", "Units held", String(k.held)], ["slices", "Slices", String(k.slices)],
+        ["expires_in", "First ends in", durUS(k.expires_in_us)], ["demand", "Demand", String(k.demand)]])),
+      "No slices held now: no key is hot enough.", 5);
+    }
+  }
+
+  function renderSlots(slots) {
+    const body = document.querySelector("#slots-table tbody");
+    if (!slots || !body) return;
+    const sum = document.getElementById("slots-summary");
+    sum.textContent = slots.held + " units held over " + slots.keys + " keys followed" +
+      (slots.dropped ? "; " + slots.dropped + " keys no longer followed to make room" : "") + ".";
+    fill(body, (slots.top || []).map((k) => row(k.key, [["held", "In flight", k.held + (k.partial ? "+" : "")], ["limit", "Limit", String(k.limit)],
+      ["leases", "Leases", String(k.leases)], ["oldest", "Oldest held for", durUS(k.oldest_us)], ["next_expiry", "Next expiry in", durUS(k.next_expiry_us)],
+      ["acquired", "Acquired", String(k.acquired)], ["refused", "Refused", String(k.refused)], ["released", "Released", String(k.released)],
+      ["expired", "Expired", String(k.expired)]])),
+    "No slots held now.", 10);
+  }
+
   function syncRuleSelect() {
     const sel = document.getElementById("live-rule");
     const have = new Set(Array.from(sel.options).map((o) => o.value));
@@ -242,6 +304,8 @@
       syncRuleSelect();
       renderTable();
       renderTop(data.top);
+      renderLeases(data.leases);
+      renderSlots(data.slots);
       renderChart();
       if (failures > 0) status.textContent = "";
       failures = 0;
