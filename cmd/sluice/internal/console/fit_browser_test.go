@@ -49,21 +49,7 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 // checkFits fails when the page, or a box on it, scrolls sideways.
 func checkFits(t *testing.T, ctx context.Context, view string) {
 	t.Helper()
-	type fit struct {
-		Scroll, Inner int
-		Wide          []string
-	}
-	f := eval[fit](t, ctx, `(() => ({
-		scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
-		wide: Array.from(document.querySelectorAll(".scroll, .figure, pre, .stepper, form, table"))
-			.filter(e => e.getClientRects().length > 0 && e.scrollWidth > e.clientWidth + 1)
-			.map(e => (e.id || e.className || e.tagName) + " " + e.scrollWidth + ">" + e.clientWidth)}))()`)
-	if f.Scroll > f.Inner {
-		t.Errorf("%s: the page scrolls sideways: scrollWidth %d > innerWidth %d", view, f.Scroll, f.Inner)
-	}
-	if len(f.Wide) > 0 {
-		t.Errorf("%s: boxes scroll sideways: %v", view, f.Wide)
-	}
+	browsertest.CheckFits(t, ctx, view)
 }
 
 // TestBrowserFits: at a 1400 px window and a 390 px phone, no view of the

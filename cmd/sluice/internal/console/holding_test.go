@@ -60,7 +60,7 @@ func TestHoldingEndpoints(t *testing.T) {
 		for _, want := range []string{
 			`<tr data-key="job:0"><td data-label="Key"><code>job:0</code></td><td class="num" data-k="held" data-label="In flight">1</td><td class="num" data-k="limit" data-label="Limit">4</td>`,
 			`data-label="Oldest held for">1.5s</td><td class="num" data-k="next_expiry" data-label="Next expiry in">1m5.3s</td>`,
-			`<span data-k="held">3</span> units held over <span data-k="keys">3</span> keys followed; <span data-k="dropped">3</span> keys no longer`,
+			`Units held now: <span data-k="held">3</span>; keys followed: <span data-k="keys">3</span>; keys no longer followed, to make room: <span data-k="dropped">3</span>.`,
 			`<a href="#slots">Slots</a>`,
 		} {
 			if !strings.Contains(page, want) {

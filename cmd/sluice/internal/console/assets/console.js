@@ -155,8 +155,8 @@
     const body = document.querySelector("#slots-table tbody");
     if (!slots || !body) return;
     const sum = document.getElementById("slots-summary");
-    sum.textContent = slots.held + " units held over " + slots.keys + " keys followed" +
-      (slots.dropped ? "; " + slots.dropped + " keys no longer followed to make room" : "") + ".";
+    sum.textContent = "Units held now: " + slots.held + "; keys followed: " + slots.keys +
+      (slots.dropped ? "; keys no longer followed, to make room: " + slots.dropped : "") + ".";
     fill(body, (slots.top || []).map((k) => row(k.key, [["held", "In flight", k.held + (k.partial ? "+" : "")], ["limit", "Limit", String(k.limit)],
       ["leases", "Leases", String(k.leases)], ["oldest", "Oldest held for", durUS(k.oldest_us)], ["next_expiry", "Next expiry in", durUS(k.next_expiry_us)],
       ["acquired", "Acquired", String(k.acquired)], ["refused", "Refused", String(k.refused)], ["released", "Released", String(k.released)],
