@@ -32,8 +32,16 @@ const browserTimeout = 90 * time.Second
 // browse starts a console over view, a browser, and opens the page.
 func browse(t *testing.T, view ConfigView, script bool) (*Console, *fakeClock, context.Context) {
 	t.Helper()
+	return browseWith(t, Options{Config: func() ConfigView { return view }}, script)
+}
+
+// browseWith starts a console with o, a browser, and opens the page.
+func browseWith(t *testing.T, o Options, script bool) (*Console, *fakeClock, context.Context) {
+	t.Helper()
 	ctx := browsertest.New(t, browserTimeout)
-	c, clk, srv := newTestServer(t, view)
+	c, clk := newTestConsole(t, o)
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
 	if !script {
 		disable := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
@@ -338,7 +346,7 @@ func TestBrowserKeyboard(t *testing.T) {
 func TestBrowserScreenshot(t *testing.T) {
 	seed := testenv.SeedOr(t, 2026)
 	r := rand.New(rand.NewPCG(seed, 3))
-	c, clk, ctx := browse(t, testView(), true)
+	c, clk, ctx := browseWith(t, realHolding(testView), true)
 	clk.Advance(-240 * time.Second)
 	for s := range 240 {
 		wave := 20 + 15*math.Sin(float64(s)/25)

@@ -59,7 +59,9 @@ func TestBrowserFits(t *testing.T) {
 	for _, width := range []int64{1400, 390} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			ctx := browsertest.New(t, browserTimeout)
-			c, _, srv := newTestServer(t, wideView())
+			c, _ := newTestConsole(t, realHolding(wideView))
+			srv := httptest.NewServer(c.Handler())
+			t.Cleanup(srv.Close)
 			for range 3 {
 				c.Observe(observe.Event{Policy: "payments-gateway-production.checkout.per-customer-account", Outcome: observe.Denied})
 				c.Refused("payments-gateway-production.checkout.per-customer-account", "customer-account:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/checkout-session")

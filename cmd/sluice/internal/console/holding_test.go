@@ -114,3 +114,19 @@ func TestHoldingBounded(t *testing.T) {
 		t.Errorf("the report lists %d slots, %d leases; want 7", len(l.Slots.Top), len(l.Leases[0].Top))
 	}
 }
+
+// realHolding returns Options over view whose leases and slots have the
+// long keys a real service has (for the screenshots and the fit test).
+func realHolding(view func() ConfigView) Options {
+	return Options{Config: view, Leases: func(int) []StoreLeases {
+		return []StoreLeases{{Store: "main", Keys: 3, Held: 1460, Local: 1_482_113, Redis: 2_204, Slices: 311, Leased: 1_496_000, GivenBack: 9_930, Expired: 1_424, Top: []LeaseKey{
+			{Key: "/tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", Held: 1200, Slices: 2, ExpiresInUS: 640_000, Demand: 4_800},
+			{Key: "/tenant:acme/search", Held: 260, Slices: 1, ExpiresInUS: 210_000, Demand: 1_050},
+		}}}
+	}, Slots: func(int) Slots {
+		return Slots{Keys: 4, Held: 5, Top: []HeldKey{
+			{Key: "exports:customer-account-4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61", Limit: 3, Held: 3, Leases: 2, OldestUS: 94_300_000, NextExpiryUS: 205_700_000, Acquired: 41, Refused: 6, Released: 38, Expired: 1},
+			{Key: "reports:acme", Limit: 2, Held: 2, Leases: 2, OldestUS: 12_100_000, NextExpiryUS: 47_900_000, Acquired: 17, Refused: 0, Released: 15},
+		}}
+	}}
+}
