@@ -13,9 +13,9 @@ import (
 // leases it follows one by one. Beyond maxHoldLeases a key's further
 // leases are counted, not followed (HeldKey.Partial); beyond maxHoldKeys a
 // new key takes the place of one of a few keys picked at random, the one
-// holding the least (HoldsView.Dropped counts them). So the table takes at
-// most about maxHoldKeys × maxHoldLeases × 40 B (2.6 MB) however many keys
-// and leases its callers invent.
+// holding the least (HoldsView.Dropped counts them). So the table's size
+// is bounded however many keys and leases its callers invent
+// (TestHoldsMemory; docs/performance.md).
 const (
 	maxHoldKeys     = 1024
 	maxHoldLeases   = 64

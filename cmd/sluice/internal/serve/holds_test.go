@@ -3,11 +3,14 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -135,4 +138,26 @@ func TestHoldsBounded(t *testing.T) {
 	if top := v.Top[0]; top.Key != "big" || top.Held != maxHoldLeases || !top.Partial || top.Acquired != maxHoldLeases+10 {
 		t.Errorf("the key holding the most, kept while others come and go: %+v", top)
 	}
+}
+
+// TestHoldsMemory measures the holds table full: maxHoldKeys keys of 64
+// bytes, each with maxHoldLeases leases (docs/performance.md). A figure,
+// not a check: under SLUICE_TIMING=1 only.
+func TestHoldsMemory(t *testing.T) {
+	testenv.SkipUnlessTiming(t, "the holds table's memory")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tab := newHoldTable(func() time.Time { return t0 })
+	exp := t0.Add(time.Minute).UnixMicro()
+	key := strings.Repeat("k", 60)
+	for k := range maxHoldKeys {
+		for i := range maxHoldLeases {
+			tab.acquired(key+strconv.Itoa(1000+k), 5, strconv.FormatInt(1764000000000000+int64(k*100+i), 10), 1, exp, true)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("%d keys × %d leases: %d B on the heap", len(tab.keys), maxHoldLeases, after.HeapAlloc-before.HeapAlloc)
+	runtime.KeepAlive(tab)
 }
