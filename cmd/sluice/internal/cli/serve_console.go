@@ -36,6 +36,9 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	if err != nil {
 		return err
 	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go con.Sample(sampleCtx) // the leases' chart
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
 	o.Handler = con.Handler()

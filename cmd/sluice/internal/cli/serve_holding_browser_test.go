@@ -34,7 +34,8 @@ func waitJS(t *testing.T, ctx context.Context, js string) {
 
 // TestBrowserServeHolding: in Chromium, the console of `sluice serve` on a
 // real Redis with leases shows the leased budgets of a hot key and the
-// concurrency slots /v1/acquire holds; an acquire made while the page is
+// concurrency slots /v1/acquire holds, with a chart of the decisions made
+// from slices; an acquire made while the page is
 // open shows in the slots table at the next poll; the page fits at 1400 px
 // and at a 390 px phone, in light and dark.
 func TestBrowserServeHolding(t *testing.T) {
@@ -74,6 +75,8 @@ func TestBrowserServeHolding(t *testing.T) {
 		if got := evalJS[int](t, ctx, `document.querySelectorAll('#lease-keys-main tbody tr[data-key]').length`); got != 1 {
 			t.Errorf("%d px: %d keys with slices, want 1", width, got)
 		}
+		// The chart of the store's decisions from slices, sampled once a second.
+		waitJS(t, ctx, `(p => p && Number(p.dataset.total) > 0)(document.querySelector('#lease-chart-main polyline[data-outcome=local]'))`)
 		browsertest.CheckFits(t, ctx, fmt.Sprintf("%d px", width))
 		browsertest.Screenshot(t, ctx, fmt.Sprint(width))
 	}

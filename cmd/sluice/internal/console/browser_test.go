@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,8 +347,10 @@ func TestBrowserKeyboard(t *testing.T) {
 func TestBrowserScreenshot(t *testing.T) {
 	seed := testenv.SeedOr(t, 2026)
 	r := rand.New(rand.NewPCG(seed, 3))
-	c, clk, ctx := browseWith(t, realHolding(testView), true)
+	var tick atomic.Int64
+	c, clk, ctx := browseWith(t, realHolding(testView, &tick), true)
 	clk.Advance(-240 * time.Second)
+	c.SampleLeases()
 	for s := range 240 {
 		wave := 20 + 15*math.Sin(float64(s)/25)
 		for range int(wave) + r.IntN(5) {
@@ -366,6 +369,8 @@ func TestBrowserScreenshot(t *testing.T) {
 			c.Observe(observe.Event{Policy: "edge.api.user", Outcome: observe.ShadowDenied})
 			c.Refused("edge.api.user", fmt.Sprintf("user:%d", 1000+r.IntN(3)))
 		}
+		tick.Add(1)
+		c.SampleLeases()
 		clk.Advance(time.Second)
 	}
 	// The page polls for the seconds after its last poll: reload it to read

@@ -134,6 +134,10 @@ type Console struct {
 	leases         func(n int) []StoreLeases // Options.Leases
 	slots          func(n int) Slots         // Options.Slots
 	topN           int                       // Options.TopK
+	// leaseLive holds each leasing store's decisions and slices per
+	// second (SampleLeases), sampler the counters last sampled.
+	leaseLive *live
+	sampler   leaseSampler
 }
 
 // The bounds of Options.
@@ -187,6 +191,9 @@ func New(o Options) (*Console, error) {
 		leases:  o.Leases,
 		slots:   o.Slots,
 		topN:    o.TopK,
+		// Stores are named by Options.Leases (main, per_second): a few.
+		leaseLive: newLive(int(w)),
+		sampler:   leaseSampler{last: map[string][3]int64{}},
 	}, nil
 }
 
@@ -263,7 +270,7 @@ func (c *Console) LiveRange(d time.Duration, since int64) Live {
 
 // report builds a Live from since to now, each rule's points read by pts.
 func (c *Console) report(now, since, step int64, pts func(*series) []Point) Live {
-	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now), holding: c.holding()}
+	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now), holding: c.holding(pts)}
 	byName := *c.live.m.Load()
 	seen := make(map[string]bool, len(byName))
 	add := func(name string) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestBrowserFits(t *testing.T) {
 	for _, width := range []int64{1400, 390} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			ctx := browsertest.New(t, browserTimeout)
-			c, _ := newTestConsole(t, realHolding(wideView))
+			c, _ := newTestConsole(t, realHolding(wideView, new(atomic.Int64)))
 			srv := httptest.NewServer(c.Handler())
 			t.Cleanup(srv.Close)
 			for range 3 {

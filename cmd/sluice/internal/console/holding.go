@@ -1,9 +1,13 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/observe"
 )
 
 // LeaseKey is one key's leased budget: what the store's slices of it hold
@@ -42,6 +46,85 @@ type StoreLeases struct {
 	Expired   int64 `json:"expired"`
 	// Top are the keys whose slices hold the most, at most Options.TopK.
 	Top []LeaseKey `json:"top"`
+	// Points are the decisions and slices per second (or minute) from
+	// Live's since on, as Console.Sample counted them; empty without it.
+	Points []LeasePoint `json:"points"`
+}
+
+// LeasePoint is one second (or minute) of a store's leases: the decisions
+// made from slices (Local) and in Redis (Redis), and the slices taken.
+type LeasePoint struct {
+	T      int64 `json:"t"`
+	Local  int64 `json:"local"`
+	Redis  int64 `json:"redis"`
+	Slices int64 `json:"slices"`
+}
+
+// A store's lease counts are kept in a series of their own (Console.
+// leaseLive), so that they have the rules' seconds, minutes and bounds:
+// these are the outcomes' slots they use.
+const (
+	leaseLocal  = observe.Allowed
+	leaseRedis  = observe.Denied
+	leaseSlices = observe.ShadowDenied
+)
+
+// leasePoints are a lease series' points.
+func leasePoints(pts []Point) []LeasePoint {
+	out := make([]LeasePoint, len(pts))
+	for i, p := range pts {
+		out[i] = LeasePoint{T: p.T, Local: p.Allowed, Redis: p.Denied, Slices: p.ShadowDenied}
+	}
+	return out
+}
+
+// leaseSampler holds the lease counters last sampled, by store.
+type leaseSampler struct {
+	mu   sync.Mutex
+	last map[string][3]int64 // local, redis, slices
+}
+
+// SampleLeases counts, in the current second, the decisions and slices
+// each leasing store made since the last sample (Options.Leases); the
+// first sample of a store only notes its counters. Sample calls it once a
+// second.
+func (c *Console) SampleLeases() {
+	if c.leases == nil {
+		return
+	}
+	stores := c.leases(0)
+	now := c.unix()
+	c.sampler.mu.Lock()
+	defer c.sampler.mu.Unlock()
+	for _, st := range stores {
+		cur := [3]int64{st.Local, st.Redis, st.Slices}
+		last, seen := c.sampler.last[st.Store]
+		c.sampler.last[st.Store] = cur
+		if !seen { // the counters so far, of no second in particular
+			continue
+		}
+		var n [len(observe.Outcomes)]int64
+		n[leaseLocal], n[leaseRedis], n[leaseSlices] = cur[0]-last[0], cur[1]-last[1], cur[2]-last[2]
+		if n[leaseLocal] < 0 || n[leaseRedis] < 0 || n[leaseSlices] < 0 {
+			n = [len(observe.Outcomes)]int64{} // counters gone back (a new store): start over
+		}
+		c.leaseLive.get(st.Store).addCounts(now, &n)
+	}
+}
+
+// Sample calls SampleLeases once a second until ctx ends: the leases'
+// chart is drawn from these samples.
+func (c *Console) Sample(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.SampleLeases()
+		}
+	}
 }
 
 // CallsPer100 is the Redis calls (decisions in Redis and slices taken) per
@@ -106,15 +189,21 @@ type holding struct {
 	Slots *Slots `json:"slots,omitempty"`
 }
 
-// holding returns what is held now, each list at most c.topN long.
-func (c *Console) holding() holding {
+// holding returns what is held now, each list at most c.topN long, and
+// the leases' points, read by pts.
+func (c *Console) holding(pts func(*series) []Point) holding {
 	h := holding{Leases: []StoreLeases{}}
 	if c.leases != nil {
 		if l := c.leases(c.topN); l != nil {
 			h.Leases, h.LeasesOn = l, true
 		}
 		for i := range h.Leases {
-			h.Leases[i].Top = append([]LeaseKey{}, h.Leases[i].Top[:min(len(h.Leases[i].Top), c.topN)]...)
+			st := &h.Leases[i]
+			st.Top = append([]LeaseKey{}, st.Top[:min(len(st.Top), c.topN)]...)
+			st.Points = []LeasePoint{}
+			if s := (*c.leaseLive.m.Load())[st.Store]; s != nil {
+				st.Points = leasePoints(pts(s))
+			}
 		}
 	}
 	if c.slots != nil {

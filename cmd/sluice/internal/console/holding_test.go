@@ -3,9 +3,12 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeHolding returns Options whose Leases and Slots report n keys each
@@ -116,10 +119,13 @@ func TestHoldingBounded(t *testing.T) {
 }
 
 // realHolding returns Options over view whose leases and slots have the
-// long keys a real service has (for the screenshots and the fit test).
-func realHolding(view func() ConfigView) Options {
+// long keys a real service has (for the screenshots and the fit test); the
+// lease counters grow with the seconds tick counts.
+func realHolding(view func() ConfigView, tick *atomic.Int64) Options {
 	return Options{Config: view, Leases: func(int) []StoreLeases {
-		return []StoreLeases{{Store: "main", Keys: 3, Held: 1460, Local: 1_482_113, Redis: 2_204, Slices: 311, Leased: 1_496_000, GivenBack: 9_930, Expired: 1_424, Top: []LeaseKey{
+		k := float64(tick.Load())
+		local := 1_482_113 + int64(1500*k+8000*math.Sin(k/20))
+		return []StoreLeases{{Store: "main", Keys: 3, Held: 1460, Local: local, Redis: 2_204 + int64(3*k), Slices: 311 + int64(k/2), Leased: 1_496_000, GivenBack: 9_930, Expired: 1_424, Top: []LeaseKey{
 			{Key: "/tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", Held: 1200, Slices: 2, ExpiresInUS: 640_000, Demand: 4_800},
 			{Key: "/tenant:acme/search", Held: 260, Slices: 1, ExpiresInUS: 210_000, Demand: 1_050},
 		}}}
@@ -129,4 +135,41 @@ func realHolding(view func() ConfigView) Options {
 			{Key: "reports:acme", Limit: 2, Held: 2, Leases: 2, OldestUS: 12_100_000, NextExpiryUS: 47_900_000, Acquired: 17, Refused: 0, Released: 15},
 		}}
 	}}
+}
+
+// SampleLeases counts each second's new decisions and slices of each
+// leasing store, kept as the rules' counts are: a point a second in the
+// window, a point a minute over the hours.
+func TestLeaseSamples(t *testing.T) {
+	var local, redis, slices int64
+	o := Options{Leases: func(int) []StoreLeases {
+		return []StoreLeases{{Store: "main", Local: local, Redis: redis, Slices: slices}}
+	}}
+	c, clk := newTestConsole(t, o)
+	c.SampleLeases() // notes the counters
+	want := LeasePoint{}
+	for s := range 200 {
+		clk.Advance(time.Second)
+		local, redis, slices = local+int64(100*s), redis+int64(s%3), slices+int64(s%2)
+		c.SampleLeases()
+		want.Local, want.Redis, want.Slices = want.Local+int64(100*s), want.Redis+int64(s%3), want.Slices+int64(s%2)
+	}
+	l := c.Live(clk.Now().Unix() - 2)
+	if p := l.Leases[0].Points; len(p) != 3 || p[2] != (LeasePoint{T: clk.Now().Unix(), Local: 19900, Redis: 199 % 3, Slices: 1}) {
+		t.Errorf("the last seconds: %+v", p)
+	}
+	var sum LeasePoint
+	for _, p := range c.LiveRange(time.Hour, 0).Leases[0].Points {
+		sum.Local, sum.Redis, sum.Slices = sum.Local+p.Local, sum.Redis+p.Redis, sum.Slices+p.Slices
+	}
+	if sum != want {
+		t.Errorf("the hour's minutes sum to %+v, want %+v", sum, want)
+	}
+	// Counters that go back (a new store) start over rather than count less than nothing.
+	local = 0
+	clk.Advance(time.Second)
+	c.SampleLeases()
+	if p := c.Live(clk.Now().Unix()).Leases[0].Points; len(p) != 1 || p[0].Local != 0 {
+		t.Errorf("after the counters went back: %+v", p)
+	}
 }

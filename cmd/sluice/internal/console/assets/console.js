@@ -13,7 +13,7 @@
   // ---- Live ----
   // rules: rule -> Map(t -> point). step is the seconds a point stands for
   // (1, or 60 over a range longer than the window), from..now the span.
-  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [] };
+  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [], leases: new Map() };
   const SMALL_MAX = 24; // the small charts drawn, one per rule
 
   const RANGES = { "1h": 3600, "6h": 6 * 3600 };
@@ -32,6 +32,14 @@
         if (t >= data.since || t < live.from) m.delete(t);
       }
       for (const p of r.points) m.set(p.t, p);
+    }
+    for (const st of data.leases || []) {
+      let m = live.leases.get(st.store);
+      if (!m) { m = new Map(); live.leases.set(st.store, m); }
+      for (const t of Array.from(m.keys())) {
+        if (t >= data.since || t < live.from) m.delete(t);
+      }
+      for (const p of st.points || []) m.set(p.t, p);
     }
   }
 
@@ -149,6 +157,32 @@
         ["expires_in", "First ends in", durUS(k.expires_in_us)], ["demand", "Demand", String(k.demand)]])),
       "No slices held now: no key is hot enough.", 5);
     }
+  }
+
+  // renderLeaseCharts draws each store's decisions from slices and its
+  // Redis calls (decisions in Redis and slices taken) over the span.
+  function renderLeaseCharts() {
+    for (const chart of document.querySelectorAll(".lease-chart svg[data-store]")) {
+      const n = slots(), series = { local: new Array(n).fill(0), calls: new Array(n).fill(0) };
+      for (const p of (live.leases.get(chart.dataset.store) || new Map()).values()) {
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
+        series.local[i] += p.local;
+        series.calls[i] += p.redis + p.slices;
+      }
+      const sums = draw(chart, series, 800, 140, true);
+      const decisions = sums.local + sums.calls - slicesIn(chart.dataset.store);
+      chart.querySelector("title").textContent = "Lease decisions and Redis calls " + perWhat() + ", store " + chart.dataset.store + ", " +
+        spanText() + ": from slices " + sums.local + ", Redis calls " + sums.calls +
+        (decisions > 0 ? ", " + (Math.floor(1000 * sums.calls / decisions) / 10) + " per 100 decisions" : "");
+    }
+  }
+
+  // slicesIn is the slices store took over the span.
+  function slicesIn(store) {
+    let n = 0;
+    for (const p of (live.leases.get(store) || new Map()).values()) if (p.t >= live.from) n += p.slices;
+    return n;
   }
 
   function renderSlots(slots) {
@@ -307,6 +341,7 @@
       renderLeases(data.leases);
       renderSlots(data.slots);
       renderChart();
+      renderLeaseCharts();
       if (failures > 0) status.textContent = "";
       failures = 0;
       document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
@@ -323,6 +358,7 @@
   function changeRange() {
     since = 0;
     live.rules.clear();
+    live.leases.clear();
     poll();
   }
 
@@ -421,6 +457,7 @@
   function start() {
     document.getElementById("live-controls").hidden = false;
     document.getElementById("live-charts").hidden = false;
+    for (const f of document.querySelectorAll(".lease-chart")) f.hidden = false;
     document.getElementById("live-rule").addEventListener("change", renderChart);
     document.getElementById("live-range").addEventListener("change", changeRange);
     poll();
