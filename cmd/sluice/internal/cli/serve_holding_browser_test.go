@@ -47,6 +47,7 @@ func TestBrowserServeHolding(t *testing.T) {
 	}
 	defer leased.Close()
 	base := startConsoleServe(t, leased)
+	const hotTake = `{"key": "tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", "limit": "100000/1h"}`
 	post := func(path, body string) {
 		t.Helper()
 		if resp, out := testenv.Do(t, nil, "POST", base+path, body); resp.StatusCode >= 500 {
@@ -54,13 +55,16 @@ func TestBrowserServeHolding(t *testing.T) {
 		}
 	}
 	for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
-		post("/v1/take", `{"key": "tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", "limit": "100000/1h"}`)
+		post("/v1/take", hotTake)
 	}
 	const acq = `{"key": "exports:customer-account-4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61", "limit": 3, "lifetime": "5m"}`
 	post("/v1/acquire", acq)
 
 	held := `(e => e ? e.textContent : "none")(document.querySelector('#slots-table tr[data-key^="exports:"] td[data-k=held]'))`
 	for _, width := range []int64{1400, 390} {
+		for range 20 { // the key stays hot: its slices are given back when its demand stops
+			post("/v1/take", hotTake)
+		}
 		vp := chromedp.EmulateViewport(width, 900)
 		if width < 800 {
 			vp = chromedp.EmulateViewport(width, 844, chromedp.EmulateMobile)
@@ -75,8 +79,18 @@ func TestBrowserServeHolding(t *testing.T) {
 		if got := evalJS[int](t, ctx, `document.querySelectorAll('#lease-keys-main tbody tr[data-key]').length`); got != 1 {
 			t.Errorf("%d px: %d keys with slices, want 1", width, got)
 		}
-		// The chart of the store's decisions from slices, sampled once a second.
-		waitJS(t, ctx, `(p => p && Number(p.dataset.total) > 0)(document.querySelector('#lease-chart-main polyline[data-outcome=local]'))`)
+		// The chart of the store's decisions from slices, sampled once a
+		// second: decisions made while the page is open show in it.
+		charted := `(p => p && Number(p.dataset.total) > 0)(document.querySelector('#lease-chart-main polyline[data-outcome=local]'))`
+		for deadline := time.Now().Add(20 * time.Second); !evalJS[bool](t, ctx, charted); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d px: no decision from slices charted in 20 s", width)
+			}
+			for range 20 {
+				post("/v1/take", hotTake)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		browsertest.CheckFits(t, ctx, fmt.Sprintf("%d px", width))
 		browsertest.Screenshot(t, ctx, fmt.Sprint(width))
 	}

@@ -109,8 +109,8 @@ type Options struct {
 	// Leases returns the leased budgets of the service's stores
 	// (redisstore.WithLeases), each with its n keys holding the most; nil
 	// when no store leases, and the page then says how to turn them on.
-	// It is called for each page and each live report. Nil: no store
-	// leases.
+	// It is called for each page and each live report, and with n 0 by
+	// SampleLeases. Nil: no store leases.
 	Leases func(n int) []StoreLeases
 	// Slots returns the concurrency leases held now, the n keys holding
 	// the most. It is called for each page and each live report. Nil: the

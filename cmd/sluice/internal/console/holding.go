@@ -112,9 +112,10 @@ func (c *Console) SampleLeases() {
 	}
 }
 
-// Sample calls SampleLeases once a second until ctx ends: the leases'
-// chart is drawn from these samples.
+// Sample calls SampleLeases now, then once a second until ctx ends: the
+// leases' chart is drawn from these samples.
 func (c *Console) Sample(ctx context.Context) {
+	c.SampleLeases()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
