@@ -1,5 +1,6 @@
 // Package console is the web console that `sluice serve` serves at "/": the
-// rules it loaded, what they are doing now, a playground that runs a limit
+// rules it loaded, what they are doing now (and what the service holds:
+// leased budgets, concurrency slots), a playground that runs a limit
 // through every algorithm (package sim, as `sluice sim` does) and a walk
 // that steps one key through one algorithm request by request (sim.NewWalk,
 // as `sluice sim --steps` does), neither touching the live store.
@@ -17,7 +18,10 @@
 //	GET  /console/api/config     the configuration view (JSON)
 //	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
 //	                             returns the seconds from since on only;
-//	                             ?range=6h the last hours a point a minute
+//	                             ?range=6h the last hours a point a minute;
+//	                             and what is held now: the stores' leases
+//	                             (Options.Leases) and the concurrency slots
+//	                             (Options.Slots), holding.go
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	POST /console/api/steps      a walk: one key through one algorithm, step
