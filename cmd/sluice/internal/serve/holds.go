@@ -22,6 +22,10 @@ const (
 	holdEvictSample = 8
 )
 
+// holdForget is how long a key that holds nothing stays in the table
+// after its last call (µs): Holds forgets it then.
+const holdForget = int64(10 * time.Minute / time.Microsecond)
+
 // HeldKey is one key's concurrency leases, as this instance's /v1/acquire,
 // /v1/release and /v1/extend saw them (Server.Holds): the leases other
 // instances hold on a shared store are not among them.
@@ -50,7 +54,8 @@ type HeldKey struct {
 // HoldsView is what Server.Holds reports: the keys holding the most units
 // now, and the table's totals.
 type HoldsView struct {
-	// Keys is how many keys the table follows, Held the units all of them
+	// Keys is how many keys the table follows (those holding leases, and
+	// those called in the last 10 minutes), Held the units all of them
 	// hold now.
 	Keys int
 	Held int64
@@ -219,10 +224,15 @@ func (t *holdTable) view(n int) HoldsView {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	v := HoldsView{Keys: len(t.keys), Dropped: t.dropped}
 	var top []HeldKey
 	for key, k := range t.keys {
 		k.prune(now)
+		if len(k.leases) == 0 && now-k.last > holdForget {
+			delete(t.keys, key)
+		}
+	}
+	v := HoldsView{Keys: len(t.keys), Dropped: t.dropped}
+	for key, k := range t.keys {
 		h := HeldKey{
 			Key: key, Limit: k.limit, Held: k.held(), Leases: len(k.leases), Partial: k.partial,
 			Acquired: k.acquired, Refused: k.refused, Released: k.released, Expired: k.expired,

@@ -111,11 +111,20 @@ func TestHolds(t *testing.T) {
 		t.Fatalf("nothing held: %+v", v)
 	}
 	ts.holds.mu.Lock()
-	defer ts.holds.mu.Unlock()
 	for key, want := range map[string]int64{"exports": 1, "reports": 1} {
 		if k := ts.holds.keys[key]; k.expired != want {
 			t.Errorf("%s: %d expired, want %d", key, k.expired, want)
 		}
+	}
+	ts.holds.mu.Unlock()
+	// A key that holds nothing is forgotten 10 minutes after its last call.
+	clock.Set(t0.Add(41*time.Second + 10*time.Minute))
+	if v = ts.Holds(10); v.Keys != 1 {
+		t.Errorf("10 minutes on: %d keys followed, want 1 (exports, called at 41 s)", v.Keys)
+	}
+	clock.Set(t0.Add(42*time.Second + 10*time.Minute))
+	if v = ts.Holds(10); v.Keys != 0 {
+		t.Errorf("10 minutes after the last call: %d keys followed, want 0", v.Keys)
 	}
 }
 
