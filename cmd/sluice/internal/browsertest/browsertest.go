@@ -116,3 +116,28 @@ func Screenshot(t testing.TB, ctx context.Context, name string) string {
 	t.Logf("screenshot: %s", path)
 	return path
 }
+
+// CheckFits fails the test when the page, or a box on it (a .scroll or
+// .figure box, a pre, a .stepper, a form, a table), scrolls sideways; view
+// names what the page shows, for the message.
+func CheckFits(t testing.TB, ctx context.Context, view string) {
+	t.Helper()
+	type fit struct {
+		Scroll, Inner int
+		Wide          []string
+	}
+	f, err := chromedp.Run(ctx, chromedp.Evaluate[fit](`(() => ({
+		scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+		wide: Array.from(document.querySelectorAll(".scroll, .figure, pre, .stepper, form, table"))
+			.filter(e => e.getClientRects().length > 0 && e.scrollWidth > e.clientWidth + 1)
+			.map(e => (e.id || e.className || e.tagName) + " " + e.scrollWidth + ">" + e.clientWidth)}))()`))
+	if err != nil {
+		t.Fatalf("%s: measuring the page: %v", view, err)
+	}
+	if f.Scroll > f.Inner {
+		t.Errorf("%s: the page scrolls sideways: scrollWidth %d > innerWidth %d", view, f.Scroll, f.Inner)
+	}
+	if len(f.Wide) > 0 {
+		t.Errorf("%s: boxes scroll sideways: %v", view, f.Wide)
+	}
+}

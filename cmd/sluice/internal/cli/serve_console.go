@@ -22,10 +22,23 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 			return consoleView(s.Config())
 		}
 		return console.ConfigView{}
+	}, Leases: func(n int) []console.StoreLeases {
+		if s := srv.Load(); s != nil {
+			return consoleLeases(s.Leases(n))
+		}
+		return nil
+	}, Slots: func(n int) console.Slots {
+		if s := srv.Load(); s != nil {
+			return consoleSlots(s.Holds(n))
+		}
+		return console.Slots{}
 	}})
 	if err != nil {
 		return err
 	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go con.Sample(sampleCtx) // the leases' chart
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
 	o.Handler = con.Handler()
@@ -57,6 +70,37 @@ func consoleView(v serve.ConfigView) console.ConfigView {
 			cr.Algorithm, cr.Rate, cr.Period, cr.Burst = r.Limit.Algorithm.String(), r.Limit.Rate, r.Limit.Period, r.Limit.Burst
 		}
 		out.Rules = append(out.Rules, cr)
+	}
+	return out
+}
+
+// consoleLeases is what the console shows of the stores' leases; nil when
+// no store leases.
+func consoleLeases(v []serve.StoreLeases) []console.StoreLeases {
+	var out []console.StoreLeases
+	for _, sl := range v {
+		st := sl.Stats
+		cs := console.StoreLeases{
+			Store: sl.Store, Keys: st.Keys, Held: st.Held, Local: st.Local, Redis: st.Store,
+			Slices: st.Slices, Leased: st.Leased, GivenBack: st.GivenBack, Expired: st.Expired, Top: []console.LeaseKey{},
+		}
+		for _, k := range sl.Top {
+			cs.Top = append(cs.Top, console.LeaseKey{Key: k.Key, Held: k.Held, Slices: k.Slices, ExpiresInUS: k.ExpiresIn.Microseconds(), Demand: k.Demand})
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// consoleSlots is what the console shows of the concurrency leases held.
+func consoleSlots(v serve.HoldsView) console.Slots {
+	out := console.Slots{Keys: v.Keys, Held: v.Held, Dropped: v.Dropped, Top: []console.HeldKey{}}
+	for _, k := range v.Top {
+		out.Top = append(out.Top, console.HeldKey{
+			Key: k.Key, Limit: k.Limit, Held: k.Held, Leases: k.Leases,
+			OldestUS: k.Oldest.Microseconds(), NextExpiryUS: k.NextExpiry.Microseconds(),
+			Acquired: k.Acquired, Refused: k.Refused, Released: k.Released, Expired: k.Expired, Partial: k.Partial,
+		})
 	}
 	return out
 }

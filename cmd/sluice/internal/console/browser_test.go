@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,8 +33,16 @@ const browserTimeout = 90 * time.Second
 // browse starts a console over view, a browser, and opens the page.
 func browse(t *testing.T, view ConfigView, script bool) (*Console, *fakeClock, context.Context) {
 	t.Helper()
+	return browseWith(t, Options{Config: func() ConfigView { return view }}, script)
+}
+
+// browseWith starts a console with o, a browser, and opens the page.
+func browseWith(t *testing.T, o Options, script bool) (*Console, *fakeClock, context.Context) {
+	t.Helper()
 	ctx := browsertest.New(t, browserTimeout)
-	c, clk, srv := newTestServer(t, view)
+	c, clk := newTestConsole(t, o)
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
 	if !script {
 		disable := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
@@ -338,8 +347,10 @@ func TestBrowserKeyboard(t *testing.T) {
 func TestBrowserScreenshot(t *testing.T) {
 	seed := testenv.SeedOr(t, 2026)
 	r := rand.New(rand.NewPCG(seed, 3))
-	c, clk, ctx := browse(t, testView(), true)
+	var tick atomic.Int64
+	c, clk, ctx := browseWith(t, realHolding(testView, &tick), true)
 	clk.Advance(-240 * time.Second)
+	c.SampleLeases()
 	for s := range 240 {
 		wave := 20 + 15*math.Sin(float64(s)/25)
 		for range int(wave) + r.IntN(5) {
@@ -358,6 +369,8 @@ func TestBrowserScreenshot(t *testing.T) {
 			c.Observe(observe.Event{Policy: "edge.api.user", Outcome: observe.ShadowDenied})
 			c.Refused("edge.api.user", fmt.Sprintf("user:%d", 1000+r.IntN(3)))
 		}
+		tick.Add(1)
+		c.SampleLeases()
 		clk.Advance(time.Second)
 	}
 	// The page polls for the seconds after its last poll: reload it to read

@@ -1,5 +1,6 @@
 // Package console is the web console that `sluice serve` serves at "/": the
-// rules it loaded, what they are doing now, a playground that runs a limit
+// rules it loaded, what they are doing now (and what the service holds:
+// leased budgets, concurrency slots), a playground that runs a limit
 // through every algorithm (package sim, as `sluice sim` does) and a walk
 // that steps one key through one algorithm request by request (sim.NewWalk,
 // as `sluice sim --steps` does), neither touching the live store.
@@ -17,7 +18,10 @@
 //	GET  /console/api/config     the configuration view (JSON)
 //	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
 //	                             returns the seconds from since on only;
-//	                             ?range=6h the last hours a point a minute
+//	                             ?range=6h the last hours a point a minute;
+//	                             and what is held now: the stores' leases
+//	                             (Options.Leases) and the concurrency slots
+//	                             (Options.Slots), holding.go
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	POST /console/api/steps      a walk: one key through one algorithm, step
@@ -106,6 +110,16 @@ type Options struct {
 	// browser, which cannot send it when it opens a page, signs in with
 	// it at /console/login instead and gets a session (login.go).
 	Token string
+	// Leases returns the leased budgets of the service's stores
+	// (redisstore.WithLeases), each with its n keys holding the most; nil
+	// when no store leases, and the page then says how to turn them on.
+	// It is called for each page and each live report, and with n 0 by
+	// SampleLeases. Nil: no store leases.
+	Leases func(n int) []StoreLeases
+	// Slots returns the concurrency leases held now, the n keys holding
+	// the most. It is called for each page and each live report. Nil: the
+	// page shows no slots.
+	Slots func(n int) Slots
 }
 
 // Console collects the live counts and serves the page. Its methods are
@@ -121,6 +135,13 @@ type Console struct {
 	// token is Options.Token, session the cookie value that stands for it
 	// ("" without a token).
 	token, session string
+	leases         func(n int) []StoreLeases // Options.Leases
+	slots          func(n int) Slots         // Options.Slots
+	topN           int                       // Options.TopK
+	// leaseLive holds each leasing store's decisions and slices per
+	// second (SampleLeases), sampler the counters last sampled.
+	leaseLive *live
+	sampler   leaseSampler
 }
 
 // The bounds of Options.
@@ -171,6 +192,12 @@ func New(o Options) (*Console, error) {
 		runs:    newGate(),
 		token:   o.Token,
 		session: session,
+		leases:  o.Leases,
+		slots:   o.Slots,
+		topN:    o.TopK,
+		// Stores are named by Options.Leases (main, per_second): a few.
+		leaseLive: newLive(int(w)),
+		sampler:   leaseSampler{last: map[string][3]int64{}},
 	}, nil
 }
 
@@ -216,6 +243,9 @@ type Live struct {
 	Rules []RuleLive `json:"rules"`
 	// Top lists the keys refused most often recently, the most first.
 	Top []Refusal `json:"top"`
+	// holding is what is held now: the leased budgets and the concurrency
+	// slots (holding.go).
+	holding
 }
 
 // Live returns the counts per second from the Unix second since (at most
@@ -244,7 +274,7 @@ func (c *Console) LiveRange(d time.Duration, since int64) Live {
 
 // report builds a Live from since to now, each rule's points read by pts.
 func (c *Console) report(now, since, step int64, pts func(*series) []Point) Live {
-	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now)}
+	out := Live{Now: now, Since: since, WindowS: c.window, StepS: step, Rules: []RuleLive{}, Top: c.refused.top(now), holding: c.holding(pts)}
 	byName := *c.live.m.Load()
 	seen := make(map[string]bool, len(byName))
 	add := func(name string) {

@@ -51,7 +51,8 @@ func appendLive(b []byte, l *Live) []byte {
 	}
 	b = append(b, `,"top":`...)
 	if l.Top == nil {
-		return append(b, "null}"...)
+		b = append(b, "null"...)
+		return append(appendHolding(b, &l.holding), '}')
 	}
 	b = append(b, '[')
 	for i := range l.Top {
@@ -69,7 +70,8 @@ func appendLive(b []byte, l *Live) []byte {
 		b = strconv.AppendInt(b, t.Overcount, 10)
 		b = append(b, '}')
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	return append(appendHolding(b, &l.holding), '}')
 }
 
 func appendPoint(b []byte, p *Point) []byte {

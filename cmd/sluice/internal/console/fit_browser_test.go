@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,21 +50,7 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 // checkFits fails when the page, or a box on it, scrolls sideways.
 func checkFits(t *testing.T, ctx context.Context, view string) {
 	t.Helper()
-	type fit struct {
-		Scroll, Inner int
-		Wide          []string
-	}
-	f := eval[fit](t, ctx, `(() => ({
-		scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
-		wide: Array.from(document.querySelectorAll(".scroll, .figure, pre, .stepper, form, table"))
-			.filter(e => e.getClientRects().length > 0 && e.scrollWidth > e.clientWidth + 1)
-			.map(e => (e.id || e.className || e.tagName) + " " + e.scrollWidth + ">" + e.clientWidth)}))()`)
-	if f.Scroll > f.Inner {
-		t.Errorf("%s: the page scrolls sideways: scrollWidth %d > innerWidth %d", view, f.Scroll, f.Inner)
-	}
-	if len(f.Wide) > 0 {
-		t.Errorf("%s: boxes scroll sideways: %v", view, f.Wide)
-	}
+	browsertest.CheckFits(t, ctx, view)
 }
 
 // TestBrowserFits: at a 1400 px window and a 390 px phone, no view of the
@@ -73,7 +60,9 @@ func TestBrowserFits(t *testing.T) {
 	for _, width := range []int64{1400, 390} {
 		t.Run(fmt.Sprint(width), func(t *testing.T) {
 			ctx := browsertest.New(t, browserTimeout)
-			c, _, srv := newTestServer(t, wideView())
+			c, _ := newTestConsole(t, realHolding(wideView, new(atomic.Int64)))
+			srv := httptest.NewServer(c.Handler())
+			t.Cleanup(srv.Close)
 			for range 3 {
 				c.Observe(observe.Event{Policy: "payments-gateway-production.checkout.per-customer-account", Outcome: observe.Denied})
 				c.Refused("payments-gateway-production.checkout.per-customer-account", "customer-account:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/checkout-session")

@@ -35,6 +35,7 @@ func loadPage() (*pageAssets, error) {
 		"when":   fmtTime,
 		"usTime": func(us int64) string { return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.999999Z") },
 		"period": fmtPeriod,
+		"durUS":  durUS,
 		"yesno": func(b bool) string {
 			if b {
 				return "yes"
@@ -87,6 +88,8 @@ type pageData struct {
 	SimError   string
 	MaxTicks   int
 	MaxSteps   int
+	// TopN is how many keys the held tables list at most (Options.TopK).
+	TopN int
 	// Steps is the steps form as typed, Walk its walk, StepsError why
 	// it failed.
 	Steps      stepsForm
@@ -115,6 +118,7 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	d.Live = c.Live(0)
 	d.MaxTicks = maxTicks
 	d.MaxSteps = sim.MaxWalkSteps
+	d.TopN = c.topN
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())
 	}

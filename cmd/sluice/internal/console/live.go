@@ -164,28 +164,53 @@ func minutePoint(a *minute) Point {
 	return p
 }
 
+// slotAt returns the slot of Unix second sec, rolled over to it (its old
+// second folded into its minute) if it held another; nil when it holds a
+// later second (a clock gone back: count nothing rather than corrupt a
+// newer second).
+func (s *series) slotAt(sec int64) *slot {
+	sl := &s.ring[uint64(sec)%uint64(len(s.ring))]
+	if sl.sec.Load() == sec {
+		return sl
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := sl.sec.Load(); old != sec {
+		if old > sec {
+			return nil
+		}
+		if old >= 0 {
+			s.fold(old, sl)
+		}
+		for i := range sl.counts {
+			sl.counts[i].Store(0)
+		}
+		sl.latSum.Store(0)
+		sl.latN.Store(0)
+		sl.latMax.Store(0)
+		sl.sec.Store(sec)
+	}
+	return sl
+}
+
+// addCounts adds n[o] to each outcome o's count at Unix second sec.
+func (s *series) addCounts(sec int64, n *[len(observe.Outcomes)]int64) {
+	sl := s.slotAt(sec)
+	if sl == nil {
+		return
+	}
+	for i, v := range n {
+		if v != 0 {
+			sl.counts[i].Add(v)
+		}
+	}
+}
+
 // add counts one event at Unix second sec.
 func (s *series) add(sec int64, o observe.Outcome, latency time.Duration) {
-	sl := &s.ring[uint64(sec)%uint64(len(s.ring))]
-	if sl.sec.Load() != sec {
-		s.mu.Lock()
-		if old := sl.sec.Load(); old != sec {
-			if old > sec { // a clock gone back: count nothing rather than corrupt a newer second
-				s.mu.Unlock()
-				return
-			}
-			if old >= 0 {
-				s.fold(old, sl)
-			}
-			for i := range sl.counts {
-				sl.counts[i].Store(0)
-			}
-			sl.latSum.Store(0)
-			sl.latN.Store(0)
-			sl.latMax.Store(0)
-			sl.sec.Store(sec)
-		}
-		s.mu.Unlock()
+	sl := s.slotAt(sec)
+	if sl == nil {
+		return
 	}
 	if int(o) < len(sl.counts) {
 		sl.counts[o].Add(1)

@@ -60,6 +60,10 @@ type LeaseResponse struct {
 	RetryAfterUS int64  `json:"retry_after_us"`
 	ResetAfterUS int64  `json:"reset_after_us"`
 	Degraded     bool   `json:"degraded"`
+	// key and limit name, for the console's slots table, what a lease of
+	// the descriptor form holds: its store key and its limit's units.
+	key   string
+	limit int64
 }
 
 // localLease begins the name of a lease the store's failure policy held
@@ -142,12 +146,14 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		called := time.Now()
 		var out *LeaseResponse
 		if t.byRules() {
 			out, err = s.leaseByRules(r.Context(), op, t)
 		} else {
 			out, err = s.lease(r.Context(), op, t, c)
 		}
+		s.recordLease(op, t, out, err, time.Since(called))
 		if err != nil {
 			s.count(op, codeLabel(grpcError(err)))
 			httpError(w, err)

@@ -17,18 +17,28 @@ type leaseCollector struct {
 	held, decisions, fate *prometheus.Desc
 }
 
-// newLeaseCollector returns the collector of main's and perSecond's leases,
-// or nil when neither is a Redis store with leases.
-func newLeaseCollector(main, perSecond sluice.Store) prometheus.Collector {
-	c := &leaseCollector{stores: map[string]*redisstore.Store{}}
+// leasingStores returns main and perSecond, by label (main, per_second),
+// when they are Redis stores with leases; nil when neither is.
+func leasingStores(main, perSecond sluice.Store) map[string]*redisstore.Store {
+	var out map[string]*redisstore.Store
 	for label, st := range map[string]sluice.Store{"main": main, "per_second": perSecond} {
 		if rs, ok := st.(*redisstore.Store); ok && rs.Leasing() {
-			c.stores[label] = rs
+			if out == nil {
+				out = map[string]*redisstore.Store{}
+			}
+			out[label] = rs
 		}
 	}
-	if len(c.stores) == 0 {
+	return out
+}
+
+// newLeaseCollector returns the collector of stores' leases (leasingStores),
+// or nil when there are none.
+func newLeaseCollector(stores map[string]*redisstore.Store) prometheus.Collector {
+	if len(stores) == 0 {
 		return nil
 	}
+	c := &leaseCollector{stores: stores}
 	c.held = prometheus.NewDesc("sluice_serve_lease_held_units", "Units this instance's leases hold now, by store (main, per_second): spent in Redis, not yet admitted.", []string{"store"}, nil)
 	c.decisions = prometheus.NewDesc("sluice_serve_lease_decisions_total", "Decisions on leasable keys, by store and where they were made (lease: in memory from a slice; redis).", []string{"store", "where"}, nil)
 	c.fate = prometheus.NewDesc("sluice_serve_lease_units_total", "Units of the slices, by store and fate (leased: taken from Redis; given_back; expired: dropped unused, the under-admission).", []string{"store", "fate"}, nil)
@@ -51,4 +61,26 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.fate, prometheus.CounterValue, float64(st.GivenBack), label, "given_back")
 		ch <- prometheus.MustNewConstMetric(c.fate, prometheus.CounterValue, float64(st.Expired), label, "expired")
 	}
+}
+
+// StoreLeases is one store's leases (Server.Leases).
+type StoreLeases struct {
+	// Store is the store's label on /metrics: main, per_second.
+	Store string
+	Stats redisstore.LeaseStats
+	// Top are the keys whose slices hold the most units now.
+	Top []redisstore.KeyLease
+}
+
+// Leases reports the leases of the service's Redis stores with leases
+// (--store-leases), main first, each with its n keys holding the most; nil
+// when no store leases.
+func (s *Server) Leases(n int) []StoreLeases {
+	var out []StoreLeases
+	for _, label := range []string{"main", "per_second"} {
+		if rs := s.leaseStores[label]; rs != nil {
+			out = append(out, StoreLeases{Store: label, Stats: rs.LeaseStats(), Top: rs.Leases(n)})
+		}
+	}
+	return out
 }

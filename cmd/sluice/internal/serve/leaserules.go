@@ -100,6 +100,7 @@ func (s *service) leaseByRules(ctx context.Context, op string, t *LeaseRequest) 
 		return nil, leaseError(err)
 	}
 	out := leaseResponse(&ls, cc)
+	out.key = held.Key
 	switch {
 	case !ls.Allowed:
 		st.concCounters.count(cc, leaseExpired)
@@ -159,6 +160,7 @@ func (s *service) acquireByRules(ctx context.Context, st *state, t *LeaseRequest
 		return nil, leaseError(err)
 	}
 	out := leaseResponse(&ls, cc)
+	out.key = ls.Key
 	switch {
 	case ls.Allowed:
 		st.concCounters.count(cc, leaseHeld)
@@ -213,6 +215,7 @@ func leaseResponse(ls *sluice.Lease, cc *rlsconfig.Concurrency) *LeaseResponse {
 	return &LeaseResponse{
 		Allowed: ls.Allowed, Rule: concName(cc), Remaining: ls.Remaining, Degraded: ls.Degraded,
 		RetryAfterUS: ls.RetryAfter.Microseconds(), ResetAfterUS: ls.ResetAfter.Microseconds(),
+		limit: cc.Limit.Limit,
 	}
 }
 

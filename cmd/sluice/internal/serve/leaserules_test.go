@@ -132,12 +132,23 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		t.Fatalf("another tenant's pool: %+v", r)
 	}
 
+	// The console's slots table sees the descriptor form under the pool's
+	// key: every class's leases, the pool's limit, the refusals.
+	v := ts.Holds(10)
+	if len(v.Top) != 2 || v.Top[0].Held != 4 || v.Top[0].Leases != 4 || v.Top[0].Limit != 4 || v.Top[0].Refused != 2 || v.Top[0].Acquired != 4 ||
+		!strings.Contains(v.Top[0].Key, "acme") || v.Top[1].Held != 1 {
+		t.Fatalf("slots table: %+v", v)
+	}
+
 	// Release and extend by the token alone.
 	if r := c.release(a.Lease); !r.Allowed || r.Lease != "" {
 		t.Fatalf("release: %+v", r)
 	}
 	if r := c.release(a.Lease); r.Allowed {
 		t.Fatalf("a second release: %+v, want no longer held", r)
+	}
+	if v := ts.Holds(10); v.Top[0].Held != 3 || v.Top[0].Released != 1 {
+		t.Fatalf("slots table after a release: %+v", v.Top[0])
 	}
 	clock.Set(t0.Add(20 * time.Second))
 	if r := c.post("/v1/extend", `{"lease": "`+b.Lease+`"}`, 200); !r.Allowed || r.Lease != b.Lease || r.ExpiryUS != t0.Add(50*time.Second).UnixMicro() {

@@ -158,11 +158,13 @@ type Options struct {
 	// Logger receives the service's log (default slog.Default()).
 	Logger *slog.Logger
 	// Observer, when set, sees every limited descriptor's outcome (Source
-	// "serve", Policy the rule's name or path).
+	// "serve", Policy the rule's name or path), and every acquire of
+	// /v1/acquire's (Policy AcquirePolicy).
 	Observer observe.Observer
 	// Refused, when set, is called with each refused descriptor's policy
 	// (the Observer's Event.Policy) and its entries, "key=value" joined by
-	// ", " (the web console's most refused keys).
+	// ", " (the web console's most refused keys); a refused acquire's
+	// policy is AcquirePolicy, its key the call's.
 	Refused func(policy, key string)
 }
 

@@ -32,6 +32,9 @@ type service struct {
 	log     *slog.Logger
 	loads   loads       // the configuration's loads (config.go)
 	envoy   *envoyStats // envoy's per-rule series (Options.EnvoyStats), nil without
+	holds   *holdTable  // the concurrency leases the lease calls hold (holds.go)
+	// leaseStores are the stores with leases, by label (leasingStores).
+	leaseStores map[string]*redisstore.Store
 
 	answered       atomic.Int64           // calls answered, on every door
 	storeErrs      atomic.Int64           // store failures not yet logged
@@ -44,7 +47,8 @@ type service struct {
 func newService(o Options) *service {
 	m := newMetrics()
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
-	if c := newLeaseCollector(o.Store, o.PerSecondStore); c != nil {
+	s.leaseStores = leasingStores(o.Store, o.PerSecondStore)
+	if c := newLeaseCollector(s.leaseStores); c != nil {
 		m.reg.MustRegister(c)
 	}
 	// An epoch-aligned window's reset is read on the store's clock when it
@@ -52,6 +56,7 @@ func newService(o Options) *service {
 	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {
 		s.now = c.Now
 	}
+	s.holds = newHoldTable(s.now)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

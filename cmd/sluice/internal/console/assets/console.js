@@ -13,7 +13,7 @@
   // ---- Live ----
   // rules: rule -> Map(t -> point). step is the seconds a point stands for
   // (1, or 60 over a range longer than the window), from..now the span.
-  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [] };
+  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [], leases: new Map() };
   const SMALL_MAX = 24; // the small charts drawn, one per rule
 
   const RANGES = { "1h": 3600, "6h": 6 * 3600 };
@@ -32,6 +32,14 @@
         if (t >= data.since || t < live.from) m.delete(t);
       }
       for (const p of r.points) m.set(p.t, p);
+    }
+    for (const st of data.leases || []) {
+      let m = live.leases.get(st.store);
+      if (!m) { m = new Map(); live.leases.set(st.store, m); }
+      for (const t of Array.from(m.keys())) {
+        if (t >= data.since || t < live.from) m.delete(t);
+      }
+      for (const p of st.points || []) m.set(p.t, p);
     }
   }
 
@@ -100,6 +108,94 @@
       return tr;
     });
     fill(body, rows, "No refusals recently.", 3);
+  }
+
+  // ---- What is held: leased budgets and concurrency slots ----
+  // durUS formats µs as the server does: to the millisecond under a
+  // second, else to a tenth of a second.
+  function durUS(us) {
+    if (us < 1e6) { const ms = Math.round(us / 1000); return ms === 0 ? "0s" : ms + "ms"; }
+    const s = Math.round(us / 1e5) / 10;
+    if (s < 60) return s + "s";
+    const m = Math.floor(s / 60), rest = Math.round((s - m * 60) * 10) / 10;
+    return m < 60 ? m + "m" + rest + "s" : Math.floor(m / 60) + "h" + (m % 60) + "m" + rest + "s";
+  }
+
+  function keyCell(key) {
+    const code = document.createElement("code");
+    code.textContent = key;
+    const td = cell("td", "", { "data-label": "Key" });
+    td.append(code);
+    return td;
+  }
+
+  // row builds a table row of a key and its figures: [k, label, text].
+  function row(key, figures) {
+    const tr = document.createElement("tr");
+    tr.dataset.key = key;
+    tr.append(keyCell(key));
+    for (const [k, label, text] of figures) tr.append(cell("td", text, { class: "num", "data-k": k, "data-label": label }));
+    return tr;
+  }
+
+  function callsPer100(s) {
+    const n = s.local + s.redis;
+    if (n === 0) return "—";
+    const tenths = Math.floor(1000 * (s.redis + s.slices) / n);
+    return Math.floor(tenths / 10) + "." + (tenths % 10);
+  }
+
+  function renderLeases(stores) {
+    for (const s of stores || []) {
+      const dl = document.getElementById("lease-stats-" + s.store);
+      const body = document.querySelector("#lease-keys-" + s.store + " tbody");
+      if (!dl || !body) continue; // a store the page was not rendered with
+      const vals = { held: s.held, keys: s.keys, local: s.local, redis: s.redis, calls_per_100: callsPer100(s),
+        slices: s.slices, leased: s.leased, given_back: s.given_back, expired: s.expired };
+      for (const dd of dl.querySelectorAll("dd[data-k]")) dd.textContent = String(vals[dd.dataset.k]);
+      fill(body, (s.top || []).map((k) => row(k.key, [["held", "Units held", String(k.held)], ["slices", "Slices", String(k.slices)],
+        ["expires_in", "First ends in", durUS(k.expires_in_us)], ["demand", "Demand", String(k.demand)]])),
+      "No slices held now: no key is hot enough.", 5);
+    }
+  }
+
+  // renderLeaseCharts draws each store's decisions from slices and its
+  // Redis calls (decisions in Redis and slices taken) over the span.
+  function renderLeaseCharts() {
+    for (const chart of document.querySelectorAll(".lease-chart svg[data-store]")) {
+      const n = slots(), series = { local: new Array(n).fill(0), calls: new Array(n).fill(0) };
+      for (const p of (live.leases.get(chart.dataset.store) || new Map()).values()) {
+        const i = index(p.t);
+        if (i < 0 || i >= n) continue;
+        series.local[i] += p.local;
+        series.calls[i] += p.redis + p.slices;
+      }
+      const sums = draw(chart, series, 800, 140, true);
+      const decisions = sums.local + sums.calls - slicesIn(chart.dataset.store);
+      chart.querySelector("title").textContent = "Lease decisions and Redis calls " + perWhat() + ", store " + chart.dataset.store + ", " +
+        spanText() + ": from slices " + sums.local + ", Redis calls " + sums.calls +
+        (decisions > 0 ? ", " + (Math.floor(1000 * sums.calls / decisions) / 10) + " per 100 decisions" : "");
+    }
+  }
+
+  // slicesIn is the slices store took over the span.
+  function slicesIn(store) {
+    let n = 0;
+    for (const p of (live.leases.get(store) || new Map()).values()) if (p.t >= live.from) n += p.slices;
+    return n;
+  }
+
+  function renderSlots(slots) {
+    const body = document.querySelector("#slots-table tbody");
+    if (!slots || !body) return;
+    const sum = document.getElementById("slots-summary");
+    sum.textContent = "Units held now: " + slots.held + "; keys followed: " + slots.keys +
+      (slots.dropped ? "; keys no longer followed, to make room: " + slots.dropped : "") + ".";
+    fill(body, (slots.top || []).map((k) => row(k.key, [["held", "In flight", k.held + (k.partial ? "+" : "")], ["limit", "Limit", String(k.limit)],
+      ["leases", "Leases", String(k.leases)], ["oldest", "Oldest held for", durUS(k.oldest_us)], ["next_expiry", "Next expiry in", durUS(k.next_expiry_us)],
+      ["acquired", "Acquired", String(k.acquired)], ["refused", "Refused", String(k.refused)], ["released", "Released", String(k.released)],
+      ["expired", "Expired", String(k.expired)]])),
+    "No slots held now.", 10);
   }
 
   function syncRuleSelect() {
@@ -242,7 +338,10 @@
       syncRuleSelect();
       renderTable();
       renderTop(data.top);
+      renderLeases(data.leases);
+      renderSlots(data.slots);
       renderChart();
+      renderLeaseCharts();
       if (failures > 0) status.textContent = "";
       failures = 0;
       document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
@@ -259,6 +358,7 @@
   function changeRange() {
     since = 0;
     live.rules.clear();
+    live.leases.clear();
     poll();
   }
 
@@ -357,6 +457,7 @@
   function start() {
     document.getElementById("live-controls").hidden = false;
     document.getElementById("live-charts").hidden = false;
+    for (const f of document.querySelectorAll(".lease-chart")) f.hidden = false;
     document.getElementById("live-rule").addEventListener("change", renderChart);
     document.getElementById("live-range").addEventListener("change", changeRange);
     poll();

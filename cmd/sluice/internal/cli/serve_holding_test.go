@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/console"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// startConsoleServe runs runServe with the console on store (nil: memory)
+// until the test ends, and returns its HTTP base URL.
+func startConsoleServe(t *testing.T, store sluice.Store) string {
+	t.Helper()
+	var lns [2]net.Listener
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], NoWatch: true, Store: store,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runServe: %v", err)
+		}
+	})
+	return "http://" + lns[1].Addr().String()
+}
+
+// liveHolding is the part of the console's live report this test reads.
+type liveHolding struct {
+	Rules []struct {
+		Rule   string        `json:"rule"`
+		Totals console.Point `json:"totals"`
+	} `json:"rules"`
+	Top      []console.Refusal     `json:"top"`
+	LeasesOn bool                  `json:"leases_on"`
+	Leases   []console.StoreLeases `json:"leases"`
+	Slots    *console.Slots        `json:"slots"`
+}
+
+// The console of `sluice serve` shows the concurrency slots its
+// /v1/acquire holds (charting the acquires as "(acquire)") on the memory
+// store and on Redis, and on Redis with leases the leased budgets: the
+// JSON and the page.
+func TestServeConsoleHolding(t *testing.T) {
+	srv := redistest.Standalone(t)
+	prefix := fmt.Sprintf("console-holding:%d:", time.Now().UnixNano())
+	leased, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute), redisstore.WithPrefix(prefix+"l:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leased.Close()
+	plain, err := redisstore.New(srv.Client(), redisstore.WithPrefix(prefix+"p:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	for _, tc := range []struct {
+		name   string
+		store  sluice.Store
+		leases bool
+	}{{"memory", nil, false}, {"redis", plain, false}, {"redis-leases", leased, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := startConsoleServe(t, tc.store)
+			do := func(method, path, body string) string {
+				t.Helper()
+				resp, out := testenv.Do(t, nil, method, base+path, body)
+				if resp.StatusCode >= 500 {
+					t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+				}
+				return out
+			}
+			const acq = `{"key": "exports:acme", "limit": 2, "lifetime": "1m"}`
+			do("POST", "/v1/acquire", acq)
+			do("POST", "/v1/acquire", acq)
+			do("POST", "/v1/acquire", acq) // refused
+			if tc.leases { // until a slice lands (it is taken in the background)
+				for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
+					do("POST", "/v1/take", `{"key": "hot", "limit": "100000/1h"}`)
+				}
+			}
+			var l liveHolding
+			if err := json.Unmarshal([]byte(do("GET", "/console/api/live", "")), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Slots == nil || len(l.Slots.Top) != 1 {
+				t.Fatalf("slots: %+v", l.Slots)
+			}
+			if k := l.Slots.Top[0]; k.Key != "exports:acme" || k.Held != 2 || k.Limit != 2 || k.Leases != 2 || k.Acquired != 2 || k.Refused != 1 ||
+				k.NextExpiryUS <= 50e6 || k.NextExpiryUS > 60e6 {
+				t.Errorf("exports:acme: %+v", k)
+			}
+			var acquires *console.Point
+			for i, r := range l.Rules {
+				if r.Rule == serve.AcquirePolicy {
+					acquires = &l.Rules[i].Totals
+				}
+			}
+			if acquires == nil || acquires.Allowed != 2 || acquires.Denied != 1 {
+				t.Errorf("the acquires in the live report: %+v", l.Rules)
+			}
+			if len(l.Top) != 1 || l.Top[0].Key != "exports:acme" || l.Top[0].Rule != serve.AcquirePolicy {
+				t.Errorf("refused keys: %+v", l.Top)
+			}
+			if l.LeasesOn != tc.leases {
+				t.Fatalf("leases_on %v, want %v", l.LeasesOn, tc.leases)
+			}
+			page := do("GET", "/", "")
+			if !strings.Contains(page, `<tr data-key="exports:acme">`) || strings.Contains(page, `id="leases-off"`) == tc.leases {
+				t.Errorf("the page: slots or leases missing")
+			}
+			if !tc.leases {
+				return
+			}
+			s := l.Leases[0]
+			if s.Store != "main" || s.Local == 0 || s.Slices == 0 || s.Leased == 0 || len(s.Top) != 1 || !strings.HasSuffix(s.Top[0].Key, "hot") || s.Top[0].Held <= 0 {
+				t.Errorf("leases: %+v", s)
+			}
+			if !strings.Contains(page, `<dl class="stats" id="lease-stats-main"`) || !strings.Contains(page, `<table class="stack lease-keys" id="lease-keys-main"`) {
+				t.Errorf("the page shows no leases")
+			}
+		})
+	}
+}

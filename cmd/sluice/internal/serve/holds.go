@@ -1,0 +1,313 @@
+package serve
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/fastclock"
+	"github.com/sluice-go/sluice/observe"
+)
+
+// The bounds of the holds table: the keys it follows and, per key, the
+// leases it follows one by one. Beyond maxHoldLeases a key's further
+// leases are counted, not followed (HeldKey.Partial); beyond maxHoldKeys a
+// new key takes the place of one of a few keys picked at random, the one
+// holding the least (HoldsView.Dropped counts them). So the table's size
+// is bounded however many keys and leases its callers invent
+// (TestHoldsMemory; docs/performance.md).
+const (
+	maxHoldKeys     = 1024
+	maxHoldLeases   = 64
+	holdEvictSample = 8
+)
+
+// holdForget is how long a key that holds nothing stays in the table
+// after its last call (µs): Holds forgets it then.
+const holdForget = int64(10 * time.Minute / time.Microsecond)
+
+// HeldKey is one key's concurrency leases, as this instance's /v1/acquire,
+// /v1/release and /v1/extend saw them (Server.Holds): the leases other
+// instances hold on a shared store are not among them.
+type HeldKey struct {
+	// Key is the key as the calls named it.
+	Key string
+	// Limit is the limit of the key's last acquire.
+	Limit int64
+	// Held is the units of the leases held now, Leases how many there are.
+	Held   int64
+	Leases int
+	// Oldest is how long the oldest lease held has been held; NextExpiry
+	// how long until the first lease held comes back by itself.
+	Oldest, NextExpiry time.Duration
+	// Acquired, Refused, Released and Expired count the key's acquires
+	// granted and refused, its leases given back, and its leases that came
+	// back by themselves (their lifetime ran out) since the key was first
+	// seen.
+	Acquired, Refused, Released, Expired int64
+	// Partial: the key had more than maxHoldLeases leases at once, and the
+	// ones beyond were counted but not followed, so Held and Leases may be
+	// short.
+	Partial bool
+}
+
+// HoldsView is what Server.Holds reports: the keys holding the most units
+// now, and the table's totals.
+type HoldsView struct {
+	// Keys is how many keys the table follows (those holding leases, and
+	// those called in the last 10 minutes), Held the units all of them
+	// hold now.
+	Keys int
+	Held int64
+	// Dropped counts the keys no longer followed to make room for others.
+	Dropped int64
+	// Top are the keys with leases held now, the most units first.
+	Top []HeldKey
+}
+
+// heldLease is one lease the table follows: its name as the calls give it
+// (localLease's prefix included), units, and when it was acquired and
+// comes back, µs by the store's clock.
+type heldLease struct {
+	id                   string
+	units, since, expiry int64
+}
+
+// holdKey is one key's entry in the table.
+type holdKey struct {
+	limit                                int64
+	leases                               []heldLease
+	partial                              bool
+	acquired, refused, released, expired int64
+	last                                 int64 // µs, its last call
+}
+
+// prune drops the leases whose lifetime has run out by now, counting them
+// expired.
+func (k *holdKey) prune(now int64) {
+	live := k.leases[:0]
+	for _, l := range k.leases {
+		if l.expiry > now {
+			live = append(live, l)
+		} else {
+			k.expired++
+		}
+	}
+	clear(k.leases[len(live):])
+	k.leases = live
+}
+
+// held is the units of k's leases (pruned).
+func (k *holdKey) held() int64 {
+	var n int64
+	for _, l := range k.leases {
+		n += l.units
+	}
+	return n
+}
+
+// take removes the lease id, reporting whether k followed it.
+func (k *holdKey) take(id string) (heldLease, bool) {
+	for i, l := range k.leases {
+		if l.id == id {
+			k.leases = append(k.leases[:i], k.leases[i+1:]...)
+			return l, true
+		}
+	}
+	return heldLease{}, false
+}
+
+// holdTable follows the concurrency leases the lease calls hold, per key,
+// within the bounds above, for the console. Its methods are safe for
+// concurrent use.
+type holdTable struct {
+	now     func() int64 // µs, the store's clock
+	mu      sync.Mutex
+	keys    map[string]*holdKey
+	dropped int64
+}
+
+func newHoldTable(now func() time.Time) *holdTable {
+	t := &holdTable{now: fastclock.Micros, keys: map[string]*holdKey{}}
+	if now != nil {
+		t.now = func() int64 { return now().UnixMicro() }
+	}
+	return t
+}
+
+// entry returns key's entry, making room for it when the table is full;
+// the caller holds mu.
+func (t *holdTable) entry(key string, now int64) *holdKey {
+	if k := t.keys[key]; k != nil {
+		k.prune(now)
+		k.last = now
+		return k
+	}
+	if len(t.keys) >= maxHoldKeys {
+		t.evict(now)
+	}
+	k := &holdKey{last: now}
+	t.keys[string([]byte(key))] = k
+	return k
+}
+
+// evict drops, of a few keys picked at random (map order), the one
+// holding the least, the least recently called among equals.
+func (t *holdTable) evict(now int64) {
+	var victim string
+	var vk *holdKey
+	n := 0
+	for key, k := range t.keys {
+		k.prune(now)
+		if vk == nil || k.held() < vk.held() || (k.held() == vk.held() && k.last < vk.last) {
+			victim, vk = key, k
+		}
+		if n++; n == holdEvictSample {
+			break
+		}
+	}
+	delete(t.keys, victim)
+	t.dropped++
+}
+
+// acquired records an acquire's answer: a lease held (id, units, expiry),
+// or a refusal (id "").
+func (t *holdTable) acquired(key string, limit int64, id string, units, expiry int64, allowed bool) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.entry(key, now)
+	k.limit = limit
+	switch {
+	case !allowed:
+		k.refused++
+	case id == "": // held nowhere (the store failed open): nothing to follow
+		k.acquired++
+	case len(k.leases) >= maxHoldLeases:
+		k.acquired++
+		k.partial = true
+	default:
+		k.acquired++
+		k.leases = append(k.leases, heldLease{id: id, units: units, since: now, expiry: expiry})
+	}
+}
+
+// ended records a release (extend false) or an extension's answer for the
+// lease id: held says whether the lease was still held, expiry is its new
+// expiry after an extension.
+func (t *holdTable) ended(key, id string, extend, held bool, expiry int64) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.keys[key]
+	if k == nil {
+		return // not a key this table follows (now)
+	}
+	k.prune(now)
+	k.last = now
+	l, found := k.take(id)
+	switch {
+	case !held && found:
+		k.expired++ // came back by itself, by the store's clock
+	case !held:
+		// Already counted when pruned, or not followed here.
+	case extend && found:
+		l.expiry = expiry
+		k.leases = append(k.leases, l)
+	case !extend:
+		k.released++
+	}
+}
+
+// view returns the n keys holding the most units now, and the totals.
+func (t *holdTable) view(n int) HoldsView {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var top []HeldKey
+	for key, k := range t.keys {
+		k.prune(now)
+		if len(k.leases) == 0 && now-k.last > holdForget {
+			delete(t.keys, key)
+		}
+	}
+	v := HoldsView{Keys: len(t.keys), Dropped: t.dropped}
+	for key, k := range t.keys {
+		h := HeldKey{
+			Key: key, Limit: k.limit, Held: k.held(), Leases: len(k.leases), Partial: k.partial,
+			Acquired: k.acquired, Refused: k.refused, Released: k.released, Expired: k.expired,
+		}
+		v.Held += h.Held
+		if h.Leases == 0 {
+			continue
+		}
+		oldest, next := k.leases[0].since, k.leases[0].expiry
+		for _, l := range k.leases[1:] {
+			oldest, next = min(oldest, l.since), min(next, l.expiry)
+		}
+		h.Oldest, h.NextExpiry = time.Duration(now-oldest)*time.Microsecond, time.Duration(next-now)*time.Microsecond
+		top = append(top, h)
+	}
+	sort.Slice(top, func(i, j int) bool {
+		if top[i].Held != top[j].Held {
+			return top[i].Held > top[j].Held
+		}
+		return top[i].Key < top[j].Key
+	})
+	v.Top = top[:min(max(n, 0), len(top))]
+	return v
+}
+
+// Holds reports the concurrency leases this instance's lease calls hold
+// now: the n keys holding the most units (at most maxHoldKeys are
+// followed), and the totals. A lease acquired on another instance of a
+// shared store is not among them.
+func (s *Server) Holds(n int) HoldsView { return s.holds.view(n) }
+
+// AcquirePolicy is the Policy of the observe.Events and Refused calls of
+// the acquires of /v1/acquire (Options.Observer, Options.Refused).
+const AcquirePolicy = "(acquire)"
+
+// recordLease records a lease call's answer (out, or err) in the holds
+// table and, for an acquire, as an event of AcquirePolicy. A look (units
+// 0) holds nothing and is not recorded.
+func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, err error, latency time.Duration) {
+	units := int64(1)
+	if t.Units != nil {
+		units = *t.Units
+	}
+	if op == "acquire" && units == 0 {
+		return
+	}
+	key, limit := t.Key, t.Limit
+	if out != nil && out.key != "" { // the descriptor form
+		key, limit = out.key, out.limit
+	}
+	if op != "acquire" {
+		if err == nil && key != "" {
+			s.holds.ended(key, t.Lease, op == "extend", out.Allowed, out.ExpiryUS)
+		}
+		return
+	}
+	o := observe.Error
+	if err == nil {
+		if key == "" { // the descriptor form, no limit found: nothing held
+			return
+		}
+		s.holds.acquired(key, limit, out.Lease, units, out.ExpiryUS, out.Allowed)
+		switch {
+		case out.Degraded:
+			o = observe.Degraded
+		case out.Allowed:
+			o = observe.Allowed
+		default:
+			o = observe.Denied
+		}
+	}
+	if s.opts.Observer != nil {
+		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: AcquirePolicy, Outcome: o, Latency: latency})
+	}
+	if o == observe.Denied && s.opts.Refused != nil {
+		s.opts.Refused(AcquirePolicy, key)
+	}
+}
