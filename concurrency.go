@@ -116,7 +116,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		return Lease{}, err
 	}
 	for range leaseTries {
-		id := 1 + rand.Int64N(algo.MaxLeaseID)
+		// 53 random bits (MaxLeaseID's), 0 read as 1: a shift is cheaper
+		// than Int64N's bounded draw, here a tenth of the acquire.
+		id := max(1, int64(rand.Uint64()>>11))
 		var retry, reset int64
 		if l.leaseLocal != nil {
 			// Scalars through the interface: a LeaseOp and a LeaseResult
@@ -127,10 +129,10 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 			r, err = l.lease(ctx, &storelink.LeaseOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
 			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, ls.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
 		}
-		if errors.Is(err, algo.ErrLeaseID) {
-			continue
-		}
 		if err != nil {
+			if errors.Is(err, algo.ErrLeaseID) {
+				continue
+			}
 			return Lease{}, err
 		}
 		ls.RetryAfter, ls.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
