@@ -52,7 +52,7 @@ type slot struct {
 // the key up again.
 type entry struct {
 	key     string
-	mu      sync.Mutex
+	mu      entryLock
 	freshAt int64 // µs; from then on st is equivalent to the fresh state
 	st      algo.State
 	_       [24]byte
