@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"sync"
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
@@ -13,7 +12,7 @@ import (
 // shorter than the lock-free table's machinery would be worth. Padded to a
 // cache line of its own.
 type leaseShard struct {
-	mu      sync.Mutex
+	mu      entryLock
 	sets    map[string]*leaseSet
 	sweepAt int // sweep on the insert that brings the sets to this
 	_       [40]byte
