@@ -3,6 +3,7 @@ package memstore
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // entryLock is an entry's lock: a word that Lock sets from 0 to 1 with a
@@ -10,15 +11,24 @@ import (
 // processor orders stores (amd64: every store releases what came before
 // it; unlock_amd64.s), an atomic store elsewhere and under the race
 // detector. A decision thus makes one atomic instruction, not two. A
-// waiter spins a little, then yields its P until the word is 0: the
-// critical sections are a step's arithmetic, shorter than parking a
-// goroutine and waking it (a sync.Mutex's way) would take.
+// waiter spins a little, then yields its P, then sleeps between looks at
+// the word: the critical sections are a step's arithmetic, shorter than
+// parking a goroutine and waking it (a sync.Mutex's way) would take, and a
+// wait longer than a few yields means the holder is not running.
 type entryLock struct {
 	v uint32
 }
 
-// lockSpins is how many times a waiter looks at the word before it yields.
-const lockSpins = 32
+// A waiter looks at the word lockSpins times, then yields its P between
+// looks lockYields times, then sleeps lockSleep between looks: a holder
+// that has not let go by then is not running (its thread was descheduled),
+// and spinning or yielding would keep the CPU from it on a machine with
+// more threads than CPUs.
+const (
+	lockSpins  = 32
+	lockYields = 16
+	lockSleep  = 20 * time.Microsecond
+)
 
 // Lock takes l, waiting for it if need be.
 func (l *entryLock) Lock() {
@@ -32,8 +42,12 @@ func (l *entryLock) lockSlow() {
 		if atomic.LoadUint32(&l.v) == 0 && atomic.CompareAndSwapUint32(&l.v, 0, 1) {
 			return
 		}
-		if i%lockSpins == 0 {
+		switch {
+		case i < lockSpins:
+		case i < lockSpins+lockYields:
 			runtime.Gosched()
+		default:
+			time.Sleep(lockSleep)
 		}
 	}
 }
