@@ -116,7 +116,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		return Lease{}, err
 	}
 	for range holdTries {
-		id := 1 + rand.Int64N(algo.MaxHoldID)
+		// 53 random bits (MaxHoldID's), 0 read as 1: a shift is cheaper
+		// than Int64N's bounded draw, here a tenth of the acquire.
+		id := max(1, int64(rand.Uint64()>>11))
 		var retry, reset int64
 		if l.holdLocal != nil {
 			// Scalars through the interface: a HoldOp and a HoldResult

@@ -148,3 +148,17 @@ func TestRunMaxConcurrentStreams(t *testing.T) {
 		t.Errorf("%d calls at once on the server, which allows 3", p)
 	}
 }
+
+// TestCountCommands: every command of INFO commandstats counts but those a
+// harness sends (INFO, CONFIG …, FLUSHALL).
+func TestCountCommands(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_evalsha:calls=12,usec=300,usec_per_call=25.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_incrby:calls=5,usec=10,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=5,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_flushall:calls=1,usec=5,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n"
+	if n := countCommands(info); n != 17 {
+		t.Errorf("countCommands: %d, want 17", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,9 @@ type Measurement struct {
 	Generator   Generator // the load generator that ran
 	Result
 	ServerCPU, RedisCPU, ClientCPU time.Duration
+	// RedisCalls is the commands the redis-server ran over the run
+	// (RedisCommands), when the caller counted them (cmd/rls -hot).
+	RedisCalls int64
 	// CPUErr is why the CPU times are missing (off Linux, or no redis-server pid).
 	CPUErr error
 }
@@ -124,6 +128,47 @@ func FlushRedis(ctx context.Context, addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
 	defer c.Close()
 	return c.FlushAll(ctx).Err()
+}
+
+// ResetRedisStats zeroes the counters of the redis-server at addr (CONFIG
+// RESETSTAT), so that RedisCommands then counts from that instant.
+func ResetRedisStats(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
+	defer c.Close()
+	return c.ConfigResetStat(ctx).Err()
+}
+
+// RedisCommands returns the commands the redis-server at addr has run
+// since its counters were reset (INFO commandstats), leaving out those a
+// harness sends to it (INFO, CONFIG, FLUSHALL): every other command counts
+// once, a script call (EVALSHA) as one whatever it does, a pipeline as its
+// commands.
+func RedisCommands(ctx context.Context, addr string) (int64, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
+	defer c.Close()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	return countCommands(info), nil
+}
+
+// countCommands adds up the calls= of INFO commandstats' lines but the
+// harness's own commands'.
+func countCommands(info string) int64 {
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" || name == "flushall" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		_, v, _ := strings.Cut(rest, "calls=")
+		v, _, _ = strings.Cut(v, ",")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		n += x
+	}
+	return n
 }
 
 // Targets are issue 12's targets for `sluice serve` over Redis against

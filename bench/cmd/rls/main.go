@@ -8,6 +8,7 @@
 //	go run ./cmd/rls [-duration 20s | -calls N] [-warmup 2s] [-rounds 1] [-callers 64] [-conns 4]
 //	                 [-client h2|grpc|h2,grpc] [-servers envoy,sluice-redis,sluice-memory]
 //	                 [-envoy-env K=V]... [-sluice-env K=V]... [-cpuprofile FILE]
+//	go run ./cmd/rls -hot [-lease-life 1s] [-duration 20s] [-rounds 1] [-servers envoy,sluice-memory,sluice-leases]
 //
 // It builds both servers with `go build` into a temporary directory, starts
 // a redis-server on a free loopback port (or uses the one SLUICE_BENCH_REDIS
@@ -20,6 +21,15 @@
 // Markdown table to stdout: calls/s, the over-limit share, p50/p99/p999
 // latency, CPU µs per call of each process, and the ratios to envoy, then
 // issue 12's targets. Progress goes to stderr.
+//
+// With -hot every call carries one hot descriptor (the value u0, 1,000,000/s:
+// above demand) instead of the 10,000 values, and the servers are, unless
+// -servers names others, envoyproxy/ratelimit, sluice serve in memory and
+// sluice serve over Redis with --store-leases (-lease-life; the server
+// "sluice-leases", which -servers also offers without -hot). Redis's
+// counters are reset after each warm-up, and the table adds the commands
+// Redis ran per 100 calls and each server's CPU per call against sluice's
+// in memory: issue 24's target for a hot descriptor.
 //
 // A server that cannot be built (envoyproxy/ratelimit offline without the
 // module cache, a working tree whose sluice has no serve command) is left
@@ -56,9 +66,16 @@ type config struct {
 	sluiceEnv        []string
 	keep             bool
 	cpuprofile       string
+	hot              bool          // one hot descriptor (hot.go)
+	leaseLife        time.Duration // sluice-leases' --store-leases
 }
 
-var allServers = []string{"envoy", "sluice-redis", "sluice-memory"}
+// allServers are the servers run by default, knownServers those -servers
+// takes.
+var (
+	allServers   = []string{"envoy", "sluice-redis", "sluice-memory"}
+	knownServers = append(slices.Clone(allServers), "sluice-leases")
+)
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -75,6 +92,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var((*rls.EnvFlag)(&c.sluiceEnv), "sluice-env", "KEY=VALUE added to sluice serve's environment (repeatable)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
+	fs.BoolVar(&c.hot, "hot", false, "one hot descriptor (u0, 1,000,000/s) instead of 10,000 values, the servers "+strings.Join(hotServers, ",")+" unless -servers names others; adds Redis commands per 100 calls and CPU per call ÷ sluice in memory")
+	fs.DurationVar(&c.leaseLife, "lease-life", time.Second, "the --store-leases of the server sluice-leases")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -84,8 +103,8 @@ func parseFlags(args []string) (*config, error) {
 	if c.duration <= 0 && c.calls <= 0 {
 		return nil, errors.New("-duration or -calls must be positive")
 	}
-	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 {
-		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative")
+	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 || c.leaseLife <= 0 {
+		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative, -lease-life positive")
 	}
 	for g := range strings.SplitSeq(*clients, ",") {
 		if !slices.Contains(rls.Generators, rls.Generator(g)) {
@@ -95,9 +114,12 @@ func parseFlags(args []string) (*config, error) {
 			c.clients = append(c.clients, rls.Generator(g))
 		}
 	}
+	if c.hot && !flagSet(fs, "servers") {
+		*servers = strings.Join(hotServers, ",")
+	}
 	for s := range strings.SplitSeq(*servers, ",") {
-		if !slices.Contains(allServers, s) {
-			return nil, fmt.Errorf("-servers: unknown server %q (want some of %s)", s, strings.Join(allServers, ","))
+		if !slices.Contains(knownServers, s) {
+			return nil, fmt.Errorf("-servers: unknown server %q (want some of %s)", s, strings.Join(knownServers, ","))
 		}
 		c.servers = append(c.servers, s)
 	}
@@ -186,7 +208,11 @@ func run(ctx context.Context, c *config) (err error) {
 		return err
 	}
 	r.load2 = loadAvg()
-	report(ctx, c, modDir, rs.Addr, files, &r)
+	if c.hot {
+		reportHot(ctx, c, modDir, rs.Addr, files, &r)
+	} else {
+		report(ctx, c, modDir, rs.Addr, files, &r)
+	}
 	return nil
 }
 
@@ -206,7 +232,7 @@ func build(ctx context.Context, c *config, modDir, dir string) (binaries, error)
 			b.envoy = ""
 		}
 	}
-	if c.want("sluice-redis") || c.want("sluice-memory") {
+	if c.want("sluice-redis") || c.want("sluice-memory") || c.want("sluice-leases") {
 		logf("building %s", rls.SluicePackage)
 		if b.sluice, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
 			logf("SKIPPING sluice serve: %v", err)
@@ -258,6 +284,12 @@ func start(ctx context.Context, c *config, bins binaries, dir, redisAddr string,
 			return err
 		}
 	}
+	if bins.sluice != "" && c.want("sluice-leases") {
+		flags := []string{"--store-leases", c.leaseLife.String()}
+		if err := add(rls.StartSluiceFlags(ctx, bins.sluice, dir, files, "redis://"+redisAddr, leasesStore, flags, c.sluiceEnv)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -282,8 +314,13 @@ func measure(ctx context.Context, c *config, rs *bench.RedisServer, servers []*r
 				if err := rls.FlushRedis(ctx, rs.Addr); err != nil {
 					return nil, nil, err
 				}
-				pid := rs.Pid()
-				m, err := rls.Measure(ctx, s, pid, o, c.warmup)
+				var m *rls.Measurement
+				var err error
+				if c.hot {
+					m, err = measureHot(ctx, c, rs, s, o)
+				} else {
+					m, err = rls.Measure(ctx, s, rs.Pid(), o, c.warmup)
+				}
 				if err != nil {
 					return nil, nil, fmt.Errorf("%s (%s), load generator %s: %w", s.Name, s.Store, g, err)
 				}
@@ -371,6 +408,7 @@ func merge(t, m *rls.Measurement) *rls.Measurement {
 	t.ServerCPU += m.ServerCPU
 	t.RedisCPU += m.RedisCPU
 	t.ClientCPU += m.ClientCPU
+	t.RedisCalls += m.RedisCalls
 	if t.FirstErr == nil {
 		t.FirstErr = m.FirstErr
 	}

@@ -94,7 +94,8 @@ func TestServeConsoleHolding(t *testing.T) {
 			do("POST", "/v1/acquire", acq)
 			do("POST", "/v1/acquire", acq)
 			do("POST", "/v1/acquire", acq) // refused
-			if tc.leases { // until a slice lands (it is taken in the background)
+			// With leases: until a slice lands (it is taken in the background).
+			if tc.leases {
 				for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
 					do("POST", "/v1/take", `{"key": "hot", "limit": "100000/1h"}`)
 				}

@@ -20,7 +20,11 @@ type eventLog struct {
 	events []observe.Event
 }
 
-func (l *eventLog) Observe(e observe.Event) { l.mu.Lock(); l.events = append(l.events, e); l.mu.Unlock() }
+func (l *eventLog) Observe(e observe.Event) {
+	l.mu.Lock()
+	l.events = append(l.events, e)
+	l.mu.Unlock()
+}
 
 func (l *eventLog) count(policy string, o observe.Outcome) int {
 	l.mu.Lock()
