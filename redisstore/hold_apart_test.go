@@ -141,7 +141,9 @@ func TestHoldAllApartError(t *testing.T) {
 // before the release), never more than 3 are in flight; the parts never
 // admit more than their budget (no refill within the test); and at the
 // end every part has spent exactly the composites admitted and the hold
-// key holds nothing: each refusal gave back what it took.
+// key holds nothing: each refusal gave back what it took (once the tight
+// part is spent, every acquire takes the hold and a unit of the wide part
+// before the tight one refuses, and gives both back).
 func TestHoldAllApartLoad(t *testing.T) {
 	c := redistest.Cluster(t).Client()
 	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdapartload:%d:", time.Now().UnixNano())))
@@ -152,7 +154,7 @@ func TestHoldAllApartLoad(t *testing.T) {
 	conc := sluice.MaxConcurrent(n).WithLifetime(time.Minute)
 	tight := sluice.Part{Key: "tight", Limit: sluice.PerHour(40), Cost: 1}                  // refills one unit in 90s
 	wide := sluice.Part{Key: "wide", Limit: sluice.PerHour(60).Using(sluice.GCRA), Cost: 1} // one in 60s
-	parts := []sluice.Part{tight, wide}
+	parts := []sluice.Part{wide, tight}                                                     // wide first: once tight is spent, each refusal gives back a unit of wide
 	var inFlight, most, admitted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
