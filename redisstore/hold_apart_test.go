@@ -67,7 +67,8 @@ func TestHoldAllApart(t *testing.T) {
 
 // TestHoldAllApartError: a part that fails after the hold and an earlier
 // part were taken (a key of another type; the node of its slot stopped)
-// is an error that leaves nothing held and nothing spent.
+// is an error that leaves nothing held and nothing spent; under FailOpen,
+// the policy's grant, with nothing held or spent in Redis either.
 func TestHoldAllApartError(t *testing.T) {
 	cl := redistest.Cluster(t)
 	c := cl.NewClient(t, func(o *redis.ClusterOptions) {
@@ -133,6 +134,13 @@ func TestHoldAllApartError(t *testing.T) {
 		t.Fatalf("a part on a stopped node: %+v %v, want ErrStoreUnavailable", ls, err)
 	}
 	nothingHeld("a part on a stopped node")
+	// Under FailOpen the error, after the give-back, is the policy's grant.
+	open := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithFailurePolicy(redisstore.FailOpen))
+	defer open.Close()
+	if ls, err := sluice.New(open).AcquireAll(ctx, "job", one, 1, []sluice.Part{spent, gone}); err != nil || !ls.Allowed || !ls.Degraded || ls.ID != 0 {
+		t.Fatalf("FailOpen, a part on a stopped node: %+v %v, want its grant", ls, err)
+	}
+	nothingHeld("FailOpen's grant")
 }
 
 // TestHoldAllApartLoad: goroutines acquire a hold of 1 unit under a limit
