@@ -253,6 +253,9 @@ func (s *Store) holdInTurn(ctx context.Context, op *storelink.HoldOp, reqs []sto
 	if err == nil && d.Allowed {
 		return h, nil
 	}
+	if h.Expiry == 0 && err == nil { // a query (0 units): nothing to release, and h is the look
+		return storelink.HoldResult{Decision: algo.Decision{Allowed: true, Remaining: h.Decision.Remaining, ResetAfter: h.Decision.ResetAfter}}, nil
+	}
 	rel := storelink.HoldOp{Op: algo.OpRelease, Key: op.Key, Limit: op.Limit, ID: op.ID}
 	r, rerr := s.hold(context.WithoutCancel(ctx), &rel, now)
 	if err != nil {
