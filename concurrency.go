@@ -227,8 +227,12 @@ func (l *Limiter) lease(ctx context.Context, op *storelink.HoldOp) (storelink.Ho
 // also name a rate part: they are two states. A part's Reserve keeps its
 // units for higher classes as in TakeAll, and c's Reserve the lease's.
 //
-// Over a Redis Cluster every key must be in one slot (a {hash tag}): a
-// composite whose keys are not is an error wrapping ErrLeaseCrossSlot.
+// Over a Redis Cluster, keys in one slot (a {hash tag}) are decided in one
+// script, atomically; keys in different slots are taken in turn, the
+// lease first, and what was taken is given back when a part refuses or
+// fails (see redisstore's TakeAll and SEMANTICS.md, "A lease in a
+// composite"): never more than c.Limit held, and a refusal holds and
+// spends nothing once the give-back is done.
 func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, units int64, parts []Part) (Lease, error) {
 	if len(parts) == 0 {
 		return l.Acquire(ctx, key, c, units)
@@ -273,10 +277,6 @@ func (l *Limiter) AcquireAll(ctx context.Context, key string, c Concurrency, uni
 	}
 	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrHoldID, holdTries)
 }
-
-// ErrLeaseCrossSlot is returned by AcquireAll over a Redis Cluster when its
-// keys are not all in one slot.
-var ErrLeaseCrossSlot = storelink.ErrLeaseCrossSlot
 
 // noHolds is the error of a lease operation on a Limiter whose store
 // holds no leases.

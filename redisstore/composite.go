@@ -149,13 +149,7 @@ func (s *Store) takeAll(ctx context.Context, reqs []storelink.Request, now int64
 // after the refusing one, not reached, a look made afterwards (all
 // allowed: none of them refused).
 func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error) {
-	order := make([]int, len(reqs)) // order[i]: the part taken i-th
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(refundRank(reqs[a].Params.Kind), refundRank(reqs[b].Params.Kind))
-	})
+	order := turnOrder(reqs)
 	var acc algo.Decision
 	taken := make([]algo.Decision, 0, len(reqs))
 	for i, oi := range order {
@@ -233,6 +227,19 @@ func (s *Store) decidePart(ctx context.Context, r storelink.Request, now int64) 
 		return s.reserving(ctx, &r, r.Reserve, now)
 	}
 	return s.decide(ctx, r, now)
+}
+
+// turnOrder returns the order in which takeInTurn takes the parts reqs:
+// order[i] is the part taken i-th, those that can be given back first.
+func turnOrder(reqs []storelink.Request) []int {
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(refundRank(reqs[a].Params.Kind), refundRank(reqs[b].Params.Kind))
+	})
+	return order
 }
 
 // refundRank orders the parts of a cross-slot composite: those that can be

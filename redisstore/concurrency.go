@@ -164,21 +164,24 @@ func (e *engine) HoldAllAt(ctx context.Context, op storelink.HoldOp, reqs []stor
 	return (*Store)(e).holdAll(ctx, &op, reqs, now, each)
 }
 
-// holdAll sends one call of the hold composite script, whose keys must
-// be in one group (a cluster slot), and reads its reply.
+// holdAll decides the acquire op with the rate parts reqs at now (-1:
+// the server's TIME): in one call of the hold composite script when every
+// key is in one group (a cluster slot), else in turn (holdInTurn).
 func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
 	key := s.HoldKey(op.Key)
+	g, ok := s.group(key)
+	for i := range reqs {
+		if h, ok2 := s.group(s.prefix + reqs[i].Key); !ok || !ok2 || h != g {
+			return s.holdInTurn(ctx, op, reqs, now, each)
+		}
+	}
 	keys := make([]string, 1, 1+len(reqs))
 	keys[0] = key
 	args := make([]any, 0, 7+7*len(reqs))
 	args = append(args, s.margin, now, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, len(reqs))
-	g, ok := s.group(key)
 	for i := range reqs {
 		r := &reqs[i]
 		k := s.prefix + r.Key
-		if h, ok2 := s.group(k); !ok || !ok2 || h != g {
-			return storelink.HoldResult{}, fmt.Errorf("%w: %q and %q", storelink.ErrLeaseCrossSlot, op.Key, r.Key)
-		}
 		keys = append(keys, k)
 		l := limitOf(&r.Params, r.MaxDelay)
 		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay, r.Reserve)
@@ -219,4 +222,48 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 		Decision: algo.Decision{Allowed: rep[0] == 1, Remaining: rep[1], RetryAfter: rep[2], ResetAfter: rep[3]},
 		Expiry:   rep[4],
 	}, nil
+}
+
+// holdInTurn decides the acquire op with the rate parts reqs when no
+// script sees all their keys (a Redis Cluster, keys in two slots), as
+// takeInTurn decides a rate composite: the hold first (a refusal there
+// takes nothing, and a hold can always be given back whole), then the
+// parts in turn. When a part refuses or fails, the parts taken are given
+// back (takeInTurn) and the hold released, so a refusal holds and spends
+// nothing once the give-back is done (SEMANTICS.md, "A lease in a
+// composite"). The hold of a refusal reports a look: the release's
+// figures (none when the release failed), allowed, as a query that would
+// have granted. A release that cannot reach Redis leaves the hold to come
+// back at the end of its lifetime.
+func (s *Store) holdInTurn(ctx context.Context, op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
+	if err := s.ready(ctx); err != nil {
+		return storelink.HoldResult{}, err
+	}
+	h, err := s.hold(ctx, op, now)
+	if err != nil {
+		return storelink.HoldResult{}, err // algo.ErrHoldID among them: nothing was taken
+	}
+	if !h.Decision.Allowed {
+		// The parts are not reached: each reports a look, allowed, as
+		// takeInTurn's parts after a refusal do.
+		s.eachInTurn(ctx, reqs, now, turnOrder(reqs), nil, each)
+		return h, nil
+	}
+	d, err := s.takeInTurn(ctx, reqs, now, each)
+	if err == nil && d.Allowed {
+		return h, nil
+	}
+	if h.Expiry == 0 && err == nil { // a query (0 units): nothing to release, and h is the look
+		return storelink.HoldResult{Decision: algo.Decision{Allowed: true, Remaining: h.Decision.Remaining, ResetAfter: h.Decision.ResetAfter}}, nil
+	}
+	rel := storelink.HoldOp{Op: algo.OpRelease, Key: op.Key, Limit: op.Limit, ID: op.ID}
+	r, rerr := s.hold(context.WithoutCancel(ctx), &rel, now)
+	if err != nil {
+		return storelink.HoldResult{}, err
+	}
+	look := storelink.HoldResult{Decision: algo.Decision{Allowed: true}}
+	if rerr == nil {
+		look.Decision.Remaining, look.Decision.ResetAfter = r.Decision.Remaining, r.Decision.ResetAfter
+	}
+	return look, nil
 }

@@ -29,7 +29,8 @@
 // hash slot; on a Ring, keys the Ring puts on one shard. Another
 // UniversalClient is taken to keep each key apart: its decisions are never
 // merged, and a composite of several keys is taken part by part (see
-// Store.TakeAll), as is a composite whose keys are not in one slot or shard.
+// Store.TakeAll), as is a composite whose keys are not in one slot or shard,
+// with or without a hold (sluice.Limiter.AcquireAll: the hold first).
 // A Ring moves keys when a shard goes down or comes back; limits then
 // restart on the keys that moved.
 //

@@ -174,32 +174,6 @@ func TestHoldLuaEqualsGo(t *testing.T) {
 	}
 }
 
-// TestHoldAllCrossSlot: on a cluster, a composite of a hold and rate parts
-// whose keys are in different slots is an error that holds and spends
-// nothing; with a {hash tag} it is decided.
-func TestHoldAllCrossSlot(t *testing.T) {
-	c := redistest.Cluster(t).Client()
-	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdcross:%d:", time.Now().UnixNano())))
-	defer st.Close()
-	lim := sluice.New(st)
-	ctx := context.Background()
-	one := sluice.MaxConcurrent(1)
-	rate := []sluice.Part{{Key: "rate:a", Limit: sluice.PerMinute(1), Cost: 1}}
-	if ls, err := lim.AcquireAll(ctx, "job:b", one, 1, rate); !errors.Is(err, sluice.ErrLeaseCrossSlot) || ls.Allowed {
-		t.Fatalf("keys in two slots: %+v %v, want ErrLeaseCrossSlot", ls, err)
-	}
-	if ls, err := lim.Acquire(ctx, "job:b", one, 1); err != nil || !ls.Allowed {
-		t.Fatalf("the refused composite held the hold: %+v %v", ls, err)
-	}
-	if r, err := lim.Take(ctx, "rate:a", sluice.PerMinute(1), 1); err != nil || !r.Allowed {
-		t.Fatalf("the refused composite spent the rate: %+v %v", r, err)
-	}
-	tagged := []sluice.Part{{Key: "{u}rate", Limit: sluice.PerMinute(1), Cost: 1}}
-	if ls, err := lim.AcquireAll(ctx, "{u}job", one, 1, tagged); err != nil || !ls.Allowed || ls.ID == 0 {
-		t.Fatalf("keys with one hash tag: %+v %v", ls, err)
-	}
-}
-
 // BenchmarkHold is an acquire and its release on one standalone server:
 // one script call each, serially (two round trips) and from 64 goroutines
 // (the calls share pipelines).

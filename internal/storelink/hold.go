@@ -56,12 +56,6 @@ type Holder interface {
 	HoldAllAt(ctx context.Context, op HoldOp, reqs []Request, now int64, each []algo.Decision) (HoldResult, error)
 }
 
-// ErrLeaseCrossSlot is the error of a composite of a hold and rate parts
-// whose keys a Redis Cluster keeps in different slots: no script sees them
-// all, and a hold kept while the parts are taken in turn would refuse
-// others for nothing. Give the keys a {hash tag}.
-var ErrLeaseCrossSlot = errors.New("sluice: a composite with a lease needs its keys in one cluster slot (give them a {hash tag})")
-
 // CheckHold checks a hold operation as a Limiter does (see HoldOp).
 func CheckHold(op *HoldOp) error {
 	switch {

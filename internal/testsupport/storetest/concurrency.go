@@ -27,6 +27,7 @@ func Holds(t *testing.T, newStore NewStore) {
 	t.Run("Errors", func(t *testing.T) { HoldErrors(t, sluice.New(newStore(t, nil))) })
 	t.Run("Goroutines", func(t *testing.T) { HoldGoroutines(t, sluice.New(newStore(t, nil)), 16, 200) })
 	t.Run("Composite", func(t *testing.T) { HoldComposite(t, newStore, 1000) })
+	t.Run("CompositeApart", func(t *testing.T) { HoldCompositeApart(t, newStore, 1000) })
 	t.Run("Classes", func(t *testing.T) { HoldClasses(t, sluice.New(newStore(t, nil))) })
 }
 
@@ -68,13 +69,6 @@ func HoldClasses(t *testing.T, lim *sluice.Limiter) {
 // and the hold is held exactly when the model holds it. The keys share a
 // {hash tag}, so that a cluster decides each composite in one script.
 func HoldComposite(t *testing.T, newStore NewStore, n int) {
-	seed := testenv.Seed(t)
-	r := rand.New(rand.NewPCG(seed, 27))
-	clock := new(setClock)
-	lim := sluice.New(newStore(t, clock))
-	ls := model.NewHolds()
-	ks := model.NewKeys()
-	ctx := context.Background()
 	rates := []sluice.Limit{
 		sluice.PerSecond(20).WithBurst(3),
 		sluice.PerSecond(5).Using(sluice.FixedWindow),
@@ -82,7 +76,44 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
 		sluice.PerSecond(4).Using(sluice.SlidingWindow),
 	}
-	partKeys := []string{"{u}rate", "{u}global", "{u}job"} // "{u}job" also names the hold: two states
+	holdComposite(t, newStore, n, "{u}", rates)
+}
+
+// HoldCompositeApart is HoldComposite with keys in different cluster
+// slots (no {hash tag}), so that a cluster takes the hold and the parts in
+// turn and gives back what was taken when one refuses (redisstore's
+// holdInTurn), under the limits whose give-back restores the state exactly
+// (token-bucket, gcra, aligned-window: a fixed window's refund keeps the
+// window its take opened, and the sliding ones give nothing back), one
+// limit a key (a take under a changed limit converts the key's state in
+// its own terms, and a give-back leaves it converted). Every
+// admission equals the model's, and so does every refusal but for its
+// RetryAfter, which is the first refusing part's only (at most the
+// model's, which folds every part's): the parts after it are not reached.
+// Each decision also leaves the state the model's, which the next ones
+// check.
+func HoldCompositeApart(t *testing.T, newStore NewStore, n int) {
+	rates := []sluice.Limit{
+		sluice.PerSecond(20).WithBurst(3),
+		sluice.PerSecond(5).Using(sluice.AlignedWindow),
+		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
+	}
+	holdComposite(t, newStore, n, "", rates)
+}
+
+// holdComposite is HoldComposite with every key prefixed by tag, over
+// part limits drawn from rates; without a tag a refusal's RetryAfter may
+// be below the model's (HoldCompositeApart).
+func holdComposite(t *testing.T, newStore NewStore, n int, tag string, rates []sluice.Limit) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 27))
+	clock := new(setClock)
+	lim := sluice.New(newStore(t, clock))
+	ls := model.NewHolds()
+	ks := model.NewKeys()
+	ctx := context.Background()
+	job := tag + "job"
+	partKeys := []string{tag + "rate", tag + "global", job} // job also names the hold: two states
 	var held []sluice.Lease
 	now := Base
 	for i := range n {
@@ -91,7 +122,7 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 		if len(held) > 0 && r.IntN(3) == 0 {
 			j := r.IntN(len(held))
 			got, err := lim.Release(ctx, held[j])
-			want := resultOf(ls.Release("{u}job", held[j].Limit.Limit, now, held[j].ID))
+			want := resultOf(ls.Release(job, held[j].Limit.Limit, now, held[j].ID))
 			if err != nil || got != want {
 				t.Fatalf("seed %d op %d: release %+v %v, model %+v", seed, i, got, err, want)
 			}
@@ -106,6 +137,9 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 		var costs, reserves []int64
 		for _, k := range r.Perm(len(partKeys))[:r.IntN(len(partKeys)+1)] {
 			l := rates[r.IntN(len(rates))]
+			if tag == "" {
+				l = rates[k] // one limit a key: a take under another converts the state, which no give-back undoes
+			}
 			p, _ := storelink.Params(l)
 			cost := r.Int64N(p.Capacity() + 1)
 			reserve := randomReserve(r, p.Capacity()-cost)
@@ -113,7 +147,7 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 			models = append(models, ks.Model(ModelLimit(p)))
 			keys, costs, reserves = append(keys, partKeys[k]), append(costs, cost), append(reserves, reserve)
 		}
-		got, err := lim.AcquireAll(ctx, "{u}job", c, units, parts)
+		got, err := lim.AcquireAll(ctx, job, c, units, parts)
 		if err != nil {
 			t.Fatalf("seed %d op %d: %v", seed, i, err)
 		}
@@ -122,8 +156,11 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 			id = -int64(i) - 1
 		}
 		each := make([]algo.Decision, len(parts))
-		hold := model.AcquireEach(ls, "{u}job", c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, reserves, now, each)
+		hold := model.AcquireEach(ls, job, c.Limit, c.Lifetime.Microseconds(), units, id, models, keys, costs, reserves, now, each)
 		want := resultOf(model.Fold(hold, each))
+		if tag == "" && !want.Allowed && got.RetryAfter > 0 && got.RetryAfter <= want.RetryAfter {
+			want.RetryAfter = got.RetryAfter // the first refusing part's (HoldCompositeApart)
+		}
 		if got.Result != want || (got.ID != 0) != (want.Allowed && units > 0) {
 			t.Fatalf("seed %d op %d (hold %d of %d, parts %+v at +%dµs): %+v id %d, model %+v (hold %+v, parts %+v)",
 				seed, i, units, c.Limit, parts, now-Base, got.Result, got.ID, want, hold, each)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -152,9 +151,6 @@ func (s *service) acquireByRules(ctx context.Context, st *state, t *LeaseRequest
 		units = *t.Units
 	}
 	ls, err := s.acquireRule(ctx, cc, entries, units)
-	if errors.Is(err, sluice.ErrLeaseCrossSlot) {
-		err = badRequest("concurrency %s: its lease and its descriptor's rate limit are in two Redis Cluster slots, and are taken together only in one: run with --domain-slot, which keeps a domain's keys in one slot", concName(cc))
-	}
 	if err != nil {
 		st.concCounters.count(cc, leaseErrored)
 		return nil, leaseError(err)
