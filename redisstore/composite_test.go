@@ -171,7 +171,6 @@ func TestEachCrossSlot(t *testing.T) {
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
 	mem := memstore.New().Engine()
-	ctx := t.Context()
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
 	parts := []storelink.Request{
@@ -187,23 +186,7 @@ func TestEachCrossSlot(t *testing.T) {
 		{61_000_000, true},   // a new window
 		{122_000_000, false}, // the bucket refuses first; the window is not reached
 	} {
-		now := storetest.Base + step.at
-		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
-		d, err := each(ctx, parts, now, got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		md, err := mem.TakeEachAt(ctx, parts, now, want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := range got {
-			got[j].FreshAt, want[j].FreshAt = 0, 0
-		}
-		d.FreshAt, md.FreshAt = 0, 0
-		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
-			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
-		}
+		sameAsMemory(t, i, each, mem, parts, storetest.Base+step.at, step.allowed)
 	}
 }
 
@@ -215,7 +198,6 @@ func TestReserveCrossSlot(t *testing.T) {
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
 	mem := memstore.New().Engine()
-	ctx := t.Context()
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 60_000_000, Burst: 4}
 	parts := []storelink.Request{
@@ -234,23 +216,7 @@ func TestReserveCrossSlot(t *testing.T) {
 		{63_000_000, "user:3", false}, // 2 left: the reserve refuses, the window is not reached
 	} {
 		parts[1].Key = prefix + step.user
-		now := storetest.Base + step.at
-		got, want := make([]algo.Decision, 2), make([]algo.Decision, 2)
-		d, err := each(ctx, parts, now, got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		md, err := mem.TakeEachAt(ctx, parts, now, want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := range got {
-			got[j].FreshAt, want[j].FreshAt = 0, 0
-		}
-		d.FreshAt, md.FreshAt = 0, 0
-		if d.Allowed != step.allowed || d != md || !slices.Equal(got, want) {
-			t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
-		}
+		sameAsMemory(t, i, each, mem, parts, storetest.Base+step.at, step.allowed)
 	}
 }
 
@@ -285,5 +251,28 @@ func TestWindowGivenBackCrossSlot(t *testing.T) {
 				t.Fatalf("%s: the window alone, take %d: %+v, want allowed %v (a window unit of the refused composite was not given back)", kind, i, d, want)
 			}
 		}
+	}
+}
+
+// sameAsMemory takes parts at now through each (a store's composite in
+// turn) and through mem's atomic step, and fails step i unless both decide
+// alike, allowed as said, with the same parts' figures.
+func sameAsMemory(t *testing.T, i int, each storetest.TakeEachAt, mem storelink.Engine, parts []storelink.Request, now int64, allowed bool) {
+	t.Helper()
+	got, want := make([]algo.Decision, len(parts)), make([]algo.Decision, len(parts))
+	d, err := each(t.Context(), parts, now, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := mem.TakeEachAt(t.Context(), parts, now, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range got {
+		got[j].FreshAt, want[j].FreshAt = 0, 0
+	}
+	d.FreshAt, md.FreshAt = 0, 0
+	if d.Allowed != allowed || d != md || !slices.Equal(got, want) {
+		t.Fatalf("step %d: %+v, parts %+v; memstore %+v, parts %+v", i, d, got, md, want)
 	}
 }
