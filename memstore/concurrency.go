@@ -88,10 +88,11 @@ func (s *Store) hold(op *storelink.HoldOp, now int64) (storelink.HoldResult, err
 // holdStep runs one checked hold operation at now under its shard's
 // lock, writing the decision into *d (zero).
 func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return 0, err // wraps sluice.ErrInvalidTime
+	if uint64(now) > uint64(algo.MaxTime) { // below 0 too: CheckTime's range
+		return 0, algo.CheckTime(now) // wraps sluice.ErrInvalidTime
 	}
-	sh, h := s.holdShard(key)
+	h := hashOf(s.seed, key) // holdShard's, written out: too big to inline
+	sh := &s.holds[(h>>40)&s.mask]
 	sh.mu.Lock()
 	set := sh.find(h, key)
 	if set == nil {
