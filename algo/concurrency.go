@@ -20,6 +20,15 @@ const MaxHoldID = int64(1)<<53 - 1
 // Validate reports why c cannot be used, or nil: Limit and Lifetime must be
 // positive and at most MaxScaled (a lifetime of 2^50 µs is 35 years).
 func (c Concurrency) Validate() error {
+	// The valid case in two comparisons, inlined where a lease is taken.
+	if uint64(c.Limit-1) < uint64(MaxScaled) && uint64(c.Lifetime-1) < uint64(MaxScaled) {
+		return nil
+	}
+	return c.invalid()
+}
+
+// invalid is Validate's error for an invalid c.
+func (c Concurrency) invalid() error {
 	switch {
 	case c.Limit <= 0:
 		return fmt.Errorf("%w: a concurrency limit must be positive, got %d", ErrInvalid, c.Limit)
