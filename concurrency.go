@@ -119,7 +119,7 @@ const holdTries = 4
 // Acquire asks for a lease of units on key under c, and holds it if the
 // units held on key plus units are at most c.Limit. Units 0 only looks.
 // Units over c.Limit is an error (ErrCostExceedsCapacity), not a refusal.
-func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (Lease, error) {
+func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units int64) (ls Lease, err error) {
 	p, err := c.params()
 	if err == nil {
 		err = storelink.CheckUnits(key, p.Limit, units)
@@ -127,6 +127,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 	if err != nil {
 		return Lease{}, err
 	}
+	ls.Key, ls.Limit, ls.Units = key, c, units
 	for range holdTries {
 		// 53 random bits (MaxHoldID's), 0 read as 1: a shift is cheaper
 		// than Int64N's bounded draw, here a tenth of the acquire.
@@ -151,12 +152,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		if expiry <= 0 { // nothing held: refused, a query, or FailOpen's grant
 			id = 0
 		}
-		// The Lease written once, whole: it is 120 bytes, copied again by
-		// the caller, and the copy is cheaper from whole writes.
-		return Lease{
-			Result: Result{Allowed: allowed, Remaining: remaining, RetryAfter: storelink.Duration(retry), ResetAfter: storelink.Duration(reset), Degraded: degraded},
-			Key:    key, Limit: c, Units: units, ID: id, Expiry: expiry,
-		}, nil
+		ls.Allowed, ls.Remaining, ls.RetryAfter, ls.ResetAfter, ls.Degraded = allowed, remaining, storelink.Duration(retry), storelink.Duration(reset), degraded
+		ls.ID, ls.Expiry = id, expiry
+		return ls, nil
 	}
 	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrHoldID, holdTries)
 }
