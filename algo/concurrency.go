@@ -94,15 +94,11 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 	if n > 0 {
 		h = h[:copy(h, h[n:])]
 	}
-	at := -1
+	at, used := -1, int64(0)
 	for i := range h {
 		if h[i].ID == id {
 			at = i
-			break
 		}
-	}
-	used := int64(0)
-	for i := range h {
 		used += h[i].Units
 	}
 	switch op {
@@ -132,7 +128,10 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 		if at >= 0 {
 			d.Allowed = true
 			l := h[at]
-			h = h[:at+copy(h[at:], h[at+1:])]
+			if at < len(h)-1 {
+				copy(h[at:], h[at+1:])
+			}
+			h = h[:len(h)-1]
 			if op == OpExtend {
 				l.Expiry = now + c.Lifetime
 				expiry = l.Expiry
@@ -159,8 +158,10 @@ func insertHold(h []Hold, l Hold) []Hold {
 	for i > 0 && h[i-1].Expiry > l.Expiry {
 		i--
 	}
-	h = append(h, Hold{})
-	copy(h[i+1:], h[i:])
-	h[i] = l
+	h = append(h, l)
+	if i < len(h)-1 { // not the last to expire: the later ones move up
+		copy(h[i+1:], h[i:])
+		h[i] = l
+	}
 	return h
 }
