@@ -63,17 +63,29 @@ func (c Concurrency) params() (algo.Concurrency, error) {
 	if d == 0 {
 		d = DefaultLifetime
 	}
-	if d < time.Microsecond || d%time.Microsecond != 0 {
-		return algo.Concurrency{}, fmt.Errorf("%w: lease lifetime %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, d)
-	}
-	if c.Reserve < 0 || c.Limit > 0 && c.Reserve >= c.Limit {
-		return algo.Concurrency{}, fmt.Errorf("%w: a reserve of %d out of a limit of %d (want 0 ≤ reserve < limit)", ErrInvalidLimit, c.Reserve, c.Limit)
-	}
 	// A class with a reserve is the limit less the reserve on the same
 	// key: the leases held count alike for every class, and a lowered
 	// limit keeps them all (SEMANTICS.md), so that is exact.
 	p := algo.Concurrency{Limit: c.Limit - c.Reserve, Lifetime: d.Microseconds()}
-	return p, p.Validate()
+	if c.Limit > 0 && uint64(c.Reserve) < uint64(c.Limit) && d%time.Microsecond == 0 && p.Validate() == nil {
+		return p, nil // the valid case, inlined where a lease is taken
+	}
+	return algo.Concurrency{}, c.invalid(d)
+}
+
+// invalid is params's error for c, whose lifetime (its default put in) is
+// d.
+func (c Concurrency) invalid(d time.Duration) error {
+	if d < time.Microsecond || d%time.Microsecond != 0 {
+		return fmt.Errorf("%w: lease lifetime %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, d)
+	}
+	if c.Limit <= 0 {
+		return algo.Concurrency{Limit: c.Limit, Lifetime: d.Microseconds()}.Validate()
+	}
+	if c.Reserve < 0 || c.Reserve >= c.Limit {
+		return fmt.Errorf("%w: a reserve of %d out of a limit of %d (want 0 ≤ reserve < limit)", ErrInvalidLimit, c.Reserve, c.Limit)
+	}
+	return algo.Concurrency{Limit: c.Limit - c.Reserve, Lifetime: d.Microseconds()}.Validate()
 }
 
 // Lease is the answer to Acquire. Allowed reports that the lease is held:
@@ -115,31 +127,33 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 	if err != nil {
 		return Lease{}, err
 	}
+	ls.Key, ls.Limit, ls.Units = key, c, units
 	for range holdTries {
 		// 53 random bits (MaxHoldID's), 0 read as 1: a shift is cheaper
 		// than Int64N's bounded draw, here a tenth of the acquire.
 		id := max(1, int64(rand.Uint64()>>11))
-		var retry, reset int64
+		var allowed, degraded bool
+		var remaining, retry, reset, expiry int64
 		if l.holdLocal != nil {
 			// Scalars through the interface: a HoldOp and a HoldResult
 			// would be copied through memory at every call.
-			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, err = l.holdLocal.HoldLocal(algo.OpAcquire, key, p, units, id)
+			allowed, remaining, retry, reset, expiry, err = l.holdLocal.HoldLocal(algo.OpAcquire, key, p, units, id)
 		} else {
 			var r storelink.HoldResult
 			r, err = l.lease(ctx, &storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: p, Units: units, ID: id})
-			ls.Allowed, ls.Remaining, retry, reset, ls.Expiry, ls.Degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
-		}
-		if errors.Is(err, algo.ErrHoldID) {
-			continue
+			allowed, remaining, retry, reset, expiry, degraded = r.Decision.Allowed, r.Decision.Remaining, r.Decision.RetryAfter, r.Decision.ResetAfter, r.Expiry, r.Degraded
 		}
 		if err != nil {
+			if errors.Is(err, algo.ErrHoldID) {
+				continue
+			}
 			return Lease{}, err
 		}
-		ls.RetryAfter, ls.ResetAfter = storelink.Duration(retry), storelink.Duration(reset)
-		ls.Key, ls.Limit, ls.Units = key, c, units
-		if ls.Expiry > 0 { // a lease is held: not a query, nor FailOpen's grant
-			ls.ID = id
+		if expiry <= 0 { // nothing held: refused, a query, or FailOpen's grant
+			id = 0
 		}
+		ls.Allowed, ls.Remaining, ls.RetryAfter, ls.ResetAfter, ls.Degraded = allowed, remaining, storelink.Duration(retry), storelink.Duration(reset), degraded
+		ls.ID, ls.Expiry = id, expiry
 		return ls, nil
 	}
 	return Lease{}, fmt.Errorf("%w: %d draws", algo.ErrHoldID, holdTries)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -133,5 +134,42 @@ func TestConcurrencyReserve(t *testing.T) {
 	}
 	if _, err := lim.Acquire(ctx, "api", critical.Reserving(5), 6); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("6 units where a class may hold 5: %v, want ErrCostExceedsCapacity", err)
+	}
+}
+
+// TestConcurrencyInvalid: a limit that cannot be used is an error wrapping
+// ErrInvalidLimit from Validate, Acquire and Release alike, never a
+// decision; a reserve that would wrap the limit around is one of them.
+func TestConcurrencyInvalid(t *testing.T) {
+	lim := sluice.New(memstore.New())
+	ctx := context.Background()
+	bad := []sluice.Concurrency{
+		{Limit: 0},
+		{Limit: -1},
+		{Limit: 1<<50 + 1},
+		{Limit: 3, Lifetime: time.Nanosecond},
+		{Limit: 3, Lifetime: 1500 * time.Nanosecond},
+		{Limit: 3, Lifetime: -time.Second},
+		{Limit: 3, Lifetime: (1<<50 + 1) * time.Microsecond},
+		{Limit: 3, Reserve: 3},
+		{Limit: 3, Reserve: -1},
+		{Limit: math.MinInt64, Reserve: math.MaxInt64 - 10},
+		{Limit: -5, Reserve: 2},
+	}
+	for _, c := range bad {
+		if err := c.Validate(); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%+v: Validate %v, want ErrInvalidLimit", c, err)
+		}
+		if ls, err := lim.Acquire(ctx, "k", c, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%+v: Acquire %+v %v, want ErrInvalidLimit", c, ls, err)
+		}
+		if r, err := lim.Release(ctx, sluice.Lease{Key: "k", Limit: c, Units: 1, ID: 1}); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%+v: Release %+v %v, want ErrInvalidLimit", c, r, err)
+		}
+	}
+	for _, c := range []sluice.Concurrency{{Limit: 1}, {Limit: 1 << 50, Lifetime: time.Microsecond}, {Limit: 3, Reserve: 2, Lifetime: time.Hour}} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: Validate %v, want nil", c, err)
+		}
 	}
 }

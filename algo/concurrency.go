@@ -20,6 +20,15 @@ const MaxHoldID = int64(1)<<53 - 1
 // Validate reports why c cannot be used, or nil: Limit and Lifetime must be
 // positive and at most MaxScaled (a lifetime of 2^50 µs is 35 years).
 func (c Concurrency) Validate() error {
+	// The valid case in two comparisons, inlined where a lease is taken.
+	if uint64(c.Limit-1) < uint64(MaxScaled) && uint64(c.Lifetime-1) < uint64(MaxScaled) {
+		return nil
+	}
+	return c.invalid()
+}
+
+// invalid is Validate's error for an invalid c.
+func (c Concurrency) invalid() error {
 	switch {
 	case c.Limit <= 0:
 		return fmt.Errorf("%w: a concurrency limit must be positive, got %d", ErrInvalid, c.Limit)
@@ -85,15 +94,11 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 	if n > 0 {
 		h = h[:copy(h, h[n:])]
 	}
-	at := -1
+	at, used := -1, int64(0)
 	for i := range h {
 		if h[i].ID == id {
 			at = i
-			break
 		}
-	}
-	used := int64(0)
-	for i := range h {
 		used += h[i].Units
 	}
 	switch op {
@@ -123,7 +128,10 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 		if at >= 0 {
 			d.Allowed = true
 			l := h[at]
-			h = h[:at+copy(h[at:], h[at+1:])]
+			if at < len(h)-1 {
+				copy(h[at:], h[at+1:])
+			}
+			h = h[:len(h)-1]
 			if op == OpExtend {
 				l.Expiry = now + c.Lifetime
 				expiry = l.Expiry
@@ -150,8 +158,10 @@ func insertHold(h []Hold, l Hold) []Hold {
 	for i > 0 && h[i-1].Expiry > l.Expiry {
 		i--
 	}
-	h = append(h, Hold{})
-	copy(h[i+1:], h[i:])
-	h[i] = l
+	h = append(h, l)
+	if i < len(h)-1 { // not the last to expire: the later ones move up
+		copy(h[i+1:], h[i:])
+		h[i] = l
+	}
 	return h
 }

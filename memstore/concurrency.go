@@ -10,11 +10,13 @@ import (
 
 // holdShard holds the hold sets of the keys whose hash picks it, under
 // one lock: a hold operation is a map lookup and a step over a few holds,
-// shorter than the lock-free table's machinery would be worth. Padded to a
-// cache line of its own.
+// shorter than the lock-free table's machinery would be worth. The map is
+// keyed by the key's hash, the one that picked the shard, so that an
+// operation hashes its key once (a string key would be hashed again by
+// the map). Padded to a cache line of its own.
 type holdShard struct {
 	mu      sync.Mutex
-	sets    map[string]*holdSet
+	sets    map[uint64]*holdSet
 	sweepAt int // sweep on the insert that brings the sets to this
 	_       [40]byte
 }
@@ -22,10 +24,29 @@ type holdShard struct {
 // holdSet is one key's holds, sorted by expiry (algo.HoldStep's state),
 // and the time (µs) from which none is held. A set emptied by releases
 // stays until a sweep finds it fresh: the next acquire on the key then
-// reuses its array and allocates nothing.
+// reuses its array and allocates nothing. Next is the set of another key
+// with the same hash (a chance of 2^-64 for two keys).
 type holdSet struct {
+	key     string
 	held    []algo.Hold
 	freshAt int64
+	next    *holdSet
+}
+
+// find returns the hold set of key, whose hash is h, or nil (sh.mu held).
+func (sh *holdShard) find(h uint64, key string) *holdSet {
+	for set := sh.sets[h]; set != nil; set = set.next {
+		if set.key == key {
+			return set
+		}
+	}
+	return nil
+}
+
+// holdShard returns the shard of key's hold set and key's hash.
+func (s *Store) holdShard(key string) (*holdShard, uint64) {
+	h := hashOf(s.seed, key)
+	return &s.holds[(h>>40)&s.mask], h
 }
 
 var (
@@ -67,12 +88,13 @@ func (s *Store) hold(op *storelink.HoldOp, now int64) (storelink.HoldResult, err
 // holdStep runs one checked hold operation at now under its shard's
 // lock, writing the decision into *d (zero).
 func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return 0, err // wraps sluice.ErrInvalidTime
+	if uint64(now) > uint64(algo.MaxTime) { // below 0 too: CheckTime's range
+		return 0, algo.CheckTime(now) // wraps sluice.ErrInvalidTime
 	}
-	sh := &s.holds[(hashOf(s.seed, key)>>40)&s.mask]
+	h := hashOf(s.seed, key) // holdShard's, written out: too big to inline
+	sh := &s.holds[(h>>40)&s.mask]
 	sh.mu.Lock()
-	set := sh.sets[key]
+	set := sh.find(h, key)
 	if set == nil {
 		if op != algo.OpAcquire || units == 0 {
 			sh.mu.Unlock()
@@ -81,7 +103,7 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 			var none []algo.Hold
 			return algo.HoldStep(c, &none, op, now, units, id, d)
 		}
-		set = sh.insert(key, now)
+		set = sh.insert(h, key, now)
 	}
 	exp, err := algo.HoldStep(c, &set.held, op, now, units, id, d)
 	set.freshAt = d.FreshAt
@@ -89,24 +111,45 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 	return exp, err
 }
 
-// insert adds key's empty hold set (sh.mu held), first dropping the sets
-// that hold nothing at now once the shard has doubled since its last
-// sweep, as the rate tables do.
-func (sh *holdShard) insert(key string, now int64) *holdSet {
+// insert adds the empty hold set of key, whose hash is h (sh.mu held),
+// first dropping the sets that hold nothing at now once the shard has
+// doubled since its last sweep, as the rate tables do.
+func (sh *holdShard) insert(h uint64, key string, now int64) *holdSet {
 	if sh.sets == nil {
-		sh.sets = make(map[string]*holdSet)
+		sh.sets = make(map[uint64]*holdSet)
 	}
 	if len(sh.sets)+1 >= sh.sweepAt {
-		for k, set := range sh.sets {
-			if set.freshAt <= now {
-				delete(sh.sets, k)
-			}
-		}
+		sh.sweep(now)
 		sh.sweepAt = max(minSweep, 2*(len(sh.sets)+1))
 	}
-	set := &holdSet{}
-	sh.sets[key] = set
+	set := &holdSet{key: key, next: sh.sets[h]}
+	sh.sets[h] = set
 	return set
+}
+
+// sweep drops the hold sets that hold nothing at now (sh.mu held).
+func (sh *holdShard) sweep(now int64) {
+	for h, first := range sh.sets {
+		if first.next == nil { // the rule: a hash of one key
+			if first.freshAt <= now {
+				delete(sh.sets, h)
+			}
+			continue
+		}
+		var kept *holdSet
+		for set := first; set != nil; {
+			next := set.next
+			if set.freshAt > now {
+				set.next, kept = kept, set
+			}
+			set = next
+		}
+		if kept == nil {
+			delete(sh.sets, h)
+		} else {
+			sh.sets[h] = kept
+		}
+	}
 }
 
 // sweepHolds drops the hold sets that hold nothing at now.
@@ -114,11 +157,7 @@ func (s *Store) sweepHolds(now int64) {
 	for i := range s.holds {
 		sh := &s.holds[i]
 		sh.mu.Lock()
-		for k, set := range sh.sets {
-			if set.freshAt <= now {
-				delete(sh.sets, k)
-			}
-		}
+		sh.sweep(now)
 		sh.mu.Unlock()
 	}
 }
@@ -129,7 +168,11 @@ func (s *Store) holdKeys() int {
 	for i := range s.holds {
 		sh := &s.holds[i]
 		sh.mu.Lock()
-		n += len(sh.sets)
+		for _, set := range sh.sets {
+			for ; set != nil; set = set.next {
+				n++
+			}
+		}
 		sh.mu.Unlock()
 	}
 	return n
@@ -158,12 +201,12 @@ func (s *Store) holdAll(op *storelink.HoldOp, reqs []storelink.Request, now int6
 	if err := algo.CheckTime(now); err != nil {
 		return r, err
 	}
-	sh := &s.holds[(hashOf(s.seed, op.Key)>>40)&s.mask]
+	sh, h := s.holdShard(op.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	set := sh.sets[op.Key]
+	set := sh.find(h, op.Key)
 	if set == nil {
-		set = sh.insert(op.Key, now)
+		set = sh.insert(h, op.Key, now)
 	}
 	d := &r.Decision
 	exp, err := algo.HoldStep(&op.Limit, &set.held, algo.OpAcquire, now, op.Units, op.ID, d)

@@ -73,6 +73,14 @@ func CheckHold(op *HoldOp) error {
 // CheckUnits checks a hold's key and units under a valid limit: a key
 // not empty, 0 ≤ units ≤ limit.
 func CheckUnits(key string, limit, units int64) error {
+	if key != "" && uint64(units) <= uint64(limit) { // inlined where a lease is taken
+		return nil
+	}
+	return badUnits(key, limit, units)
+}
+
+// badUnits is CheckUnits's error.
+func badUnits(key string, limit, units int64) error {
 	switch {
 	case key == "":
 		return ErrEmptyKey
