@@ -48,7 +48,7 @@ func (e *engine) Take(_ context.Context, req storelink.Request) (storelink.Resul
 func (e *engine) TakeLocal(key string, p algo.Params, cost int64) (remaining, retryAfter, resetAfter, delay, window int64, err error) {
 	var d algo.Decision
 	s := e.store()
-	if err = s.decide(key, &p, cost, algo.Never, s.now(), &d); err != nil {
+	if err = s.decideNow(key, &p, cost, algo.Never, &d); err != nil {
 		return 0, algo.Never, 0, 0, 0, err
 	}
 	return d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, d.Window, nil

@@ -137,7 +137,24 @@ func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d 
 		return err // wraps sluice.ErrInvalidTime
 	}
 	sh, h := s.locate(key)
+	return s.decideFound(sh, h, sh.find(h), key, p, cost, maxDelay, now, d)
+}
+
+// decideNow is decide at the store's clock, read once the key's slot has
+// been looked up: the CPU reads the clock while the slot's cache line is on
+// its way, instead of before asking for it.
+func (s *Store) decideNow(key string, p *algo.Params, cost, maxDelay int64, d *algo.Decision) error {
+	sh, h := s.locate(key)
 	e := sh.find(h)
+	now := s.now()
+	if err := algo.CheckTime(now); err != nil {
+		return err
+	}
+	return s.decideFound(sh, h, e, key, p, cost, maxDelay, now, d)
+}
+
+// decideFound is decide once find has returned e for key's hash h in sh.
+func (s *Store) decideFound(sh *shard, h uint64, e *entry, key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
 	if e != nil {
 		e.mu.Lock()
 		if e.freshAt == dead || e.key != key {
