@@ -28,18 +28,17 @@ type ConcurrencyPolicy struct {
 	// Name names the policy in its store keys, the refusal's status and
 	// the observed Events (CheckName's rules, as a Policy's).
 	Name string
-	// Limit is the concurrency limit and its leases' lifetime.
+	// Limit is the concurrency limit, its leases' lifetime, and what it
+	// keeps for critical calls: with Limit.Reserve, a call Critical does
+	// not pick holds a slot only while the reserve stays free after it.
 	Limit sluice.Concurrency
 	// Key returns the key a call holds its slot under; nil is PeerIP(). A
 	// call with no key is refused with InvalidArgument.
 	Key KeyFunc
 	// Units is what each call holds; 0 means 1.
 	Units int64
-	// Reserve keeps units of Limit for critical calls (reserved capacity):
-	// a call Critical does not pick holds a slot only while Reserve units
-	// stay free after it; a critical one may use them all.
-	Reserve int64
-	// Critical picks the calls that may use the reserve; nil picks none.
+	// Critical picks the calls that may use Limit.Reserve too; nil picks
+	// none.
 	Critical func(ctx context.Context, method string) bool
 }
 
@@ -66,7 +65,7 @@ func NewConcurrent(lim *sluice.Limiter, p ConcurrencyPolicy, opts ...Option) (*C
 		return nil, err
 	}
 	c := &Concurrent{
-		hold:     policycore.Hold{Name: p.Name, Limit: p.Limit, Reserve: p.Reserve, Units: p.Units, Lim: lim, Obs: cfg.observer, Source: sourceServer},
+		hold:     policycore.Hold{Name: p.Name, Limit: p.Limit, Units: p.Units, Lim: lim, Obs: cfg.observer, Source: sourceServer},
 		key:      p.Key,
 		critical: p.Critical,
 		cfg:      cfg,

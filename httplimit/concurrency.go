@@ -22,7 +22,10 @@ type ConcurrencyPolicy struct {
 	// Name names the policy in its store keys, the refusal's body and the
 	// observed Events (CheckName's rules, as a Policy's).
 	Name string
-	// Limit is the concurrency limit and its leases' lifetime.
+	// Limit is the concurrency limit, its leases' lifetime, and the units
+	// it keeps for critical requests (Limit.Reserve, reserved capacity): a
+	// request Critical does not pick holds a slot only while the reserve
+	// stays free after it.
 	Limit sluice.Concurrency
 	// Key returns the key a request holds its slot under; nil is
 	// ClientIP() (under a Middleware's Handler, with its proxies). A
@@ -30,11 +33,7 @@ type ConcurrencyPolicy struct {
 	Key KeyFunc
 	// Units is what each request holds; 0 means 1.
 	Units int64
-	// Reserve keeps units of Limit for critical requests (reserved
-	// capacity): a request Critical does not pick holds a slot only while
-	// Reserve units stay free after it; a critical one may use them all.
-	Reserve int64
-	// Critical picks the requests that may use the reserve (a health
+	// Critical picks the requests that may use Limit.Reserve too (a health
 	// check, a paying customer's checkout); nil picks none.
 	Critical func(r *http.Request) bool
 }
@@ -68,7 +67,7 @@ func NewConcurrent(lim *sluice.Limiter, p ConcurrencyPolicy, opts ...Option) (*C
 		}
 	}
 	c := &Concurrent{
-		hold:        policycore.Hold{Name: p.Name, Limit: p.Limit, Reserve: p.Reserve, Units: p.Units, Lim: lim, Obs: m.obs, Source: ObserveSource},
+		hold:        policycore.Hold{Name: p.Name, Limit: p.Limit, Units: p.Units, Lim: lim, Obs: m.obs, Source: ObserveSource},
 		key:         p.Key,
 		critical:    p.Critical,
 		unavailable: m.unavailable,

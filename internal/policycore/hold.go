@@ -14,11 +14,10 @@ import (
 // gives it back however it ends. The doors only find the key and answer a
 // refusal; Acquire, Release and the events are here.
 type Hold struct {
-	Name  string
-	Limit sluice.Concurrency
-	// Reserve is kept for critical requests: the others hold a slot only
-	// while Reserve units stay free after it (sluice.Concurrency.Reserve).
-	Reserve   int64
+	Name string
+	// Limit's Reserve is kept for critical requests: the others hold a
+	// slot only while it stays free after them.
+	Limit     sluice.Concurrency
 	Units     int64  // at least 1
 	KeyPrefix string // KeyPrefix(the door's prefix, Name)
 	Lim       *sluice.Limiter
@@ -44,11 +43,8 @@ func (h *Hold) Check(prefix string) error {
 	case h.Units == 0:
 		h.Units = 1
 	}
-	if h.Reserve < 0 || h.Reserve >= h.Limit.Limit {
-		return fmt.Errorf("concurrency policy %q: a reserve of %d out of %d (want 0 ≤ reserve < limit)", h.Name, h.Reserve, h.Limit.Limit)
-	}
-	if h.Units > h.Limit.Limit-h.Reserve {
-		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a reserve of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Reserve)
+	if h.Units > h.Limit.Limit-h.Limit.Reserve {
+		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a reserve of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Limit.Reserve)
 	}
 	h.KeyPrefix = KeyPrefix(prefix, h.Name)
 	return nil
@@ -60,8 +56,8 @@ func (h *Hold) Check(prefix string) error {
 func (h *Hold) Acquire(ctx context.Context, key string, critical bool) (sluice.Lease, error) {
 	start := time.Now()
 	c := h.Limit
-	if !critical {
-		c.Reserve = h.Reserve
+	if critical {
+		c.Reserve = 0
 	}
 	ls, err := h.Lim.Acquire(ctx, h.KeyPrefix+key, c, h.Units)
 	o := observe.Allowed
