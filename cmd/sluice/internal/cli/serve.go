@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,7 +16,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -425,19 +425,19 @@ var _ sluice.Store = (*redisstore.Store)(nil)
 
 // redisLog is the logger go-redis's own lines go to (a failed dial, a
 // Sentinel's news), so that they are the service's lines, JSON with
-// --log-format json, rather than go-redis's plain text on stderr.
-// go-redis has one logger per process, set once (redis.SetLogger is not
-// safe beside a client that logs); each serve points it at its logger.
-var (
-	redisLog     atomic.Pointer[slog.Logger]
-	redisLogOnce sync.Once
-)
+// --log-format json, rather than go-redis's plain text on stderr. Each
+// serve points it at its logger; until one does, the lines go to stderr
+// as go-redis writes them.
+var redisLog atomic.Pointer[slog.Logger]
+
+// go-redis has one logger per process, in a plain variable its goroutines
+// read whenever they log (a dial that failed, in a goroutine a command
+// started): redis.SetLogger is safe only before any client exists, so it
+// is called here, once, and a serve swaps the logger behind it (redisLog).
+func init() { redis.SetLogger(redisLogger{}) }
 
 // logRedisTo sends go-redis's lines to l, at warning level.
-func logRedisTo(l *slog.Logger) {
-	redisLog.Store(l)
-	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
-}
+func logRedisTo(l *slog.Logger) { redisLog.Store(l) }
 
 // redisLogger is go-redis's logger (its internal.Logging) over redisLog.
 type redisLogger struct{}
@@ -445,7 +445,9 @@ type redisLogger struct{}
 func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if l := redisLog.Load(); l != nil {
 		l.WarnContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "component", "go-redis")
+		return
 	}
+	log.Printf(format, v...)
 }
 
 // tlsConfig builds a listener's TLS configuration from its flags: nil when

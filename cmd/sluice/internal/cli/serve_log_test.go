@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
@@ -93,5 +95,41 @@ func TestServeLogJSON(t *testing.T) {
 	jsonLines(t, log)
 	if strings.Contains(log, "s3cret") {
 		t.Errorf("the log shows the store's password:\n%s", log)
+	}
+}
+
+// go-redis's goroutines read its logger whenever they log (a dial that
+// failed, in a goroutine a command started), so a serve that points the
+// logger at its own while such a dial is under way must not write the
+// variable they read: under -race this raced when serve called
+// redis.SetLogger itself (CI, in the tests after a Redis-backed serve).
+// The dial's failure reaches the serve's logger.
+func TestRedisLoggerSwappedUnderADial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	c := redis.NewClient(&redis.Options{Addr: down, DialerRetries: 2, DialerRetryTimeout: 50 * time.Millisecond})
+	defer c.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Ping(ctx).Err()
+	}()
+	var buf testenv.SyncBuffer
+	logRedisTo(slog.New(slog.NewJSONHandler(&buf, nil)))
+	defer logRedisTo(nil)
+	<-done
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(buf.String(), "failed to dial"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("go-redis's failed dial is not in the serve's log: %q", buf.String())
+		}
+	}
+	if m := jsonLines(t, buf.String()); m[0]["component"] != "go-redis" || m[0]["level"] != "WARN" {
+		t.Errorf("go-redis's line %v: want component go-redis, level WARN", m[0])
 	}
 }
