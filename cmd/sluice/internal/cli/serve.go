@@ -289,7 +289,6 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	if o.Logger, err = f.logger(stderr); err != nil {
 		return o, nothing, err
 	}
-	logRedisTo(o.Logger)
 	o.StoreName = redactStore(f.store)
 	if f.perSecond != "" {
 		o.StoreName += ", per second " + redactStore(f.perSecond)
@@ -312,10 +311,13 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	if o.HTTPToken, err = f.httpToken(); err != nil {
 		return o, nothing, err
 	}
-	if done, err = f.openStores(&o); err != nil {
+	restore := logRedisTo(o.Logger)
+	closeStores, err := f.openStores(&o)
+	if err != nil {
+		restore()
 		return o, nothing, err
 	}
-	return o, done, nil
+	return o, func() { closeStores(); restore() }, nil
 }
 
 // logger is the service's logger, on stderr, as --log-level and
@@ -425,9 +427,9 @@ var _ sluice.Store = (*redisstore.Store)(nil)
 
 // redisLog is the logger go-redis's own lines go to (a failed dial, a
 // Sentinel's news), so that they are the service's lines, JSON with
-// --log-format json, rather than go-redis's plain text on stderr. Each
-// serve points it at its logger; until one does, the lines go to stderr
-// as go-redis writes them.
+// --log-format json, rather than go-redis's plain text on stderr. A serve
+// points it at its logger while its stores are open; outside that, the
+// lines go to stderr as go-redis writes them.
 var redisLog atomic.Pointer[slog.Logger]
 
 // go-redis has one logger per process, in a plain variable its goroutines
@@ -436,8 +438,13 @@ var redisLog atomic.Pointer[slog.Logger]
 // is called here, once, and a serve swaps the logger behind it (redisLog).
 func init() { redis.SetLogger(redisLogger{}) }
 
-// logRedisTo sends go-redis's lines to l, at warning level.
-func logRedisTo(l *slog.Logger) { redisLog.Store(l) }
+// logRedisTo sends go-redis's lines to l, at warning level, until restore
+// is called: a dial still failing after its serve has ended (go-redis
+// retries in the background) does not write to that serve's log.
+func logRedisTo(l *slog.Logger) (restore func()) {
+	redisLog.Store(l)
+	return func() { redisLog.CompareAndSwap(l, nil) }
+}
 
 // redisLogger is go-redis's logger (its internal.Logging) over redisLog.
 type redisLogger struct{}

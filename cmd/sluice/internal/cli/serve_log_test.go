@@ -121,8 +121,7 @@ func TestRedisLoggerSwappedUnderADial(t *testing.T) {
 		_ = c.Ping(ctx).Err()
 	}()
 	var buf testenv.SyncBuffer
-	logRedisTo(slog.New(slog.NewJSONHandler(&buf, nil)))
-	defer logRedisTo(nil)
+	defer logRedisTo(slog.New(slog.NewJSONHandler(&buf, nil)))()
 	<-done
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(buf.String(), "failed to dial"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
