@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/testsupport/childproc"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
@@ -52,9 +53,70 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 		t.Skip("in a child process")
 	}
 	srv := redistest.Standalone(t)
-	client := srv.Client()
+	cfg := holdConfig{Addr: srv.Addr(), Prefix: fmt.Sprintf("holdproc:%d:", time.Now().UnixNano()), Lifetime: 1500 * time.Millisecond, Work: 3 * time.Millisecond}
+	runHolds(t, srv.Client(), cfg, 4*time.Second)
+}
+
+// TestHoldsApartAcrossProcesses is TestHoldsAcrossProcesses on a Redis
+// Cluster, each acquire joined to a rate part (AcquireAll) whose key is on
+// another master than the hold's, so that redisstore takes them in turn
+// (holdInTurn): the hold, then the part, the hold released when the part
+// refuses. A child killed between the steps leaves its hold to come back
+// at its expiry, never before (SEMANTICS.md, "A lease in a composite"):
+// the checks of TestHoldsAcrossProcesses, the in-flight set in a slot of
+// its own. And one more: the units granted to the survivors are at most
+// what the part allows over the run. It is a fixed window of apartRate
+// per apartWindow, on a fresh key; each window is opened by a take after
+// the last one ended, so from the server's time before the first take to
+// that after the survivors' last, at most span/apartWindow + 1 windows
+// admit apartRate each. The part is the acquire's last step, so it is
+// never given back. A killed child may have spent a unit it was never
+// granted: the check is an upper bound on the grants. The part is
+// generous enough that the hold refuses most acquires, but spent out now
+// and then (checked under SLUICE_TIMING=1).
+func TestHoldsApartAcrossProcesses(t *testing.T) {
+	if os.Getenv(holdChildEnv) != "" {
+		t.Skip("in a child process")
+	}
+	cl := redistest.Cluster(t)
+	client := cl.Client()
+	prefix := fmt.Sprintf("holdapartproc:%d:", time.Now().UnixNano())
+	st := newGoRedis(t, client, redisstore.WithPrefix(prefix))
+	hold := st.HoldKey(holdKey)
+	st.Close()
+	rateKey := keyOnAnotherNode(t, client, prefix, hold)
+	if redisrun.Slot(hold) == redisrun.Slot(prefix+rateKey) {
+		t.Fatal("the hold and the rate part share a slot")
+	}
+	cfg := holdConfig{Addrs: cl.Addrs(), Prefix: prefix, Lifetime: 1500 * time.Millisecond, Work: apartWork,
+		Parts: []sluice.Part{{Key: rateKey, Limit: sluice.Per(apartRate, apartWindow).Using(sluice.FixedWindow), Cost: 1}}}
+	runHolds(t, client, cfg, 3*time.Second)
+}
+
+// keyOnAnotherNode returns a key, "rate" and a number, whose slot (with
+// prefix) is on another master than key's.
+func keyOnAnotherNode(t *testing.T, c *redis.ClusterClient, prefix, key string) string {
 	ctx := context.Background()
-	cfg := holdConfig{Addr: srv.Addr(), Prefix: fmt.Sprintf("holdproc:%d:", time.Now().UnixNano()), Lifetime: 1500 * time.Millisecond}
+	node := func(key string) string {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	for i := 0; ; i++ {
+		k := "rate" + strconv.Itoa(i)
+		if node(prefix+k) != node(key) {
+			return k
+		}
+	}
+}
+
+// runHolds starts the children of cfg, lets them run for run, kills some
+// of them (killHolders), and checks what TestHoldsAcrossProcesses says,
+// and, when cfg has a rate part, the grants against it (rateWatch).
+func runHolds(t *testing.T, client redis.UniversalClient, cfg holdConfig, run time.Duration) {
+	ctx := context.Background()
 	children := make([]*childproc.Child, holdProcs)
 	for i := range children {
 		cfg.Index = i
@@ -64,38 +126,18 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 	for _, c := range children {
 		c.WaitReady(t, loadReadyWithin)
 	}
-	run := 4 * time.Second
+	st := newGoRedis(t, client, redisstore.WithPrefix(cfg.Prefix))
+	defer st.Close()
+	lim := sluice.New(st)
+	var rate *rateWatch
+	if len(cfg.Parts) > 0 {
+		rate = watchRate(t, client, lim, cfg.Prefix, cfg.Parts[0])
+	}
 	begin := time.Now()
 	stop := begin.Add(run)
 	startAt(t, children, stop)
-
-	// First wave: child 0, whose slots must come back while the others
-	// still run. Second wave, near the end: children from 1 on, until the
-	// killed ones have a hold, whose return is checked after the run.
-	time.Sleep(run / 4)
-	for heldBy(t, client, cfg.Prefix, 0) == 0 && time.Since(begin) < run/2 {
-		time.Sleep(time.Millisecond) // kill it while it has a hold
-	}
-	killed := []int{0}
-	if err := children[0].Kill(); err != nil { // SIGKILL: no deferred release runs
-		t.Fatal(err)
-	}
-	first, firstAt := heldBy(t, client, cfg.Prefix, 0), time.Since(begin)
-	time.Sleep(time.Until(stop.Add(-run / 5)))
-	orphans := 0
-	for i := 1; i < holdProcs-1 && orphans == 0 && time.Now().Before(stop); i++ {
-		for heldBy(t, client, cfg.Prefix, i) == 0 && time.Now().Before(stop) {
-			time.Sleep(time.Millisecond)
-		}
-		if err := children[i].Kill(); err != nil {
-			t.Fatal(err)
-		}
-		killed = append(killed, i)
-		orphans += heldBy(t, client, cfg.Prefix, i)
-	}
-	lastKill := time.Now()
-	t.Logf("killed child 0 at +%v with %d holds, then %d more near the end holding %d", firstAt.Round(time.Millisecond), first, len(killed)-1, orphans)
-	var granted int64
+	killed, orphans, lastKill := killHolders(t, client, cfg.Prefix, children, begin, run)
+	var granted, refused, byRate, end int64
 	for i, c := range children {
 		if slices.Contains(killed, i) {
 			<-c.Done()
@@ -110,24 +152,67 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 			t.Errorf("child %d: %d errors (first: %s), %d holds", i, rep.Errors, rep.FirstError, rep.Granted)
 		}
 		granted += rep.Granted
+		refused += rep.Refused
+		byRate += rep.ByRate
+		end = max(end, rep.End)
 	}
-	most, _ := client.Get(ctx, cfg.Prefix+"most").Int64()
-	t.Logf("%d holds granted to the survivors, at most %d in flight (limit %d)", granted, most, holdLimit)
+	if rate != nil {
+		rate.check(t, granted, end)
+	}
+	most, _ := client.Get(ctx, inFlightKeys(cfg.Prefix)[1]).Int64()
+	t.Logf("%d holds granted to the survivors, %d refused, at most %d in flight (limit %d)", granted, refused, most, holdLimit)
+	if rate != nil {
+		t.Logf("about %d of the refusals by the rate part (a retry within its window)", byRate)
+	}
 	if most > holdLimit || most == 0 {
 		t.Fatalf("the independent count saw %d in flight, limit %d", most, holdLimit)
 	}
 	if n := heldBy(t, client, cfg.Prefix, 0); n != 0 {
-		t.Fatalf("child 0, killed at +%v, still has %d holds of a %v lifetime", firstAt, n, cfg.Lifetime)
+		t.Fatalf("child 0, killed early, still has %d holds of a %v lifetime", n, cfg.Lifetime)
 	}
 	if orphans == 0 && testenv.Timing(t, "a child killed near the end has a hold") {
 		t.Error("no child killed near the end had a hold: their return is not checked")
 	}
+	heldUntilExpiry(t, lim, client, cfg, orphans, lastKill)
+}
 
-	// The slots still held are the killed holders', and come back at their
-	// expiry, not before.
-	st := newGoRedis(t, client, redisstore.WithPrefix(cfg.Prefix))
-	defer st.Close()
-	lim := sluice.New(st)
+// killHolders kills children with SIGKILL while they have holds, in two
+// waves. First, child 0, whose slots must come back while the others
+// still run. Second, near the end, children from 1 on, until the killed
+// ones have a hold, whose return is checked after the run. It returns the
+// children killed, the holds those of the second wave had, and when the
+// last was killed.
+func killHolders(t *testing.T, client redis.UniversalClient, prefix string, children []*childproc.Child, begin time.Time, run time.Duration) (killed []int, orphans int, lastKill time.Time) {
+	stop := begin.Add(run)
+	time.Sleep(run / 4)
+	for heldBy(t, client, prefix, 0) == 0 && time.Since(begin) < run/2 {
+		time.Sleep(time.Millisecond) // kill it while it has a hold
+	}
+	killed = []int{0}
+	if err := children[0].Kill(); err != nil { // SIGKILL: no deferred release runs
+		t.Fatal(err)
+	}
+	first, firstAt := heldBy(t, client, prefix, 0), time.Since(begin)
+	time.Sleep(time.Until(stop.Add(-run / 5)))
+	for i := 1; i < holdProcs-1 && orphans == 0 && time.Now().Before(stop); i++ {
+		for heldBy(t, client, prefix, i) == 0 && time.Now().Before(stop) {
+			time.Sleep(time.Millisecond)
+		}
+		if err := children[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		killed = append(killed, i)
+		orphans += heldBy(t, client, prefix, i)
+	}
+	t.Logf("killed child 0 at +%v with %d holds, then %d more near the end holding %d", firstAt.Round(time.Millisecond), first, len(killed)-1, orphans)
+	return killed, orphans, time.Now()
+}
+
+// heldUntilExpiry checks, once the survivors are done, that the slots
+// still held are the killed holders', and come back at their expiry, not
+// before.
+func heldUntilExpiry(t *testing.T, lim *sluice.Limiter, client redis.UniversalClient, cfg holdConfig, orphans int, lastKill time.Time) {
+	ctx := context.Background()
 	c := sluice.MaxConcurrent(holdLimit).WithLifetime(cfg.Lifetime)
 	for {
 		before := liveCount(t, client, cfg.Prefix)
@@ -167,35 +252,149 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 	t.Logf("the %d slots held by killed holders came back at their expiry", orphans)
 }
 
+// rateWatch watches a fixed-window rate part while the children run: the
+// server's time at the part's node when it starts (before the first
+// take), and how often a look at the part, every rateLookEvery, found it
+// spent out.
+type rateWatch struct {
+	part       sluice.Part
+	from       int64 // µs
+	stop, done chan struct{}
+	looks, dry int64 // written by the watching goroutine until done
+	err        error
+}
+
+const rateLookEvery = 10 * time.Millisecond
+
+// watchRate starts watching part (a fixed window on a fresh key) of the
+// store of lim, whose client and prefix are client and prefix.
+func watchRate(t *testing.T, client redis.UniversalClient, lim *sluice.Limiter, prefix string, part sluice.Part) *rateWatch {
+	w := &rateWatch{part: part, stop: make(chan struct{}), done: make(chan struct{})}
+	w.from = serverMicros(t, client, prefix+part.Key)
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(rateLookEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			r, err := lim.Take(context.Background(), part.Key, part.Limit, 0)
+			if err != nil {
+				w.err = err
+				return
+			}
+			w.looks++
+			if r.Remaining < part.Cost {
+				w.dry++
+			}
+		}
+	}()
+	return w
+}
+
+// check stops the watch and checks the acquires granted to the survivors
+// by to (the server's time after their last acquire) against the part:
+// windows of Period, each opened by a take after the last one ended, on
+// a key fresh at w.from, so at most (to − from)/Period + 1 of them opened
+// by to, each admitting Rate units, Rate/Cost acquires.
+func (w *rateWatch) check(t *testing.T, granted, to int64) {
+	close(w.stop)
+	<-w.done
+	windows := (to-w.from)/w.part.Limit.Period.Microseconds() + 1
+	bound := windows * (w.part.Limit.Rate / w.part.Cost)
+	t.Logf("%d acquires granted to the survivors, at most %d by the rate part (%d windows of %d over %v); spent out at %d of %d looks",
+		granted, bound, windows, w.part.Limit.Rate, time.Duration(to-w.from)*time.Microsecond, w.dry, w.looks)
+	if w.err != nil {
+		t.Fatalf("a look at the rate part: %v", w.err)
+	}
+	if granted > bound {
+		t.Fatalf("%d acquires granted to the survivors, over the rate part's %d (%d windows of %d)", granted, bound, windows, w.part.Limit.Rate)
+	}
+	if w.dry == 0 && testenv.Timing(t, "the rate part was spent out within the run") {
+		t.Error("the rate part was never seen spent out: it refused nothing, and its bound is not checked")
+	}
+}
+
 const (
 	holdChildEnv   = "SLUICE_HOLD_CHILD"
 	holdResultMark = "hold-result: "
 	holdProcs      = 8
 	holdGoroutines = 32
-	holdKilled     = 2
 	holdLimit      = 8
 	holdKey        = "expensive"
+
+	// apartRate per apartWindow is TestHoldsApartAcrossProcesses's rate
+	// part: below what the holds alone pass under -race on a busy machine,
+	// so that it is spent out in some windows, but not far below, so that
+	// the hold refuses most acquires. apartWork is the most a hold is
+	// worked with: long beside the round trips of a cross-slot acquire, so
+	// that the count of holders reaches the limit.
+	apartRate   = 20
+	apartWindow = 250 * time.Millisecond
+	apartWork   = 10 * time.Millisecond
 )
 
+// holdConfig is what a child of runHolds is asked to do.
 type holdConfig struct {
-	Addr, Prefix string
-	Lifetime     time.Duration
-	Index        int // the child's, in its members of the in-flight set
+	Addr  string   // a server's address, or
+	Addrs []string // a cluster's masters'
+	// Parts are the rate parts each acquire is joined to (AcquireAll).
+	Parts    []sluice.Part
+	Prefix   string
+	Lifetime time.Duration
+	Work     time.Duration // the most a goroutine works with a hold
+	Index    int           // the child's, in its members of the in-flight set
+}
+
+// client returns a client of the server or the cluster of cfg.
+func (cfg *holdConfig) client() redis.UniversalClient {
+	const wait = 20 * time.Second
+	if len(cfg.Addrs) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, DisableIdentity: true, MaxRetries: -1,
+			ReadTimeout: wait, WriteTimeout: wait, PoolTimeout: wait})
+	}
+	return redis.NewClient(&redis.Options{Addr: cfg.Addr, DisableIdentity: true, MaxRetries: -1,
+		ReadTimeout: wait, WriteTimeout: wait, PoolTimeout: wait})
 }
 
 type holdReport struct {
 	Granted, Refused, Errors int64
-	FirstError               string
+	// ByRate is the refusals whose RetryAfter is within the first rate
+	// part's window: the part's refusals (the hold is taken first, and
+	// refuses with the wait to its first lease's expiry), and those of the
+	// hold while a killed holder's lease is that close to its end.
+	ByRate     int64
+	FirstError string
+	// End is, with rate parts, the server's TIME (µs) at the first part's
+	// node after the child's last acquire returned.
+	End int64
 }
 
-// inFlight adds a holder, scored by its hold's expiry, to the set of work
-// in flight (KEYS[1]) and counts the members whose hold has not ended at
-// the server's TIME, keeping the most ever counted in KEYS[2]. It is sent
-// by EVAL: a redis.Script made at init would hash it with SHA-1, which the
-// test binary's run under GODEBUG=fips140=only (fips_test.go) refuses.
-const inFlight = `
+// inFlightKeys are the in-flight set of holders and the key of the most
+// it counted, in one slot of a cluster (their {hash tag}).
+func inFlightKeys(prefix string) []string {
+	return []string{"{" + prefix + "}inflight", "{" + prefix + "}most"}
+}
+
+// The scripts below read the server's TIME, on a cluster that of the node
+// of their keys' slot (TIME names no key: a script routes it by KEYS[1]).
+// The nodes of redistest's cluster share the machine's clock, the one the
+// hold's node decides expiries by. They write the µs as TIME's two
+// integers joined, not as a Lua number, which Lua prints with 14 digits.
+// They are sent by EVAL: a redis.Script made at init would hash them with
+// SHA-1, which the test binary's run under GODEBUG=fips140=only
+// (fips_test.go) refuses.
+const (
+	// inFlight adds a holder, scored by its hold's expiry, to the set of
+	// work in flight (KEYS[1]) and counts the members whose hold has not
+	// ended at the server's TIME, keeping the most ever counted in
+	// KEYS[2].
+	inFlight = `
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] .. string.format('%06d', t[2])
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 if n > tonumber(redis.call('GET', KEYS[2]) or '0') then
@@ -203,30 +402,47 @@ if n > tonumber(redis.call('GET', KEYS[2]) or '0') then
 end
 return n`
 
-// liveCount is the number of holders counted in flight at the server's
-// TIME.
-func liveCount(t *testing.T, c *redis.Client, prefix string) int64 {
-	now, err := c.Time(context.Background()).Result()
+	// liveMembers returns the members of the set KEYS[1] whose hold has
+	// not ended at the server's TIME.
+	liveMembers = `
+local t = redis.call('TIME')
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. t[1] .. string.format('%06d', t[2]), '+inf')`
+
+	// serverTime returns the server's TIME in µs, at KEYS[1]'s node.
+	serverTime = `
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000000 + tonumber(t[2])`
+)
+
+// serverMicros is the server's TIME, in µs, at the node of key's slot.
+func serverMicros(t *testing.T, c redis.UniversalClient, key string) int64 {
+	now, err := c.Eval(context.Background(), serverTime, []string{key}).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.ZCount(context.Background(), prefix+"inflight", "("+strconv.FormatInt(now.UnixMicro(), 10), "+inf").Val()
+	return now
+}
+
+// live returns the holders counted in flight at the server's TIME.
+func live(t *testing.T, c redis.UniversalClient, prefix string) []string {
+	members, err := c.Eval(context.Background(), liveMembers, inFlightKeys(prefix)[:1]).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return members
+}
+
+// liveCount is the number of holders counted in flight at the server's
+// TIME.
+func liveCount(t *testing.T, c redis.UniversalClient, prefix string) int64 {
+	return int64(len(live(t, c, prefix)))
 }
 
 // heldBy is the number of holds child i has by the in-flight set at the
 // server's TIME: its members ("i:id") not removed and not expired.
-func heldBy(t *testing.T, c *redis.Client, prefix string, i int) int {
-	ctx := context.Background()
-	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	members, err := c.ZRangeByScore(ctx, prefix+"inflight", &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now.UnixMicro(), 10), Max: "+inf"}).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+func heldBy(t *testing.T, c redis.UniversalClient, prefix string, i int) int {
 	n := 0
-	for _, m := range members {
+	for _, m := range live(t, c, prefix) {
 		if strings.HasPrefix(m, strconv.Itoa(i)+":") {
 			n++
 		}
@@ -234,8 +450,9 @@ func heldBy(t *testing.T, c *redis.Client, prefix string, i int) int {
 	return n
 }
 
-// TestHoldChild is the body of one child process of
-// TestHoldsAcrossProcesses.
+// TestHoldChild is the body of one child process of runHolds: its
+// goroutines acquire a hold (with cfg's rate parts), count themselves in
+// flight, work a little, and release it, until the stop time.
 func TestHoldChild(t *testing.T) {
 	raw, ok := childproc.Config(holdChildEnv)
 	if !ok {
@@ -245,8 +462,7 @@ func TestHoldChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	client := redis.NewClient(&redis.Options{Addr: cfg.Addr, DisableIdentity: true, MaxRetries: -1,
-		ReadTimeout: 20 * time.Second, WriteTimeout: 20 * time.Second, PoolTimeout: 20 * time.Second})
+	client := cfg.client()
 	defer client.Close()
 	st := newGoRedis(t, client, redisstore.WithPrefix(cfg.Prefix), redisstore.WithTimeout(20*time.Second))
 	defer st.Close()
@@ -254,7 +470,11 @@ func TestHoldChild(t *testing.T) {
 	ctx := context.Background()
 	stop := awaitStart(t)
 	c := sluice.MaxConcurrent(holdLimit).WithLifetime(cfg.Lifetime)
-	keys := []string{cfg.Prefix + "inflight", cfg.Prefix + "most"}
+	keys := inFlightKeys(cfg.Prefix)
+	var window time.Duration // the first rate part's
+	if len(cfg.Parts) > 0 {
+		window = cfg.Parts[0].Limit.Period
+	}
 	var rep holdReport
 	var firstErr atomic.Pointer[string]
 	var mu sync.Mutex
@@ -262,20 +482,23 @@ func TestHoldChild(t *testing.T) {
 	for g := range holdGoroutines {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g)))
-			var granted, refused, errs int64
+			var granted, refused, byRate, errs int64
 			fail := func(err error) {
 				errs++
 				s := err.Error()
 				firstErr.CompareAndSwap(nil, &s)
 			}
 			for time.Now().Before(stop) {
-				ls, err := lim.Acquire(ctx, holdKey, c, 1)
+				ls, err := lim.AcquireAll(ctx, holdKey, c, 1, cfg.Parts) // Acquire when there are none
 				if err != nil {
 					fail(err)
 					continue
 				}
 				if !ls.Allowed {
 					refused++
+					if ls.RetryAfter <= window {
+						byRate++
+					}
 					time.Sleep(time.Duration(r.Int64N(int64(2 * time.Millisecond))))
 					continue
 				}
@@ -284,7 +507,7 @@ func TestHoldChild(t *testing.T) {
 				if err := client.Eval(ctx, inFlight, keys, ls.Expiry, member).Err(); err != nil {
 					fail(err)
 				}
-				time.Sleep(time.Duration(r.Int64N(int64(3 * time.Millisecond)))) // the work
+				time.Sleep(time.Duration(r.Int64N(int64(cfg.Work)))) // the work
 				if err := client.ZRem(ctx, keys[0], member).Err(); err != nil {
 					fail(err)
 				}
@@ -295,6 +518,7 @@ func TestHoldChild(t *testing.T) {
 			mu.Lock()
 			rep.Granted += granted
 			rep.Refused += refused
+			rep.ByRate += byRate
 			rep.Errors += errs
 			mu.Unlock()
 		})
@@ -302,6 +526,9 @@ func TestHoldChild(t *testing.T) {
 	wg.Wait()
 	if p := firstErr.Load(); p != nil {
 		rep.FirstError = *p
+	}
+	if len(cfg.Parts) > 0 {
+		rep.End = serverMicros(t, client, cfg.Prefix+cfg.Parts[0].Key)
 	}
 	b, _ := json.Marshal(rep)
 	fmt.Println(holdResultMark + string(b))
