@@ -96,11 +96,15 @@ func consoleLeases(v []serve.StoreLeases) []console.StoreLeases {
 func consoleSlots(v serve.HoldsView) console.Slots {
 	out := console.Slots{Keys: v.Keys, Held: v.Held, Dropped: v.Dropped, Top: []console.HeldKey{}}
 	for _, k := range v.Top {
-		out.Top = append(out.Top, console.HeldKey{
+		h := console.HeldKey{
 			Key: k.Key, Limit: k.Limit, Held: k.Held, Leases: k.Leases,
 			OldestUS: k.Oldest.Microseconds(), NextExpiryUS: k.NextExpiry.Microseconds(),
 			Acquired: k.Acquired, Refused: k.Refused, Released: k.Released, Expired: k.Expired, Partial: k.Partial,
-		})
+		}
+		if k.HeldAllKnown {
+			h.HeldAll = &k.HeldAll
+		}
+		out.Top = append(out.Top, h)
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -59,8 +60,9 @@ type liveHolding struct {
 }
 
 // The console of `sluice serve` shows the concurrency slots its
-// /v1/acquire holds (charting the acquires as "(acquire)") on the memory
-// store and on Redis, and on Redis with leases the leased budgets: the
+// /v1/acquire holds (charting the acquires as "(acquire)"), and those
+// every instance holds (another's lease too), on the memory store and on
+// Redis, and on Redis with leases the leased budgets: the
 // JSON and the page.
 func TestServeConsoleHolding(t *testing.T) {
 	srv := redistest.Standalone(t)
@@ -79,7 +81,7 @@ func TestServeConsoleHolding(t *testing.T) {
 		name   string
 		store  sluice.Store
 		leases bool
-	}{{"memory", nil, false}, {"redis", plain, false}, {"redis-leases", leased, true}} {
+	}{{"memory", memstore.New(), false}, {"redis", plain, false}, {"redis-leases", leased, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := startConsoleServe(t, tc.store)
 			do := func(method, path, body string) string {
@@ -94,6 +96,11 @@ func TestServeConsoleHolding(t *testing.T) {
 			do("POST", "/v1/acquire", acq)
 			do("POST", "/v1/acquire", acq)
 			do("POST", "/v1/acquire", acq) // refused
+			// Another instance's lease on the same store (the key form's
+			// store key is "/" and the key), under a limit of its own.
+			if ls, err := sluice.New(tc.store).Acquire(context.Background(), "/exports:acme", sluice.MaxConcurrent(3), 1); err != nil || !ls.Allowed {
+				t.Fatalf("another instance's acquire: %+v %v", ls, err)
+			}
 			// With leases: until a slice lands (it is taken in the background).
 			if tc.leases {
 				for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
@@ -108,7 +115,7 @@ func TestServeConsoleHolding(t *testing.T) {
 				t.Fatalf("slots: %+v", l.Slots)
 			}
 			if k := l.Slots.Top[0]; k.Key != "exports:acme" || k.Held != 2 || k.Limit != 2 || k.Leases != 2 || k.Acquired != 2 || k.Refused != 1 ||
-				k.NextExpiryUS <= 50e6 || k.NextExpiryUS > 60e6 {
+				k.NextExpiryUS <= 50e6 || k.NextExpiryUS > 60e6 || k.HeldAll == nil || *k.HeldAll != 3 {
 				t.Errorf("exports:acme: %+v", k)
 			}
 			var acquires *console.Point

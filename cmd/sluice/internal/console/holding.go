@@ -145,11 +145,15 @@ func formatTenths(n int64) string {
 // HeldKey is one key's concurrency leases (serve's /v1/acquire).
 type HeldKey struct {
 	Key string `json:"key"`
-	// Limit is the limit of the key's last acquire; Held the units its
-	// leases hold now, Leases how many they are.
+	// Limit is the limit of the key's last acquire; Held the units this
+	// instance's leases hold now, Leases how many they are.
 	Limit  int64 `json:"limit"`
 	Held   int64 `json:"held"`
 	Leases int   `json:"leases"`
+	// HeldAll is the units every instance of the store holds on the key,
+	// as the store last answered (at most a second ago); nil (left out)
+	// when unknown.
+	HeldAll *int64 `json:"held_all,omitempty"`
 	// OldestUS is how long the oldest lease held has been held, and
 	// NextExpiryUS how long until the first comes back by itself, µs.
 	OldestUS     int64 `json:"oldest_us"`
@@ -164,6 +168,14 @@ type HeldKey struct {
 	// Partial: the key held more leases at once than are followed one by
 	// one, so Held and Leases may be short.
 	Partial bool `json:"partial"`
+}
+
+// HeldAllText is HeldAll as the slots table shows it: "—" when unknown.
+func (k HeldKey) HeldAllText() string {
+	if k.HeldAll == nil {
+		return "—"
+	}
+	return strconv.FormatInt(*k.HeldAll, 10)
 }
 
 // Slots is what the console shows of the concurrency leases held.

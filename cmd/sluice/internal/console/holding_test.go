@@ -31,6 +31,10 @@ func fakeHolding(leases bool, n int) Options {
 		for i := range n {
 			s.Top = append(s.Top, HeldKey{Key: fmt.Sprintf("job:%d", i), Limit: 4, Held: 1, Leases: 1, OldestUS: 1_500_000, NextExpiryUS: 65_250_000, Acquired: 2, Refused: 1, Released: 1})
 		}
+		if n > 0 { // the first key's held by all instances is known, the others' not
+			all := int64(3)
+			s.Top[0].HeldAll = &all
+		}
 		return s
 	}
 	return o
@@ -56,12 +60,16 @@ func TestHoldingEndpoints(t *testing.T) {
 		if l.LeasesOn != on || (len(l.Leases) == 1) != on || l.Slots == nil || len(l.Slots.Top) != 3 || l.Slots.Top[0].NextExpiryUS != 65_250_000 {
 			t.Errorf("leases %v: live %s", on, body)
 		}
+		if h := l.Slots.Top; h[0].HeldAll == nil || *h[0].HeldAll != 3 || h[1].HeldAll != nil || strings.Count(body, `"held_all"`) != 1 {
+			t.Errorf("held_all: %s", body)
+		}
 		if on && (l.Leases[0].Top[2].Key != "hot<2>" || l.Leases[0].Expired != 7 || l.Leases[0].CallsPer100() != "1.5") {
 			t.Errorf("leases: %+v", l.Leases)
 		}
 		_, _, page := get(t, srv.URL+"/")
 		for _, want := range []string{
-			`<tr data-key="job:0"><td data-label="Key"><code>job:0</code></td><td class="num" data-k="held" data-label="In flight">1</td><td class="num" data-k="limit" data-label="Limit">4</td>`,
+			`<tr data-key="job:0"><td data-label="Key"><code>job:0</code></td><td class="num" data-k="held" data-label="Held here">1</td><td class="num" data-k="held_all" data-label="All instances">3</td><td class="num" data-k="limit" data-label="Limit">4</td>`,
+			`<td class="num" data-k="held" data-label="Held here">1</td><td class="num" data-k="held_all" data-label="All instances">—</td>`,
 			`data-label="Oldest held for">1.5s</td><td class="num" data-k="next_expiry" data-label="Next expiry in">1m5.3s</td>`,
 			`Units held now: <span data-k="held">3</span>; keys followed: <span data-k="keys">3</span>; keys no longer followed, to make room: <span data-k="dropped">3</span>.`,
 			`<a href="#slots">Slots</a>`,

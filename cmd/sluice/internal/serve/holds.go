@@ -27,16 +27,28 @@ const (
 const holdForget = int64(10 * time.Minute / time.Microsecond)
 
 // HeldKey is one key's concurrency leases, as this instance's /v1/acquire,
-// /v1/release and /v1/extend saw them (Server.Holds): the leases other
-// instances hold on a shared store are not among them.
+// /v1/release and /v1/extend saw them (Server.Holds), and the units every
+// instance holds on the key, as the store answered a look (HeldAll).
 type HeldKey struct {
 	// Key is the key as the calls named it.
 	Key string
 	// Limit is the limit of the key's last acquire.
 	Limit int64
-	// Held is the units of the leases held now, Leases how many there are.
+	// Held is the units of the leases this instance holds now, Leases how
+	// many there are: the leases other instances hold on a shared store
+	// are not among them.
 	Held   int64
 	Leases int
+	// HeldAll is the units held on the key by every instance of the
+	// store, this one's included, as a look at the store answered it at
+	// most a second ago (so it may lag Held by as much): exact whatever
+	// limits the acquires named, so it may be over Limit when the limit
+	// was lowered (the leases held stay) or another instance names a
+	// larger one. HeldAllKnown is false when no look answered for the key:
+	// the store failed or was slow, a failure policy answered instead, or
+	// the key is beyond the view's first 20 or newer than the last look.
+	HeldAll      int64
+	HeldAllKnown bool
 	// Oldest is how long the oldest lease held has been held; NextExpiry
 	// how long until the first lease held comes back by itself.
 	Oldest, NextExpiry time.Duration
@@ -78,6 +90,7 @@ type holdKey struct {
 	limit                                int64
 	leases                               []heldLease
 	partial                              bool
+	byRules                              bool // acquired by descriptors: its key is the store's
 	acquired, refused, released, expired int64
 	last                                 int64 // µs, its last call
 }
@@ -171,13 +184,14 @@ func (t *holdTable) evict(now int64) {
 }
 
 // acquired records an acquire's answer: a lease held (id, units, expiry),
-// or a refusal (id "").
-func (t *holdTable) acquired(key string, limit int64, id string, units, expiry int64, allowed bool) {
+// or a refusal (id ""); byRules says whether it was by descriptors (key is
+// then the store key), else by key.
+func (t *holdTable) acquired(key string, limit int64, byRules bool, id string, units, expiry int64, allowed bool) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := t.entry(key, now)
-	k.limit = limit
+	k.limit, k.byRules = limit, byRules
 	switch {
 	case !allowed:
 		k.refused++
@@ -219,8 +233,9 @@ func (t *holdTable) ended(key, id string, extend, held bool, expiry int64) {
 	}
 }
 
-// view returns the n keys holding the most units now, and the totals.
-func (t *holdTable) view(n int) HoldsView {
+// view returns the n keys holding the most units now, and the totals, and
+// the store key of each of the n (storeKey).
+func (t *holdTable) view(n int) (HoldsView, []string) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -255,14 +270,39 @@ func (t *holdTable) view(n int) HoldsView {
 		return top[i].Key < top[j].Key
 	})
 	v.Top = top[:min(max(n, 0), len(top))]
-	return v
+	keys := make([]string, len(v.Top))
+	for i, h := range v.Top {
+		keys[i] = storeKey(h.Key, t.keys[h.Key].byRules)
+	}
+	return v, keys
+}
+
+// storeKey is the store key of the acquires of key: by descriptors, key
+// itself; by key, as lease names it.
+func storeKey(key string, byRules bool) string {
+	if byRules {
+		return key
+	}
+	return takeKeyPrefix + key
 }
 
 // Holds reports the concurrency leases this instance's lease calls hold
 // now: the n keys holding the most units (at most maxHoldKeys are
 // followed), and the totals. A lease acquired on another instance of a
-// shared store is not among them.
-func (s *Server) Holds(n int) HoldsView { return s.holds.view(n) }
+// shared store is not among them, but is in the units the store says all
+// instances hold on each of the keys (HeldKey.HeldAll): the store is
+// asked at most once a second, about the first 20 keys, waiting 200 ms at
+// most (holdsall.go), and the calls within the second read its answers.
+func (s *Server) Holds(n int) HoldsView {
+	v, keys := s.holds.view(n)
+	all := s.all.held(s.holds.now, keys, s.lookAll)
+	for i := range v.Top {
+		if h, ok := all[keys[i]]; ok {
+			v.Top[i].HeldAll, v.Top[i].HeldAllKnown = h, true
+		}
+	}
+	return v
+}
 
 // AcquirePolicy is the Policy of the observe.Events and Refused calls of
 // the acquires of /v1/acquire (Options.Observer, Options.Refused).
@@ -279,9 +319,9 @@ func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, er
 	if op == "acquire" && units == 0 {
 		return
 	}
-	key, limit := t.Key, t.Limit
+	key, limit, byRules := t.Key, t.Limit, false
 	if out != nil && out.key != "" { // the descriptor form
-		key, limit = out.key, out.limit
+		key, limit, byRules = out.key, out.limit, true
 	}
 	if op != "acquire" {
 		if err == nil && key != "" {
@@ -294,7 +334,7 @@ func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, er
 		if key == "" { // the descriptor form, no limit found: nothing held
 			return
 		}
-		s.holds.acquired(key, limit, out.Lease, units, out.ExpiryUS, out.Allowed)
+		s.holds.acquired(key, limit, byRules, out.Lease, units, out.ExpiryUS, out.Allowed)
 		switch {
 		case out.Degraded:
 			o = observe.Degraded

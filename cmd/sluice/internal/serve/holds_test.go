@@ -80,7 +80,8 @@ func TestHolds(t *testing.T) {
 	if v.Keys != 2 || v.Held != 4 || len(v.Top) != 2 {
 		t.Fatalf("holds: %+v", v)
 	}
-	want := HeldKey{Key: "exports", Limit: 3, Held: 3, Leases: 2, Oldest: 10 * time.Second, NextExpiry: 20 * time.Second, Acquired: 2, Refused: 1}
+	want := HeldKey{Key: "exports", Limit: 3, Held: 3, Leases: 2, Oldest: 10 * time.Second, NextExpiry: 20 * time.Second, Acquired: 2, Refused: 1,
+		HeldAll: 3, HeldAllKnown: true}
 	if v.Top[0] != want {
 		t.Errorf("exports: %+v\nwant %+v", v.Top[0], want)
 	}
@@ -103,7 +104,8 @@ func TestHolds(t *testing.T) {
 	end("extend", "exports", b.Lease) // now expires at 40 s
 	clock.Set(t0.Add(36 * time.Second))
 	v = ts.Holds(10)
-	want = HeldKey{Key: "exports", Limit: 3, Held: 1, Leases: 1, Oldest: 31 * time.Second, NextExpiry: 4 * time.Second, Acquired: 2, Refused: 1, Released: 1}
+	want = HeldKey{Key: "exports", Limit: 3, Held: 1, Leases: 1, Oldest: 31 * time.Second, NextExpiry: 4 * time.Second, Acquired: 2, Refused: 1, Released: 1,
+		HeldAll: 1, HeldAllKnown: true}
 	if len(v.Top) != 1 || v.Top[0] != want || v.Held != 1 {
 		t.Fatalf("after a release, an extension and reports' expiry: %+v\nwant %+v", v, want)
 	}
@@ -139,12 +141,12 @@ func TestHoldsBounded(t *testing.T) {
 	tab := newHoldTable(func() time.Time { return t0 })
 	exp := t0.Add(time.Minute).UnixMicro()
 	for i := range maxHoldLeases + 10 {
-		tab.acquired("big", 1000, strconv.Itoa(i), 1, exp, true)
+		tab.acquired("big", 1000, false, strconv.Itoa(i), 1, exp, true)
 	}
 	for i := range 3 * maxHoldKeys {
-		tab.acquired("k"+strconv.Itoa(i), 5, "x"+strconv.Itoa(i), 1, exp, true)
+		tab.acquired("k"+strconv.Itoa(i), 5, false, "x"+strconv.Itoa(i), 1, exp, true)
 	}
-	v := tab.view(5)
+	v, _ := tab.view(5)
 	if v.Keys != maxHoldKeys || len(tab.keys) != maxHoldKeys || v.Dropped != 2*maxHoldKeys+1 || len(v.Top) != 5 {
 		t.Fatalf("keys %d (table %d), dropped %d, top %d", v.Keys, len(tab.keys), v.Dropped, len(v.Top))
 	}
@@ -166,7 +168,7 @@ func TestHoldsMemory(t *testing.T) {
 	key := strings.Repeat("k", 60)
 	for k := range maxHoldKeys {
 		for i := range maxHoldLeases {
-			tab.acquired(key+strconv.Itoa(1000+k), 5, strconv.FormatInt(1764000000000000+int64(k*100+i), 10), 1, exp, true)
+			tab.acquired(key+strconv.Itoa(1000+k), 5, false, strconv.FormatInt(1764000000000000+int64(k*100+i), 10), 1, exp, true)
 		}
 	}
 	runtime.GC()

@@ -136,7 +136,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 	// key: every class's leases, the pool's limit, the refusals.
 	v := ts.Holds(10)
 	if len(v.Top) != 2 || v.Top[0].Held != 4 || v.Top[0].Leases != 4 || v.Top[0].Limit != 4 || v.Top[0].Refused != 2 || v.Top[0].Acquired != 4 ||
-		!strings.Contains(v.Top[0].Key, "acme") || v.Top[1].Held != 1 {
+		!strings.Contains(v.Top[0].Key, "acme") || v.Top[1].Held != 1 || v.Top[0].HeldAll != 4 || !v.Top[0].HeldAllKnown {
 		t.Fatalf("slots table: %+v", v)
 	}
 

@@ -33,6 +33,7 @@ type service struct {
 	loads   loads       // the configuration's loads (config.go)
 	envoy   *envoyStats // envoy's per-rule series (Options.EnvoyStats), nil without
 	holds   *holdTable  // the concurrency leases the lease calls hold (holds.go)
+	all     allHolds    // the units every instance holds on the keys of holds' view (holdsall.go)
 	// leaseStores are the stores with leases, by label (leasingStores).
 	leaseStores map[string]*redisstore.Store
 

@@ -191,11 +191,12 @@
     const sum = document.getElementById("slots-summary");
     sum.textContent = "Units held now: " + slots.held + "; keys followed: " + slots.keys +
       (slots.dropped ? "; keys no longer followed, to make room: " + slots.dropped : "") + ".";
-    fill(body, (slots.top || []).map((k) => row(k.key, [["held", "In flight", k.held + (k.partial ? "+" : "")], ["limit", "Limit", String(k.limit)],
+    fill(body, (slots.top || []).map((k) => row(k.key, [["held", "Held here", k.held + (k.partial ? "+" : "")],
+      ["held_all", "All instances", k.held_all === undefined ? "—" : String(k.held_all)], ["limit", "Limit", String(k.limit)],
       ["leases", "Leases", String(k.leases)], ["oldest", "Oldest held for", durUS(k.oldest_us)], ["next_expiry", "Next expiry in", durUS(k.next_expiry_us)],
       ["acquired", "Acquired", String(k.acquired)], ["refused", "Refused", String(k.refused)], ["released", "Released", String(k.released)],
       ["expired", "Expired", String(k.expired)]])),
-    "No slots held now.", 10);
+    "No slots held now.", 11);
   }
 
   function syncRuleSelect() {
