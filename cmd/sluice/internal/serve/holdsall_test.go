@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -136,5 +137,41 @@ func TestHoldsAllInstancesRedis(t *testing.T) {
 		if h, all := heldOf(ts, "exports"); h != 2 || all != -1 {
 			t.Errorf("Redis stopped: held %d, held by all %d; want 2 and unknown", h, all)
 		}
+	}
+}
+
+// BenchmarkHoldsLook is the cost of a slots view with a round of looks (10
+// keys held), on the memory store and on a redis-server, and of one within
+// the second, reading the last round's answers (docs/performance.md).
+func BenchmarkHoldsLook(b *testing.B) {
+	dir := writeConfig(b, map[string]string{"jobs.yaml": jobsConfig})
+	rs := redistest.Standalone(b)
+	rstore, err := redisstore.New(rs.Client(), redisstore.WithPrefix(fmt.Sprintf("holdslook:%d:", time.Now().UnixNano())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rstore.Close()
+	for _, store := range []struct {
+		name  string
+		store sluice.Store
+	}{{"memory", memstore.New()}, {"redis", rstore}} {
+		ts := start(b, Options{Config: dir, Store: store.store}, nil)
+		c := leaseClient{b, ts.base}
+		for i := range 10 {
+			c.post("/v1/acquire", fmt.Sprintf(`{"key": "k%d", "limit": 5, "lifetime": "1h"}`, i), 200)
+		}
+		b.Run(store.name+"/round", func(b *testing.B) {
+			for b.Loop() {
+				forgetAll(ts)
+				if v := ts.Holds(10); !v.Top[9].HeldAllKnown {
+					b.Fatalf("%+v", v.Top[9])
+				}
+			}
+		})
+		b.Run(store.name+"/cached", func(b *testing.B) {
+			for b.Loop() {
+				ts.Holds(10)
+			}
+		})
 	}
 }
