@@ -154,3 +154,44 @@ func ExampleNewConcurrent() {
 	fmt.Println("serving")
 	// Output: serving
 }
+
+// TestConcurrentReserve: a limit of 2 with 1 kept (Limit.Reserve) for the
+// calls Critical picks: an ordinary stream holds the one slot it may use,
+// so an ordinary unary call is refused, while a critical one (by its
+// method) still gets the reserved slot.
+func TestConcurrentReserve(t *testing.T) {
+	c, err := grpclimit.NewConcurrent(sluice.New(memstore.New()), grpclimit.ConcurrencyPolicy{
+		Name: "api", Limit: sluice.MaxConcurrent(2).Reserving(1), Key: grpclimit.Metadata("tenant"),
+		Critical: func(_ context.Context, method string) bool { return method == "/s/Pay" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := tenant(context.Background(), "acme")
+	started, end, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- c.StreamServerInterceptor()(nil, fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: "/s/Watch"}, func(any, grpc.ServerStream) error {
+			close(started)
+			<-end
+			return nil
+		})
+	}()
+	<-started
+	call := func(method string) codes.Code {
+		_, err := c.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { return "ok", nil })
+		return status.Code(err)
+	}
+	if got := call("/s/Get"); got != codes.ResourceExhausted {
+		t.Errorf("an ordinary call while the stream holds the unreserved slot: %v, want ResourceExhausted", got)
+	}
+	if got := call("/s/Pay"); got != codes.OK {
+		t.Errorf("a critical call: %v, want OK (the reserved slot)", got)
+	}
+	close(end)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := call("/s/Get"); got != codes.OK {
+		t.Errorf("an ordinary call once the stream ended: %v, want OK", got)
+	}
+}
