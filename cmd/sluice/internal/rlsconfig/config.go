@@ -260,6 +260,10 @@ var unitSeconds = map[string]int64{
 	"YEAR":   365 * 24 * 60 * 60,
 }
 
+// validUnits says which units there are, after envoy's "invalid rate limit
+// unit" (which names none).
+const validUnits = "want second, minute, hour, day, week, month or year (or, sluice's extension, period: 90s instead of unit)"
+
 type builder struct {
 	c     *Config
 	first map[string]string // domain -> the file that configured it
@@ -381,7 +385,7 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []le
 	case !rl.unlimited && rl.period != "" && rl.unit != "":
 		return nil, fail(rl.periodLine, "rate_limit has both unit and period: give one (period is sluice's extension)")
 	case !rl.unlimited && rl.period == "" && !validUnit:
-		return nil, fail(rl.line, "invalid rate limit unit '%s'", rl.unit)
+		return nil, fail(rl.line, "invalid rate limit unit '%s': %s", rl.unit, validUnits)
 	}
 	r := &Rule{
 		Domain:          domain,

@@ -47,7 +47,7 @@ descriptors:
 `)})
 	fmt.Println(err)
 	// Output:
-	// bad.yaml:5: descriptor edge.remote_address: invalid rate limit unit 'fortnight'
+	// bad.yaml:5: descriptor edge.remote_address: invalid rate limit unit 'fortnight': want second, minute, hour, day, week, month or year (or, sluice's extension, period: 90s instead of unit)
 }
 
 func ExampleLoad() {

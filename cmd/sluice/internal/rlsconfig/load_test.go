@@ -109,6 +109,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad unit", rl("{unit: foo, requests_per_unit: 1}"), 4, "test.k", "invalid rate limit unit 'foo'"},
 		{"no unit", rl("{requests_per_unit: 1}"), 4, "test.k", "invalid rate limit unit ''"},
 		{"unit unknown", rl("{unit: unknown, requests_per_unit: 1}"), 4, "test.k", "invalid rate limit unit 'unknown'"},
+		{"unit plural", rl("{unit: hours, requests_per_unit: 1}"), 4, "test.k", "invalid rate limit unit 'hours': want second, minute, hour, day, week, month or year"},
 		{"unlimited with a unit", rl("{unlimited: true, unit: second}"), 4, "test.k", "should not specify rate limit unit when unlimited"},
 		{"empty replaces entry", rl("{unit: second, requests_per_unit: 1, name: a, replaces: [{name: \"\"}]}"), 4, "test.k", "should not have an empty replaces entry"},
 		{"replaces entry without a name", rl("{unit: second, requests_per_unit: 1, name: a, replaces: [{}]}"), 4, "test.k", "should not have an empty replaces entry"},
@@ -485,7 +486,7 @@ func TestOverride(t *testing.T) {
 		t.Errorf("zero requests: %+v, %v", r, err)
 	}
 	for _, bad := range []string{"UNKNOWN", "", "fortnight"} {
-		if _, err := Override("edge", entries, 1, bad); err == nil || !strings.Contains(err.Error(), "invalid rate limit unit") {
+		if _, err := Override("edge", entries, 1, bad); err == nil || !strings.Contains(err.Error(), "invalid rate limit unit '"+bad+"': want second, minute, hour, day, week, month or year") {
 			t.Errorf("unit %q: err = %v", bad, err)
 		}
 	}

@@ -190,7 +190,7 @@ func escape(b *strings.Builder, s string) {
 func Override(domain string, entries []Entry, requestsPerUnit uint32, unit string) (*Rule, error) {
 	seconds, ok := unitSeconds[strings.ToUpper(unit)]
 	if !ok {
-		return nil, fmt.Errorf("rlsconfig: limit override for %s: invalid rate limit unit '%s'", entryPath(entries), unit)
+		return nil, fmt.Errorf("rlsconfig: limit override for %s: invalid rate limit unit '%s': want second, minute, hour, day, week, month or year", entryPath(entries), unit)
 	}
 	rate := int64(requestsPerUnit)
 	r := &Rule{
