@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
+	"time"
 )
 
 // command is one subcommand.
@@ -31,11 +33,14 @@ var errHelp = errors.New("help")
 // parseFlags parses args into fs, whose usage is printed by usage. Asked for
 // help (-h, -help, --help), it prints the usage to stdout and returns
 // errHelp; for a bad flag or an argument that is not a flag it prints the
-// error and the usage to stderr and returns errUsage.
+// error and where the usage is (the usage itself, serve's 150 lines, would
+// push the error off the screen) to stderr and returns errUsage.
 func parseFlags(fs *flag.FlagSet, usage func(io.Writer), args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard) // the errors are printed below, once
 	fs.Usage = func() {}
+	restore := explainDurations(fs)
 	err := fs.Parse(args)
+	restore()
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(stderr) }
 	switch {
@@ -44,15 +49,55 @@ func parseFlags(fs *flag.FlagSet, usage func(io.Writer), args []string, stdout, 
 		usage(stdout)
 		return errHelp
 	case err != nil:
-		fmt.Fprintf(stderr, "sluice %s: %v\n\n", fs.Name(), err)
-		usage(stderr)
+		usageError(stderr, fs.Name(), err.Error())
 		return errUsage
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "sluice %s: unexpected argument %q\n\n", fs.Name(), fs.Arg(0))
-		usage(stderr)
+		usageError(stderr, fs.Name(), fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 		return errUsage
 	}
 	return nil
+}
+
+// usageError prints a usage error of the command name ("" for sluice
+// itself) and the one line that says where its usage is.
+func usageError(stderr io.Writer, name, msg string) {
+	cmd := strings.TrimSpace("sluice " + name)
+	fmt.Fprintf(stderr, "%s: %s\nsee %s --help\n", cmd, msg, cmd)
+}
+
+// durationHint is what a duration flag's parse error says is wanted.
+const durationHint = "want a duration with its unit: 1s, 250ms, 2m30s, 1h"
+
+// hintedDuration is a duration flag whose parse error says what is
+// wanted: the flag package's own says "parse error".
+type hintedDuration struct{ flag.Value }
+
+func (d hintedDuration) Set(s string) error {
+	if err := d.Value.Set(s); err != nil {
+		return errors.New(durationHint)
+	}
+	return nil
+}
+
+// explainDurations has fs's duration flags explain their parse errors
+// until restore, which puts the flag package's values back (its help
+// names their type from them).
+func explainDurations(fs *flag.FlagSet) (restore func()) {
+	var undo []func()
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, ok := g.Get().(time.Duration); ok {
+				v := f.Value
+				f.Value = hintedDuration{v}
+				undo = append(undo, func() { f.Value = v })
+			}
+		}
+	})
+	return func() {
+		for _, u := range undo {
+			u()
+		}
+	}
 }
 
 // flagGiven reports whether the flag name was set on the command line.
@@ -79,8 +124,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
-		usage(stderr)
+		usageError(stderr, "", fmt.Sprintf("unknown command %q", args[0]))
 		return 2
 	}
 	if err := c.run(ctx, args[1:], stdin, stdout, stderr); err != nil {

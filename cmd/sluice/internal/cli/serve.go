@@ -86,18 +86,27 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	return runServe(ctx, o, !f.noConsole)
 }
 
-// checkConfig is --check: it loads the configuration as serve would and
-// says what it holds, or returns the load error.
+// checkConfig is --check: it reads every flag as serve would (the
+// stores' specs and options, the TLS files, the listeners' addresses)
+// without connecting to a store or binding a listener, loads the
+// configuration as serve would, and says what it holds and where serve
+// would listen, or returns the first error serve would have stopped on.
 func (f *serveFlags) checkConfig(stdout io.Writer) error {
+	o, done, err := f.options(io.Discard) // go-redis clients connect at their first command: none is sent
+	if err != nil {
+		return err
+	}
+	done()
 	if f.xds.server != "" {
 		return errors.New("--check: the rules come from the xDS server (--xds-server), not from files: nothing to check")
 	}
-	cfg, err := serve.CheckConfig(serve.Options{Config: f.config, MergeDomains: f.mergeDomains}, f.perSecond != "")
+	cfg, err := serve.CheckConfig(o)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "configuration OK: %d domains, %d rules, %d concurrency limits, from %d files\n",
 		len(cfg.Domains()), len(cfg.Rules()), len(cfg.Concurrencies()), len(cfg.Sources()))
+	fmt.Fprintf(stdout, "serve would listen on gRPC %s and HTTP %s, over %s\n", o.GRPCAddr, o.HTTPAddr, o.StoreName)
 	return nil
 }
 

@@ -281,7 +281,7 @@ func TestSimBadFlags(t *testing.T) {
 		{[]string{"--limit", "3/1s", "--burst", "4"}, "give a window"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--ticks", "x"}, "invalid value"},
-		{[]string{"extra"}, "Usage: sluice sim"},
+		{[]string{"extra"}, "sluice sim: unexpected argument \"extra\"\nsee sluice sim --help\n"},
 	} {
 		code, out, errs := simCLI(t, "", tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) || out != "" {

@@ -25,11 +25,39 @@ func TestHelp(t *testing.T) {
 	if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") {
 		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, out, errs)
 	}
-	for _, args := range [][]string{{"replay", "--nope"}, {"sim", "--nope"}, {"replay", "extra"}, {"serve", "--nope"}} {
+	// A usage error is the error and one line that says where the usage
+	// is, for the command and every subcommand: serve's 150 lines of usage
+	// once pushed the error off the screen.
+	cases := [][]string{{"replay", "extra"}, {"serve", "--conifg", "x"}, {"serve", "extra"}, {"nope"}}
+	for name := range commands {
+		cases = append(cases, []string{name, "--nope"})
+	}
+	for _, args := range cases {
 		code, out, errs := runCLI(t, "", args...)
-		if code != 2 || out != "" || !strings.Contains(errs, "Usage: sluice") || !strings.Contains(errs, strings.TrimLeft(args[1], "-")) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, the error and the usage on stderr", args, code, out, errs)
+		cmd, bad := "sluice "+args[0], strings.TrimLeft(args[1%len(args)], "-")
+		if args[0] == "nope" {
+			cmd = "sluice"
 		}
+		lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+		if code != 2 || out != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], cmd+": ") || !strings.Contains(lines[0], bad) || lines[1] != "see "+cmd+" --help" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, the error naming %q and \"see %s --help\" on stderr", args, code, out, errs, bad, cmd)
+		}
+	}
+}
+
+// A duration flag given a bad value says a duration is wanted, with its
+// unit (the flag package says "parse error"), and the help still names
+// the flag's type.
+func TestDurationFlagErrors(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--store-leases", "1"}, {"serve", "--store-timeout", "fast"}, {"serve", "--shutdown-timeout=10"}} {
+		code, _, errs := runCLI(t, "", args...)
+		if code != 2 || !strings.Contains(errs, durationHint) || strings.Contains(errs, "parse error") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", args, code, errs, durationHint)
+		}
+	}
+	code, out, _ := runCLI(t, "", "serve", "--help")
+	if code != 0 || !strings.Contains(out, "-store-leases duration") {
+		t.Errorf("serve --help: exit %d; want -store-leases duration in\n%s", code, out)
 	}
 }
 

@@ -99,18 +99,27 @@ func checkLeases(cfg *rlsconfig.Config, perSecondStore bool) error {
 	return nil
 }
 
-// CheckConfig loads o's configuration files (Config, MergeDomains) as New
-// would, and checks them as New would against a per-second store when
-// perSecondStore, without a store, a listener or a watch: what
+// CheckConfig checks o as New would, without binding a listener or
+// watching a file: its settings and the listeners' addresses, then the
+// configuration's files (Config, MergeDomains) loaded and checked against
+// its stores (a PerSecondStore). It returns the configuration: what
 // `sluice serve --check` reports. An empty Config is the empty
 // configuration.
-func CheckConfig(o Options, perSecondStore bool) (*rlsconfig.Config, error) {
+func CheckConfig(o Options) (*rlsconfig.Config, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	for _, a := range []struct{ name, addr string }{{"gRPC", o.GRPCAddr}, {"HTTP", o.HTTPAddr}} {
+		if err := checkAddr(a.addr); err != nil {
+			return nil, fmt.Errorf("%s listener: %w", a.name, err)
+		}
+	}
 	if o.Config == "" {
 		return rlsconfig.Parse(map[string][]byte{})
 	}
 	cfg, err := rlsconfig.Options{MergeDomains: o.MergeDomains}.Load(o.Config)
 	if err == nil {
-		err = checkLeases(cfg, perSecondStore)
+		err = checkLeases(cfg, o.PerSecondStore != nil)
 	}
 	if err == nil {
 		_, err = ruleMetadata(cfg.Rules())

@@ -180,6 +180,26 @@ func listen(addr string) (net.Listener, error) {
 	return ln, err
 }
 
+// checkAddr reports why listen could not take addr by its form alone
+// (HOST:PORT, PORT a number or a service's name, or unix:PATH), nil when
+// only binding it can tell.
+func checkAddr(addr string) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if strings.TrimPrefix(path, "//") == "" {
+			return fmt.Errorf("%q: no socket path after unix:", addr)
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%q: want HOST:PORT or unix:PATH: %w", addr, err)
+	}
+	return nil
+}
+
 // staleSocket reports whether path is a Unix socket nothing listens on.
 func staleSocket(path string) bool {
 	fi, err := os.Lstat(path)
