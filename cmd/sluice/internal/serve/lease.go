@@ -171,7 +171,7 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			setRetryAfter(w.Header(), time.Duration(out.RetryAfterUS)*time.Microsecond)
 			w.WriteHeader(http.StatusTooManyRequests)
 		default:
-			s.count(op, "expired") // the lease had come back by itself
+			s.count(op, "not_held") // come back by itself, or released already
 		}
 		json.NewEncoder(w).Encode(out)
 	}

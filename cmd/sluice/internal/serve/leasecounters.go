@@ -15,12 +15,12 @@ const (
 	leaseRefused         // an acquire was refused (the limit, or its rate limit)
 	leaseReleased        // a release gave back a lease still held
 	leaseExtended        // an extension moved a lease still held
-	leaseExpired         // a release or an extension found its lease come back by itself
+	leaseNotHeld         // a release or an extension found nothing held: the lease had come back by itself, or was released already
 	leaseErrored         // the store could not decide
 	leaseOutcomes
 )
 
-var leaseOutcomeNames = [leaseOutcomes]string{"held", "refused", "released", "extended", "expired", "error"}
+var leaseOutcomeNames = [leaseOutcomes]string{"held", "refused", "released", "extended", "not_held", "error"}
 
 // leaseCounters are one concurrency limit's lease counters, by outcome.
 type leaseCounters [leaseOutcomes]prometheus.Counter
@@ -39,7 +39,7 @@ func (cs concSeries) count(cc *rlsconfig.Concurrency, outcome int) {
 func newConcurrencyVec() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_serve_concurrency_leases_total",
-		Help: "Lease calls on configured concurrency limits, by domain, concurrency (its name, else its descriptor path) and outcome (held, refused, released, extended, expired: found come back by itself, error).",
+		Help: "Lease calls on configured concurrency limits, by domain, concurrency (its name, else its descriptor path) and outcome (held, refused, released, extended, not_held: a release or an extension that found nothing held, the lease come back by itself or released already; error).",
 	}, []string{"domain", "concurrency", "outcome"})
 }
 

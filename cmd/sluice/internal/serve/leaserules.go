@@ -102,7 +102,7 @@ func (s *service) leaseByRules(ctx context.Context, op string, t *LeaseRequest) 
 	out.key = held.Key
 	switch {
 	case !ls.Allowed:
-		st.concCounters.count(cc, leaseExpired)
+		st.concCounters.count(cc, leaseNotHeld)
 	case op == "release":
 		st.concCounters.count(cc, leaseReleased)
 	default:

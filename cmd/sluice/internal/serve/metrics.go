@@ -65,7 +65,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take) and code (ok, over_limit, invalid, unavailable, error).",
+			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held).",
 		}, []string{"door", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_serve_call_duration_seconds", Help: "Time to answer a call, by door.",
