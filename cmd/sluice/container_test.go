@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 )
 
 // repoRoot is the repository's root, two levels up from cmd/sluice.
@@ -47,6 +50,9 @@ type dockerfile struct {
 	user       string   // the last stage's USER
 	entrypoint []string
 	cmd        []string
+	env        []string // the last stage's ENV, as KEY=VALUE
+	volumes    []string // the last stage's VOLUMEs
+	comments   []string // the comment lines, without their #
 }
 
 // readDockerfile reads path's instructions (continuation lines joined).
@@ -60,7 +66,8 @@ func readDockerfile(t *testing.T, path string) dockerfile {
 	var lines []string
 	cont := ""
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "#") {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(l), "#"); ok {
+			d.comments = append(d.comments, strings.TrimSpace(c))
 			continue
 		}
 		if s, ok := strings.CutSuffix(l, "\\"); ok {
@@ -77,7 +84,18 @@ func readDockerfile(t *testing.T, path string) dockerfile {
 		switch strings.ToUpper(op) {
 		case "FROM":
 			d.final, _, _ = strings.Cut(arg, " ")
-			d.user = ""
+			d.user, d.env, d.volumes, d.entrypoint, d.cmd = "", nil, nil, nil, nil
+		case "ENV":
+			for _, w := range shellWords(t, arg) {
+				if !strings.Contains(w, "=") {
+					t.Fatalf("ENV %s: want KEY=VALUE pairs", arg)
+				}
+				d.env = append(d.env, w)
+			}
+		case "VOLUME":
+			if err := json.Unmarshal([]byte(arg), &d.volumes); err != nil {
+				d.volumes = append(d.volumes, strings.Fields(arg)...)
+			}
 		case "WORKDIR":
 			workdir = arg
 		case "USER":
@@ -179,11 +197,12 @@ func buildAsDockerfile(t *testing.T, d dockerfile, dir string) string {
 	return bin
 }
 
-// The binary built exactly as the Dockerfile builds it is static, and
-// started as the image starts it (its ENTRYPOINT and CMD, the listeners
-// moved to free loopback ports) from an empty directory with an empty
-// environment, it serves: /healthcheck, an RLS call, a clean stop. The
-// image's last stage has no shell and runs as a user other than root.
+// The binary built exactly as the Dockerfile builds it is static, and each
+// `docker run … sluice` line of the docs works as written when run as the
+// image runs it (runAsImage): the image's defaults alone, the README's
+// line, docs/serve.md's lines over Redis and with --envoy-env. The image's
+// last stage has no shell, runs as a user other than root, and its
+// default rules path is a VOLUME.
 func TestContainerBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary; skipped with -short")
@@ -197,6 +216,15 @@ func TestContainerBuild(t *testing.T) {
 	}
 	if len(d.entrypoint) < 2 || d.entrypoint[1] != "serve" {
 		t.Fatalf("ENTRYPOINT %q: want the binary, then serve", d.entrypoint)
+	}
+	for _, kv := range d.env {
+		if k, v, _ := strings.Cut(kv, "="); k == "SLUICE_CONFIG" && !slices.Contains(d.volumes, v) {
+			t.Errorf("the image reads its rules from %s, which is not one of its VOLUMEs %q: `docker run` without -v finds no such directory", v, d.volumes)
+		}
+	}
+	lines := dockerRunLines(t)
+	if len(lines) < 3 {
+		t.Fatalf("%d docker run lines in the README, docs/serve.md and the Dockerfile: want the README's, the Dockerfile's and serve.md's", len(lines))
 	}
 	bin := buildAsDockerfile(t, d, t.TempDir())
 
@@ -215,9 +243,212 @@ func TestContainerBuild(t *testing.T) {
 		t.Fatalf("the binary is not static: it needs %v", libs)
 	}
 
-	args := append(append(append([]string(nil), d.entrypoint[1:]...), d.cmd...), "--grpc=127.0.0.1:0", "--http=127.0.0.1:0")
-	cmd := exec.Command(bin, args...)
-	cmd.Dir, cmd.Env = t.TempDir(), []string{}
+	t.Run("defaults", func(t *testing.T) { runAsImage(t, bin, d, &dockerRun{src: "docker run sluice", image: "sluice"}, nil) })
+	for _, l := range lines {
+		if l.image != "sluice" {
+			continue
+		}
+		t.Run(l.src, func(t *testing.T) { runAsImage(t, bin, d, l, lines) })
+	}
+}
+
+// dockerRun is a `docker run` line of the docs, as docker reads it.
+type dockerRun struct {
+	src           string            // the line, as the docs give it
+	ports         []string          // the container ports -p publishes
+	volumes       map[string]string // -v: container path → host path
+	env           []string          // -e KEY=VALUE
+	network, name string
+	image         string
+	args          []string // after the image
+}
+
+// dockerRunLines returns the `docker run` lines of the README's and
+// docs/serve.md's shell blocks and of the Dockerfile's comments, split as a
+// shell splits them ($PWD is the repository's root).
+func dockerRunLines(t *testing.T) []*dockerRun {
+	t.Helper()
+	var srcs []string
+	for _, doc := range []string{"README.md", filepath.Join("docs", "serve.md")} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("(?ms)^```sh\n(.*?)^```$").FindAllStringSubmatch(string(b), -1) {
+			srcs = append(srcs, joinContinued(strings.Split(m[1], "\n"))...)
+		}
+	}
+	srcs = append(srcs, joinContinued(readDockerfile(t, filepath.Join(repoRoot, "Dockerfile")).comments)...)
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*dockerRun
+	for _, src := range srcs {
+		if !strings.HasPrefix(src, "docker run ") {
+			continue
+		}
+		if i := strings.Index(src, " #"); i >= 0 {
+			src = strings.TrimSpace(src[:i])
+		}
+		words := shellWords(t, strings.ReplaceAll(strings.ReplaceAll(src, `"$PWD`, `"`+root), " $PWD", " "+root))
+		r := &dockerRun{src: src, volumes: map[string]string{}}
+		for i := 2; i < len(words); i++ {
+			w := words[i]
+			value := func() string {
+				if i+1 == len(words) {
+					t.Fatalf("%s: %s wants a value", src, w)
+				}
+				i++
+				return words[i]
+			}
+			switch w {
+			case "--rm", "-d", "--detach", "-it":
+			case "-p", "--publish":
+				p := value()
+				r.ports = append(r.ports, p[strings.LastIndex(p, ":")+1:])
+			case "-v", "--volume":
+				host, ctr, _ := strings.Cut(value(), ":")
+				ctr, _, _ = strings.Cut(ctr, ":")
+				r.volumes[ctr] = host
+			case "-e", "--env":
+				r.env = append(r.env, value())
+			case "--network":
+				r.network = value()
+			case "--name":
+				r.name = value()
+			default:
+				if strings.HasPrefix(w, "-") {
+					t.Fatalf("%s: this test does not know docker run's %s: teach it", src, w)
+				}
+				r.image, r.args = w, words[i+1:]
+				i = len(words)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// joinContinued joins the lines that end in a backslash to the next.
+func joinContinued(lines []string) []string {
+	var out []string
+	cont := ""
+	for _, l := range lines {
+		if s, ok := strings.CutSuffix(strings.TrimSpace(l), "\\"); ok {
+			cont += s + " "
+			continue
+		}
+		out = append(out, strings.TrimSpace(cont+l))
+		cont = ""
+	}
+	return out
+}
+
+// runAsImage runs the docker run line r as the image d would: the
+// ENTRYPOINT's arguments, then r's (or the CMD), in the ENV with r's -e,
+// each volume of r at its host directory (and each other VOLUME empty)
+// under a directory that stands for the container's root, a store host
+// that names another line's container on r's network replaced by a test
+// Redis. `serve --check` must find the listeners on every interface, on
+// ports r publishes, and the rules loaded; started, with its ports moved
+// to free loopback ones, it must answer /healthcheck and an RLS call as
+// its rules say, and stop cleanly on SIGTERM.
+func runAsImage(t *testing.T, bin string, d dockerfile, r *dockerRun, all []*dockerRun) {
+	ctrRoot := t.TempDir()
+	for _, v := range d.volumes {
+		if err := os.MkdirAll(filepath.Join(ctrRoot, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ctr, host := range r.volumes {
+		p := filepath.Join(ctrRoot, ctr)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(p) // a VOLUME's empty directory, now mounted over
+		if err := os.Symlink(host, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a process in the container reads as an absolute path, it reads
+	// under ctrRoot here.
+	inRoot := func(v string) string {
+		if strings.HasPrefix(v, "/") {
+			return filepath.Join(ctrRoot, v)
+		}
+		return v
+	}
+	redisHost := regexp.MustCompile(`^(redis://|rediss://)?([a-z][a-z0-9-]*):(\d+)(/.*)?$`)
+	var testRedis string
+	rehost := func(v string) string {
+		m := redisHost.FindStringSubmatch(v)
+		if m == nil || m[2] == "localhost" {
+			return v
+		}
+		found := false
+		for _, o := range all {
+			found = found || (o.name == m[2] && o.network == r.network && r.network != "" && o.image != "sluice")
+		}
+		if !found {
+			t.Fatalf("%s: the store %s is no container of a docs' docker run line on the network %q: docker could not resolve it", r.src, v, r.network)
+		}
+		if testRedis == "" {
+			testRedis = redistest.Standalone(t).Addr()
+		}
+		return m[1] + testRedis + m[4]
+	}
+	args := append([]string(nil), d.entrypoint[1:]...)
+	user := r.args
+	if len(user) == 0 {
+		user = d.cmd
+	}
+	for _, a := range user {
+		if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(k, "-") {
+			a = k + "=" + rehost(inRoot(v))
+		} else {
+			a = rehost(inRoot(a))
+		}
+		args = append(args, a)
+	}
+	env := []string{}
+	for _, kv := range append(append([]string(nil), d.env...), r.env...) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, k+"="+rehost(inRoot(v)))
+	}
+	if slices.Contains(args, "--envoy-env") && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "RUNTIME_ROOT=") }) {
+		// envoy's default runtime root, in the container's root here.
+		env = append(env, "RUNTIME_ROOT="+inRoot("/srv/runtime_data/current"))
+	}
+	run := func(extra ...string) *exec.Cmd {
+		cmd := exec.Command(bin, append(append([]string(nil), args...), extra...)...)
+		cmd.Dir, cmd.Env = t.TempDir(), env
+		return cmd
+	}
+
+	out, err := run("--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: serve %q --check: %v\n%s", r.src, args[1:], err, out)
+	}
+	m := regexp.MustCompile(`(?m)^configuration OK: \d+ domains, (\d+) rules.*\nserve would listen on gRPC (\S+) and HTTP (\S+), over`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("%s: --check said\n%s", r.src, out)
+	}
+	rules := m[1] != "0"
+	if want := len(r.volumes) > 0; rules != want {
+		t.Errorf("%s: %s rules loaded; want some exactly when the line mounts them", r.src, m[1])
+	}
+	for _, addr := range m[2:] {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || (host != "0.0.0.0" && host != "" && host != "::") {
+			t.Errorf("%s: serve would listen on %s: another container, or the host through -p, cannot reach it; want every interface", r.src, addr)
+		}
+		if r.image == "sluice" && r.src != "docker run sluice" && !slices.Contains(r.ports, port) {
+			t.Errorf("%s: serve would listen on port %s, which the line does not publish (-p %q)", r.src, port, r.ports)
+		}
+	}
+
+	cmd := run("--grpc=127.0.0.1:0", "--http=127.0.0.1:0", "--log-level=info")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +469,7 @@ func TestContainerBuild(t *testing.T) {
 		done <- cmd.Wait()
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	serving := regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+	serving := regexp.MustCompile(`msg="?serving"? grpc=(\S+) http=(\S+)`)
 	var grpcAddr, httpAddr string
 	var log []string
 	for deadline := time.After(60 * time.Second); grpcAddr == ""; {
@@ -270,10 +501,10 @@ func TestContainerBuild(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := pb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge",
-		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}})
-	if err != nil || r.OverallCode != pb.RateLimitResponse_OK {
-		t.Fatalf("ShouldRateLimit: %v %v", r, err)
+	resp2, err := pb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: "alice"}}}}})
+	if err != nil || resp2.OverallCode != pb.RateLimitResponse_OK || len(resp2.Statuses) != 1 || (resp2.Statuses[0].CurrentLimit != nil) != rules {
+		t.Fatalf("ShouldRateLimit: %v %v; want OK, with the rule's limit exactly when rules are mounted", resp2, err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -286,6 +517,88 @@ func TestContainerBuild(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("still running 30 s after SIGTERM")
 	}
+}
+
+// .dockerignore leaves in the build context every file git tracks: one it
+// dropped (bench/ and .ci/ once were) is a deletion to the build's git, and
+// go build stamped the image's binary "+dirty" (`sluice --version`).
+func TestDockerignore(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git to list the tracked files")
+	}
+	cmd := exec.Command(git, "ls-files", "-z")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout?)", err)
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	for _, c := range []struct {
+		patterns []string
+		path     string
+		want     bool
+	}{
+		{[]string{"bench"}, "bench/go.mod", true},
+		{[]string{"/bench"}, "bench/cmd/rls/main.go", true},
+		{[]string{"**/*.test"}, "cmd/sluice/serve.test", true},
+		{[]string{"/sluice"}, "sluice", true},
+		{[]string{"/sluice"}, "cmd/sluice/main.go", false},
+		{[]string{".ci"}, ".ci/run", true},
+		{[]string{"bench", "!bench/go.mod"}, "bench/go.mod", false},
+		{[]string{"*.md"}, "docs/serve.md", false},
+	} {
+		if got := dockerignored(c.patterns, c.path); got != c.want {
+			t.Fatalf("dockerignored(%q, %s) = %v, want %v: the matcher is wrong", c.patterns, c.path, got, c.want)
+		}
+	}
+	for _, f := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		if dockerignored(patterns, f) {
+			t.Errorf(".dockerignore drops %s, which git tracks: the image's build sees it deleted and stamps its binary +dirty", f)
+		}
+	}
+}
+
+// dockerignored reports whether .dockerignore's patterns keep path out of
+// the build context, as docker matches them: filepath.Match's syntax and
+// **, the leading / dropped, a pattern that matches a directory matching
+// what is in it, the last matching pattern winning and ! re-including.
+func dockerignored(patterns []string, path string) bool {
+	out := false
+	for _, p := range patterns {
+		include := strings.HasPrefix(p, "!")
+		p = filepath.Clean(strings.TrimPrefix(strings.TrimPrefix(p, "!"), "/"))
+		re := "^"
+		for i := 0; i < len(p); i++ {
+			switch c := p[i]; {
+			case strings.HasPrefix(p[i:], "**/"):
+				re += "(.*/)?"
+				i += 2
+			case strings.HasPrefix(p[i:], "**"):
+				re += ".*"
+				i++
+			case c == '*':
+				re += "[^/]*"
+			case c == '?':
+				re += "[^/]"
+			default:
+				re += regexp.QuoteMeta(string(c))
+			}
+		}
+		if regexp.MustCompile(re + "(/.*)?$").MatchString(path) {
+			out = !include
+		}
+	}
+	return out
 }
 
 // readYAML reads path as YAML into v.

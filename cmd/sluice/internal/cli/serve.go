@@ -113,7 +113,7 @@ func (f *serveFlags) checkConfig(stdout io.Writer) error {
 // define defines serve's flags on a new flag set, into f.
 func (f *serveFlags) define() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.StringVar(&f.config, "config", "", "envoyproxy/ratelimit YAML: a file, or a directory of them (default: an empty configuration, every descriptor OK); reloaded on change and on SIGHUP")
+	fs.StringVar(&f.config, "config", os.Getenv(configEnv), "envoyproxy/ratelimit YAML: a file, or a directory of them (default $"+configEnv+", else an empty configuration: every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.mergeDomains, "merge-domain-config", false, "merge the --config files that configure one domain, as envoy's MERGE_DOMAIN_CONFIG does (a top-level descriptor in two of them is an error); without it two files with one domain are an error")
 	fs.BoolVar(&f.checkOnly, "check", false, "load --config, report what it holds or why it does not load, and exit (0: it loads) without serving, as envoyproxy/ratelimit's config check")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
@@ -128,8 +128,8 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
 	fs.DurationVar(&f.leases, "store-leases", 0, "lease hot keys' budgets to this instance for at most this long (0: off): a hot descriptor is decided in memory, never over its limit by more than a lease's life of refill")
 	fs.IntVar(&f.pipelines, "store-pipelines", 1, "pipelines to Redis in flight at once (0: every decision in its own round trip): one gathers every call that comes while it is on its way, the fewest round trips per decision")
-	fs.StringVar(&f.grpcAddr, "grpc", serve.DefaultGRPCAddr, "gRPC listen address (Envoy RLS v3 and grpc.health.v1): HOST:PORT, or unix:PATH for a Unix domain socket (envoy's GRPC_UDS)")
-	fs.StringVar(&f.httpAddr, "http", serve.DefaultHTTPAddr, "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config): HOST:PORT or unix:PATH")
+	fs.StringVar(&f.grpcAddr, "grpc", envOr(grpcAddrEnv, serve.DefaultGRPCAddr), "gRPC listen address (Envoy RLS v3 and grpc.health.v1): HOST:PORT, or unix:PATH for a Unix domain socket (envoy's GRPC_UDS); the default is $"+grpcAddrEnv+" when set")
+	fs.StringVar(&f.httpAddr, "http", envOr(httpAddrEnv, serve.DefaultHTTPAddr), "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config): HOST:PORT or unix:PATH; the default is $"+httpAddrEnv+" when set")
 	fs.StringVar(&f.headers, "response-headers", "none", "rate-limit headers a response asks Envoy to add: none, envoy (RateLimit-Limit, -Remaining, -Reset) or draft11 (RateLimit-Policy, RateLimit)")
 	fs.DurationVar(&f.connAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection (GOAWAY) once it is this old, ±10%, so that clients spread over the instances behind a load balancer (envoy's GRPC_MAX_CONNECTION_AGE; 0: never)")
 	fs.DurationVar(&f.connAgeGrace, "grpc-max-connection-age-grace", time.Hour, "how long the calls in flight on such a connection may still take before it is closed (envoy's GRPC_MAX_CONNECTION_AGE_GRACE; 0: as long as they need)")
@@ -165,6 +165,25 @@ func (f *serveFlags) define() *flag.FlagSet {
 	return fs
 }
 
+// The environment variables that give serve's listeners and configuration
+// their defaults: the container image sets them (the Dockerfile's ENV), so
+// that the flags given after the image name add to them rather than
+// replace them, and --envoy-env's settings still win over them.
+const (
+	configEnv   = "SLUICE_CONFIG"
+	grpcAddrEnv = "SLUICE_GRPC_ADDR"
+	httpAddrEnv = "SLUICE_HTTP_ADDR"
+)
+
+// envOr is the environment variable name's value, def when it is unset or
+// empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 // serveUsage is serve's --help.
 func serveUsage(fs *flag.FlagSet) func(io.Writer) {
 	return func(w io.Writer) {
@@ -174,7 +193,9 @@ func serveUsage(fs *flag.FlagSet) func(io.Writer) {
 Serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService)
 on --grpc and an HTTP API on --http, deciding with sluice over --store and
 envoyproxy/ratelimit's configuration files. With no flags at all: an empty
-configuration, an in-memory store, gRPC on %s and HTTP on %s.
+configuration, an in-memory store, gRPC on %s and HTTP on %s
+($SLUICE_CONFIG, $SLUICE_GRPC_ADDR and $SLUICE_HTTP_ADDR change these
+defaults: the container image sets them).
 The descriptors of one call are decided atomically: all must pass, and a
 refused call spends nothing. SIGHUP reloads the configuration; SIGTERM and
 SIGINT stop accepting, finish the calls in flight and exit 0. The web

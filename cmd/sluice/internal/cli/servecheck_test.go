@@ -81,3 +81,34 @@ func TestServeCheck(t *testing.T) {
 	}
 }
 
+// $SLUICE_CONFIG, $SLUICE_GRPC_ADDR and $SLUICE_HTTP_ADDR are the defaults
+// of --config, --grpc and --http (the container image sets them, so that
+// the flags after the image name add to them): a flag given wins, and so
+// do --envoy-env's settings, which stand for flags.
+func TestServeEnvDefaults(t *testing.T) {
+	examples := filepath.Join("..", "..", "..", "..", "examples", "serve")
+	t.Setenv(configEnv, examples)
+	t.Setenv(grpcAddrEnv, "0.0.0.0:9081")
+	t.Setenv(httpAddrEnv, "0.0.0.0:9080")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "configuration OK: 1 domains, 5 rules, 1 concurrency limits, from 1 files\nserve would listen on gRPC 0.0.0.0:9081 and HTTP 0.0.0.0:9080, over memory\n"},
+		{[]string{"--grpc", "127.0.0.1:7081", "--config", ""}, "configuration OK: 0 domains, 0 rules, 0 concurrency limits, from 0 files\nserve would listen on gRPC 127.0.0.1:7081 and HTTP 0.0.0.0:9080, over memory\n"},
+	} {
+		code, out, errs := runCLI(t, "", append([]string{"serve", "--check"}, c.args...)...)
+		if code != 0 || out != c.want {
+			t.Errorf("%v: exit %d, %q %q; want %q", c.args, code, out, errs, c.want)
+		}
+	}
+	t.Setenv("RUNTIME_ROOT", examples)
+	t.Setenv("RUNTIME_APPDIRECTORY", ".")
+	t.Setenv("REDIS_SOCKET_TYPE", "tcp")
+	t.Setenv("REDIS_URL", "127.0.0.1:1")
+	t.Setenv("GRPC_PORT", "7081")
+	code, out, errs := runCLI(t, "", "serve", "--check", "--envoy-env")
+	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "5 rules") {
+		t.Errorf("--envoy-env: exit %d, %q %q; want envoy's settings over the environment's defaults: %q", code, out, errs, want)
+	}
+}
