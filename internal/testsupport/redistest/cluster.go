@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,10 +67,19 @@ func newCluster(t testing.TB, x *TLS) *ClusterServer {
 			t.Errorf("redistest: %v", err)
 		}
 	})
+	if err := c.start(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// start starts c's nodes and joins them into a cluster; the caller stops
+// them (close) whether it fails or not.
+func (c *ClusterServer) start() error {
 	for i := range clusterNodes {
 		p, err := c.startNode(i)
 		if err != nil {
-			t.Fatalf("redistest: cluster node %d: %v", i, err)
+			return fmt.Errorf("cluster node %d: %w", i, err)
 		}
 		c.nodes = append(c.nodes, p)
 	}
@@ -78,9 +88,62 @@ func newCluster(t testing.TB, x *TLS) *ClusterServer {
 		for _, p := range c.nodes {
 			fmt.Fprintf(&logs, "\n%s:\n%s", p.cfg.logFile, readLogFrom(p.cfg.logFile, 0))
 		}
-		t.Fatalf("redistest: creating cluster on %v: %v; the nodes' logs:%s", c.Addrs(), err, logs.String())
+		return fmt.Errorf("creating cluster on %v: %w; the nodes' logs:%s", c.Addrs(), err, logs.String())
 	}
-	return c
+	return nil
+}
+
+// SharedCluster returns the Cluster shared by all tests of the test binary,
+// starting it on first use: starting and joining three nodes takes a second
+// or two, which a test that only decides on a cluster need not wait each
+// time. Tests using it must use distinct key prefixes and must not FLUSHALL,
+// stop a node, move a slot or flush the script cache (use Cluster for
+// those); like Shared, it needs Main, which stops it at the end.
+func SharedCluster(t testing.TB) *ClusterServer {
+	t.Helper()
+	Require(t)
+	if !mainActive.Load() {
+		t.Fatal("redistest: SharedCluster needs `func TestMain(m *testing.M) { redistest.Main(m) }` in the test package")
+	}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedCluster == nil && sharedClusterErr == nil {
+		sharedCluster, sharedClusterErr = startSharedCluster()
+	}
+	if sharedClusterErr != nil {
+		t.Fatalf("redistest: shared cluster: %v", sharedClusterErr)
+	}
+	return sharedCluster
+}
+
+func startSharedCluster() (*ClusterServer, error) {
+	dir, err := os.MkdirTemp("", "redistest-shared-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	c := &ClusterServer{dir: dir}
+	if err := c.start(); err != nil {
+		_ = c.close()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// stopSharedCluster stops the SharedCluster, if it was started (Main).
+func stopSharedCluster() error {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	c := sharedCluster
+	sharedCluster, sharedClusterErr = nil, errors.New("SharedCluster called after Main finished")
+	if c == nil {
+		return nil
+	}
+	err := c.close()
+	if rmErr := os.RemoveAll(c.dir); err == nil {
+		err = rmErr
+	}
+	return err
 }
 
 func (c *ClusterServer) startNode(i int) (*process, error) {

@@ -1,7 +1,8 @@
 // Package redistest starts real redis-server processes for tests of the
 // Redis store: a standalone server per test ([Standalone]), one standalone
 // server shared by all tests of a test binary ([Shared] together with
-// [Main]), and a three-master Redis Cluster ([Cluster]).
+// [Main]), a three-master Redis Cluster ([Cluster]) and one such cluster
+// shared by all tests of a test binary ([SharedCluster], with [Main]).
 //
 // Servers listen on free ports on 127.0.0.1 only, keep no data on disk
 // (--save "" --appendonly no) and are stopped when the test that started

@@ -150,6 +150,23 @@ func TestShared(t *testing.T) {
 	}
 }
 
+func TestSharedCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.SharedCluster(t)
+	if c2 := redistest.SharedCluster(t); c2 != c {
+		t.Fatal("SharedCluster returned two clusters")
+	}
+	ctx := context.Background()
+	for _, k := range []string{"TestSharedCluster:a", "TestSharedCluster:b", "TestSharedCluster:c"} {
+		if err := c.Client().Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Client().Get(ctx, k).Result(); err != nil || got != "v" {
+			t.Fatalf("GET %s = %q, %v", k, got, err)
+		}
+	}
+}
+
 // helperEnv makes the test binary run one of the helper tests below.
 const helperEnv = "REDISTEST_HELPER"
 

@@ -74,12 +74,20 @@ func newSentinel(t testing.TB, x *TLS) *SentinelServer {
 		}
 	})
 	var err error
-	if s.master, err = s.start("master", nil, ""); err != nil {
+	// The master sends the replica its data at once: by default it waits
+	// 5 s for more replicas to come (repl-diskless-sync-delay).
+	if s.master, err = s.start("master", []string{"--repl-diskless-sync-delay", "0"}, ""); err != nil {
 		t.Fatalf("redistest: sentinel's master: %v", err)
 	}
 	host, port := "127.0.0.1", strconv.Itoa(s.master.clientPort())
 	if s.replica, err = s.start("replica", []string{"--replicaof", host, port}, ""); err != nil {
 		t.Fatalf("redistest: sentinel's replica: %v", err)
+	}
+	// The replica in sync before the Sentinel starts: the Sentinel then
+	// finds it in the master's INFO at once, where it would otherwise wait
+	// for its next look (every 10 s) to learn of it.
+	if err := s.waitSynced(); err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
 	conf := filepath.Join(s.dir, "sentinel.conf")
 	lines := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\nsentinel down-after-milliseconds %[1]s %[4]s\nsentinel failover-timeout %[1]s 5000\n",
@@ -122,6 +130,21 @@ func (s *SentinelServer) start(name string, extra []string, conf string) (*proce
 		}
 	}
 	return nil, err
+}
+
+// waitSynced waits until the replica is in sync with the master.
+func (s *SentinelServer) waitSynced() error {
+	deadline := time.Now().Add(failoverTimeout)
+	for {
+		info, err := commandString(s.replica.cfg.addr(), probeTimeout, "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sentinel's replica did not come up in sync within %v (last error: %v)", failoverTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // waitReplica waits until the replica is in sync and the Sentinel lists

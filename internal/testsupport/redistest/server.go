@@ -231,9 +231,11 @@ func (s *Server) close() error {
 var (
 	mainActive atomic.Bool
 
-	sharedMu     sync.Mutex
-	sharedServer *Server
-	sharedErr    error
+	sharedMu         sync.Mutex
+	sharedServer     *Server
+	sharedCluster    *ClusterServer // SharedCluster's
+	sharedClusterErr error
+	sharedErr        error
 )
 
 // Shared returns the standalone server shared by all tests of the test
@@ -276,16 +278,17 @@ func startShared() (*Server, error) {
 	return s, nil
 }
 
-// Main runs the tests of a package and then stops the Shared server, if it
-// was started, and exits with the tests' exit code. Use it as
+// Main runs the tests of a package and then stops the Shared server and
+// the SharedCluster, those that were started, and exits with the tests'
+// exit code. Use it as
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
 	mainActive.Store(true)
 	code := m.Run()
 	mainActive.Store(false)
-	if err := stopShared(); err != nil {
-		fmt.Fprintf(os.Stderr, "redistest: stopping shared server: %v\n", err)
+	if err := errors.Join(stopShared(), stopSharedCluster()); err != nil {
+		fmt.Fprintf(os.Stderr, "redistest: stopping the shared servers: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
