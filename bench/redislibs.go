@@ -72,30 +72,31 @@ func CompositeString() string {
 // takes it, that sluice's Redis store sends for one token-bucket decision
 // under Rate and Burst at the server's time, on a key
 // "sluice:rb:__rand_int__" (redis-benchmark -r N replaces __rand_int__ with a
-// random number below N). It does not write the layout out: it makes that
-// decision through the store (redisstore.New over a client to addr, without
-// batching) and records the script call the store sends, loading the script
-// on the server on the way. cmd/compare checks the reply before
-// benchmarking with it.
-func SluiceScriptCommand(ctx context.Context, addr string) ([]string, error) {
+// random number below N), and the reply the store got to it. It does not
+// write the layout out: it makes that decision through the store
+// (redisstore.New over a client to addr, without batching) and records the
+// script call the store sends and its reply, loading the script on the
+// server on the way. cmd/compare checks that the command, sent again on a
+// fresh key, replies as the store's call did before benchmarking with it.
+func SluiceScriptCommand(ctx context.Context, addr string) (args []string, reply []any, err error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
 	defer c.Close()
 	rec := &scriptRecorder{}
 	c.AddHook(rec)
 	st, err := redisstore.New(c, redisstore.WithoutBatching())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer st.Close()
 	if _, err := sluice.New(st).Take(ctx, "rb:__rand_int__", sluice.PerSecond(Rate).WithBurst(Burst), 1); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	args := rec.last()
-	if len(args) < 4 {
-		return nil, fmt.Errorf("the store sent no script call (%v)", args)
+	sent, reply := rec.last()
+	if len(sent) < 4 {
+		return nil, nil, fmt.Errorf("the store sent no script call (%v)", sent)
 	}
-	out := make([]string, len(args))
-	for i, a := range args {
+	out := make([]string, len(sent))
+	for i, a := range sent {
 		out[i] = fmt.Sprint(a)
 	}
 	if strings.EqualFold(out[0], "eval") {
@@ -104,37 +105,53 @@ func SluiceScriptCommand(ctx context.Context, addr string) ([]string, error) {
 		// digest.
 		sha, err := c.ScriptLoad(ctx, out[1]).Result()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[1] = sha
 	}
 	out[0] = "EVALSHA"
-	return out, nil
+	return out, reply, nil
 }
 
 // scriptRecorder is a go-redis hook that keeps the arguments of the last
-// script call (EVALSHA or EVAL) sent.
+// script call (EVALSHA or EVAL) sent and its reply (nil when it failed:
+// NOSCRIPT, before the store sends EVAL).
 type scriptRecorder struct {
-	mu   sync.Mutex
-	args []any
+	mu    sync.Mutex
+	args  []any
+	reply []any
 }
 
-func (h *scriptRecorder) last() []any {
+func (h *scriptRecorder) last() (args, reply []any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.args
+	return h.args, h.reply
 }
 
 func (h *scriptRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *scriptRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
 		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			var reply []any
+			if err == nil {
+				switch c := cmd.(type) {
+				case *redis.IntSliceCmd: // how redisstore reads a decision
+					for _, v := range c.Val() {
+						reply = append(reply, v)
+					}
+				case *redis.SliceCmd:
+					reply = c.Val()
+				case *redis.Cmd:
+					reply, _ = c.Slice()
+				}
+			}
 			h.mu.Lock()
-			h.args = slices.Clone(cmd.Args())
+			h.args, h.reply = slices.Clone(cmd.Args()), reply
 			h.mu.Unlock()
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 

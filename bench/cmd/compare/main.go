@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/compare [-count 5] [-benchtime 1s] [-bench re] [-interleave] [-in file] [-save file]
 //	go run ./cmd/compare -redis [-redis-only] [-redis-bench re] [-rb-n 200000] [-rt-n 10000] ...
+//	go run ./cmd/compare -smoke -redis   # seconds: does every part still run? (CI)
 //
 // It shells out to `go test -run ^$ -bench <re> -benchmem -count N` in -dir
 // (default "."), echoing the raw output to stderr as it comes, and writes the
@@ -69,7 +70,11 @@ type config struct {
 	redisOnly  bool
 	redisBench string
 	rbN, rtN   int
+	smoke      bool
 }
+
+// smokeSettings are -smoke's: every part runs, each as briefly as it can.
+var smokeSettings = map[string]string{"count": "1", "benchtime": "100x", "rb-n": "2000", "rt-n": "200"}
 
 func main() {
 	var c config
@@ -86,9 +91,19 @@ func main() {
 	flag.StringVar(&c.redisBench, "redis-bench", redisBench, "go test -bench regexp of the Redis run")
 	flag.IntVar(&c.rbN, "rb-n", 200000, "redis-benchmark -n for the ceilings with 64 connections (a tenth of it with one)")
 	flag.IntVar(&c.rtN, "rt-n", 10000, "decisions per mode in the round-trip count")
+	flag.BoolVar(&c.smoke, "smoke", false, "a run of seconds that checks the command still works, not a measurement (CI runs it): -count 1 -benchtime 100x -rb-n 2000 -rt-n 200 unless given, and a round-trip count that fails is an error")
 	flag.Parse()
 	if c.redisOnly {
 		c.redis = true
+	}
+	if c.smoke {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for name, v := range smokeSettings {
+			if !given[name] {
+				_ = flag.Set(name, v)
+			}
+		}
 	}
 	if err := run(os.Stdout, c); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
@@ -205,6 +220,9 @@ func runRedis(c config) (raw []byte, cmdline, load string, live *RedisRun, err e
 	fmt.Fprintf(os.Stderr, "%s\n", live.Server)
 	load = loadavg()
 	live.measureRoundTrips(ctx, srv.Addr, c.rtN)
+	if c.smoke && live.RTErr != nil {
+		return nil, "", "", nil, fmt.Errorf("-smoke: the round-trip count: %w", live.RTErr)
+	}
 	env := []string{bench.RedisEnv + "=" + srv.Addr}
 	// With -interleave each round runs the Go benchmarks and then every
 	// ceiling once.

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sluice-go/sluice/bench"
 )
 
 // redisSample is go test -bench output of the Redis groups.
@@ -95,5 +99,23 @@ func TestParseRPS(t *testing.T) {
 func TestShellJoin(t *testing.T) {
 	if got, want := shellJoin([]string{"test", "-bench", "^Benchmark(A|B)$", "-x", ""}), `test -bench '^Benchmark(A|B)$' -x ''`; got != want {
 		t.Errorf("shellJoin = %s, want %s", got, want)
+	}
+}
+
+// prepareRedis accepts what sluice's script replies to the command
+// redis-benchmark will send: once, it counted five values where the
+// scripts had come to reply six, and -redis-only failed before measuring.
+func TestPrepareRedis(t *testing.T) {
+	srv, err := bench.StartRedis()
+	if errors.Is(err, bench.ErrNoRedisServer) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	sha, args, version, err := prepareRedis(context.Background(), srv.Addr)
+	if err != nil || sha == "" || len(args) < 4 || args[0] != "EVALSHA" || version == "" {
+		t.Fatalf("prepareRedis: %q %q %q %v", sha, args, version, err)
 	}
 }

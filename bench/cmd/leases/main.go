@@ -5,6 +5,7 @@
 //
 //	GOWORK=off go run ./cmd/leases [-procs 4] [-callers 64] [-duration 5s] [-life 1s] [-limit 20000]
 //	GOWORK=off go run ./cmd/leases -serve [-callers 64] [-duration 5s] [-life 1s]
+//	GOWORK=off go run ./cmd/leases -smoke [-serve]   # seconds: does it still run? (CI)
 //
 // Above demand (a limit no load reaches) it reports the decisions per
 // second of all processes together and the Redis commands per decision
@@ -89,8 +90,18 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.burst, "burst", 0, "internal: the limit's burst")
 	fs.StringVar(&c.record, "record", "", "internal: where to write the admissions' timestamps")
 	fs.StringVar(&c.keyPrefix, "prefix", "", "internal: the store's prefix")
+	smoke := fs.Bool("smoke", false, "a run of seconds that checks the command still works, not a measurement (CI runs it): -procs 2 -callers 8 -duration 300ms unless given")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *smoke {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for name, v := range map[string]string{"procs": "2", "callers": "8", "duration": "300ms"} {
+			if !given[name] {
+				_ = fs.Set(name, v)
+			}
+		}
 	}
 	if c.procs < 1 || c.callers < 1 || c.duration <= 0 || c.life <= 0 || c.limit < 10 {
 		return nil, errors.New("-procs, -callers, -duration and -life must be positive, -limit at least 10")

@@ -38,4 +38,7 @@ func TestParseFlagsRejectsNonsense(t *testing.T) {
 	if c, err := parseFlags(nil); err != nil || c.procs != 4 || c.limit != 20_000 {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
+	if c, err := parseFlags([]string{"-smoke", "-procs", "3"}); err != nil || c.procs != 3 || c.callers != 8 || c.duration != 300*time.Millisecond {
+		t.Fatalf("-smoke -procs 3: %+v %v", c, err)
+	}
 }

@@ -9,6 +9,7 @@
 //	                 [-client h2|grpc|h2,grpc] [-servers envoy,sluice-redis,sluice-memory]
 //	                 [-envoy-env K=V]... [-sluice-env K=V]... [-cpuprofile FILE]
 //	go run ./cmd/rls -hot [-lease-life 1s] [-duration 20s] [-rounds 1] [-servers envoy,sluice-memory,sluice-leases]
+//	go run ./cmd/rls -smoke [-hot]   # seconds: does it still run? (CI)
 //
 // It builds both servers with `go build` into a temporary directory, starts
 // a redis-server on a free loopback port (or uses the one SLUICE_BENCH_REDIS
@@ -33,7 +34,10 @@
 //
 // A server that cannot be built (envoyproxy/ratelimit offline without the
 // module cache, a working tree whose sluice has no serve command) is left
-// out with a message; with neither, it exits with status 1.
+// out with a message; with neither, it exits with status 1. With -smoke
+// (what CI runs, a check that the command still works, not a measurement:
+// -calls 2000 -warmup 200ms -rounds 1 unless given) one that cannot be
+// built is an error.
 package main
 
 import (
@@ -67,6 +71,7 @@ type config struct {
 	keep             bool
 	cpuprofile       string
 	hot              bool          // one hot descriptor (hot.go)
+	smoke            bool          // -smoke: brief, and every server must build
 	leaseLife        time.Duration // sluice-leases' --store-leases
 }
 
@@ -94,8 +99,16 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
 	fs.BoolVar(&c.hot, "hot", false, "one hot descriptor (u0, 1,000,000/s) instead of 10,000 values, the servers "+strings.Join(hotServers, ",")+" unless -servers names others; adds Redis commands per 100 calls and CPU per call ÷ sluice in memory")
 	fs.DurationVar(&c.leaseLife, "lease-life", time.Second, "the --store-leases of the server sluice-leases")
+	fs.BoolVar(&c.smoke, "smoke", false, "a run of seconds that checks the command still works, not a measurement (CI runs it): -calls 2000 -warmup 200ms -rounds 1 unless given, and a server that does not build is an error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.smoke {
+		for name, v := range map[string]string{"calls": "2000", "warmup": "200ms", "rounds": "1"} {
+			if !flagSet(fs, name) {
+				_ = fs.Set(name, v)
+			}
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -228,6 +241,9 @@ func build(ctx context.Context, c *config, modDir, dir string) (binaries, error)
 	if c.want("envoy") {
 		logf("building %s", rls.EnvoyPackage)
 		if b.envoy, err = rls.BuildEnvoy(ctx, modDir, dir); err != nil {
+			if c.smoke {
+				return b, fmt.Errorf("-smoke: envoyproxy/ratelimit does not build: %w", err)
+			}
 			logf("SKIPPING envoyproxy/ratelimit: it does not build here (offline without the module cache?): %v", err)
 			b.envoy = ""
 		}
@@ -235,6 +251,9 @@ func build(ctx context.Context, c *config, modDir, dir string) (binaries, error)
 	if c.want("sluice-redis") || c.want("sluice-memory") || c.want("sluice-leases") {
 		logf("building %s", rls.SluicePackage)
 		if b.sluice, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
+			if c.smoke {
+				return b, fmt.Errorf("-smoke: sluice serve does not build: %w", err)
+			}
 			logf("SKIPPING sluice serve: %v", err)
 			b.sluice = ""
 		}

@@ -32,6 +32,12 @@ func TestParseFlags(t *testing.T) {
 	if c, err := parseFlags(nil); err != nil || c.hot || strings.Join(c.servers, ",") != "envoy,sluice-redis,sluice-memory" {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
+	if c, err := parseFlags([]string{"-smoke", "-hot"}); err != nil || !c.smoke || c.calls != 2000 || c.rounds != 1 || c.warmup != 200*time.Millisecond || !c.hot {
+		t.Errorf("-smoke -hot: %+v, %v", c, err)
+	}
+	if c, err := parseFlags([]string{"-smoke", "-calls", "50"}); err != nil || c.calls != 50 {
+		t.Errorf("-smoke -calls 50: %+v, %v", c, err)
+	}
 	for _, bad := range [][]string{
 		{"-lease-life", "0s"},
 		{"-servers", "nginx"},

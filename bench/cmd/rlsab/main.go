@@ -10,6 +10,7 @@
 //	go run ./cmd/rlsab -a HEAD~1 -b .      # a git revision against the working tree
 //	go run ./cmd/rlsab -a /tmp/sluice-old -b /tmp/sluice-new -rounds 8
 //	go run ./cmd/rlsab -a . -b . -b-env GOGC=800   # one build, two settings
+//	go run ./cmd/rlsab -smoke              # seconds, the working tree against itself: does it still run? (CI)
 //
 // -a and -b each name a sluice binary, a directory (a sluice working tree,
 // whose cmd/sluice is built) or a git revision of the working tree next to
@@ -42,6 +43,7 @@ type config struct {
 	rounds           int
 	callers, conns   int
 	envA, envB       []string
+	smoke            bool
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -57,8 +59,18 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.conns, "conns", 4, "HTTP/2 connections per server")
 	fs.Var((*rls.EnvFlag)(&c.envA), "a-env", "KEY=VALUE added to A's environment (repeatable)")
 	fs.Var((*rls.EnvFlag)(&c.envB), "b-env", "KEY=VALUE added to B's environment (repeatable)")
+	fs.BoolVar(&c.smoke, "smoke", false, "a run of seconds that checks the command still works, not a measurement (CI runs it): -a . -duration 1s -warmup 200ms -rounds 1 unless given")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.smoke {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for name, v := range map[string]string{"a": ".", "duration": "1s", "warmup": "200ms", "rounds": "1"} {
+			if !given[name] {
+				_ = fs.Set(name, v)
+			}
+		}
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -13,6 +13,9 @@ func TestParseFlags(t *testing.T) {
 	if c.a != "HEAD~1" || c.b != "." || c.rounds != 2 || c.store != "memory" || len(c.envB) != 1 || c.duration != 8*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
+	if c, err := parseFlags([]string{"-smoke"}); err != nil || c.a != "." || c.b != "." || c.duration != time.Second || c.rounds != 1 || c.warmup != 200*time.Millisecond {
+		t.Errorf("-smoke: %+v, %v", c, err)
+	}
 	for _, bad := range [][]string{
 		{},                    // no -a
 		{"-a", "x", "-b", ""}, // empty -b
