@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // admission is one admitted request: when it was decided, its cost and the
@@ -92,7 +93,7 @@ func decidedAt(a admission) int64 { return a.t }
 
 // boundsRuns is how many random traces each bound is checked on.
 func boundsRuns() (runs, length int) {
-	if testing.Short() || raceEnabled {
+	if !testenv.Long() || raceEnabled {
 		return 60, 400
 	}
 	return 300, 600

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
 // A changedEvent is one request of a trace whose limit changes from request
@@ -71,7 +72,7 @@ func TestChangedLimitsMatchModel(t *testing.T) {
 	switch {
 	case raceEnabled:
 		traces = 40
-	case testing.Short():
+	case !testenv.Long():
 		traces = 100
 	}
 	compared := 0

@@ -294,7 +294,7 @@ func TestStepMatchesModel(t *testing.T) {
 	switch {
 	case raceEnabled: // the steps share nothing: the race run is a smoke test
 		traces = 8
-	case testing.Short():
+	case !testenv.Long():
 		traces = 25
 	}
 	var compared, drops atomic.Int64

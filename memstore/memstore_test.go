@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -75,7 +76,7 @@ func TestConcurrentExact(t *testing.T) {
 // again are swept as new keys arrive.
 func TestOneOffKeysAreDropped(t *testing.T) {
 	n := 2_000_000
-	if testing.Short() {
+	if !testenv.Long() {
 		n = 200_000
 	}
 	now := base

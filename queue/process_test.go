@@ -172,7 +172,7 @@ func TestDrainAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	const rate, procs, workers = 200, 4, 8
 	n := 2000
-	if testing.Short() {
+	if !testenv.Long() {
 		n = 400
 	}
 	interval := int64(1_000_000 / rate)

@@ -278,11 +278,11 @@ func TestCompositeLoad(t *testing.T) {
 	if os.Getenv(compositeChildEnv) != "" {
 		t.Skip("in a child process")
 	}
-	d := 10 * time.Second
-	if testing.Short() {
-		d = 2 * time.Second
+	d := 10 * time.Second // SLUICE_LONG: long enough for a load burst to come and go
+	if !testenv.Long() {
+		d = time.Second
 	}
-	cl := redistest.Cluster(t)
+	cl := redistest.SharedCluster(t)
 	global := compositePart{Algorithm: "token-bucket", Rate: 30, Period: 1_000_000, Burst: 10}
 	perChat := compositePart{Algorithm: "token-bucket", Rate: 5, Period: 1_000_000, Burst: 2}
 	perChatWindow := compositePart{Algorithm: "fixed-window", Rate: 5, Period: 1_000_000}
@@ -295,8 +295,8 @@ func TestCompositeLoad(t *testing.T) {
 	outcomes := map[string]*compositeOutcome{}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			if v.long && testing.Short() {
-				t.Skip("a comparison only; -short keeps to the three runs that check the protocol")
+			if v.long && !testenv.Long() {
+				t.Skip("a comparison only, run with " + testenv.LongEnv + "=1; the three other runs check the protocol")
 			}
 			outcomes[v.name] = runCompositeLoad(t, cl, v, global, d)
 		})

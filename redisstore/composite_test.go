@@ -61,7 +61,7 @@ func TestCompositeStandalone(t *testing.T) {
 // match the model exactly; parts in different slots go through the take,
 // then give back protocol, which still admits exactly one of the burst.
 func TestCompositeCluster(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	take, each, _ := takeAtPrefix(t, c)
 	storetest.RandomComposites(t, take, each, "{tenant:1}", 6, 80)
 	storetest.OneUserBurst(t, takeAllAt(t, c), "{tenant:1}")
@@ -90,7 +90,7 @@ func TestRefund(t *testing.T) {
 }
 
 func TestChangedLimits(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			s := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("changed:%d:", time.Now().UnixNano())))
 			defer s.Close()
@@ -167,7 +167,7 @@ func TestTakeEachFailurePolicy(t *testing.T) {
 // atomic step (a refused token bucket given back, a part not reached that
 // would have granted), they equal memstore's.
 func TestEachCrossSlot(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
 	mem := memstore.New().Engine()
@@ -194,7 +194,7 @@ func TestEachCrossSlot(t *testing.T) {
 // keep their reserves when taken in turn (reserve.lua), and a part given
 // back reports its class's figures: they equal memstore's atomic step.
 func TestReserveCrossSlot(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
 	mem := memstore.New().Engine()
@@ -224,7 +224,7 @@ func TestReserveCrossSlot(t *testing.T) {
 // part in another slot refuses is given back, for both window algorithms:
 // its window then admits as if the refused composite had never been made.
 func TestWindowGivenBackCrossSlot(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	for _, kind := range []algo.Kind{algo.FixedWindow, algo.AlignedWindow} {
 		take, _, storePrefix := takeAtPrefix(t, c)
 		prefix := apart(storePrefix, "")

@@ -193,9 +193,9 @@ func TestConcurrency(t *testing.T) {
 	if os.Getenv(loadChildEnv) != "" {
 		t.Skip("in a child process")
 	}
-	d := 10 * time.Second
-	if testing.Short() {
-		d = 2 * time.Second
+	d := 10 * time.Second // SLUICE_LONG: long enough for a load burst to come and go
+	if !testenv.Long() {
+		d = time.Second
 	}
 	srv := redistest.Standalone(t)
 	for _, c := range []loadCase{

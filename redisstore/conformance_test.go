@@ -105,16 +105,16 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Shared(t)
 	traces, n := 4, 150
-	if testing.Short() {
+	if !testenv.Long() {
 		traces, n = 1, 60
 	}
 	conform(t, srv.Client(), traces, n)
 }
 
 func TestConformanceCluster(t *testing.T) {
-	cl := redistest.Cluster(t)
+	cl := redistest.SharedCluster(t)
 	traces, n := 2, 100
-	if testing.Short() {
+	if !testenv.Long() {
 		traces, n = 1, 40
 	}
 	conform(t, cl.Client(), traces, n)
@@ -161,17 +161,17 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 func TestConformanceChangedLimits(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		traces, n := 12, 200
-		if testing.Short() {
+		if !testenv.Long() {
 			traces, n = 2, 100
 		}
 		conformChanged(t, redistest.Shared(t).Client(), traces, n)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		traces, n := 4, 150
-		if testing.Short() {
+		if !testenv.Long() {
 			traces, n = 1, 60
 		}
-		conformChanged(t, redistest.Cluster(t).Client(), traces, n)
+		conformChanged(t, redistest.SharedCluster(t).Client(), traces, n)
 	})
 }
 

@@ -108,7 +108,7 @@ func flushUnderLoad(t *testing.T, st *redisstore.Store, flush func(ctx context.C
 	const n, keysPer = 20, 3
 	flushes, workers := 8, 6
 	gap := 60 * time.Millisecond
-	if testing.Short() {
+	if !testenv.Long() {
 		flushes, gap = 4, 40*time.Millisecond
 	}
 	ps := burstOnly(n)

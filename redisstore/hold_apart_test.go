@@ -22,7 +22,7 @@ import (
 // hold is held and the parts spent; refused by the hold or by a part,
 // nothing is held or spent; with a {hash tag} it is one script.
 func TestHoldAllApart(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	prefix := fmt.Sprintf("holdapart:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, c, redisstore.WithPrefix(prefix))
 	defer st.Close()
@@ -153,7 +153,7 @@ func TestHoldAllApartError(t *testing.T) {
 // part is spent, every acquire takes the hold and a unit of the wide part
 // before the tight one refuses, and gives both back).
 func TestHoldAllApartLoad(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	c := redistest.SharedCluster(t).Client()
 	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdapartload:%d:", time.Now().UnixNano())))
 	defer st.Close()
 	lim := sluice.New(st)

@@ -78,7 +78,7 @@ func TestHoldsApartAcrossProcesses(t *testing.T) {
 	if os.Getenv(holdChildEnv) != "" {
 		t.Skip("in a child process")
 	}
-	cl := redistest.Cluster(t)
+	cl := redistest.SharedCluster(t)
 	client := cl.Client()
 	prefix := fmt.Sprintf("holdapartproc:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, client, redisstore.WithPrefix(prefix))

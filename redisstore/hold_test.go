@@ -142,7 +142,7 @@ func TestHoldFailurePolicy(t *testing.T) {
 // times through the Lua script (HoldAt) and through memstore, clocks that
 // go back included (which the model does not state): every answer agrees.
 func TestHoldLuaEqualsGo(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			seed := testenv.Seed(t)
 			r := rand.New(rand.NewPCG(seed, 26))

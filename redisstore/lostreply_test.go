@@ -188,7 +188,7 @@ func spentAfterLostReply(t *testing.T, c redis.UniversalClient, l *loser, batche
 // sends it again and it spends twice (the first cases: they show the fault
 // is real), on a cluster even with MaxRetries -1.
 func TestLostReply(t *testing.T) {
-	lc := lostClients{redistest.Shared(t), redistest.Cluster(t)}
+	lc := lostClients{redistest.Shared(t), redistest.SharedCluster(t)}
 	for _, c := range []lostCase{
 		{"client", lc.single(0, false), true},
 		{"client MaxRetries -1", lc.single(-1, false), false},
@@ -223,7 +223,7 @@ func TestLostReply(t *testing.T) {
 // (a cluster client even the calls it had read the replies of), so without
 // them some of its decisions spend twice.
 func TestLostPipelineReply(t *testing.T) {
-	lc := lostClients{redistest.Shared(t), redistest.Cluster(t)}
+	lc := lostClients{redistest.Shared(t), redistest.SharedCluster(t)}
 	for _, c := range []lostCase{
 		{"client", lc.single(0, false), true},
 		{"cluster MaxRetries -1", lc.cluster(-1, false), true},
@@ -357,6 +357,7 @@ func TestSendOnceDialers(t *testing.T) {
 // has moved (MOVED: the client's map is stale) is made once, on the node
 // that holds the key, and the budget carries over.
 func TestSendOnceClusterRedirects(t *testing.T) {
+	t.Parallel() // a cluster of its own: its start overlaps the other parallel tests'
 	cl := redistest.Cluster(t)
 	client := func() *redisstore.Store {
 		c := cl.NewClient(t, func(o *redis.ClusterOptions) {

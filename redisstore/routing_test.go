@@ -245,7 +245,7 @@ func TestRingComposite(t *testing.T) {
 // New(GoRedis(cluster)): CROSSSLOT errors, and 2558 admitted of 200 under
 // FailOpen).
 func TestClusterRouting(t *testing.T) {
-	cl := redistest.Cluster(t)
+	cl := redistest.SharedCluster(t)
 	nodes := make([]*redis.Client, 0, 3)
 	for _, addr := range cl.Addrs() {
 		c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
@@ -264,13 +264,15 @@ func TestClusterRouting(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := mk(redisstore.WithPrefix(name+":"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
+			// The cluster is shared: keys of their own, run after run.
+			prefix := fmt.Sprintf("%s:%d:", name, time.Now().UnixNano())
+			st := mk(redisstore.WithPrefix(prefix), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 			defer st.Close()
 			const keys, burst = 20, 10
 			checkExact(t, routeHammer(t, st, 64, 40, keys, burst), burst)
 			checkOneShard(t, st, nodes, keys, nil)
 			const users, global = 10, 30
-			cs := mk(redisstore.WithPrefix(name + ":c:"))
+			cs := mk(redisstore.WithPrefix(prefix + "c:"))
 			defer cs.Close()
 			if got := compositeSerial(t, cs, users, 200, global); got != global {
 				t.Errorf("serial composite: %d admitted, want %d", got, global)

@@ -16,7 +16,7 @@ import (
 // TestSuite runs the checks every store must pass, on a standalone server
 // and on a cluster.
 func TestSuite(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock sluice.Clock) sluice.Store {
 				opts := []redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("suite:%d:", time.Now().UnixNano()))}

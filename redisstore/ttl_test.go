@@ -126,7 +126,7 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 	ps := ttlLimits()
 	const keysPer = 8
 	load, workers := time.Second, 6
-	if testing.Short() {
+	if !testenv.Long() {
 		load = 400 * time.Millisecond
 	}
 	var mu sync.Mutex
@@ -378,7 +378,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	defer st.Close()
 
 	traces, n := 6, 120
-	if testing.Short() {
+	if !testenv.Long() {
 		traces, n = 2, 60
 	}
 	back := 0
@@ -477,7 +477,7 @@ func TestClockBackwardsConformance(t *testing.T) {
 	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix(fmt.Sprintf("backconf:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer st.Close()
 	n := 80
-	if testing.Short() {
+	if !testenv.Long() {
 		n = 30
 	}
 	decisions := 0

@@ -10,6 +10,11 @@
 // correctness check (no duplicates, exact counts, bounds) and log each
 // wall-clock assertion they skip.
 //
+// Long runs (random tests' full iterations, load tests' long phases,
+// comparisons that assert nothing) run only when SLUICE_LONG=1, as .ci/run
+// sets it: without it every kind of test still runs, each with less work,
+// so that `go test github.com/sluice-go/sluice/...` takes minutes, not ten.
+//
 // Random tests take their seed from SLUICE_SEED when it is set, and log the
 // seed they use either way, so a failure can be replayed:
 //
@@ -26,6 +31,15 @@ import (
 // TimingEnv is the environment variable that turns the wall-clock assertions
 // on when set to "1".
 const TimingEnv = "SLUICE_TIMING"
+
+// LongEnv is the environment variable that turns the long runs on when set
+// to "1".
+const LongEnv = "SLUICE_LONG"
+
+// Long reports whether the long runs are on (SLUICE_LONG=1): a test does
+// its full amount of work (more random iterations, longer load phases)
+// when it is, and a smaller one, with the same assertions, when not.
+func Long() bool { return os.Getenv(LongEnv) == "1" }
 
 // SeedEnv is the environment variable that sets the seed of random tests.
 const SeedEnv = "SLUICE_SEED"
