@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,13 +51,37 @@ func Require(t testing.TB) string {
 	return ""
 }
 
-// New starts a headless Chromium with a fresh profile and returns the
-// context of a tab in it, valid for timeout; the browser is closed when
-// the test ends.
+// New returns the context of a tab in a headless Chromium with a fresh
+// profile, valid for timeout and closed when the test ends. In a package
+// whose TestMain runs its tests through Run (or Main), the tests share one
+// browser, started by the first New, and each tab has a browser context of
+// its own (cookies, storage and cache of its own, as a fresh profile
+// would): a second or two of start-up a test, which every browser test
+// once paid. Elsewhere each test starts a browser of its own and closes it
+// when it ends.
 func New(t testing.TB, timeout time.Duration) context.Context {
 	t.Helper()
 	path := Require(t)
-	opts := []chromedp.ExecAllocatorOption{
+	if sharing.Load() {
+		return newTab(t, path, timeout)
+	}
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, allocatorOptions(path, t.TempDir())...)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+		cancelTimeout()
+	})
+	if err := chromedp.Do(bctx); err != nil { // start the browser now, to fail here
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	return bctx
+}
+
+// allocatorOptions are the browser's flags, its profile in dir.
+func allocatorOptions(path, dir string) []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -68,21 +94,92 @@ func New(t testing.TB, timeout time.Duration) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(dir),
 		chromedp.WindowSize(1280, 900),
 	}
-	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() {
-		cancelBrowser()
-		cancelAlloc()
-		cancelTimeout()
-	})
-	if err := chromedp.Do(bctx); err != nil { // start the browser now, to fail here
-		t.Fatalf("starting %s: %v", path, err)
+}
+
+// The browser the tests of a package share, between Run's start and end.
+var (
+	sharing atomic.Bool
+	shared  struct {
+		sync.Mutex
+		ctx   context.Context // the browser's; nil until the first New
+		close func()
+		dir   string // its profile
 	}
-	return bctx
+)
+
+// Run runs m's tests with one browser for all their New calls, closes it,
+// and returns m.Run's exit code, for a TestMain that has more to do:
+//
+//	func TestMain(m *testing.M) { os.Exit(browsertest.Run(m)) }
+func Run(m *testing.M) int {
+	sharing.Store(true)
+	code := m.Run()
+	sharing.Store(false)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.close != nil {
+		shared.close()
+		// Chromium's last children may still be writing its profile.
+		for range 50 {
+			if os.RemoveAll(shared.dir) == nil {
+				if _, err := os.Stat(shared.dir); os.IsNotExist(err) {
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		shared.ctx, shared.close = nil, nil
+	}
+	return code
+}
+
+// Main is Run, then os.Exit with its code:
+//
+//	func TestMain(m *testing.M) { browsertest.Main(m) }
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// newTab opens a tab, in a browser context of its own, in the shared
+// browser, starting the browser if it is the first.
+func newTab(t testing.TB, path string, timeout time.Duration) context.Context {
+	t.Helper()
+	shared.Lock()
+	if shared.ctx == nil {
+		dir, err := os.MkdirTemp("", "browsertest-")
+		if err != nil {
+			shared.Unlock()
+			t.Fatal(err)
+		}
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), allocatorOptions(path, dir)...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		if err := chromedp.Do(bctx); err != nil {
+			cancelBrowser()
+			cancelAlloc()
+			os.RemoveAll(dir)
+			shared.Unlock()
+			t.Fatalf("starting %s: %v", path, err)
+		}
+		shared.ctx, shared.dir = bctx, dir
+		shared.close = func() {
+			_ = chromedp.Cancel(bctx) // closes the browser, and waits for it
+			cancelBrowser()
+			cancelAlloc() // waits for its processes to end
+		}
+	}
+	bctx := shared.ctx
+	shared.Unlock()
+	tctx, cancelTab := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	ctx, cancelTimeout := context.WithTimeout(tctx, timeout)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelTab() // closes the tab and its browser context
+	})
+	if err := chromedp.Do(ctx); err != nil { // open the tab now, to fail here
+		t.Fatalf("a tab in %s: %v", path, err)
+	}
+	return ctx
 }
 
 // Artifacts returns the directory screenshots go to: SLUICE_ARTIFACTS

@@ -1,11 +1,17 @@
 package browsertest
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestRequire runs TestRequireHelper in a child with no Chromium on PATH:
@@ -45,5 +51,40 @@ func TestArtifacts(t *testing.T) {
 	t.Setenv(ArtifactsEnv, "")
 	if got := Artifacts(t); got == "" || got == dir {
 		t.Errorf("Artifacts without %s: %q", ArtifactsEnv, got)
+	}
+}
+
+func TestMain(m *testing.M) { Main(m) }
+
+// Under Run the tests share one browser, and each tab is a profile of its
+// own: a cookie one test sets, the next does not see.
+func TestSharedBrowserIsolatesTabs(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/set" {
+			http.SetCookie(w, &http.Cookie{Name: "seen", Value: "yes", Path: "/"})
+		}
+		c, err := r.Cookie("seen")
+		fmt.Fprintf(w, "<p id=c>%v</p>", err == nil && c.Value == "yes")
+	}))
+	defer srv.Close()
+	var browsers []*chromedp.Browser
+	for i, path := range []string{"/set", "/"} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			ctx := New(t, 30*time.Second)
+			browsers = append(browsers, chromedp.FromContext(ctx).Browser)
+			if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+path), chromedp.Navigate(srv.URL+"/")); err != nil {
+				t.Fatal(err)
+			}
+			got, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#c")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprint(i == 0); got != want {
+				t.Errorf("tab %d sees the cookie: %s, want %s", i, got, want)
+			}
+		})
+	}
+	if len(browsers) == 2 && browsers[0] != browsers[1] {
+		t.Error("two browsers: the tests do not share one under Run")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/observe"
@@ -190,7 +191,7 @@ var sluiceBinary = sync.OnceValues(func() (string, error) {
 })
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := browsertest.Run(m) // the browser tests share one Chromium
 	if bin, err := sluiceBinary(); err == nil {
 		os.RemoveAll(filepath.Dir(bin))
 	}

@@ -31,7 +31,7 @@ func TestFourProcessesOneCluster(t *testing.T) {
 	cl := redistest.Cluster(t)
 	store := "redis-cluster://" + strings.Join(cl.Addrs(), ",")
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
-	awayFromHourBoundary(t, 3*time.Minute)
+	awayFromWindowEnd(t, 24*time.Hour, 3*time.Minute)
 	both := func(user string) []*rlv3.RateLimitDescriptor {
 		// The user first: taken part by part, it is spent before the
 		// tenant refuses, then given back.

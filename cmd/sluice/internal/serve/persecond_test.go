@@ -70,7 +70,7 @@ func TestPerSecondStore(t *testing.T) {
 // the hourly limit refuses gives the per-second units back there.
 func TestBinaryPerSecondStore(t *testing.T) {
 	first, second := redistest.Standalone(t), redistest.Standalone(t)
-	awayFromHourBoundary(t, time.Minute)
+	awayFromWindowEnd(t, time.Hour, time.Minute)
 	p := startProc(t, "--config", writeConfig(t, map[string]string{"api.yaml": perSecondConfig}),
 		"--store", "redis://"+first.Addr(), "--store-per-second", "redis://"+second.Addr())
 	ctx := context.Background()

@@ -21,20 +21,23 @@ import (
 )
 
 // sharedConfig: a per-user limit under a per-tenant one, decided together.
+// Its windows are a day long, so that a test waits for a window to turn
+// over (awayFromWindowEnd) once a day at most, not once an hour (up to 3
+// minutes, which once doubled the package's time).
 const sharedConfig = `domain: shared
 descriptors:
   - key: tenant
-    rate_limit: {unit: hour, requests_per_unit: 150, name: tenant}
+    rate_limit: {unit: day, requests_per_unit: 150, name: tenant}
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 20, name: user}
+    rate_limit: {unit: day, requests_per_unit: 20, name: user}
 `
 
-// awayFromHourBoundary waits, if need be, so that a test's hour-long window
-// does not end while it runs.
-func awayFromHourBoundary(t *testing.T, need time.Duration) {
+// awayFromWindowEnd waits, if need be, so that a test's window of length
+// window (aligned to the epoch, as envoy's are) does not end while it runs.
+func awayFromWindowEnd(t *testing.T, window, need time.Duration) {
 	now := time.Now()
-	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < need {
-		t.Logf("waiting %v for the next hour to start", left)
+	if left := now.Truncate(window).Add(window).Sub(now); left < need {
+		t.Logf("waiting %v for the next %v window to start", left, window)
 		time.Sleep(left + 100*time.Millisecond)
 	}
 }
@@ -84,7 +87,7 @@ func runShared(t *testing.T, procs []*proc, descs func(user string) []*rlv3.Rate
 func TestFourProcessesOneRedis(t *testing.T) {
 	rs := redistest.Standalone(t)
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
-	awayFromHourBoundary(t, 2*time.Minute)
+	awayFromWindowEnd(t, 24*time.Hour, 2*time.Minute)
 	run := func(procs []*proc) (int64, map[string]int64) {
 		return runShared(t, procs, func(user string) []*rlv3.RateLimitDescriptor {
 			return []*rlv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=" + user)}
@@ -121,7 +124,7 @@ func TestFourProcessesOneRedis(t *testing.T) {
 // panic, the policy's answers during the outage, normal decisions after.
 func TestRedisOutage(t *testing.T) {
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
-	awayFromHourBoundary(t, 2*time.Minute)
+	awayFromWindowEnd(t, 24*time.Hour, 2*time.Minute)
 	for _, policy := range []string{"fail-closed", "fail-open", "local"} {
 		t.Run(policy, func(t *testing.T) {
 			rs := redistest.Standalone(t)
@@ -258,11 +261,11 @@ func TestBinaryEnvoyEnv(t *testing.T) {
 
 // `sluice serve --store redis-sentinel://…` keeps its budgets in the master
 // a Sentinel names, and after a failover in the promoted replica: a user's
-// 20 calls an hour are answered OK exactly 20 times across it (the calls
+// 20 calls a day are answered OK exactly 20 times across it (the calls
 // before it replicated, WAIT), and no call fails once Sentinel has promoted
 // the replica.
 func TestBinarySentinel(t *testing.T) {
-	awayFromHourBoundary(t, time.Minute)
+	awayFromWindowEnd(t, 24*time.Hour, time.Minute)
 	s := redistest.Sentinel(t)
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
 	p := startProc(t, "--config", dir, "--store", "redis-sentinel://"+strings.Join(s.SentinelAddrs(), ",")+"/"+redistest.SentinelMaster, "--store-timeout", "300ms")
@@ -294,7 +297,7 @@ func TestBinarySentinel(t *testing.T) {
 		}
 	}
 	if ok != 20 {
-		t.Errorf("%d calls answered OK under a limit of 20 an hour, across a failover", ok)
+		t.Errorf("%d calls answered OK under a limit of 20 a day, across a failover", ok)
 	}
 	if _, err := p.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, p.logText())
