@@ -50,6 +50,10 @@ func ExampleMemory() {
 
 // Workers in every process of a fleet share one rate: 20 calls a second to
 // a payment provider, with up to 1000 calls waiting.
+//
+// Compiled, not run: it needs a Redis at 127.0.0.1:6379, and its workers
+// never stop (TestRedisMatchesMemory and TestDrainAcrossProcesses check
+// the queue on a Redis of their own).
 func ExampleRedis() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	q, err := queue.NewRedis(client, "payments", sluice.PerSecond(20).WithBurst(1000).Using(sluice.LeakyBucket),

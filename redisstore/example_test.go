@@ -13,6 +13,10 @@ import (
 
 // Every process of a service shares the budget kept in Redis; when Redis is
 // gone, each limits on its own until it is back.
+//
+// Compiled, not run: it needs a Redis at 127.0.0.1:6379, and go test
+// starts its own on other ports (TestSuite, TestFailLocalUsesCallerTime
+// and TestCheckConfig check what it shows).
 func ExampleNew() {
 	o := &redis.Options{Addr: "127.0.0.1:6379",
 		ContextTimeoutEnabled: true} // calls end by their deadline
@@ -44,6 +48,9 @@ func ExampleNew() {
 
 // A global budget and a per-tenant one sharing a {hash tag} are decided in
 // one script, also on a cluster.
+//
+// Compiled, not run: it needs a Redis Cluster at 127.0.0.1:7000-7002
+// (TestCompositeCluster checks what it shows on a cluster of its own).
 func ExampleStore_TakeAll() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}})
 	defer rdb.Close()
@@ -64,6 +71,9 @@ func ExampleStore_TakeAll() {
 // A global budget every instance of a service hits at once is decided from
 // slices leased to each instance: in memory, never over the limit by more
 // than a second of refill in any span.
+//
+// Compiled, not run: it needs a Redis at 127.0.0.1:6379
+// (TestLeaseBoundWithRedis checks the bound on a Redis of its own).
 func ExampleWithLeases() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()

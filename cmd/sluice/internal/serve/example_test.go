@@ -67,6 +67,10 @@ descriptors:
 // envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW), and envoy's per-rule
 // series on /metrics. Until the server's first configuration arrives, calls
 // are answered UNAVAILABLE.
+//
+// Compiled, not run: it needs an xDS server, and serves until stopped
+// (TestXDSAckNack and TestXDSUpdatesUnderLoad run the service against
+// go-control-plane's server).
 func ExampleXDSOptions() {
 	err := serve.Run(context.Background(), serve.Options{
 		XDS: &serve.XDSOptions{
