@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -95,6 +96,45 @@ func BenchmarkHold(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHoldAgainstTake is BenchmarkHold's two operations in rounds
+// that alternate (holdRound acquire + release pairs, then as many takes),
+// so that a burst of load on a shared machine lands on both alike; an
+// operation is a round of each. It reports the fastest round of each, per
+// operation, and their ratio (x-take): the figure docs/performance.md's
+// summary gives for the 2× bound.
+func BenchmarkHoldAgainstTake(b *testing.B) {
+	const holdRound = 20_000
+	ctx := context.Background()
+	holds, takes := sluice.New(memstore.New()), sluice.New(memstore.New())
+	c := sluice.MaxConcurrent(8)
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
+	pair, take := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		for range holdRound {
+			ls, err := holds.Acquire(ctx, "user:1", c, 1)
+			if err != nil || !ls.Allowed {
+				b.Fatal(ls, err)
+			}
+			if _, err := holds.Release(ctx, ls); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pair = min(pair, time.Since(start))
+		start = time.Now()
+		for range holdRound {
+			if _, err := takes.Take(ctx, "user:1", l, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		take = min(take, time.Since(start))
+	}
+	b.ReportMetric(float64(pair.Nanoseconds())/holdRound, "acquire+release-ns")
+	b.ReportMetric(float64(take.Nanoseconds())/holdRound, "take-ns")
+	b.ReportMetric(float64(pair)/float64(take), "x-take")
 }
 
 // At most 2 reports of a user built at once: the third waits for a slot. A
