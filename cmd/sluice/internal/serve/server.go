@@ -186,7 +186,7 @@ func listen(addr string) (net.Listener, error) {
 func checkAddr(addr string) error {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if strings.TrimPrefix(path, "//") == "" {
-			return fmt.Errorf("%q: no socket path after unix:", addr)
+			return fmt.Errorf("%q: no socket path after the unix: prefix", addr)
 		}
 		return nil
 	}
