@@ -166,8 +166,8 @@ func (c *child) stop(t *testing.T) []delivery {
 }
 
 // TestDrainAcrossProcesses is the acceptance test: 4 processes of 8
-// workers drain 2,000 jobs at 200/s (400 in -short): every job delivered
-// once, releases at least T = 5ms apart, in 2,000 × T = 10s within 5%.
+// workers drain n = 2,000 jobs at 200/s (400 without SLUICE_LONG): every job
+// delivered once, releases at least T = 5ms apart, in n × T (10 s) within 5%.
 func TestDrainAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	const rate, procs, workers = 200, 4, 8

@@ -25,7 +25,7 @@ package redisstore_test
 // spawning and after every child exited.
 //
 // Four variants, one after the other on one cluster (the last is a
-// comparison only, skipped in -short):
+// comparison only, run with SLUICE_LONG=1):
 //
 //   - cross-slot: per-chat token bucket (5/s, burst 2) and global token
 //     bucket (30/s, burst 10), every chat key in another slot than the global
@@ -262,7 +262,7 @@ type compositeVariant struct {
 	name string
 	tag  bool // every key under one {hash tag}: one slot
 	chat compositePart
-	long bool // skipped in -short
+	long bool // run only with SLUICE_LONG=1
 }
 
 // compositeOutcome is a variant's figures for the final comparison.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,5 +152,44 @@ func TestReadmeServeExample(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve: %v", err)
+	}
+}
+
+// The README's other `go run ./cmd/sluice …` commands run as written (from
+// the repository's root), and the figure it shows is what its caption's
+// command writes: docs/sim.svg, byte for byte.
+func TestReadmeCommands(t *testing.T) {
+	t.Chdir(filepath.Join("..", "..", "..", "..")) // the README's commands run at the repository's root
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := regexp.MustCompile("(?m)go run \\./cmd/sluice ((?:sim|replay|version)[^#`\n]*)").FindAllStringSubmatch(string(readme), -1)
+	if len(cmds) < 3 {
+		t.Fatalf("%d `go run ./cmd/sluice` commands besides serve in the README; want the two sim runs and the figure's", len(cmds))
+	}
+	for _, m := range cmds {
+		args := strings.Fields(m[1])
+		var svg string
+		for i, a := range args {
+			if a == "--svg" && i+1 < len(args) {
+				svg, args[i+1] = args[i+1], filepath.Join(t.TempDir(), "sim.svg")
+			}
+		}
+		var out, errs strings.Builder
+		if code := Main(context.Background(), args, strings.NewReader(""), &out, &errs); code != 0 || out.Len() == 0 {
+			t.Errorf("go run ./cmd/sluice %s: exit %d, stdout %d bytes, stderr:\n%s", m[1], code, out.Len(), errs.String())
+			continue
+		}
+		if svg != "" {
+			want, err := os.ReadFile(svg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(args[slices.Index(args, "--svg")+1])
+			if err != nil || string(got) != string(want) {
+				t.Errorf("%s differs from what `sluice %s` writes: run it again (%v)", svg, m[1], err)
+			}
+		}
 	}
 }
