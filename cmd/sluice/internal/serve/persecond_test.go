@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,11 +68,18 @@ func TestPerSecondStore(t *testing.T) {
 
 // The binary with --store-per-second over two redis-servers: the
 // per-second keys are in the second, the others in the first, and a call
-// the hourly limit refuses gives the per-second units back there.
+// the user's limit refuses gives the per-second units back there. The
+// user's limit counts per day here, not per hour, so that the test waits
+// for its window to turn over near midnight UTC only (a run once waited
+// 54 s for the hour).
 func TestBinaryPerSecondStore(t *testing.T) {
 	first, second := redistest.Standalone(t), redistest.Standalone(t)
-	awayFromWindowEnd(t, time.Hour, time.Minute)
-	p := startProc(t, "--config", writeConfig(t, map[string]string{"api.yaml": perSecondConfig}),
+	awayFromWindowEnd(t, 24*time.Hour, time.Minute)
+	daily := strings.Replace(perSecondConfig, "{unit: hour, requests_per_unit: 3}", "{unit: day, requests_per_unit: 3}", 1)
+	if daily == perSecondConfig {
+		t.Fatal("perSecondConfig has no hourly limit of 3 to count per day")
+	}
+	p := startProc(t, "--config", writeConfig(t, map[string]string{"api.yaml": daily}),
 		"--store", "redis://"+first.Addr(), "--store-per-second", "redis://"+second.Addr())
 	ctx := context.Background()
 	codes := func(ds ...*rlv3.RateLimitDescriptor) string {
@@ -90,7 +98,7 @@ func TestBinaryPerSecondStore(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := codes(desc("ip=1"), desc("user=a")); got != "OVER_LIMIT: OK OVER_LIMIT" {
-		t.Errorf("user over its hour: %s, want OVER_LIMIT: OK OVER_LIMIT", got)
+		t.Errorf("user over its day: %s, want OVER_LIMIT: OK OVER_LIMIT", got)
 	}
 	r, err := p.call(ctx, "api", withHits(desc("ip=1"), 0))
 	if err != nil || r.Statuses[0].LimitRemaining != 2 {
