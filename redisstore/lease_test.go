@@ -107,6 +107,7 @@ func newFleet(t *testing.T, c redis.UniversalClient, n int, life time.Duration, 
 // shared fake clock, and checks every admission against SEMANTICS.md's
 // bound.
 func TestLeaseBoundWithRedis(t *testing.T) {
+	t.Parallel() // beside the other parallel tests: no wall-clock assertion, servers and keys of its own
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(testenv.Seed(t), 25))

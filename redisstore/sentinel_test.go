@@ -22,6 +22,7 @@ import (
 // replica carries on with what was spent before it (the writes replicated,
 // WAIT): a key keeps its remaining units, a spent one stays spent.
 func TestSentinel(t *testing.T) {
+	t.Parallel() // beside the other parallel tests: no wall-clock assertion, servers and keys of its own
 	s := redistest.Sentinel(t)
 	c := s.NewClient(t, func(o *redis.FailoverOptions) {
 		o.ContextTimeoutEnabled = true

@@ -16,6 +16,7 @@ import (
 // TestSuite runs the checks every store must pass, on a standalone server
 // and on a cluster.
 func TestSuite(t *testing.T) {
+	t.Parallel() // beside the other parallel tests: no wall-clock assertion, servers and keys of its own
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock sluice.Clock) sluice.Store {
