@@ -213,6 +213,7 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	defer explainDurations(fs)()
 	for name, v := range vals {
 		if !flagGiven(fs, name) {
 			if err := fs.Set(name, v); err != nil {
