@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/gctune"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
@@ -47,7 +48,8 @@ type serveFlags struct {
 	mergeDomains, checkOnly                                                          bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	grpcSAN, httpSAN, perSecond                                                      string
-	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
+	gogc, gcMinHeap, pipelines                                                       int
+	limits                                                                           limits.Table // --limit and its aliases
 	storeTLS                                                                         storeTLS
 	xds                                                                              xdsFlags
 	envoyStats                                                                       envoyStatsFlags
@@ -142,10 +144,12 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.httpSAN, "http-tls-client-san", "", "with --http-tls-client-ca: also require the client certificate to be valid for this DNS name")
 	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
-	fs.IntVar(&f.maxBytes, "max-request-bytes", 64<<10, "largest request accepted, in bytes")
-	fs.IntVar(&f.maxDescriptors, "max-descriptors", 64, "most descriptors in one call")
-	fs.IntVar(&f.maxEntries, "max-entries", 32, "most entries in one descriptor")
-	fs.IntVar(&f.maxEntryBytes, "max-entry-bytes", 1024, "longest domain, key or value, in bytes")
+	f.limits = limits.Defaults()
+	fs.Var(limitsFlag{&f.limits}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
+	for _, name := range []string{"max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"} {
+		r := limits.Lookup(name)
+		fs.Var(limitFlag{&f.limits, r}, name, "the same as --limit "+r.Name+"=`N`: "+r.Where)
+	}
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
 	fs.IntVar(&f.gogc, "gogc", 400, "the garbage collector's GOGC for the process, unless the GOGC environment variable is set: the service's garbage is short-lived, so a larger value trades a little memory for CPU")
 	fs.IntVar(&f.gcMinHeap, "gc-min-heap", 32, "MiB the heap may grow to before a collection, whatever --gogc gives over a smaller live heap (0: --gogc alone); not applied when GOGC is set")
@@ -280,8 +284,8 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	o = serve.Options{
 		Config: f.config, NoWatch: f.noWatch, MergeDomains: f.mergeDomains, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
-		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
-		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
+		HeaderNames:          serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
+		Limits:               f.limits,
 		ShutdownTimeout:      f.shutdownTimeout,
 		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}

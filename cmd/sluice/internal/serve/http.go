@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/internal/policycore"
 )
@@ -79,11 +80,11 @@ func requireToken(token string, login Login, next http.Handler) http.Handler {
 
 // readBody reads a request's body up to the size limit.
 func (s *service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.Limits.RequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request body over %d bytes", s.opts.MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			http.Error(w, s.opts.Limits.Over(limits.RequestBytes, "request body").Error(), http.StatusRequestEntityTooLarge)
 		} else {
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 		}
@@ -288,8 +289,8 @@ const takeKeyPrefix = "/"
 
 // takeKey decides a key under the caller's limit.
 func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
-	if len(t.Key) > s.opts.MaxEntryBytes {
-		return sluice.Result{}, badRequest("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
+	if err := capped(s.opts.Limits.Check(limits.KeyBytes, `"key"`, int64(len(t.Key)))); err != nil {
+		return sluice.Result{}, err
 	}
 	lim, err := sluice.ParseLimit(t.Limit)
 	if err != nil {

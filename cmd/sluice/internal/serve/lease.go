@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // LeaseRequest is the body of POST /v1/acquire, /v1/release and
@@ -138,8 +139,8 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			return
 		}
 		t, c, err := decodeLeaseRequest(b, op != "acquire")
-		if err == nil && len(t.Key) > s.opts.MaxEntryBytes {
-			err = fmt.Errorf("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
+		if err == nil {
+			err = s.opts.Limits.Check(limits.KeyBytes, `"key"`, int64(len(t.Key)))
 		}
 		if err != nil {
 			s.count(op, "invalid")

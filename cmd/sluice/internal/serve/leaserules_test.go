@@ -201,7 +201,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		`{"domain": "jobs", "descriptors": []}`:                                               "at least one descriptor",
 		`{"domain": "jobs", "descriptors": [[]]}`:                                             "descriptor 0 has no entries",
 		`{"domain": "jobs", "descriptors": [[{"key": ""}]]}`:                                  "empty key",
-		`{"domain": "jobs", "descriptors": [` + big + `]}`:                                    "65 descriptors: at most 64",
+		`{"domain": "jobs", "descriptors": [` + big + `]}`:                                    "descriptors: 65, over the service's limit descriptors of 64 (--limit descriptors=N raises it)",
 		`{"domain": "jobs", "key": "k", "limit": 2, "descriptors": [[{"key": "a"}]]}`:         "not both",
 		`{"domain": "jobs", "descriptors": [[{"key": "a"}]], "lease": "c1.x"}`:                `"lease" names the lease of a release`,
 		`{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "a"}]], "units": 5}`:  "exceeds capacity: 5 units, concurrency limit 4",
@@ -215,7 +215,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		`{"lease": "c1.!!"}`: "not a token an acquire answered",
 		`{"lease": "c1." }`:  "not a token an acquire answered",
 		`{"lease": "` + (&leaseToken{Domain: "jobs", ID: 5}).encode() + `"}`:                                                        "no entries",
-		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{strings.Repeat("k", 1025), ""}}, ID: 5}).encode() + `"}`: "longer than 1024 bytes",
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{strings.Repeat("k", 1025), ""}}, ID: 5}).encode() + `"}`: "1025 bytes, over the service's limit entry-bytes of 1KiB",
 		`{"lease": "` + b.Lease + `", "domain": "jobs"}`:                                                                            `gives "lease" alone`,
 	} {
 		if r := c.post("/v1/release", body, 400); !strings.Contains(r.Rule, want) {

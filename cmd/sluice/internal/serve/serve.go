@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -130,11 +131,9 @@ type Options struct {
 	// nothing but the keys' names.
 	DomainSlot bool
 
-	// MaxRequestBytes bounds a request's encoded size (default 64 KiB);
-	// MaxDescriptors the descriptors of a call (default 64); MaxEntries the
-	// entries of a descriptor (default 32); MaxEntryBytes a domain, key or
-	// value (default 1024).
-	MaxRequestBytes, MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// Limits are the caps on every quantity a caller chooses (package
+	// limits, docs/serve.md's "Limits"): a field left 0 is its default.
+	Limits limits.Table
 
 	// GRPCMaxConnectionAge closes a gRPC connection (GOAWAY, then the calls
 	// in flight get GRPCMaxConnectionAgeGrace to finish) once it is that old,
@@ -202,18 +201,7 @@ func (o *Options) setDefaults() error {
 	if o.HTTPAddr == "" {
 		o.HTTPAddr = DefaultHTTPAddr
 	}
-	if o.MaxRequestBytes <= 0 {
-		o.MaxRequestBytes = 64 << 10
-	}
-	if o.MaxDescriptors <= 0 {
-		o.MaxDescriptors = 64
-	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = 32
-	}
-	if o.MaxEntryBytes <= 0 {
-		o.MaxEntryBytes = 1024
-	}
+	o.Limits.FillDefaults()
 	var err error
 	if o.XDS != nil {
 		if o.Config != "" {

@@ -147,7 +147,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		// small, so the windows never limit them.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(int(o.Limits.RequestBytes)),
 	}
 	if o.GRPCMaxConnectionAge > 0 {
 		ka := keepalive.ServerParameters{MaxConnectionAge: o.GRPCMaxConnectionAge, MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace}

@@ -153,12 +153,25 @@ func sinceMicros(start int64) time.Duration {
 var errNoConfig = errors.New("no rate-limit configuration yet: waiting for the xDS server's first")
 
 // requestError is a request the service will not decide: InvalidArgument.
-type requestError struct{ msg string }
+type requestError struct {
+	msg string
+	err error // what it wraps, nil when none
+}
 
 func (e *requestError) Error() string { return e.msg }
+func (e *requestError) Unwrap() error { return e.err }
 
 func badRequest(format string, args ...any) error {
-	return &requestError{fmt.Sprintf(format, args...)}
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// capped is the request error of an input over a cap of the limits
+// table (a *limits.Exceeded, which it wraps), nil when err is nil.
+func capped(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &requestError{msg: err.Error(), err: err}
 }
 
 // grpcError maps a decision's error onto a gRPC status.
