@@ -94,6 +94,9 @@ func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (stor
 		Args:   []any{op.Op, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, now, s.margin},
 	}
 	if err := s.call(ctx, c); err != nil {
+		if op.Op == algo.OpAcquire && op.Units > 0 && mayHold(err) {
+			s.giveBackHold(op)
+		}
 		return storelink.HoldResult{}, err
 	}
 	r := c.Reply
@@ -191,6 +194,9 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 	}
 	c := &redisrun.Call{Script: holdAllScript, Keys: keys, Args: args}
 	if err := s.call(ctx, c); err != nil {
+		if op.Units > 0 && mayHold(err) {
+			s.giveBackHold(op) // the rate parts it may have spent stay spent, as a take's
+		}
 		return storelink.HoldResult{}, err
 	}
 	rep := c.Reply
@@ -264,6 +270,8 @@ func (s *Store) holdInTurn(ctx context.Context, op *storelink.HoldOp, reqs []sto
 	look := storelink.HoldResult{Decision: algo.Decision{Allowed: true}}
 	if rerr == nil {
 		look.Decision.Remaining, look.Decision.ResetAfter = r.Decision.Remaining, r.Decision.ResetAfter
+	} else if mayHold(rerr) {
+		s.giveBackHold(op)
 	}
 	return look, nil
 }

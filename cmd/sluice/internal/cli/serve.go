@@ -390,7 +390,8 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
+		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines),
+			redisstore.WithLogger(o.Logger.With("component", "store"))}
 		if f.prefix != "" {
 			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
 		}

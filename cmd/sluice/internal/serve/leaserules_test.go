@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -443,5 +445,61 @@ descriptors:
 		c.acquire("tenant=t1 priority=low", 429) // the reserve, and the rate limit
 		c.acquire("tenant=t1", 200)
 		c.release(a.Lease)
+	}
+}
+
+// A failed acquire holds nothing (issue: 3 acquires to a pool of 3 while
+// Redis was stopped answered 503, yet 2 slots stayed taken for their
+// lifetime). The store's timeout passes while Redis sleeps, each acquire
+// answers 503 with no lease, and once Redis wakes and runs the calls the
+// store had sent, their holds are given back: the pool's 3 slots are free
+// again long before the lease's 5 minutes.
+func TestLeaseFailedAcquireHoldsNothing(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rs, err := redisstore.New(srv.NewClient(t, nil), redisstore.WithTimeout(100*time.Millisecond),
+		redisstore.WithPrefix(fmt.Sprintf("failedacq:%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	o := Options{Store: rs, Config: writeConfig(t, map[string]string{"jobs.yaml": "domain: jobs\ndescriptors:\n  - key: tenant\n    concurrency: {max: 3, lifetime: 5m}\n"})}
+	ts := start(t, o, &fakeClock{t: time.Now()})
+	c := leaseClient{t, ts.base}
+	c.release(c.acquire("tenant=acme", 200).Lease) // scripts loaded, connections open
+
+	ctx := context.Background()
+	slept := make(chan error, 1)
+	sleeper := srv.NewClient(t, nil)
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
+	probe := srv.NewClient(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 20*time.Millisecond, -1 })
+	for asleep := time.Now().Add(5 * time.Second); probe.Ping(ctx).Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(asleep) {
+			t.Fatal("the server answered PING for 5s after DEBUG SLEEP was sent")
+		}
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, out := httpPost(t, ts.base+"/v1/acquire", `{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "acme"}]]}`)
+			if resp.StatusCode != 503 || strings.Contains(out, `"lease"`) {
+				t.Errorf("acquire while Redis sleeps: %d %s, want 503 and no lease", resp.StatusCode, out)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	body := `{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "acme"}]], "units": 3}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, out := httpPost(t, ts.base+"/v1/acquire", body)
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's 3 slots were still not free 10s after the failed acquires: %d %s", resp.StatusCode, out)
+		}
 	}
 }
