@@ -72,7 +72,7 @@ var serveFlagGroups = []flagGroup{
 		"http-token", "http-token-file", "no-console", "shutdown-timeout"}},
 	{"Decisions and answers", []string{"shadow", "quota-mode", "response-headers", "limit-header", "remaining-header", "reset-header",
 		"response-dynamic-metadata"}},
-	{"Limits (docs/serve.md, \"Limits\")", []string{"limit", "max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"}},
+	{"Limits (docs/serve.md, \"Limits\")", []string{"key-form", "limit", "max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"}},
 	{"Metrics", []string{"envoy-stats", "near-limit-ratio"}},
 	{"Logging", []string{"log-level", "log-format"}},
 	{"Runtime", []string{"gomaxprocs", "gogc", "gc-min-heap", "cpuprofile"}},

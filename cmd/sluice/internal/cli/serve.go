@@ -45,7 +45,7 @@ type serveFlags struct {
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	leases                                                                           time.Duration // --store-leases
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
-	mergeDomains, checkOnly                                                          bool
+	mergeDomains, checkOnly, keyForm                                                 bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	grpcSAN, httpSAN, perSecond                                                      string
 	gogc, gcMinHeap, pipelines                                                       int
@@ -144,6 +144,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.httpSAN, "http-tls-client-san", "", "with --http-tls-client-ca: also require the client certificate to be valid for this DNS name")
 	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
+	fs.BoolVar(&f.keyForm, "key-form", false, "let callers name budgets of their own: /v1/take, /v1/acquire, /v1/release and /v1/extend by \"key\" and \"limit\", within the limits table's units, window and lifetime (without it such calls are refused: callers spend only the configured limits)")
 	f.limits = limits.Defaults()
 	fs.Var(limitsFlag{&f.limits}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
 	for _, name := range []string{"max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"} {
@@ -284,8 +285,8 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	o = serve.Options{
 		Config: f.config, NoWatch: f.noWatch, MergeDomains: f.mergeDomains, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
-		HeaderNames:          serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
-		Limits:               f.limits,
+		HeaderNames: serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
+		Limits:      f.limits, KeyForm: f.keyForm,
 		ShutdownTimeout:      f.shutdownTimeout,
 		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}
@@ -390,8 +391,10 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines),
-			redisstore.WithLogger(o.Logger.With("component", "store"))}
+		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
+		if o.Logger != nil {
+			ropts = append(ropts, redisstore.WithLogger(o.Logger.With("component", "store")))
+		}
 		if f.prefix != "" {
 			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
 		}

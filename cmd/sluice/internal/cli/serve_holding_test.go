@@ -35,7 +35,7 @@ func startConsoleServe(t *testing.T, store sluice.Store) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], NoWatch: true, Store: store,
+		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], NoWatch: true, Store: store, KeyForm: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
 	}()
 	t.Cleanup(func() {

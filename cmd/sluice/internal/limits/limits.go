@@ -33,7 +33,7 @@ type Table struct {
 
 	// A limit of the caller's: the key form of /v1/take and /v1/acquire,
 	// and a descriptor's limit override.
-	Limit    int64         // its units (a take's capacity, an acquire's limit); a call's units are at most it
+	Units    int64         // its units (a take's capacity, an acquire's limit); a call's units are at most it
 	Window   time.Duration // its period or window
 	Lifetime time.Duration // a lease's lifetime (the key form's, and a rules file's concurrency)
 
@@ -96,10 +96,10 @@ var (
 		Where: "the store key a call names: a descriptor's keys and values together, or the key form's key",
 		Why:   "a key lives in the store as long as its window or lease; without it 32 entries of 1 KiB made 32 KiB keys that a day-long override kept",
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
-	Limit = &Row{Name: "limit", Kind: Count, Default: 1_000_000,
-		Where: "a limit the caller names: the key form's limit, a descriptor's limit override; a call's units are at most it",
+	Units = &Row{Name: "units", Kind: Count, Default: 1_000_000,
+		Where: "the units of a limit the caller names: the key form's limit, a descriptor's limit override's requests_per_unit (a call's units are at most its limit's)",
 		Why:   "a sliding log keeps an entry per admitted call and a concurrency limit a hold per lease: the limit bounds what one key holds",
-		Test:  "TestLimitCap", at: func(t *Table) *int64 { return &t.Limit }}
+		Test:  "TestUnitsCap", at: func(t *Table) *int64 { return &t.Units }}
 	Window = &Row{Name: "window", Kind: Duration, Default: int64(24 * time.Hour),
 		Where: "the period of a limit the caller names (the key form's; a limit override's unit)",
 		Why:   "a key is kept as long as its window; envoy's longest common unit is a day",
@@ -140,7 +140,7 @@ var (
 
 // Rows is the table, in docs/serve.md's order.
 var Rows = []*Row{
-	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Limit, Window, Lifetime, ConfigBytes, Rules, Depth, WalkRequests, AnswerBytes, ViewKeys, ViewLeases, ViewBytes,
+	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Units, Window, Lifetime, ConfigBytes, Rules, Depth, WalkRequests, AnswerBytes, ViewKeys, ViewLeases, ViewBytes,
 }
 
 // Defaults returns the table with every row at its default.

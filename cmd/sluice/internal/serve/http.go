@@ -257,6 +257,11 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 	}
 	var out TakeResponse
 	var res sluice.Result
+	if t.Key != "" && !s.opts.KeyForm {
+		s.count("take", "invalid")
+		http.Error(w, errNoKeyForm.Error(), http.StatusForbidden)
+		return
+	}
 	if t.Key != "" {
 		res, err = s.takeKey(r.Context(), w, t)
 	} else {
@@ -287,14 +292,32 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 // descriptor a key's; and a prefix keeps distinct keys distinct.
 const takeKeyPrefix = "/"
 
+// errNoKeyForm answers a call by key when Options.KeyForm is off.
+var errNoKeyForm = errors.New(`calls by "key" name a budget of the caller's, and this service does not take them: name a configured limit by "domain" and "descriptors", or start sluice serve with --key-form (docs/serve.md, "HTTP API")`)
+
+// checkKeyForm checks a call by key against the limits table: its key's
+// bytes, its limit's units, and the time its state lives (what, under
+// row): a take's refill under window, a lease's lifetime under lifetime.
+func (s *service) checkKeyForm(key string, units int64, row *limits.Row, what string, life time.Duration) error {
+	lt := &s.opts.Limits
+	err := lt.Check(limits.KeyBytes, `"key"`, int64(len(key)))
+	if err == nil {
+		err = lt.Check(limits.Units, `"limit"`, units)
+	}
+	if err == nil {
+		err = lt.Check(row, what, int64(life))
+	}
+	return capped(err)
+}
+
 // takeKey decides a key under the caller's limit.
 func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
-	if err := capped(s.opts.Limits.Check(limits.KeyBytes, `"key"`, int64(len(t.Key)))); err != nil {
-		return sluice.Result{}, err
-	}
 	lim, err := sluice.ParseLimit(t.Limit)
 	if err != nil {
 		return sluice.Result{}, badRequest("limit: %v", err)
+	}
+	if err := s.checkKeyForm(t.Key, lim.Capacity(), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
+		return sluice.Result{}, err
 	}
 	c := int64(1)
 	if t.Cost != nil {

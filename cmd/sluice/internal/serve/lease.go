@@ -139,8 +139,13 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			return
 		}
 		t, c, err := decodeLeaseRequest(b, op != "acquire")
-		if err == nil {
-			err = s.opts.Limits.Check(limits.KeyBytes, `"key"`, int64(len(t.Key)))
+		if err == nil && !t.byRules() {
+			if !s.opts.KeyForm {
+				s.count(op, "invalid")
+				http.Error(w, errNoKeyForm.Error(), http.StatusForbidden)
+				return
+			}
+			err = s.checkKeyForm(t.Key, c.Limit, limits.Lifetime, `"lifetime"`, c.Lifetime)
 		}
 		if err != nil {
 			s.count(op, "invalid")

@@ -77,6 +77,9 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 			if err != nil {
 				return badRequest("descriptor %d: limit override: %v", i, err)
 			}
+			if err := checkOverride(i, over, &o.Limits); err != nil {
+				return err
+			}
 			rule = over
 		}
 		if err := p.add(i, d, rule, o); err != nil {
@@ -101,6 +104,16 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 	}
 	p.quotaDecides = p.quotaDecides && !quotaPasses
 	return nil
+}
+
+// checkOverride checks descriptor i's limit override against the limits
+// table: a limit of the caller's, as the key form's.
+func checkOverride(i int, over *rlsconfig.Rule, lt *limits.Table) error {
+	err := lt.Check(limits.Units, fmt.Sprintf("descriptor %d's limit override", i), over.RequestsPerUnit)
+	if err == nil {
+		err = lt.Check(limits.Window, fmt.Sprintf("descriptor %d's limit override's unit", i), int64(over.Limit.Period))
+	}
+	return capped(err)
 }
 
 // flatten copies the descriptors' entries into p.flat, one allocation

@@ -271,6 +271,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { defer wg.Done(); s.xds.run(wctx) }()
 	}
 	go func() { defer wg.Done(); s.watch(wctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.sweepStores(wctx, sweepEvery) }()
 	go func() {
 		defer wg.Done()
 		if _, err := s.checkStores(wctx); err != nil && wctx.Err() == nil {
