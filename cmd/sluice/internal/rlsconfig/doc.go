@@ -84,7 +84,10 @@
 // (1m); reserve, from 0 to max-1, the units a lease leaves free for the
 // pool's other classes (sluice.Concurrency.Reserve); name names it in
 // metrics. A descriptor whose concurrency gives max is a pool, keyed as its
-// rate_limit would be (Concurrency.Key; share_threshold applies). One that
+// rate_limit would be (Concurrency.Key; share_threshold applies), but that
+// a pool under a shared wildcard must have a name and is keyed by it, not
+// by the pattern: a reload that changes the pattern keeps its leases in
+// one pool (an unnamed one is a load error). One that
 // gives reserve alone is a class of the nearest pool above: its leases hold
 // that pool's units, under the pool's key, with its own reserve. A
 // descriptor's rate_limit and its concurrency are taken together, all or

@@ -219,6 +219,9 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		`{"lease": "` + (&leaseToken{Domain: "jobs", ID: 5}).encode() + `"}`:                                                        "no entries",
 		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{strings.Repeat("k", 1025), ""}}, ID: 5}).encode() + `"}`: "1025 bytes, over the service's limit entry-bytes of 1KiB",
 		`{"lease": "` + b.Lease + `", "domain": "jobs"}`:                                                                            `gives "lease" alone`,
+		// A token names no key past its domain's pools.
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{"tenant", "acme"}}, Key: "other/tenant=acme", ID: 5}).encode() + `"}`: "not a token an acquire answered",
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{"tenant", "acme"}}, Key: "/exports:acme", ID: 5}).encode() + `"}`:     "not a token an acquire answered",
 	} {
 		if r := c.post("/v1/release", body, 400); !strings.Contains(r.Rule, want) {
 			t.Errorf("release %s: %q, want %q", body, r.Rule, want)
@@ -501,5 +504,57 @@ func TestLeaseFailedAcquireHoldsNothing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the pool's 3 slots were still not free 10s after the failed acquires: %d %s", resp.StatusCode, out)
 		}
+	}
+}
+
+// A reload never doubles a pool (issue: a shared wildcard's pool, its
+// pattern changed from /export/* to /export/x* under the same name, kept
+// its 3 leases under the old key and admitted 3 more, 6 in flight against
+// a max of 3; releasing an old token answered allowed false while it was
+// still held). A shared pool is keyed by its name, not its pattern, so the
+// 3 old leases keep it full; and a token releases the hold it was given
+// wherever a reload moved the pool (a renamed pool is a new one: its old
+// leases still release their own holds).
+func TestLeaseReloadMovesNoPool(t *testing.T) {
+	conf := func(pattern, name string) string {
+		return fmt.Sprintf("domain: jobs\ndescriptors:\n  - key: path\n    value: %q\n    share_threshold: true\n    concurrency: {max: 3, lifetime: 5m, name: %s}\n", pattern, name)
+	}
+	for _, c := range []struct {
+		name      string
+		stable    bool // the pool keeps its key
+		to, name2 string
+	}{
+		{"pattern changed", true, "/export/x*", "exports"},
+		{"renamed", false, "/export/*", "exports2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &fakeClock{t: t0}
+			dir := writeConfig(t, map[string]string{"jobs.yaml": conf("/export/*", "exports")})
+			ts := start(t, Options{Config: dir, NoWatch: true}, clock)
+			lc := leaseClient{t, ts.base}
+			var held []string
+			for _, v := range []string{"/export/xa", "/export/xb", "/export/xc"} {
+				held = append(held, lc.acquire("path="+v, 200).Lease)
+			}
+			lc.acquire("path=/export/xd", 429)
+			if err := os.WriteFile(filepath.Join(dir, "jobs.yaml"), []byte(conf(c.to, c.name2)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := ts.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			if c.stable {
+				lc.acquire("path=/export/xd", 429) // still 3 held
+			}
+			for i, tok := range held {
+				if r := lc.release(tok); !r.Allowed {
+					t.Errorf("release of old lease %d after the reload: %+v, want its hold released", i, r)
+				}
+			}
+			for range 3 {
+				lc.acquire("path=/export/xe", 200)
+			}
+			lc.acquire("path=/export/xe", 429)
+		})
 	}
 }
