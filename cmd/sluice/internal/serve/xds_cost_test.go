@@ -66,11 +66,7 @@ func parseResponse(wire []byte) error {
 	if err := proto.Unmarshal(wire, &resp); err != nil {
 		return err
 	}
-	files, err := xdsFiles(&resp)
-	if err != nil {
-		return err
-	}
-	_, err = rlsconfig.Parse(files)
+	_, err := rlsconfig.Options{}.ParseXDS(resp.GetResources())
 	return err
 }
 
