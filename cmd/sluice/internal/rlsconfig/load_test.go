@@ -77,6 +77,23 @@ func TestMaxRules(t *testing.T) {
 	if err != nil || int64(len(c.Rules())) != limits.Rules.Default {
 		t.Fatalf("%d bytes of YAML, %d rules: %v, want them loaded", len(src), limits.Rules.Default, err)
 	}
+	// One more is refused, and loads with the cap raised (--limit
+	// rules=20000), from a file and from xDS alike.
+	src = ruleBomb("test", 8, 891)
+	if _, err := Parse(map[string][]byte{"test.yaml": []byte(src)}); !errors.Is(err, limits.ErrExceeded) {
+		t.Fatalf("10,001 rules: %v, want the cap", err)
+	}
+	raised := Options{Limits: limits.Table{Rules: 20_000}}
+	if c, err := raised.Parse(map[string][]byte{"test.yaml": []byte(src)}); err != nil || len(c.Rules()) != 10_001 {
+		t.Fatalf("10,001 rules, the cap raised: %v", err)
+	}
+	res := xdsResource(t, wideConfig(10_001))
+	if _, err := (Options{}).ParseXDS(res); !errors.Is(err, limits.ErrExceeded) {
+		t.Fatalf("xDS, 10,001 rules: %v, want the cap", err)
+	}
+	if c, err := raised.ParseXDS(res); err != nil || len(c.Rules()) != 10_001 {
+		t.Fatalf("xDS, 10,001 rules, the cap raised: %v", err)
+	}
 	// Two files under the bound, together over it: the second is named.
 	_, err = Parse(map[string][]byte{"a.yaml": []byte(ruleBomb("a", 5, 0)), "b.yaml": []byte(ruleBomb("b", 5, 0))})
 	var e *Error

@@ -117,11 +117,12 @@ type xdsClient struct {
 	parses atomic.Int64 // responses parsed, for tests
 }
 
-// recvBytes is the largest message the stream reads: twice config-bytes,
-// room for the resources' type URLs and the response around them; a
-// larger one gRPC refuses before reading it, and the stream breaks.
+// recvBytes is the largest message the stream reads: twice config-bytes
+// and 1 MiB, room for the resources' type URLs and the response around
+// them. gRPC refuses a larger one before reading it, and the stream
+// breaks.
 func recvBytes(lt *limits.Table) int {
-	return int(min(2*lt.ConfigBytes, math.MaxInt32))
+	return int(min(2*lt.ConfigBytes+1<<20, math.MaxInt32))
 }
 
 // newXDSClient is the client of s.opts.XDS; it dials lazily, so a server
@@ -219,12 +220,12 @@ func (x *xdsClient) stream(ctx context.Context) (got bool, err error) {
 func (x *xdsClient) tooLarge(err error) {
 	s := x.srv
 	var got, limit int64
-	if _, e := fmt.Sscanf(status.Convert(err).Message(), "grpc: received message larger than max (%d vs. %d)", &got, &limit); e != nil {
-		got = 0
-	}
-	lerr := s.opts.Limits.Over(limits.ConfigBytes, fmt.Sprintf("an xDS response over %d bytes (twice the cap), refused unread", recvBytes(&s.opts.Limits)))
-	if got > 0 {
+	var lerr error
+	if _, e := fmt.Sscanf(status.Convert(err).Message(), "grpc: received message larger than max (%d vs. %d)", &got, &limit); e == nil {
 		lerr = s.opts.Limits.Check(limits.ConfigBytes, "an xDS response refused unread", got)
+	}
+	if lerr == nil {
+		lerr = s.opts.Limits.Over(limits.ConfigBytes, fmt.Sprintf("an xDS response over %d bytes (twice the cap and 1 MiB), refused unread", recvBytes(&s.opts.Limits)))
 	}
 	s.loads.mu.Lock()
 	s.install(nil, lerr, x.o.origin(""))
