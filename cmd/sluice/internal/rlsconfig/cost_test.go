@@ -59,3 +59,29 @@ func TestRefusedFileCost(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRefusedFile measures what refusing a file costs: the two of
+// TestRefusedFileCost, and the worst left, a file under every cap whose
+// last line is wrong, after a YAML tree of a million nodes is built and
+// read (docs/performance.md, "Refused configurations"):
+// go test -run XXX -bench RefusedFile -benchtime 1x ./cmd/sluice/internal/rlsconfig/
+func BenchmarkRefusedFile(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		data []byte
+	}{
+		{"deep", deepFlowYAML(4900)},
+		{"wide", wideYAML(100_000)},
+		{"tree", []byte("domain: d\ndescriptors: [{key: k, metadata: {a: [" + strings.Repeat("1,", 1<<20-20) + "1]}}, {nokey: 1}]\n")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.data)))
+			for b.Loop() {
+				if _, err := Parse(map[string][]byte{"f.yaml": bc.data}); err == nil {
+					b.Fatal("loaded")
+				}
+			}
+		})
+	}
+}

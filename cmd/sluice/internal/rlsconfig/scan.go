@@ -14,7 +14,9 @@ import (
 // nested deeper than the deepest descriptors and metadata the depth cap
 // allows, and more rate_limit keys than the rules cap. Block nesting costs
 // its indentation in bytes, so config-bytes bounds it; what aliases add
-// is counted as the tree is read (reader).
+// is counted as the tree is read (reader). It also counts the nodes the
+// text holds, scalars and flow collections, against the reader's budget
+// (maxNodes), so that a file over it is refused before its tree is built.
 //
 // The pass knows quoted scalars, plain scalars, comments and block
 // scalars, not all of YAML: where it misreads a file, it counts too few
@@ -38,6 +40,8 @@ func scanYAML(caps *limits.Table, file string, data []byte, rules *int) error {
 		return &Error{File: file, Line: s.line, Msg: e.Error(), Err: e}
 	case tooManyRules:
 		return overRules(caps, file, s.line, "", false)
+	case tooManyNodes:
+		return tooManyNodesError(file, s.line)
 	}
 	*rules = s.rules
 	return nil
@@ -49,6 +53,7 @@ const (
 	scanned scanEnd = iota
 	tooDeep
 	tooManyRules
+	tooManyNodes
 )
 
 // scanner is scanYAML's pass over one file.
@@ -62,6 +67,7 @@ type scanner struct {
 	maxFlow   int
 	rules     int
 	maxRules  int
+	nodes     int // scalars and flow collections: at most the tree's nodes
 	// node: the next token starts a node (at a line's start, after an
 	// indicator). The last token was a scalar (scalar), at column
 	// scalarCol, quoted, the text "rate_limit" (key). keyColOnLine is the
@@ -86,6 +92,7 @@ func (s *scanner) run() scanEnd {
 		case c == '[' || c == '{':
 			s.i++
 			s.flow++
+			s.nodes++
 			s.token(true)
 			if s.flow > s.maxFlow {
 				return tooDeep
@@ -119,9 +126,13 @@ func (s *scanner) run() scanEnd {
 			s.word() // an anchor or a tag: the node follows
 		case c == '*':
 			s.word()
+			s.nodes++
 			s.token(false)
 		default:
 			s.plainScalar()
+		}
+		if s.nodes > maxNodes {
+			return tooManyNodes
 		}
 	}
 	return scanned
@@ -245,6 +256,7 @@ func (s *scanner) plainScalar() {
 // scalarAt notes a scalar, data[start:end] (quoted: within its quotes).
 func (s *scanner) scalarAt(start, end int, quoted bool) {
 	s.node, s.scalar, s.quoted = false, true, quoted
+	s.nodes++
 	s.key = string(s.data[start:end]) == "rate_limit"
 	s.scalarCol = s.col(start)
 	if quoted {

@@ -98,6 +98,12 @@ var (
 // at each use, so an alias bomb is an error, not an exhausted machine.
 const maxNodes = 1 << 20
 
+// tooManyNodesError is the *Error of a file of more than maxNodes nodes,
+// found at line.
+func tooManyNodesError(file string, line int) *Error {
+	return &Error{File: file, Line: line, Msg: fmt.Sprintf("error loading config file: the file expands to more than %d YAML nodes (aliases count at each use)", maxNodes)}
+}
+
 // counts are what the readers of a configuration's files counted, all
 // files together, an alias's at each use.
 type counts struct {
@@ -186,7 +192,7 @@ func (r *reader) deref(n *yaml.Node) (*yaml.Node, error) {
 	}
 	r.nodes++
 	if r.nodes > maxNodes {
-		return nil, r.errf(n.Line, "error loading config file: the file expands to more than %d YAML nodes (aliases count at each use)", maxNodes)
+		return nil, tooManyNodesError(r.file, n.Line)
 	}
 	return n, nil
 }
