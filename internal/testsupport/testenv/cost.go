@@ -58,5 +58,5 @@ func Measure(f func()) Cost {
 
 // String says the time and the memory in MB.
 func (c Cost) String() string {
-	return fmt.Sprintf("%v, %.1f MB allocated, heap peak +%.1f MB", c.Took.Round(time.Millisecond), float64(c.Alloc)/1e6, float64(c.Peak)/1e6)
+	return fmt.Sprintf("%v, %.1f MB allocated, heap peak +%.1f MB, kept %+.1f MB", c.Took.Round(10*time.Microsecond), float64(c.Alloc)/1e6, float64(c.Peak)/1e6, float64(c.Kept)/1e6)
 }
