@@ -19,9 +19,12 @@ import (
 // (maxNodes), so that a file over it is refused before its tree is built.
 //
 // The pass knows quoted scalars, plain scalars, comments and block
-// scalars, not all of YAML: where it misreads a file, it counts too few
-// (the tree is then built and read as before), never a valid file's
-// nesting or rules too many.
+// scalars, not all of YAML: where it misreads a file it counts too few,
+// and the tree is then built and read as before. It counts more than the
+// reader only where the reader skips what the text holds: a rate_limit
+// key in metadata, or one a map's own key overrides in a merge (<<), and
+// each line of a plain scalar written over several as a node.
+// FuzzScanYAML checks that it refuses nothing the reader accepts.
 
 // flowRoom is how deep flow collections may nest in a file whose
 // descriptors and metadata nest at most depth: the file's map, a list and

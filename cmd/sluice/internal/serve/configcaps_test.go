@@ -216,7 +216,8 @@ func TestDepthCap(t *testing.T) {
 
 // A response that did not load, sent again (go-control-plane's cache
 // answers a NACK at once with the same snapshot; the server restarted
-// does too), is NACKed with the same detail without being parsed again.
+// does too), is NACKed with the same detail without being parsed again,
+// after a wait that grows as the reconnections' backoff.
 func TestXDSRejectedRemembered(t *testing.T) {
 	x := newXDSServer(t, "127.0.0.1:0", nil)
 	x.set(t, "deep", deepRLC(4900))
@@ -233,6 +234,13 @@ func TestXDSRejectedRemembered(t *testing.T) {
 		return details, len(x.reqs)
 	}
 	eventually(t, "NACKed 3 times", func() bool { d, _ := nacks(0); return len(d) >= 3 })
+	// Each NACK is answered at once with the same snapshot: the NACKs are
+	// paced as reconnections are (10 ms doubling to 50 ms here).
+	_, from := nacks(0)
+	time.Sleep(500 * time.Millisecond)
+	if d, _ := nacks(from); len(d) > 20 {
+		t.Errorf("%d NACKs in 500 ms: want them paced", len(d))
+	}
 	x.stop()
 	_, restart := nacks(0)
 	x.start(t, x.addr)

@@ -193,6 +193,7 @@ func (x *xdsClient) stream(ctx context.Context) (got bool, err error) {
 	if err := st.Send(req); err != nil {
 		return false, err
 	}
+	var pace time.Duration // the wait before NACKing a response sent again
 	for {
 		resp, err := st.Recv()
 		if status.Code(err) == codes.ResourceExhausted {
@@ -203,10 +204,25 @@ func (x *xdsClient) stream(ctx context.Context) (got bool, err error) {
 		}
 		got = true
 		req := &discovery.DiscoveryRequest{TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
-		if err := x.apply(resp); err != nil {
+		again, err := x.apply(resp)
+		if err != nil {
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
 			x.version = resp.GetVersionInfo()
+		}
+		// go-control-plane's cache answers a NACK at once with the
+		// snapshot NACKed: without a wait the two would spin.
+		if !again {
+			pace = 0
+		} else {
+			pace = min(max(2*pace, x.o.BackoffMin), x.o.BackoffMax)
+			t := time.NewTimer(pace)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return got, ctx.Err()
+			case <-t.C:
+			}
 		}
 		req.VersionInfo = x.version
 		if err := st.Send(req); err != nil {
@@ -234,20 +250,20 @@ func (x *xdsClient) tooLarge(err error) {
 
 // apply loads resp's resources as one configuration and puts it in use, as
 // a file reload does; its error is the NACK's detail. A response that did
-// not load, sent again, is not read again: its error is the last one's.
-func (x *xdsClient) apply(resp *discovery.DiscoveryResponse) error {
+// not load, sent again (again), is not read again: its error is the last
+// one's, neither counted nor logged again.
+func (x *xdsClient) apply(resp *discovery.DiscoveryResponse) (again bool, err error) {
 	s := x.srv
 	version := resp.GetVersionInfo()
 	sum := fingerprint(resp)
+	if x.rejected.err != nil && x.rejected.sum == sum {
+		s.log.Debug("xDS response rejected before, sent again: NACKed again unread", "version", version)
+		return true, x.rejected.err
+	}
 	var cfg *rlsconfig.Config
-	var err error
-	again := x.rejected.err != nil && x.rejected.sum == sum
-	switch {
-	case again:
-		err = x.rejected.err
-	case resp.GetTypeUrl() != XDSTypeURL:
+	if resp.GetTypeUrl() != XDSTypeURL {
 		err = fmt.Errorf("xDS response of type %q: want %s", resp.GetTypeUrl(), XDSTypeURL)
-	default:
+	} else {
 		x.parses.Add(1)
 		cfg, err = s.opts.rulesOptions().ParseXDS(resp.GetResources())
 	}
@@ -257,20 +273,17 @@ func (x *xdsClient) apply(resp *discovery.DiscoveryResponse) error {
 	s.loads.mu.Unlock()
 	if err != nil {
 		x.rejected.sum, x.rejected.err = sum, err
-		if again {
-			s.log.Info("xDS response rejected before, sent again: NACKed again unread", "version", version)
-		}
 		if first {
 			s.log.Error("xDS configuration rejected; still waiting for one that loads", "version", version, "err", err)
 		}
-		return err
+		return false, err
 	}
 	x.rejected.err = nil
 	s.log.Info("configuration loaded", "origin", x.o.origin(version), "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "resources", len(resp.GetResources()))
 	if first {
 		s.setServing(healthpb.HealthCheckResponse_SERVING)
 	}
-	return nil
+	return false, nil
 }
 
 // fingerprint is a digest of a response's content: its type, version and
