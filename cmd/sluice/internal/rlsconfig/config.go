@@ -124,7 +124,9 @@ type Error struct {
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Error returns "file:line: descriptor path: message".
+// Error returns "file:line: descriptor path: message", without "file:"
+// when File is "" (the files together) and without what else is not
+// known.
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {
