@@ -1,17 +1,44 @@
 package cli
 
 import (
+	"flag"
 	"strings"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
-// limitsFlag is serve's --limit: NAME=VALUE pairs of the limits table.
-type limitsFlag struct{ t *limits.Table }
+// limitsFlag is serve's --limit: NAME=VALUE pairs of the limits table;
+// set records the rows it set.
+type limitsFlag struct {
+	t   *limits.Table
+	set map[*limits.Row]bool
+}
 
 func (f limitsFlag) String() string { return "" }
 
-func (f limitsFlag) Set(s string) error { return f.t.SetAll(s) }
+func (f limitsFlag) Set(s string) error {
+	if err := f.t.SetAll(s); err != nil {
+		return err
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, _, _ := strings.Cut(kv, "=")
+		if r := limits.Lookup(strings.TrimSpace(name)); r != nil && f.set != nil {
+			f.set[r] = true
+		}
+	}
+	return nil
+}
+
+// limitGiven reports whether the command line set r, with --limit or its
+// older flag.
+func limitGiven(fs *flag.FlagSet, r *limits.Row) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		lf, ok := f.Value.(limitsFlag)
+		given = given || (r.Alias != "" && f.Name == r.Alias) || (ok && lf.set[r])
+	})
+	return given
+}
 
 // limitFlag is an older flag of one row of the table (--max-entries).
 type limitFlag struct {

@@ -94,7 +94,7 @@ func (f *serveFlags) checkConfig(stdout io.Writer) error {
 	if f.xds.server != "" {
 		return errors.New("--check: the rules come from the xDS server (--xds-server), not from files: nothing to check")
 	}
-	cfg, err := serve.CheckConfig(serve.Options{Config: f.config, MergeDomains: f.mergeDomains}, f.perSecond != "")
+	cfg, err := serve.CheckConfig(serve.Options{Config: f.config, MergeDomains: f.mergeDomains, Limits: f.limits}, f.perSecond != "")
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
 	f.storeTLS.flags(fs)
-	f.xds.flags(fs)
+	f.xds.flags(fs, &f.limits)
 	f.envoyStats.flags(fs)
 	fs.StringVar(&f.perSecond, "store-per-second", "", "a second store, as --store takes it, for the limits counted per second (envoy's unit second; envoy's REDIS_PERSECOND): a call with descriptors in both is decided in each in turn, the per-second ones given back when the others refuse")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
@@ -146,7 +146,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
 	fs.BoolVar(&f.keyForm, "key-form", false, "let callers name budgets of their own: /v1/take, /v1/acquire, /v1/release and /v1/extend by \"key\" and \"limit\", within the limits table's units, window and lifetime (without it such calls are refused: callers spend only the configured limits)")
 	f.limits = limits.Defaults()
-	fs.Var(limitsFlag{&f.limits}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
+	fs.Var(limitsFlag{&f.limits, map[*limits.Row]bool{}}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
 	for _, name := range []string{"max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"} {
 		r := limits.Lookup(name)
 		fs.Var(limitFlag{&f.limits, r}, name, "the same as --limit "+r.Name+"=`N`: "+r.Where)
@@ -189,6 +189,9 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 		return err
 	}
 	for name, v := range vals {
+		if r := limits.Lookup(name); r != nil && limitGiven(fs, r) {
+			continue // --limit NAME=… wins too
+		}
 		if !flagGiven(fs, name) {
 			if err := fs.Set(name, v); err != nil {
 				return fmt.Errorf("envoy environment: --%s %q: %v", name, v, err)

@@ -108,7 +108,7 @@ func CheckConfig(o Options, perSecondStore bool) (*rlsconfig.Config, error) {
 	if o.Config == "" {
 		return rlsconfig.Parse(map[string][]byte{})
 	}
-	cfg, err := rlsconfig.Options{MergeDomains: o.MergeDomains}.Load(o.Config)
+	cfg, err := o.rulesOptions().Load(o.Config)
 	if err == nil {
 		err = checkLeases(cfg, perSecondStore)
 	}

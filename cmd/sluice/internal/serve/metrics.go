@@ -47,7 +47,7 @@ type metrics struct {
 }
 
 // The decision series (sluice_serve_rule_decisions_total) are bounded
-// whatever the configuration holds (up to rlsconfig.MaxRules rules) and
+// whatever the configuration holds (up to the limit rules, 10,000) and
 // whatever values are sent: the first maxRuleSeries rules of a
 // configuration, in its order, and the first maxValueSeries stat names of
 // detailed_metric and value_to_metric rules have series of their own; the
