@@ -7,15 +7,12 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // MaxConcurrency is the largest max (and reserve + 1) a concurrency limit
 // takes: sluice counts the units held exactly up to 2^50.
 const MaxConcurrency = 1 << 50
-
-// MaxLifetime is the longest lifetime a concurrency limit takes: a lease
-// that outlives a day is a lost slot, not a long request (one extends it).
-const MaxLifetime = 24 * time.Hour
 
 // Concurrency is one configured concurrency limit (sluice's extension
 // concurrency: on a descriptor): at most Limit.Limit units held at once by
@@ -122,8 +119,11 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 		c.Limit = sluice.MaxConcurrent(yc.max)
 		if yc.lifetime != "" {
 			d, err := time.ParseDuration(yc.lifetime)
-			if err != nil || d < time.Millisecond || d > MaxLifetime || d%time.Microsecond != 0 {
-				return nil, fail(yc.lifetimeLine, "lifetime '%s' is not a Go duration from 1ms to %v in whole microseconds (like 30s, 5m)", yc.lifetime, MaxLifetime)
+			if err != nil || d < time.Millisecond || d%time.Microsecond != 0 {
+				return nil, fail(yc.lifetimeLine, "lifetime '%s' is not a Go duration of at least 1ms in whole microseconds (like 30s, 5m)", yc.lifetime)
+			}
+			if err := b.caps.Check(limits.Lifetime, "lifetime", int64(d)); err != nil {
+				return nil, &Error{File: file, Line: yc.lifetimeLine, Path: full, Msg: err.Error(), Err: err}
 			}
 			c.Limit.Lifetime = d
 		}

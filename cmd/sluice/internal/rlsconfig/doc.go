@@ -80,7 +80,8 @@
 //	  concurrency: {max: 2}             # a lease takes a slot and a hit, or neither
 //
 // max is a whole number from 1 to MaxConcurrency (2^50); lifetime a Go
-// duration from 1ms to MaxLifetime (24h), default sluice.DefaultLifetime
+// duration from 1ms to the lifetime cap (limits.Lifetime, 24h unless
+// Options.Limits raises it), default sluice.DefaultLifetime
 // (1m); reserve, from 0 to max-1, the units a lease leaves free for the
 // pool's other classes (sluice.Concurrency.Reserve); name names it in
 // metrics. A descriptor whose concurrency gives max is a pool, keyed as its

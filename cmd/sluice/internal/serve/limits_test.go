@@ -177,6 +177,15 @@ func TestLifetimeCap(t *testing.T) {
 	post(t, ts, "/v1/acquire", fmt.Sprintf(`{"key": "k", "limit": 2, "lifetime": %q}`, life), 200, nil)
 	post(t, ts, "/v1/acquire", fmt.Sprintf(`{"key": "k", "limit": 2, "lifetime": %q}`, life+time.Microsecond), 0, limits.Lifetime)
 	post(t, ts, "/v1/acquire", `{"key": "exports:acme", "limit": 2, "units": 2, "lifetime": "312500h"}`, 0, limits.Lifetime)
+	// A rules file's concurrency lifetime: the cap loads, the cap + 1 µs
+	// is a load error.
+	for _, c := range []struct {
+		life time.Duration
+		row  *limits.Row
+	}{{life, nil}, {life + time.Microsecond, limits.Lifetime}} {
+		_, err := CheckConfig(Options{Config: writeConfig(t, map[string]string{"jobs.yaml": fmt.Sprintf("domain: jobs\ndescriptors:\n  - key: tenant\n    concurrency: {max: 3, lifetime: %s}\n", c.life)})}, false)
+		checkRefusal(t, "a rules file's lifetime", c.row, err != nil, err)
+	}
 }
 
 // Raised caps (--limit) are the ones enforced.
