@@ -17,7 +17,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 		return serve.Run(ctx, o)
 	}
 	var srv atomic.Pointer[serve.Server]
-	con, err := console.New(console.Options{Token: o.HTTPToken, Config: func() console.ConfigView {
+	con, err := console.New(console.Options{Token: o.HTTPToken, Limits: o.Limits, Config: func() console.ConfigView {
 		if s := srv.Load(); s != nil {
 			return consoleView(s.Config())
 		}
