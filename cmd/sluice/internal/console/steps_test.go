@@ -169,4 +169,8 @@ func TestStepsForm(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(page, `id="steps-error"`) || !strings.Contains(page, `value="soon"`) {
 		t.Errorf("a bad walk: %d", code)
 	}
+	// The form's URL is the step-through's: GET shows the page (it was 405).
+	if code, _, page := get(t, srv.URL+"/console/steps"); code != 200 || !strings.Contains(page, `<form id="steps-form"`) {
+		t.Errorf("GET /console/steps: %d", code)
+	}
 }

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"errors"
 	"hash/maphash"
 	"sort"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/observe"
@@ -380,9 +382,47 @@ func (s *Server) Holds(n int) HoldsView {
 	return v
 }
 
-// AcquirePolicy is the Policy of the observe.Events and Refused calls of
-// the acquires of /v1/acquire (Options.Observer, Options.Refused).
-const AcquirePolicy = "(acquire)"
+// The Policy of the observe.Events and Refused calls (Options.Observer,
+// Options.Refused) of the calls that name no rule: the acquires of
+// /v1/acquire (by key or by descriptors), and the takes of /v1/take by key
+// (a take by descriptors is its rules').
+const (
+	AcquirePolicy = "(acquire)"
+	TakePolicy    = "(take)"
+)
+
+// observeCall reports a call of policy on key: an event of outcome o, and
+// key as refused when o is Denied.
+func (s *service) observeCall(policy, key string, o observe.Outcome, latency time.Duration) {
+	if s.opts.Observer != nil {
+		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: policy, Outcome: o, Latency: latency})
+	}
+	if o == observe.Denied && s.opts.Refused != nil {
+		s.opts.Refused(policy, key)
+	}
+}
+
+// recordTake reports a take by key (/v1/take's key form) as an event of
+// TakePolicy, as recordLease reports an acquire: the call's answer (res),
+// or err when the store or the call failed. A request refused for what it
+// asks (a bad limit, a key over key-bytes) decided nothing and is not
+// reported.
+func (s *service) recordTake(key string, res sluice.Result, err error, latency time.Duration) {
+	var re *requestError
+	o := observe.Error
+	switch {
+	case errors.As(err, &re):
+		return
+	case err != nil:
+	case res.Degraded:
+		o = observe.Degraded
+	case res.Allowed:
+		o = observe.Allowed
+	default:
+		o = observe.Denied
+	}
+	s.observeCall(TakePolicy, key, o, latency)
+}
 
 // recordLease records a lease call's answer (out, or err) in the holds
 // table and, for an acquire, as an event of AcquirePolicy. A look (units
@@ -420,10 +460,5 @@ func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, er
 			o = observe.Denied
 		}
 	}
-	if s.opts.Observer != nil {
-		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: AcquirePolicy, Outcome: o, Latency: latency})
-	}
-	if o == observe.Denied && s.opts.Refused != nil {
-		s.opts.Refused(AcquirePolicy, key)
-	}
+	s.observeCall(AcquirePolicy, key, o, latency)
 }

@@ -286,3 +286,29 @@ func TestHoldsBytesBounded(t *testing.T) {
 	wantBound(t, v, limits.ViewBytes)
 	runtime.KeepAlive(tab)
 }
+
+// A take by key is an event of TakePolicy, its refusals refused keys, as
+// an acquire is of AcquirePolicy; a take refused for what it asks (a bad
+// limit) decided nothing and is no event.
+func TestTakeByKeyObserved(t *testing.T) {
+	events := &eventLog{}
+	var refusedMu sync.Mutex
+	var refused []string
+	ts, _ := startTest(t, Options{Observer: events, Refused: func(p, k string) {
+		refusedMu.Lock()
+		refused = append(refused, p+" "+k)
+		refusedMu.Unlock()
+	}})
+	for range 3 {
+		httpPost(t, ts.base+"/v1/take", `{"key": "partner:acme", "limit": "1/1m"}`)
+	}
+	httpPost(t, ts.base+"/v1/take", `{"key": "partner:acme", "limit": "once a minute"}`)
+	if a, d, e := events.count(TakePolicy, observe.Allowed), events.count(TakePolicy, observe.Denied), events.count(TakePolicy, observe.Error); a != 1 || d != 2 || e != 0 {
+		t.Errorf("take events: %d allowed, %d denied, %d errors; want 1, 2, 0", a, d, e)
+	}
+	refusedMu.Lock()
+	defer refusedMu.Unlock()
+	if fmt.Sprint(refused) != "[(take) partner:acme (take) partner:acme]" {
+		t.Errorf("refused: %q", refused)
+	}
+}

@@ -258,7 +258,9 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 	var out TakeResponse
 	var res sluice.Result
 	if t.Key != "" {
+		called := time.Now()
 		res, err = s.takeKey(r.Context(), w, t)
+		s.recordTake(t.Key, res, err, time.Since(called))
 	} else {
 		res, out.Statuses, err = s.takeDomain(r.Context(), w, t)
 	}
