@@ -184,3 +184,63 @@ func TestServeConsoleURLs(t *testing.T) {
 		}
 	}
 }
+
+// The console is behind the service's Host check: a page on a rebinding
+// domain reads none of it and runs nothing (421), as with the HTTP API;
+// the names --allowed-hosts gives pass.
+func TestServeConsoleRebinding(t *testing.T) {
+	var f serveFlags
+	fs := f.define()
+	if err := fs.Parse([]string{"--allowed-hosts", "sluice.internal, .example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	o, done, err := f.options(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if strings.Join(o.AllowedHosts, " ") != "sluice.internal .example.com" {
+		t.Fatalf("--allowed-hosts: %q", o.AllowedHosts)
+	}
+	base := serveWithConsole(t, serve.Options{AllowedHosts: o.AllowedHosts})
+	port := base[strings.LastIndexByte(base, ':'):]
+	do := func(method, path, host, ctype, body string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const form = "application/x-www-form-urlencoded"
+	for _, c := range []struct{ method, path, ctype, body string }{
+		{"GET", "/", "", ""},
+		{"GET", "/console/api/live", "", ""},
+		{"GET", "/console/api/config", "", ""},
+		{"GET", "/console/steps", "", ""},
+		{"POST", "/console/steps", form, "requests=0ms"},
+		{"POST", "/console/api/sim", "application/json", "{}"},
+		{"GET", "/console/assets/console.js", "", ""},
+	} {
+		if code := do(c.method, c.path, "evil.example"+port, c.ctype, c.body); code != http.StatusMisdirectedRequest {
+			t.Errorf("%s %s, Host evil.example: %d, want 421", c.method, c.path, code)
+		}
+		for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "sluice.internal" + port, "console.example.com" + port} {
+			// 503: a run asked for while the last rests (one at a time).
+			if code := do(c.method, c.path, host, c.ctype, c.body); code != 200 && code != http.StatusServiceUnavailable {
+				t.Errorf("%s %s, Host %s: %d, want 200", c.method, c.path, host, code)
+			}
+		}
+	}
+}

@@ -37,7 +37,9 @@
 // arrivals, a walk's requests, the answer's bytes) and runs go one at a
 // time; a POST a page of another origin makes a browser send is refused
 // (package sameorigin), and a run's body must be JSON or the page's form
-// (else 415).
+// (else 415). Mounted on `sluice serve`'s listener, the console is behind
+// the service's check of the Host too (sameorigin.Hosts): a page on a
+// rebinding domain reaches none of it.
 package console
 
 import (
