@@ -138,9 +138,9 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	if errors.Is(err, errAnswerFull) {
 		over := c.lim.Over(limits.AnswerBytes, "the page with this run").Error()
 		if d.Walk != nil {
-			d.Walk, d.StepsError = nil, over
+			d.Walk, d.StepsError = nil, over+"; fewer requests make a shorter page, and POST /console/api/steps answers the walk as JSON, without the page's markup"
 		} else {
-			d.Sim, d.SimSVG, d.SimError = nil, "", over
+			d.Sim, d.SimSVG, d.SimError = nil, "", over+"; fewer ticks make a shorter page"
 		}
 		status = http.StatusBadRequest
 		buf = &answerBuffer{max: math.MaxInt64}
