@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -48,11 +49,14 @@ func wantCap(t *testing.T, what string, code int, body string, row *limits.Row, 
 	}
 }
 
-// errorOf is the error a page or a JSON answer shows, or its start.
+// runError finds a run's error on a page.
+var runError = regexp.MustCompile(`id="(?:steps|sim)-error"[^>]*>([^<]*)<`)
+
+// errorOf is the error of a run a page or a JSON answer shows, or the
+// answer's start.
 func errorOf(body string) string {
-	if _, e, ok := strings.Cut(body, `class="error" role="alert">`); ok {
-		e, _, _ = strings.Cut(e, "<")
-		return html.UnescapeString(e)
+	if m := runError.FindStringSubmatch(body); m != nil {
+		return html.UnescapeString(m[1])
 	}
 	return body[:min(len(body), 300)]
 }
@@ -192,8 +196,22 @@ func TestAnswerBytesCap(t *testing.T) {
 			t.Errorf("%s at the cap: %d, %d bytes, want 200 and %d", tc.path, code, len(body), size)
 		}
 	}
+	// A page that would show the form as typed over the cap shows the
+	// form's defaults, and why.
+	long := url.Values{"requests": {strings.Repeat("0ms, ", 12_000) + "0ms"}}.Encode()
+	code, body := capsConsole(t, limits.Table{AnswerBytes: 50_000})("/console/steps", "application/x-www-form-urlencoded", long)
+	wantCap(t, "a steps form over the cap", code, body, limits.AnswerBytes, http.StatusBadRequest)
+	if e := errorOf(body); !strings.HasPrefix(e, "the walk's requests: over the service's limit walk-requests of 1000") || strings.Contains(body, "0ms, 0ms, 0ms") {
+		t.Errorf("a steps form over the cap: %s", e)
+	}
+	code, body = capsConsole(t, limits.Table{AnswerBytes: 50_000})("/console/playground", "application/x-www-form-urlencoded", "ticks=1&trace="+url.QueryEscape(strings.Repeat("x", 60_000)))
+	wantCap(t, "a playground form over the cap", code, body, limits.AnswerBytes, http.StatusBadRequest)
+	if strings.Contains(body, "xxxxxxxx") {
+		t.Errorf("a playground form over the cap is shown again")
+	}
+
 	// A walk whose text alone is over the cap stops being walked there.
-	code, body := capsConsole(t, limits.Table{AnswerBytes: 4096})("/console/api/steps", "application/json", jsonBody(redTeamSteps()))
+	code, body = capsConsole(t, limits.Table{AnswerBytes: 4096})("/console/api/steps", "application/json", jsonBody(redTeamSteps()))
 	wantCap(t, "the red team's walk under 4KiB", code, body, limits.AnswerBytes, http.StatusBadRequest)
 	if !strings.Contains(body, "the walk of 1000 requests") {
 		t.Errorf("the walk's refusal: %s", body)

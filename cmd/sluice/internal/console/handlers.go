@@ -112,11 +112,22 @@ func defaultForm() formValues {
 	return formValues{Limit: "10/1s", Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
 }
 
-// render writes the page of d. A page with a run's answer (d.Sim, d.Walk)
-// is written into a buffer that refuses to grow past the service's
-// answer-bytes; a page over it is written again without the answer, the
-// cap's error in its place, with status 400.
-func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
+// What a page answers: a GET, or a run (its result or its error, and its
+// form as typed).
+type pageFor int
+
+const (
+	forGet pageFor = iota
+	forSim
+	forSteps
+)
+
+// render writes the page of d. The page that answers a run is written
+// into a buffer that refuses to grow past the service's answer-bytes;
+// over it, the page is written again without the run's result, the cap's
+// error in its place, with status 400, and if that is still over (the
+// form as typed is), with the forms' defaults.
+func (c *Console) render(w http.ResponseWriter, status int, d pageData, run pageFor) {
 	d.Config = c.config()
 	d.RulesTotal = len(d.Config.Rules)
 	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
@@ -130,21 +141,36 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	if d.Steps == (stepsForm{}) {
 		d.Steps = defaultStepsForm()
 	}
-	buf := &answerBuffer{max: math.MaxInt64}
-	if d.Sim != nil || d.Walk != nil {
-		buf.max = c.lim.AnswerBytes
+	limit := int64(math.MaxInt64)
+	if run != forGet {
+		limit = c.lim.AnswerBytes
 	}
-	err := c.page.tmpl.Execute(buf, d)
+	page, err := c.execute(d, limit)
 	if errors.Is(err, errAnswerFull) {
-		over := c.lim.Over(limits.AnswerBytes, "the page with this run").Error()
-		if d.Walk != nil {
-			d.Walk, d.StepsError = nil, over+"; fewer requests make a shorter page, and POST /console/api/steps answers the walk as JSON, without the page's markup"
-		} else {
-			d.Sim, d.SimSVG, d.SimError = nil, "", over+"; fewer ticks make a shorter page"
-		}
 		status = http.StatusBadRequest
-		buf = &answerBuffer{max: math.MaxInt64}
-		err = c.page.tmpl.Execute(buf, d)
+		over := c.lim.Over(limits.AnswerBytes, "the page with this run").Error()
+		if d.Walk != nil || d.Sim != nil {
+			if run == forSteps {
+				d.StepsError = over + "; fewer requests make a shorter page, and POST /console/api/steps answers the walk as JSON, without the page's markup"
+			} else {
+				d.SimError = over + "; fewer ticks, or a shorter trace, make a shorter page"
+			}
+			d.Walk, d.Sim, d.SimSVG = nil, nil, ""
+			page, err = c.execute(d, limit)
+		}
+		if errors.Is(err, errAnswerFull) { // the form as typed is over it
+			d.Form, d.Steps = defaultForm(), defaultStepsForm()
+			e := &d.SimError
+			if run == forSteps {
+				e = &d.StepsError
+			}
+			if *e != "" {
+				*e += " (the form as typed is not shown again: " + over + ")"
+			} else {
+				*e = over
+			}
+			page, err = c.execute(d, math.MaxInt64)
+		}
 	}
 	if err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
@@ -155,7 +181,15 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
 	w.WriteHeader(status)
-	w.Write(buf.b)
+	w.Write(page)
+}
+
+// execute writes the page of d, at most limit bytes of it (else
+// errAnswerFull).
+func (c *Console) execute(d pageData, limit int64) ([]byte, error) {
+	buf := &answerBuffer{max: limit}
+	err := c.page.tmpl.Execute(buf, d)
+	return buf.b, err
 }
 
 // errAnswerFull is an answerBuffer's error past its max.
@@ -185,7 +219,7 @@ func (a *answerBuffer) Write(p []byte) (int, error) {
 }
 
 func (c *Console) servePage(w http.ResponseWriter, _ *http.Request) {
-	c.render(w, http.StatusOK, pageData{Form: defaultForm()})
+	c.render(w, http.StatusOK, pageData{Form: defaultForm()}, forGet)
 }
 
 func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
@@ -356,11 +390,11 @@ func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Form: form, Sim: res}
 	if err != nil {
 		d.SimError = err.Error()
-		c.render(w, statusOf(err), d)
+		c.render(w, statusOf(err), d, forSim)
 		return
 	}
 	d.SimSVG = template.HTML(res.SVG) // written by sim.WriteSVG, which escapes every text it draws
-	c.render(w, http.StatusOK, d)
+	c.render(w, http.StatusOK, d, forSim)
 }
 
 // readSimRequest reads a playground run from a JSON body or a form, at

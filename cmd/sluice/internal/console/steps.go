@@ -217,5 +217,5 @@ func (c *Console) serveSteps(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.StepsError, status = err.Error(), statusOf(err)
 	}
-	c.render(w, status, d)
+	c.render(w, status, d, forSteps)
 }

@@ -234,11 +234,11 @@ func (t *holdTable) forget(key string, k *holdKey) {
 	t.bytes -= k.size(key)
 }
 
-// follow adds the lease l to key's entry k when the table's bounds let it,
+// follow adds the lease l to the entry k when the table's bounds let it,
 // reporting whether they did: past view-leases, or when k's list would
 // take the table past view-bytes, it is not followed. The list grows by
 // doubling, up to view-leases, so its room is counted before it is made.
-func (t *holdTable) follow(key string, k *holdKey, l heldLease) bool {
+func (t *holdTable) follow(k *holdKey, l heldLease) bool {
 	if err := t.lim.Check(limits.ViewLeases, "the leases the slots view follows on one key", int64(len(k.leases))+1); err != nil {
 		t.bound = err
 		return false
@@ -278,7 +278,7 @@ func (t *holdTable) acquired(key string, limit int64, byRules bool, id string, u
 		k.acquired++
 	default:
 		k.acquired++
-		if !t.follow(key, k, heldLease{id: t.digest(id), units: units, since: now, expiry: expiry}) {
+		if !t.follow(k, heldLease{id: t.digest(id), units: units, since: now, expiry: expiry}) {
 			k.partial = true
 		}
 	}
