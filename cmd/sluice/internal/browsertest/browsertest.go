@@ -51,8 +51,9 @@ func Require(t testing.TB) string {
 
 // New starts a headless Chromium with a fresh profile and returns the
 // context of a tab in it, valid for timeout; the browser is closed when
-// the test ends.
-func New(t testing.TB, timeout time.Duration) context.Context {
+// the test ends. extra are options of the test's own (a flag:
+// host-resolver-rules, to send a name to a local listener).
+func New(t testing.TB, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := Require(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -71,6 +72,7 @@ func New(t testing.TB, timeout time.Duration) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))

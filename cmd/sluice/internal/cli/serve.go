@@ -47,7 +47,7 @@ type serveFlags struct {
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains, checkOnly, keyForm                                                 bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
-	grpcSAN, httpSAN, perSecond                                                      string
+	grpcSAN, httpSAN, perSecond, allowedHosts                                        string
 	gogc, gcMinHeap, pipelines                                                       int
 	limits                                                                           limits.Table // --limit and its aliases
 	storeTLS                                                                         storeTLS
@@ -111,6 +111,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&f.checkOnly, "check", false, "load --config, report what it holds or why it does not load, and exit (0: it loads) without serving, as envoyproxy/ratelimit's config check")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "", "`NAMES`, comma-separated, that the HTTP listener answers to beside IP addresses, localhost and --http's own name (a page on a rebinding domain cannot reach it): sluice.internal, .example.com for it and every name under it, or * for any Host (behind a proxy that routes by name); other names are answered 421 (docs/serve.md, \"Listeners, security and lifecycle\")")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
 	f.storeTLS.flags(fs)
 	f.xds.flags(fs, &f.limits)
@@ -290,6 +291,7 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
 		HeaderNames: serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
 		Limits:      f.limits, KeyForm: f.keyForm,
+		AllowedHosts:         splitList(f.allowedHosts),
 		ShutdownTimeout:      f.shutdownTimeout,
 		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}
@@ -509,4 +511,16 @@ func tlsConfig(name, cert, key, ca, san string) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// splitList reads a comma-separated flag: its items, spaces trimmed and
+// empty ones left out; nil for "".
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

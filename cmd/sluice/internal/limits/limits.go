@@ -45,6 +45,9 @@ type Table struct {
 	// The web console.
 	WalkRequests int64 // requests in one step-through
 	AnswerBytes  int64 // one console answer (a step-through, a playground run)
+	RunTicks     int64 // ticks of a run's shape of traffic (a playground run, a step-through)
+	RunArrivals  int64 // arrivals a run's shape or trace makes
+	RunBodyBytes int64 // the body of a run
 	ViewKeys     int64 // keys the slots view follows
 	ViewLeases   int64 // leases the slots view follows per key
 	ViewBytes    int64 // bytes the slots view holds, all keys together
@@ -127,6 +130,18 @@ var (
 		Where: "one answer of the console (a step-through, a playground run), JSON or HTML",
 		Why:   "a page a browser shows at once; a sliding log's state is summarised past a few entries",
 		Test:  "TestAnswerBytesCap", at: func(t *Table) *int64 { return &t.AnswerBytes }}
+	RunTicks = &Row{Name: "run-ticks", Kind: Count, Default: 200,
+		Where: "ticks of a console run's traffic: a playground run, or a step-through's shape",
+		Why:   "a playground answer is up to about 5 KB a tick (its figure most of it): under 1 MB; its figure outgrows its width past 195",
+		Test:  "TestRunTicksCap", at: func(t *Table) *int64 { return &t.RunTicks }}
+	RunArrivals = &Row{Name: "run-arrivals", Kind: Count, Default: 10_000,
+		Where: "arrivals a console run's shape or pasted trace makes",
+		Why:   "each is decided by all seven algorithms: some tens of ms of CPU in all, one run at a time",
+		Test:  "TestRunArrivalsCap", at: func(t *Table) *int64 { return &t.RunArrivals }}
+	RunBodyBytes = &Row{Name: "run-body-bytes", Kind: Bytes, Default: 1 << 20,
+		Where: "the body of a console run (a playground run, a step-through): its form or JSON, a pasted trace",
+		Why:   "a trace of 10,000 requests in replay's format fits",
+		Test:  "TestRunBodyBytesCap", at: func(t *Table) *int64 { return &t.RunBodyBytes }}
 	ViewKeys = &Row{Name: "view-keys", Kind: Count, Default: 1024,
 		Where: "keys the console's slots view follows", Why: "the view is a table a person reads; the keys holding the most come first",
 		Test: "TestViewKeysCap", at: func(t *Table) *int64 { return &t.ViewKeys }}
@@ -141,7 +156,8 @@ var (
 
 // Rows is the table, in docs/serve.md's order.
 var Rows = []*Row{
-	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Units, Window, Lifetime, ConfigBytes, Rules, Depth, WalkRequests, AnswerBytes, ViewKeys, ViewLeases, ViewBytes,
+	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
+	WalkRequests, AnswerBytes, RunTicks, RunArrivals, RunBodyBytes, ViewKeys, ViewLeases, ViewBytes,
 }
 
 // Defaults returns the table with every row at its default.

@@ -28,9 +28,10 @@ import (
 	"github.com/sluice-go/sluice/internal/policycore"
 )
 
-// httpHandler routes the HTTP listener, behind sameorigin's rule: no page
-// of another origin can make a browser post here (take, sign in, the
-// console).
+// httpHandler routes the HTTP listener, behind sameorigin's rules: no
+// page of another origin can make a browser post here (take, sign in, the
+// console), and no page on a rebinding domain can reach it at all
+// (hostsHandler).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
@@ -52,19 +53,47 @@ func (s *Server) httpHandler() http.Handler {
 		http.NotFound(w, r)
 	})
 	if s.opts.HTTPToken == "" {
-		return sameorigin.Handler(mux)
+		return s.hostsHandler(sameorigin.Handler(mux))
 	}
-	return sameorigin.Handler(requireToken(s.opts.HTTPToken, s.opts.Login, mux))
+	return s.hostsHandler(sameorigin.Handler(requireToken(s.opts.HTTPToken, s.opts.Login, mux)))
+}
+
+// hostsHandler puts next behind sameorigin.Hosts: a request whose Host is
+// a name the listener does not serve (not an IP literal, localhost, the
+// name the listener was given, or one of Options.AllowedHosts) is answered
+// 421, whatever its path but the probes'. A listener on TLS is not
+// checked: a browser sent to it by a rebinding name refuses its
+// certificate, which is not the name's; nor is a Unix socket, which no
+// browser reaches (a proxy in front answers for its names).
+func (s *Server) hostsHandler(next http.Handler) http.Handler {
+	own, allowed := s.opts.HTTPAddr, s.opts.AllowedHosts
+	if s.opts.HTTPTLS != nil || s.httpLn.Addr().Network() == "unix" {
+		allowed = []string{sameorigin.AnyHost}
+	}
+	if strings.HasPrefix(own, "unix:") {
+		own = ""
+	}
+	hosts, err := sameorigin.NewHosts(own, allowed)
+	if err != nil { // checked by Options.setDefaults
+		panic(err)
+	}
+	return hosts.Handler(next, isProbe)
+}
+
+// isProbe reports whether r asks for one of the probes (/healthz, /readyz,
+// /healthcheck), which need no token and may name any Host.
+func isProbe(r *http.Request) bool {
+	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck"
 }
 
 // requireToken lets through to next the requests that carry the bearer
-// token, the probes (/healthz, /readyz, /healthcheck), and those login
-// (when not nil) admits; it refuses the others.
+// token, the probes, and those login (when not nil) admits; it refuses the
+// others.
 func requireToken(token string, login Login, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
+		case isProbe(r):
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
 		case login != nil && login.Admits(r):
 		default:
@@ -263,7 +292,9 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.Key != "" {
+		called := time.Now()
 		res, err = s.takeKey(r.Context(), w, t)
+		s.recordTake(t.Key, res, err, time.Since(called))
 	} else {
 		res, out.Statuses, err = s.takeDomain(r.Context(), w, t)
 	}

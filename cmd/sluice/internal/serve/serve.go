@@ -36,6 +36,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -91,6 +92,15 @@ type Options struct {
 	// GRPCTLS and HTTPTLS, when set, serve TLS (with ClientAuth set,
 	// mutual TLS).
 	GRPCTLS, HTTPTLS *tls.Config
+	// AllowedHosts are the names, beside IP literals, localhost and the
+	// name HTTPAddr gives, that the HTTP listener answers to when a
+	// request names them in its Host (sameorigin.Hosts: a page on a
+	// rebinding domain cannot reach the listener): "sluice.internal",
+	// ".example.com" for it and every name under it, or "*" for any (a
+	// listener behind a proxy that routes by name). Other names are
+	// answered 421 on every path but the probes'; on TLS or a Unix socket
+	// nothing is checked.
+	AllowedHosts []string
 	// HTTPToken, when set, is the bearer token every HTTP endpoint but
 	// /healthz, /readyz and /healthcheck requires, unless Login lets the
 	// request in.
@@ -207,6 +217,9 @@ func (o *Options) setDefaults() error {
 		o.HTTPAddr = DefaultHTTPAddr
 	}
 	o.Limits.FillDefaults()
+	if _, err := sameorigin.NewHosts("", o.AllowedHosts); err != nil {
+		return err
+	}
 	var err error
 	if o.XDS != nil {
 		if o.Config != "" {

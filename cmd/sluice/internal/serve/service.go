@@ -57,7 +57,7 @@ func newService(o Options) *service {
 	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {
 		s.now = c.Now
 	}
-	s.holds = newHoldTable(s.now)
+	s.holds = newHoldTable(s.now, &s.opts.Limits)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
