@@ -42,6 +42,10 @@ type Table struct {
 	Rules       int64 // rules in one configuration, an alias's counted at each use
 	Depth       int64 // nesting of a configuration's maps and lists
 
+	// Metrics: series named by the values callers send.
+	ValueSeries int64 // detailed_metric and value_to_metric values with decision series of their own
+	StatSeries  int64 // envoy's per-rule series (--envoy-stats) named by the values sent
+
 	// The web console.
 	WalkRequests int64 // requests in one step-through
 	AnswerBytes  int64 // one console answer (a step-through, a playground run)
@@ -123,6 +127,14 @@ var (
 		Where: "descriptors nested in descriptors, and a descriptor's metadata's maps and lists",
 		Why:   "envoy's configurations nest a few levels; a 51 KB chain 4,900 deep once took 764 MB over xDS: the depth is checked on a file's text and a response's wire form, before anything is built",
 		Test:  "TestDepthCap", at: func(t *Table) *int64 { return &t.Depth }}
+	ValueSeries = &Row{Name: "value-series", Kind: Count, Default: 1000,
+		Where: "stat names of detailed_metric and value_to_metric rules with decision series of their own; the others are counted together as (other)",
+		Why:   "every value a caller sends would be a series on /metrics: 1,000 keep a scrape small",
+		Test:  "TestDecisionSeriesBounded", at: func(t *Table) *int64 { return &t.ValueSeries }}
+	StatSeries = &Row{Name: "stat-series", Kind: Count, Default: 10_000,
+		Where: "envoy's per-rule series (--envoy-stats), which detailed_metric and value_to_metric name by the values sent; beyond, hits are not counted in them",
+		Why:   "100,000 distinct values once meant as many series",
+		Test:  "TestStatSeriesCap", at: func(t *Table) *int64 { return &t.StatSeries }}
 	WalkRequests = &Row{Name: "walk-requests", Kind: Count, Default: 1000,
 		Where: "requests in one step-through (the console's, sluice sim --steps)", Why: "a walk is for reading, step by step",
 		Test: "TestWalkRequestsCap", at: func(t *Table) *int64 { return &t.WalkRequests }}
@@ -157,7 +169,7 @@ var (
 // Rows is the table, in docs/serve.md's order.
 var Rows = []*Row{
 	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
-	WalkRequests, AnswerBytes, RunTicks, RunArrivals, RunBodyBytes, ViewKeys, ViewLeases, ViewBytes,
+	ValueSeries, StatSeries, WalkRequests, AnswerBytes, RunTicks, RunArrivals, RunBodyBytes, ViewKeys, ViewLeases, ViewBytes,
 }
 
 // Defaults returns the table with every row at its default.

@@ -2,7 +2,10 @@ package limits
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -114,3 +117,33 @@ func TestDocsTable(t *testing.T) {
 		t.Errorf("docs/serve.md's Limits lists\n%v\nthe table has\n%v", names, rows)
 	}
 }
+
+// Every row names the test that sends it its cap + 1, and that test
+// exists in the command's module.
+func TestRowsTested(t *testing.T) {
+	tests := map[string]bool{}
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range testFunc.FindAllSubmatch(b, -1) {
+			tests[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Rows {
+		if r.Test == "" || !tests[r.Test] {
+			t.Errorf("row %s names the test %q, which is not in cmd/sluice", r.Name, r.Test)
+		}
+	}
+}
+
+var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)

@@ -273,3 +273,28 @@ func TestOverrideKeysLeave(t *testing.T) {
 		t.Errorf("%d bytes still live after the sweep, want under 1 MiB", left)
 	}
 }
+
+// envoy's per-rule series (--envoy-stats) are bounded by stat-series: a
+// detailed_metric rule names a series by each value sent; the cap's values
+// have theirs, the cap + 1'st is not counted in them (its call is decided
+// all the same).
+func TestStatSeriesCap(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: u\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"})
+	const cap = 5
+	ts := start(t, Options{Config: dir, EnvoyStats: true, Limits: limits.Table{StatSeries: cap}}, &fakeClock{t: t0})
+	series := func() int {
+		return strings.Count(envoySeriesLines(t, ts), "ratelimit_service_rate_limit_total_hits{")
+	}
+	for i := range cap {
+		ts.call(t, "d", desc(fmt.Sprintf("u=v%d", i)))
+	}
+	if n := series(); n != cap {
+		t.Fatalf("%d total_hits series after %d values, want %d", n, cap, cap)
+	}
+	if r := ts.call(t, "d", desc(fmt.Sprintf("u=v%d", cap))); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Errorf("the cap + 1'st value: %v, want it decided (OK)", r.OverallCode)
+	}
+	if n := series(); n != cap {
+		t.Errorf("%d total_hits series after the cap + 1'st value, want %d", n, cap)
+	}
+}

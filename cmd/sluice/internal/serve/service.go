@@ -46,7 +46,7 @@ type service struct {
 // newService is the service of o, which has its defaults (Options.
 // setDefaults); it has no configuration until its first load.
 func newService(o Options) *service {
-	m := newMetrics()
+	m := newMetrics(o.Limits.ValueSeries)
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
 	s.leaseStores = leasingStores(o.Store, o.PerSecondStore)
 	if c := newLeaseCollector(s.leaseStores); c != nil {
@@ -62,7 +62,7 @@ func newService(o Options) *service {
 		s.log = slog.Default()
 	}
 	if o.EnvoyStats {
-		s.envoy = newEnvoyStats(o.NearLimitRatio)
+		s.envoy = newEnvoyStats(o.NearLimitRatio, o.Limits.StatSeries)
 		m.reg.MustRegister(s.envoy)
 	}
 	return s
