@@ -28,7 +28,7 @@ type holdShard struct {
 // with the same hash (a chance of 2^-64 for two keys).
 type holdSet struct {
 	key     string
-	held    []algo.Hold
+	held    algo.Holds
 	freshAt int64
 	next    *holdSet
 }
@@ -100,7 +100,7 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 			sh.mu.Unlock()
 			// Nothing is held: the step's figures on the fresh state, which
 			// a release, an extension or a query leaves as it is.
-			var none []algo.Hold
+			var none algo.Holds
 			return algo.HoldStep(c, &none, op, now, units, id, d)
 		}
 		set = sh.insert(h, key, now)
