@@ -178,7 +178,7 @@ func releaseOrExtend(h []Hold, at int, op, expiry, used int64) ([]Hold, int64, i
 // link in the index rather than a scan.
 func (x *holdIndex) step(c *Concurrency, op, now, units, id int64, d *Decision) (expiry int64, err error) {
 	x.dropUntil(now)
-	at := x.ids.get(id)
+	at, slot := x.find(id)
 	switch op {
 	case OpAcquire:
 		switch {
@@ -189,14 +189,14 @@ func (x *holdIndex) step(c *Concurrency, op, now, units, id int64, d *Decision) 
 		case x.used+units <= c.Limit:
 			d.Allowed = true
 			expiry = now + c.Lifetime
-			x.insert(Hold{ID: id, Units: units, Expiry: expiry})
+			x.insert(Hold{ID: id, Units: units, Expiry: expiry}, slot)
 		default:
 			d.RetryAfter = x.freeAt(x.used+units, c.Limit) - now
 		}
 	case OpRelease:
 		if at != 0 {
 			d.Allowed = true
-			x.remove(at)
+			x.remove(at, slot)
 		}
 	case OpExtend:
 		if at != 0 {

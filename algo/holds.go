@@ -41,7 +41,7 @@ func (h *Holds) index() {
 		h.idx = newHoldIndex()
 	}
 	for _, l := range h.few {
-		h.idx.insert(l)
+		h.idx.insert(l, -1)
 	}
 	h.few = h.few[:0]
 	h.indexed = true
@@ -54,7 +54,7 @@ func (h *Holds) unindex() {
 	x := h.idx
 	for i := x.first(); i != 0; i = x.first() {
 		h.few = append(h.few, x.nodes[i].Hold)
-		x.remove(i)
+		x.remove(i, -1)
 	}
 	x.reset()
 	if cap(x.nodes) > 8*manyHolds {
@@ -77,11 +77,11 @@ const maxLevel = 16
 // the index is made, so no order of calls can make the list a line.
 type holdIndex struct {
 	nodes []holdNode // nodes[0] is the head, of maxLevel levels
-	// links holds each node's levels: node i's level l links to the next
-	// node at links[at+2l] and the previous at links[at+2l+1], each list
-	// a circle through the head (0).
+	// links holds the levels above the first: node i's level l ≥ 1 links
+	// to the next node at links[up+2(l-1)] and to the previous at the
+	// index after. Every list is a circle through the head (0).
 	links []int32
-	free  [maxLevel]int32 // a free node per level (chained through its first link), 0 for none
+	free  [maxLevel]int32 // a free node per level (chained through next), 0 for none
 	ids   idTable
 	n     int   // holds
 	used  int64 // their units
@@ -92,10 +92,13 @@ type holdIndex struct {
 	visits int
 }
 
-// holdNode is one hold and where its links are.
+// holdNode is one hold, its links on the first level (most nodes have
+// no other: they are read with the hold, in one cache line) and where
+// its other links are.
 type holdNode struct {
 	Hold
-	at, level int32
+	next, prev int32
+	up, level  int32
 }
 
 // newHoldIndex returns an empty index whose levels and table are drawn
@@ -116,16 +119,44 @@ func (x *holdIndex) reset() {
 	x.n, x.used, x.top = 0, 0, 0
 }
 
-// noLinks is a node's links before it is placed: the head's, empty lists.
-var noLinks [2 * maxLevel]int32
+// noLinks is a node's upper links before it is placed: the head's, empty
+// lists.
+var noLinks [2 * (maxLevel - 1)]int32
 
-func (x *holdIndex) next(i int32, l int) int32 { return x.links[x.nodes[i].at+int32(2*l)] }
-func (x *holdIndex) prev(i int32, l int) int32 { return x.links[x.nodes[i].at+int32(2*l)+1] }
+func (x *holdIndex) next(i int32, l int) int32 {
+	if l == 0 {
+		return x.nodes[i].next
+	}
+	return x.links[x.nodes[i].up+int32(2*l-2)]
+}
+
+func (x *holdIndex) prev(i int32, l int) int32 {
+	if l == 0 {
+		return x.nodes[i].prev
+	}
+	return x.links[x.nodes[i].up+int32(2*l-1)]
+}
+
+func (x *holdIndex) setNext(i int32, l int, j int32) {
+	if l == 0 {
+		x.nodes[i].next = j
+	} else {
+		x.links[x.nodes[i].up+int32(2*l-2)] = j
+	}
+}
+
+func (x *holdIndex) setPrev(i int32, l int, j int32) {
+	if l == 0 {
+		x.nodes[i].prev = j
+	} else {
+		x.links[x.nodes[i].up+int32(2*l-1)] = j
+	}
+}
 
 // first is the node of the hold that comes back first, last that of the
 // one that comes back last; 0 when there is none.
-func (x *holdIndex) first() int32 { return x.next(0, 0) }
-func (x *holdIndex) last() int32  { return x.prev(0, 0) }
+func (x *holdIndex) first() int32 { return x.nodes[0].next }
+func (x *holdIndex) last() int32  { return x.nodes[0].prev }
 
 // level draws a node's number of levels: l with a chance of 3/4^l.
 func (x *holdIndex) level() int {
@@ -138,21 +169,22 @@ func (x *holdIndex) level() int {
 // alloc returns a free node of l levels, reused if one was freed.
 func (x *holdIndex) alloc(l int) int32 {
 	if i := x.free[l-1]; i != 0 {
-		x.free[l-1] = x.links[x.nodes[i].at]
+		x.free[l-1] = x.nodes[i].next
 		return i
 	}
 	i := int32(len(x.nodes))
-	x.nodes = append(x.nodes, holdNode{at: int32(len(x.links)), level: int32(l)})
-	x.links = append(x.links, noLinks[:2*l]...)
+	x.nodes = append(x.nodes, holdNode{up: int32(len(x.links)), level: int32(l)})
+	x.links = append(x.links, noLinks[:2*l-2]...)
 	return i
 }
 
-// insert keeps the hold l, which no hold of x has the id of.
-func (x *holdIndex) insert(l Hold) {
+// insert keeps the hold l, which no hold of x has the id of; slot is
+// where the table's search for l.ID ended (find), or -1.
+func (x *holdIndex) insert(l Hold, slot int) {
 	i := x.alloc(x.level())
 	x.nodes[i].Hold = l
 	x.place(i)
-	x.ids.put(l.ID, i)
+	x.ids.put(l.ID, i, slot)
 	x.n++
 	x.used += l.Units
 }
@@ -176,37 +208,51 @@ func (x *holdIndex) place(i int32) {
 			before[l] = p
 		}
 	}
-	at := x.nodes[i].at
-	for l := range lv {
+	p, n := before[0], &x.nodes[i]
+	n.prev, n.next = p, x.nodes[p].next
+	x.nodes[n.next].prev = i
+	x.nodes[p].next = i
+	for l := 1; l < lv; l++ {
 		p := before[l]
 		q := x.next(p, l)
-		x.links[x.nodes[p].at+int32(2*l)] = i
-		x.links[x.nodes[q].at+int32(2*l)+1] = i
-		x.links[at+int32(2*l)], x.links[at+int32(2*l)+1] = q, p
+		x.setNext(p, l, i)
+		x.setPrev(q, l, i)
+		x.setNext(i, l, q)
+		x.setPrev(i, l, p)
 	}
 	x.top = max(x.top, lv)
 }
 
 // unlink takes node i out of its lists.
 func (x *holdIndex) unlink(i int32) {
-	for l := range int(x.nodes[i].level) {
-		p, q := x.prev(i, l), x.next(i, l)
-		x.links[x.nodes[p].at+int32(2*l)] = q
-		x.links[x.nodes[q].at+int32(2*l)+1] = p
+	n := &x.nodes[i]
+	x.nodes[n.prev].next = n.next
+	x.nodes[n.next].prev = n.prev
+	if n.level == 1 {
+		return
 	}
-	for x.top > 0 && x.next(0, x.top-1) == 0 {
+	for l := 1; l < int(n.level); l++ {
+		p, q := x.prev(i, l), x.next(i, l)
+		x.setNext(p, l, q)
+		x.setPrev(q, l, p)
+	}
+	for x.top > 1 && x.next(0, x.top-1) == 0 {
 		x.top--
 	}
 }
 
-// remove drops the hold of node i and frees the node.
-func (x *holdIndex) remove(i int32) {
+// remove drops the hold of node i, whose slot in the table is slot (-1:
+// to be found), and frees the node.
+func (x *holdIndex) remove(i int32, slot int) {
 	x.unlink(i)
 	n := &x.nodes[i]
-	x.ids.del(n.ID)
+	if slot < 0 {
+		slot = x.ids.slotOf(n.ID, x.nodes)
+	}
+	x.ids.delAt(slot)
 	x.n--
 	x.used -= n.Units
-	x.links[n.at] = x.free[n.level-1]
+	n.next = x.free[n.level-1]
 	x.free[n.level-1] = i
 }
 
@@ -220,16 +266,20 @@ func (x *holdIndex) move(i int32, expiry int64) {
 // dropUntil drops the holds that have come back at now.
 func (x *holdIndex) dropUntil(now int64) {
 	for i := x.first(); i != 0 && x.nodes[i].Expiry <= now; i = x.first() {
-		x.remove(i)
+		x.remove(i, -1)
 	}
 }
+
+// find returns the node of the hold id, or 0, and the slot of the table
+// where its search ended: id's, or the free slot where id would be put.
+func (x *holdIndex) find(id int64) (int32, int) { return x.ids.get(id, x.nodes) }
 
 // freeAt is the expiry of the first hold by whose return left − limit
 // units have come back, walking the holds in the order they come back:
 // the cost grows with the holds walked, and so with the units asked for
 // (HoldStep's refusal). left is more than limit.
 func (x *holdIndex) freeAt(left, limit int64) int64 {
-	for i := x.first(); i != 0; i = x.next(i, 0) {
+	for i := x.first(); i != 0; i = x.nodes[i].next {
 		x.visits++
 		if left -= x.nodes[i].Units; left <= limit {
 			return x.nodes[i].Expiry
@@ -239,55 +289,86 @@ func (x *holdIndex) freeAt(left, limit int64) int64 {
 }
 
 // idTable maps a hold's id to its node: open addressing, linear probing,
-// at most half full, a deletion shifting back the ids after it (so no
-// tombstones build up: a key in steady use never grows its table). The
-// slot of an id mixes in a seed of the index's own, so ids chosen by a
-// caller cannot crowd one run of slots.
+// at most 3/4 full, a deletion shifting back the ids after it (so no
+// tombstones build up: a key in steady use never grows its table). A
+// slot is 8 bytes, the node and the upper half of the id's hash (from
+// which its home is known), so that a probe reads the node only when the
+// hash matches. The hash mixes in a seed of the index's own, so ids chosen
+// by a caller cannot crowd one run of slots.
 type idTable struct {
-	slots []idSlot // a power of 2 long; id 0 marks a free slot
+	slots []idSlot // a power of 2 long; node 0 (the head's) marks a free slot
 	n     int
-	shift uint8
+	shift uint8 // 64 less the bits of a slot's index, at least 32
 	seed  uint64
 }
 
 type idSlot struct {
-	id   int64
 	node int32
+	hash uint32
 }
 
-// home is the slot where the search for id starts.
-func (t *idTable) home(id int64) int {
-	return int(((uint64(id) ^ t.seed) * 0x9e3779b97f4a7c15) >> t.shift)
+// hash is the upper half of id's hash.
+func (t *idTable) hash(id int64) uint32 {
+	return uint32(((uint64(id) ^ t.seed) * 0x9e3779b97f4a7c15) >> 32)
 }
 
-// get returns the node of id, or 0.
-func (t *idTable) get(id int64) int32 {
-	if t.n == 0 {
-		return 0
+// home is the slot where the search for an id of hash h starts.
+func (t *idTable) home(h uint32) int { return int(h >> (t.shift - 32)) }
+
+// get returns the node of id among nodes, or 0, and the slot where the
+// search ended: id's, or the free slot where id would be put (-1 in an
+// empty table).
+func (t *idTable) get(id int64, nodes []holdNode) (int32, int) {
+	if len(t.slots) == 0 {
+		return 0, -1
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(id); ; i = (i + 1) & mask {
-		switch t.slots[i].id {
-		case id:
-			return t.slots[i].node
-		case 0:
-			return 0
+	mask, h := len(t.slots)-1, t.hash(id)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s.node == 0 {
+			return 0, i
+		}
+		if s.hash == h && nodes[s.node].ID == id {
+			return s.node, i
 		}
 	}
 }
 
-// put adds id (not in t) with its node, doubling the table when it
-// would be over half full.
-func (t *idTable) put(id int64, node int32) {
-	if 2*(t.n+1) > len(t.slots) {
-		t.grow()
-	}
-	mask := len(t.slots) - 1
-	i := t.home(id)
-	for t.slots[i].id != 0 {
+// slotOf returns the slot of id, which is in t.
+func (t *idTable) slotOf(id int64, nodes []holdNode) int {
+	mask, h := len(t.slots)-1, t.hash(id)
+	i := t.home(h)
+	for t.slots[i].hash != h || nodes[t.slots[i].node].ID != id {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = idSlot{id, node}
+	return i
+}
+
+// put adds id (not in t) with its node at slot, the free slot where get's
+// search for it ended (-1: search again), doubling the table first when
+// it would be over 3/4 full.
+func (t *idTable) put(id int64, node int32, slot int) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+		slot = -1
+	}
+	s := idSlot{node, t.hash(id)}
+	if slot < 0 {
+		t.place(s)
+		return
+	}
+	t.slots[slot] = s
+	t.n++
+}
+
+// place puts s in the first free slot from its home.
+func (t *idTable) place(s idSlot) {
+	mask := len(t.slots) - 1
+	i := t.home(s.hash)
+	for t.slots[i].node != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = s
 	t.n++
 }
 
@@ -299,23 +380,19 @@ func (t *idTable) grow() {
 	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
 	t.n = 0
 	for _, s := range old {
-		if s.id != 0 {
-			t.put(s.id, s.node)
+		if s.node != 0 {
+			t.place(s)
 		}
 	}
 }
 
-// del removes id, which is in t, then moves back each id of the run after
-// it whose home is at or before the freed slot, so that every id stays
-// reachable from its home without a gap.
-func (t *idTable) del(id int64) {
+// delAt empties slot i, then moves back each id of the run after it whose
+// home is at or before the freed slot, so that every id stays reachable
+// from its home without a gap.
+func (t *idTable) delAt(i int) {
 	mask := len(t.slots) - 1
-	i := t.home(id)
-	for t.slots[i].id != id {
-		i = (i + 1) & mask
-	}
-	for j := (i + 1) & mask; t.slots[j].id != 0; j = (j + 1) & mask {
-		if h := t.home(t.slots[j].id); (j-h)&mask >= (j-i)&mask {
+	for j := (i + 1) & mask; t.slots[j].node != 0; j = (j + 1) & mask {
+		if (j-t.home(t.slots[j].hash))&mask >= (j-i)&mask {
 			t.slots[i] = t.slots[j]
 			i = j
 		}

@@ -55,8 +55,8 @@ func (h *Holds) check(t *testing.T) {
 	used := int64(0)
 	for i := range onLevel[0] {
 		used += x.nodes[i].Units
-		if x.ids.get(x.nodes[i].ID) != i {
-			t.Fatalf("the table maps id %d to %d, want %d", x.nodes[i].ID, x.ids.get(x.nodes[i].ID), i)
+		if got, _ := x.find(x.nodes[i].ID); got != i {
+			t.Fatalf("the table maps id %d to %d, want %d", x.nodes[i].ID, got, i)
 		}
 	}
 	if len(onLevel[0]) != x.n || x.ids.n != x.n || used != x.used {
@@ -116,6 +116,7 @@ func TestHoldsIndexWhole(t *testing.T) {
 func TestIDTable(t *testing.T) {
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 32))
 	var tab idTable
+	nodes := make([]holdNode, 20001) // node i+1 is put at step i
 	want := map[int64]int32{}
 	for i := range 20000 {
 		id := 1 + r.Int64N(3000)
@@ -123,15 +124,16 @@ func TestIDTable(t *testing.T) {
 			id = 1 + r.Int64N(40) // a crowd of small ids
 		}
 		if _, ok := want[id]; ok {
-			tab.del(id)
+			tab.delAt(tab.slotOf(id, nodes))
 			delete(want, id)
 		} else {
-			tab.put(id, int32(i+1))
+			nodes[i+1].ID = id
+			tab.put(id, int32(i+1), -1)
 			want[id] = int32(i + 1)
 		}
 		if r.IntN(100) == 0 {
 			for id, node := range want {
-				if got := tab.get(id); got != node {
+				if got, _ := tab.get(id, nodes); got != node {
 					t.Fatalf("step %d: id %d maps to %d, want %d", i, id, got, node)
 				}
 			}
@@ -139,7 +141,7 @@ func TestIDTable(t *testing.T) {
 				t.Fatalf("step %d: %d ids, want %d", i, tab.n, len(want))
 			}
 		}
-		if tab.get(3001) != 0 {
+		if got, _ := tab.get(3001, nodes); got != 0 {
 			t.Fatal("an id never put was found")
 		}
 	}
