@@ -9,8 +9,9 @@ import (
 )
 
 // holdShard holds the hold sets of the keys whose hash picks it, under
-// one lock: a hold operation is a map lookup and a step over a few holds,
-// shorter than the lock-free table's machinery would be worth. The map is
+// one lock: a hold operation is a map lookup and a step that costs the
+// same at any number of holds (algo.Holds), shorter than the lock-free
+// table's machinery would be worth. The map is
 // keyed by the key's hash, the one that picked the shard, so that an
 // operation hashes its key once (a string key would be hashed again by
 // the map). Padded to a cache line of its own.
@@ -21,7 +22,7 @@ type holdShard struct {
 	_       [40]byte
 }
 
-// holdSet is one key's holds, sorted by expiry (algo.HoldStep's state),
+// holdSet is one key's holds (algo.HoldStep's state, algo.Holds),
 // and the time (µs) from which none is held. A set emptied by releases
 // stays until a sweep finds it fresh: the next acquire on the key then
 // reuses its array and allocates nothing. Next is the set of another key

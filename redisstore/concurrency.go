@@ -24,9 +24,9 @@ const holdIDInUse = -2
 var _ storelink.Holder = (*engine)(nil)
 
 // HoldKey returns the Redis key that keeps the holds of key's concurrency
-// limit: the store's prefix, "hold:", then key, so that a rate limit and a
-// concurrency limit of one key are two states (and, with a {hash tag} in
-// key, in one cluster slot).
+// limit, a sorted set (scripts/concurrency.lua): the store's prefix,
+// "hold:", then key, so that a rate limit and a concurrency limit of one
+// key are two states (and, with a {hash tag} in key, in one cluster slot).
 func (s *Store) HoldKey(key string) string { return s.prefix + "hold:" + key }
 
 // Hold runs op at the server's time (or the caller's, WithClock), under

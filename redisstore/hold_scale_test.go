@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
@@ -282,5 +283,42 @@ func TestHoldOldLayout(t *testing.T) {
 	}
 	if c.Get(ctx, st.HoldKey("old")).Val() != old || c.ZCard(ctx, st.HoldKey("zset")).Val() != 1 {
 		t.Error("a foreign key was written")
+	}
+}
+
+// TestHoldKeyBraces: on a cluster, a hold key whose prefix or key carries
+// braces (a {hash tag} in either, a brace left open, an empty tag) is one
+// sorted set in its own slot, whatever the braces make of it; with a tag
+// shared by a rate part's key, AcquireAll is one script on one slot.
+func TestHoldKeyBraces(t *testing.T) {
+	c := redistest.Cluster(t).Client()
+	ctx := context.Background()
+	stamp := time.Now().UnixNano()
+	for _, tc := range []struct{ prefix, key, part string }{
+		{fmt.Sprintf("{app%d}:", stamp), "job", "rate"},
+		{fmt.Sprintf("braces%d:", stamp), "{u}job", "{u}rate"},
+		{fmt.Sprintf("open{%d:", stamp), "job}x", "rate}x"},
+		{fmt.Sprintf("empty%d:", stamp), "{}job}", "{}rate}"},
+	} {
+		st := newGoRedis(t, c, redisstore.WithPrefix(tc.prefix))
+		lim := sluice.New(st)
+		one := sluice.MaxConcurrent(1)
+		ls, err := lim.AcquireAll(ctx, tc.key, one, 1, []sluice.Part{{Key: tc.part, Limit: sluice.PerHour(5), Cost: 1}})
+		if err != nil || !ls.Allowed {
+			t.Fatalf("%+v: %+v %v", tc, ls, err)
+		}
+		if typ := c.Type(ctx, st.HoldKey(tc.key)).Val(); typ != "zset" {
+			t.Errorf("%+v: the hold key is a %q, want a zset", tc, typ)
+		}
+		if again, err := lim.Acquire(ctx, tc.key, one, 1); err != nil || again.Allowed {
+			t.Errorf("%+v: a second lease under a limit of 1: %+v %v", tc, again, err)
+		}
+		if r, err := lim.Release(ctx, ls); err != nil || !r.Allowed {
+			t.Errorf("%+v: release: %+v %v", tc, r, err)
+		}
+		if n := c.Exists(ctx, st.HoldKey(tc.key)).Val(); n != 0 {
+			t.Errorf("%+v: the hold key outlived its last hold", tc)
+		}
+		st.Close()
 	}
 }
