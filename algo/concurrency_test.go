@@ -193,11 +193,11 @@ func TestHoldStepMatchesModelAcrossSizes(t *testing.T) {
 		now, next := t0, int64(1)
 		for i := range 1500 {
 			grow := (i/150)%2 == 0
-			lim := limit
+			c := algo.Concurrency{Limit: limit, Lifetime: 1 + r.Int64N(3000)}
 			if r.IntN(20) == 0 {
-				lim = 1 + r.Int64N(limit) // lowered for one call
+				c.Limit = 1 + r.Int64N(limit) // lowered for one call
 			}
-			c := algo.Concurrency{Limit: lim, Lifetime: 1 + r.Int64N(3000)}
+			lim := c.Limit
 			op, units, id := algo.OpAcquire, min(lim, 1+r.Int64N(4)), next
 			switch k := r.IntN(10); {
 			case r.IntN(30) == 0:
@@ -215,21 +215,13 @@ func TestHoldStepMatchesModelAcrossSizes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("trace %d op %d: %v", trace, i, err)
 			}
-			var want algo.Decision
-			switch op {
-			case algo.OpAcquire:
-				want = m.Acquire("k", lim, c.Lifetime, now, units, id)
-				if d.Allowed && units > 0 {
-					ids = append(ids, id)
-				}
-			case algo.OpRelease:
-				want = m.Release("k", lim, now, id)
-			default:
-				want = m.Extend("k", lim, c.Lifetime, now, id)
+			want := modelHold(m, "k", &c, op, now, units, id)
+			if op == algo.OpAcquire && d.Allowed && units > 0 {
+				ids = append(ids, id)
 			}
 			if !same(d, want) {
 				t.Fatalf("trace %d op %d (op %d units %d id %d at %d, limit %d life %d, %d holds kept): got %+v, model %+v",
-					trace, i, op, units, id, now, lim, c.Lifetime, held.Len(), d, want)
+					trace, i, op, units, id, now, c.Limit, c.Lifetime, held.Len(), d, want)
 			}
 			if d.Allowed && (op == algo.OpExtend || op == algo.OpAcquire && units > 0) && exp != now+c.Lifetime {
 				t.Fatalf("trace %d op %d: expiry %d, want %d", trace, i, exp, now+c.Lifetime)
@@ -248,4 +240,15 @@ func TestHoldStepMatchesModelAcrossSizes(t *testing.T) {
 	if crossings < 40 {
 		t.Fatalf("%d crossings of the sizes between the slice and the index, want at least 40", crossings)
 	}
+}
+
+// modelHold is the model's decision for the hold operation op on key.
+func modelHold(m *model.Holds, key string, c *algo.Concurrency, op, now, units, id int64) algo.Decision {
+	switch op {
+	case algo.OpAcquire:
+		return m.Acquire(key, c.Limit, c.Lifetime, now, units, id)
+	case algo.OpRelease:
+		return m.Release(key, c.Limit, now, id)
+	}
+	return m.Extend(key, c.Limit, c.Lifetime, now, id)
 }

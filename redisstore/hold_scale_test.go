@@ -115,6 +115,30 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 	return calls
 }
 
+// scaleStep is one operation of TestHoldsScale: the limit is the key's
+// holds plus over.
+type scaleStep struct {
+	what           string
+	op, units, id  int64
+	lifetime, over int64
+}
+
+// holdCommands runs op at now on h, which must be allowed or not as
+// allowed says, and returns the commands its script ran on c's server.
+func holdCommands(t *testing.T, c *redis.Client, h storelink.Holder, op storelink.HoldOp, now int64, allowed bool) map[string]int {
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.HoldAt(ctx, op, now)
+	if err != nil || r.Decision.Allowed != allowed {
+		t.Fatalf("%+v: %+v %v", op, r, err)
+	}
+	calls := commandCalls(t, c)
+	t.Logf("op %d of %d units on %s: %+v; commands %v", op.Op, op.Units, op.Key, r.Decision, calls)
+	return calls
+}
+
 // TestHoldsScale counts the Redis commands each hold operation's script
 // runs on a key of 1 hold and on one of 10,000 (INFO commandstats): the
 // same few, each of them O(log n) in the holds (a lookup by member, by
@@ -136,12 +160,7 @@ func TestHoldsScale(t *testing.T) {
 		t.Fatalf("the 10,000 holds' sorted set is a %s, want a skiplist", enc)
 	}
 	now += big
-	type step struct {
-		what              string
-		op, units, id     int64
-		lifetime, overBig int64 // overBig: the limit less the key's holds, at 10,000
-	}
-	steps := []step{
+	steps := []scaleStep{
 		{"acquire, last to expire", algo.OpAcquire, 1, big + 1, life, 10},
 		{"acquire, among the others", algo.OpAcquire, 1, big + 2, life - big/2, 10},
 		{"release of the oldest", algo.OpRelease, 0, 1, life, 10},
@@ -152,31 +171,18 @@ func TestHoldsScale(t *testing.T) {
 	}
 	var per [2][]map[string]int
 	for k, key := range []string{"one", "many"} {
-		held := int64(1)
-		if key == "many" {
-			held = big
-		}
 		for _, s := range steps {
-			id, limit := s.id, max(held+s.overBig, s.units, 1)
+			id, limit := s.id, max(big+s.over, s.units, 1)
 			if key == "one" { // a key of 1 hold, id 1, before each step
 				c.Del(ctx, st.HoldKey(key))
 				fillHolds(t, st, key, 1, now-big, life)
-				id, limit = max(big+1, s.id), max(1+s.overBig, s.units, 1)
+				id, limit = max(big+1, s.id), max(1+s.over, s.units, 1)
 				if s.op != algo.OpAcquire {
 					id = 1
 				}
 			}
-			if err := c.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
 			op := storelink.HoldOp{Op: s.op, Key: key, Limit: algo.Concurrency{Limit: limit, Lifetime: s.lifetime}, Units: s.units, ID: id}
-			r, err := h.HoldAt(ctx, op, now)
-			if err != nil || r.Decision.Allowed != (s.overBig >= 0) {
-				t.Fatalf("%s on %s: %+v %v", s.what, key, r, err)
-			}
-			calls := commandCalls(t, c)
-			per[k] = append(per[k], calls)
-			t.Logf("%s, %d holds: %+v; commands %v", s.what, held, r.Decision, calls)
+			per[k] = append(per[k], holdCommands(t, c, h, op, now, s.over >= 0))
 			now++
 		}
 	}
