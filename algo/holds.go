@@ -63,9 +63,9 @@ func (h *Holds) unindex() {
 	h.indexed = false
 }
 
-// maxLevel is the levels of the skip list: with a level in four rising
-// one more, 16 levels keep a search short up to 4^16 holds.
-const maxLevel = 16
+// maxLevel is the levels of the skip list: with a level in eight rising
+// one more, 12 levels keep a search short up to 8^12 holds.
+const maxLevel = 12
 
 // holdIndex is a key's holds, indexed: a skip list ordered by expiry (the
 // first to come back first; among equal expiries, in the order they were
@@ -73,7 +73,7 @@ const maxLevel = 16
 // id is unlinked without a search, and a table from id to hold. Acquiring
 // a hold that comes back last (the same lifetime as the others) links it
 // at the end; one that comes back earlier is placed by a search of about
-// 4·log4(n) steps. The levels are drawn at random from a seed drawn when
+// 8·log8(n) steps. The levels are drawn at random from a seed drawn when
 // the index is made, so no order of calls can make the list a line.
 type holdIndex struct {
 	nodes []holdNode // nodes[0] is the head, of maxLevel levels
@@ -123,6 +123,9 @@ func (x *holdIndex) reset() {
 // lists.
 var noLinks [2 * (maxLevel - 1)]int32
 
+// next and prev are node i's neighbours at level l; link and unlinkUp
+// (levels above the first) and place and unlink (the first, in the
+// nodes) write them.
 func (x *holdIndex) next(i int32, l int) int32 {
 	if l == 0 {
 		return x.nodes[i].next
@@ -137,20 +140,23 @@ func (x *holdIndex) prev(i int32, l int) int32 {
 	return x.links[x.nodes[i].up+int32(2*l-1)]
 }
 
-func (x *holdIndex) setNext(i int32, l int, j int32) {
-	if l == 0 {
-		x.nodes[i].next = j
-	} else {
-		x.links[x.nodes[i].up+int32(2*l-2)] = j
-	}
+// linkUp links node i after node p at level l ≥ 1.
+func (x *holdIndex) linkUp(i, p int32, l int) {
+	links := x.links
+	at, pa := x.nodes[i].up+int32(2*l-2), x.nodes[p].up+int32(2*l-2)
+	q := links[pa]
+	links[x.nodes[q].up+int32(2*l-1)] = i
+	links[pa] = i
+	links[at], links[at+1] = q, p
 }
 
-func (x *holdIndex) setPrev(i int32, l int, j int32) {
-	if l == 0 {
-		x.nodes[i].prev = j
-	} else {
-		x.links[x.nodes[i].up+int32(2*l-1)] = j
-	}
+// unlinkUp takes node i out of its list at level l ≥ 1.
+func (x *holdIndex) unlinkUp(i int32, l int) {
+	links := x.links
+	at := x.nodes[i].up + int32(2*l-2)
+	q, p := links[at], links[at+1]
+	links[x.nodes[p].up+int32(2*l-2)] = q
+	links[x.nodes[q].up+int32(2*l-1)] = p
 }
 
 // first is the node of the hold that comes back first, last that of the
@@ -158,12 +164,13 @@ func (x *holdIndex) setPrev(i int32, l int, j int32) {
 func (x *holdIndex) first() int32 { return x.nodes[0].next }
 func (x *holdIndex) last() int32  { return x.nodes[0].prev }
 
-// level draws a node's number of levels: l with a chance of 3/4^l.
+// level draws a node's number of levels: l with a chance of 7/8 of
+// 1/8^(l-1), so that most nodes are linked on the first level alone.
 func (x *holdIndex) level() int {
 	x.rng ^= x.rng << 13 // xorshift64: never 0 from a seed that is not
 	x.rng ^= x.rng >> 7
 	x.rng ^= x.rng << 17
-	return min(maxLevel, 1+bits.TrailingZeros64(x.rng)/2)
+	return min(maxLevel, 1+bits.TrailingZeros64(x.rng)/3)
 }
 
 // alloc returns a free node of l levels, reused if one was freed.
@@ -190,51 +197,66 @@ func (x *holdIndex) insert(l Hold, slot int) {
 }
 
 // place links node i (not linked) after the nodes that come back with it
-// or before it.
+// or before it: at the end of each of its lists when it comes back last
+// (the usual case), else after the nodes a search from the top level
+// stops at.
 func (x *holdIndex) place(i int32) {
-	e, lv := x.nodes[i].Expiry, int(x.nodes[i].level)
-	var before [maxLevel]int32 // the node i follows at each of its levels
-	if last := x.last(); last == 0 || x.nodes[last].Expiry <= e {
-		for l := range lv {
-			before[l] = x.prev(0, l) // the last of each list: the head when empty
-		}
-	} else {
-		p := int32(0)
-		for l := max(x.top, lv) - 1; l >= 0; l-- {
-			for q := x.next(p, l); q != 0 && x.nodes[q].Expiry <= e; q = x.next(p, l) {
-				p = q
-				x.visits++
-			}
-			before[l] = p
-		}
+	nodes := x.nodes // a local: the compiler keeps it in registers across the stores
+	n := &nodes[i]
+	e, lv := n.Expiry, int(n.level)
+	p := nodes[0].prev
+	if p != 0 && nodes[p].Expiry > e {
+		x.placeAt(i, e, lv)
+		return
 	}
-	p, n := before[0], &x.nodes[i]
-	n.prev, n.next = p, x.nodes[p].next
-	x.nodes[n.next].prev = i
-	x.nodes[p].next = i
+	n.prev, n.next = p, 0
+	nodes[p].next = i
+	nodes[0].prev = i
 	for l := 1; l < lv; l++ {
-		p := before[l]
-		q := x.next(p, l)
-		x.setNext(p, l, i)
-		x.setPrev(q, l, i)
-		x.setNext(i, l, q)
-		x.setPrev(i, l, p)
+		x.linkUp(i, x.links[2*l-1], l) // after the last of the list: the head's prev
+	}
+	x.top = max(x.top, lv)
+}
+
+// placeAt links node i, which comes back at e, before the last: after
+// the node of each of its lv levels that a search from the top stops at.
+func (x *holdIndex) placeAt(i int32, e int64, lv int) {
+	var before [maxLevel]int32
+	p := int32(0)
+	for l := max(x.top, lv) - 1; l >= 0; l-- {
+		for q := x.next(p, l); q != 0 && x.nodes[q].Expiry <= e; q = x.next(p, l) {
+			p = q
+			x.visits++
+		}
+		before[l] = p
+	}
+	nodes := x.nodes
+	n := &nodes[i]
+	n.prev, n.next = before[0], nodes[before[0]].next
+	nodes[n.next].prev = i
+	nodes[n.prev].next = i
+	for l := 1; l < lv; l++ {
+		x.linkUp(i, before[l], l)
 	}
 	x.top = max(x.top, lv)
 }
 
 // unlink takes node i out of its lists.
 func (x *holdIndex) unlink(i int32) {
-	n := &x.nodes[i]
-	x.nodes[n.prev].next = n.next
-	x.nodes[n.next].prev = n.prev
-	if n.level == 1 {
-		return
+	nodes := x.nodes
+	n := &nodes[i]
+	p, q := n.prev, n.next
+	nodes[p].next = q
+	nodes[q].prev = p
+	if n.level > 1 {
+		x.unlinkUpper(i, int(n.level))
 	}
-	for l := 1; l < int(n.level); l++ {
-		p, q := x.prev(i, l), x.next(i, l)
-		x.setNext(p, l, q)
-		x.setPrev(q, l, p)
+}
+
+// unlinkUpper takes node i out of its lists above the first.
+func (x *holdIndex) unlinkUpper(i int32, lv int) {
+	for l := 1; l < lv; l++ {
+		x.unlinkUp(i, l)
 	}
 	for x.top > 1 && x.next(0, x.top-1) == 0 {
 		x.top--
@@ -244,10 +266,16 @@ func (x *holdIndex) unlink(i int32) {
 // remove drops the hold of node i, whose slot in the table is slot (-1:
 // to be found), and frees the node.
 func (x *holdIndex) remove(i int32, slot int) {
-	x.unlink(i)
-	n := &x.nodes[i]
+	nodes := x.nodes
+	n := &nodes[i]
+	p, q := n.prev, n.next
+	nodes[p].next = q
+	nodes[q].prev = p
+	if n.level > 1 {
+		x.unlinkUpper(i, int(n.level))
+	}
 	if slot < 0 {
-		slot = x.ids.slotOf(n.ID, x.nodes)
+		slot = x.ids.slotOf(n.ID, nodes)
 	}
 	x.ids.delAt(slot)
 	x.n--
@@ -265,7 +293,11 @@ func (x *holdIndex) move(i int32, expiry int64) {
 
 // dropUntil drops the holds that have come back at now.
 func (x *holdIndex) dropUntil(now int64) {
-	for i := x.first(); i != 0 && x.nodes[i].Expiry <= now; i = x.first() {
+	for {
+		i := x.nodes[0].next
+		if i == 0 || x.nodes[i].Expiry > now {
+			return
+		}
 		x.remove(i, -1)
 	}
 }
@@ -289,7 +321,7 @@ func (x *holdIndex) freeAt(left, limit int64) int64 {
 }
 
 // idTable maps a hold's id to its node: open addressing, linear probing,
-// at most 3/4 full, a deletion shifting back the ids after it (so no
+// at most half full (runs of taken slots stay short), a deletion shifting back the ids after it (so no
 // tombstones build up: a key in steady use never grows its table). A
 // slot is 8 bytes, the node and the upper half of the id's hash (from
 // which its home is known), so that a probe reads the node only when the
@@ -346,9 +378,9 @@ func (t *idTable) slotOf(id int64, nodes []holdNode) int {
 
 // put adds id (not in t) with its node at slot, the free slot where get's
 // search for it ended (-1: search again), doubling the table first when
-// it would be over 3/4 full.
+// it would be over half full.
 func (t *idTable) put(id int64, node int32, slot int) {
-	if 4*(t.n+1) > 3*len(t.slots) {
+	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 		slot = -1
 	}

@@ -148,9 +148,9 @@ func BenchmarkCompositeEach(b *testing.B) {
 // 10,000 (storetest.HoldAtBench): the cost of an acquire, a release or an
 // extension must not grow with the holds of its key.
 func BenchmarkHoldAt(b *testing.B) {
-	for _, n := range []int{1, 10_000} {
-		for _, op := range storetest.HoldOps {
-			b.Run(fmt.Sprintf("holds=%d/op=%s", n, op), func(b *testing.B) {
+	for _, op := range storetest.HoldOps {
+		for _, n := range []int{1, 10_000} { // side by side, for their ratio
+			b.Run(fmt.Sprintf("op=%s/holds=%d", op, n), func(b *testing.B) {
 				b.ReportAllocs()
 				storetest.HoldAtBench(b, memstore.New().Engine().(storelink.Holder), "k", n, op, nil)
 			})
