@@ -328,3 +328,55 @@ func TestHoldKeyBraces(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestHoldBulkDrop: 1,000 holds of one unit that come back together are
+// dropped at most 100 an operation (scripts/concurrency.lua's DROP), the
+// others kept but not held, while every answer stays memstore's; a hold
+// acquired again under the id of one come back but not yet dropped
+// replaces it. Holds of two units that come back together are dropped by
+// the first operation after.
+func TestHoldBulkDrop(t *testing.T) {
+	c := redistest.Shared(t).Client()
+	ctx := context.Background()
+	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdbulk:%d:", time.Now().UnixNano())))
+	defer st.Close()
+	rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
+	now := int64(1_764_000_000_000_000)
+	lim := algo.Concurrency{Limit: 5000, Lifetime: 1000}
+	both := func(op storelink.HoldOp) {
+		t.Helper()
+		got, gerr := rs.HoldAt(ctx, op, now)
+		want, werr := ms.HoldAt(ctx, op, now)
+		want.Decision.FreshAt = 0
+		if gerr != nil || werr != nil || got != want {
+			t.Fatalf("%+v at %d: Lua %+v %v, Go %+v %v", op, now, got, gerr, want, werr)
+		}
+	}
+	for _, units := range []int64{1, 2} {
+		key := fmt.Sprint("k", units)
+		for id := range int64(1000) {
+			both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: units, ID: id + 1})
+		}
+		both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: algo.Concurrency{Limit: 5000, Lifetime: 5000}, Units: 1, ID: 5000})
+		now += 1000 // all but hold 5000 have come back
+		card := c.ZCard(ctx, st.HoldKey(key)).Val()
+		for i := range int64(20) {
+			op := storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: 1, ID: 10_000 + i}
+			switch i % 4 {
+			case 1:
+				op.ID = 900 + i // an id come back, maybe not dropped yet
+			case 2:
+				op.Units = 0
+			case 3:
+				op.Op, op.Units, op.ID = algo.OpRelease, 0, 5000+i%8/4
+			}
+			both(op)
+			after := c.ZCard(ctx, st.HoldKey(key)).Val()
+			if units == 1 && after < card-101 || units == 2 && i == 0 && after > 10 {
+				t.Fatalf("holds of %d units, op %d: %d members after, %d before", units, i, after, card)
+			}
+			card = after
+			now++
+		}
+	}
+}
