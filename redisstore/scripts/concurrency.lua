@@ -58,7 +58,7 @@ end
 -- back: the others stay in the set, counted by HELD but not held (every
 -- read of the holds held starts after now), for the operations after it,
 -- so that 10,000 holds coming back together slow no one operation.
-local DROP = 100
+local DROP = 32
 
 -- The holds of st come back at now (x ≤ now): the units they held, and in
 -- w (the writes to make) those to drop and the units that leave HELD
