@@ -54,7 +54,8 @@ func (h *Holds) unindex() {
 	x := h.idx
 	for i := x.first(); i != 0; i = x.first() {
 		h.few = append(h.few, x.nodes[i].Hold)
-		x.remove(i, -1)
+		x.unlink(i)
+		x.forget(i)
 	}
 	x.reset()
 	if cap(x.nodes) > 8*manyHolds {
@@ -263,21 +264,25 @@ func (x *holdIndex) unlinkUpper(i int32, lv int) {
 	}
 }
 
-// remove drops the hold of node i, whose slot in the table is slot (-1:
-// to be found), and frees the node.
+// remove drops the hold of node i, whose slot in the table is slot, and
+// frees the node.
 func (x *holdIndex) remove(i int32, slot int) {
-	nodes := x.nodes
-	n := &nodes[i]
-	p, q := n.prev, n.next
-	nodes[p].next = q
-	nodes[q].prev = p
-	if n.level > 1 {
-		x.unlinkUpper(i, int(n.level))
-	}
-	if slot < 0 {
-		slot = x.ids.slotOf(n.ID, nodes)
-	}
+	x.unlink(i)
 	x.ids.delAt(slot)
+	x.freeNode(i)
+}
+
+// forget takes the hold of node i, unlinked, out of the table and the
+// count, and frees the node.
+func (x *holdIndex) forget(i int32) {
+	x.ids.delAt(x.ids.slotOf(x.nodes[i].ID, x.nodes))
+	x.freeNode(i)
+}
+
+// freeNode takes node i's hold, out of the lists and the table, out of the
+// count and puts the node on its level's free list.
+func (x *holdIndex) freeNode(i int32) {
+	n := &x.nodes[i]
 	x.n--
 	x.used -= n.Units
 	n.next = x.free[n.level-1]
@@ -291,14 +296,26 @@ func (x *holdIndex) move(i int32, expiry int64) {
 	x.place(i)
 }
 
-// dropUntil drops the holds that have come back at now.
+// dropUntil drops the holds that have come back at now: the first, each
+// after the head, so unlinked on the first level without reading its
+// neighbour before it.
 func (x *holdIndex) dropUntil(now int64) {
+	nodes := x.nodes
 	for {
-		i := x.nodes[0].next
-		if i == 0 || x.nodes[i].Expiry > now {
+		i := nodes[0].next
+		if i == 0 {
 			return
 		}
-		x.remove(i, -1)
+		n := &nodes[i]
+		if n.Expiry > now {
+			return
+		}
+		nodes[0].next = n.next
+		nodes[n.next].prev = 0
+		if n.level > 1 {
+			x.unlinkUpper(i, int(n.level))
+		}
+		x.forget(i)
 	}
 }
 
