@@ -11,9 +11,9 @@
 -- in the order they come back (among equal expiries, of their ids, which
 -- changes no figure). A hold of one unit, the usual one, is one member.
 -- Every command is O(log n) in the members, but for the drop of the
--- holds come back (at most DROP of one unit an operation; of more units,
--- each read once) and a refusal's walk (bounded by the units it asks
--- for; one lookup by rank when every hold is of one unit).
+-- holds come back (each once; none read when every hold has come back)
+-- and a refusal's walk (bounded by the units it asks for; one lookup by
+-- rank when every hold is of one unit).
 
 local HELD = 'sluice:held'
 
@@ -54,27 +54,26 @@ local function units_of(key, sid)
   return 1
 end
 
--- The most holds of one unit an operation drops once they have come
--- back: the others stay in the set, counted by HELD but not held (every
--- read of the holds held starts after now), for the operations after it,
--- so that 10,000 holds coming back together slow no one operation.
-local DROP = 32
-
 -- The holds of st come back at now (x ≤ now): the units they held, and in
--- w (the writes to make) those to drop and the units that leave HELD
--- (w.dropped). When every hold is of one unit, their units are their
--- number (ZCOUNT), and the first DROP of them by rank are dropped;
--- else every one is read for its units and dropped: the cost grows with
--- their number, but each is read once.
+-- w (the writes to make) that they are to be dropped: all of them, so
+-- that the holds left are those held, as in HoldStep. When none is held
+-- any more, the set is to go whole (w.reset: UNLINK frees it away from
+-- the script) and nothing is read hold by hold; when every hold is of one
+-- unit, their units are their number (ZCOUNT) and they go by one range
+-- (ZREMRANGEBYSCORE); else each is read for its units. Dropping costs
+-- Redis about a µs a hold, each dropped once.
 local function expired(st, w)
   local key = st.key
   local n = call('ZCOUNT', key, '(0', int(now))
   if n == 0 then
     return 0
   end
+  if call('ZCOUNT', key, '(' .. int(now), '+inf') == 0 then
+    w.reset = true
+    return st.total
+  end
+  w.drop = true
   if not any_heavy(key) then
-    w.drop_first = min(n, DROP)
-    w.dropped = w.drop_first
     return n
   end
   local units, gone = 0, {}
@@ -85,17 +84,8 @@ local function expired(st, w)
     end
     units = units + u
   end
-  w.drop_all, w.gone, w.dropped = true, gone, units
+  w.gone = gone
   return units
-end
-
--- An acquire of sid finds a hold of that id come back but not dropped
--- (x ≤ now): its ZADD replaces it, so its unit leaves HELD, unless it is
--- among the first w.drop_first dropped already.
-local function replaced(key, sid, w)
-  if w.drop_first and call('ZRANK', key, sid) > w.drop_first then
-    w.dropped = w.dropped + 1
-  end
 end
 
 -- The expiry of the first hold held at now by whose return left − limit
@@ -145,11 +135,11 @@ end
 -- that a composite can decide before it writes. An acquire that names a
 -- hold still held replies nil: algo.ErrHoldID.
 local function hold_step(st, limit, lifetime, op, units, id)
-  local key, sid, w = st.key, int(id), {dropped = 0, delta = 0}
+  local key, sid, w = st.key, int(id), {}
   local used, x = st.total, false
   if used > 0 then
     used = used - expired(st, w)
-    x = call('ZSCORE', key, sid)
+    x = used > 0 and call('ZSCORE', key, sid)
   end
   local at = x and tonumber(x) > now
   local allowed, retry, expiry = false, 0, 0
@@ -161,10 +151,7 @@ local function hold_step(st, limit, lifetime, op, units, id)
       allowed = true
     elseif used + units <= limit then
       allowed, expiry = true, now + lifetime
-      w.add, w.units, w.delta = sid, units, units
-      if x then
-        replaced(key, sid, w)
-      end
+      w.add, w.units, used = sid, units, used + units
     else
       retry = free_at(key, used + units, limit) - now
     end
@@ -174,41 +161,44 @@ local function hold_step(st, limit, lifetime, op, units, id)
       expiry = now + lifetime
       w.add = sid
     else
-      w.remove, w.delta = sid, -units_of(key, sid)
+      w.remove, used = sid, used - units_of(key, sid)
     end
   end
-  used = used + w.delta
-  local last = 0
-  if used > 0 then
+  local last, reset = expiry, 0 -- the last hold's expiry, if any is held
+  if used > 0 and not w.reset then
     last = last_expiry(key, sid, w.add or w.remove, expiry)
   end
+  if last > 0 then
+    reset = last - now
+  end
   w.used, w.expiry, w.last = used, expiry, last
-  if not (w.dropped > 0 or w.add or w.remove) then
+  if not (w.drop or w.reset or w.add or w.remove) then
     w = nil
   end
-  return {allowed and 1 or 0, max(0, limit - used), retry, max(last - now, 0), expiry, 0}, w
+  return {allowed and 1 or 0, max(0, limit - used), retry, reset, expiry, 0}, w
 end
 
 -- Makes the writes w of hold_step on st, and gives the key a TTL that
 -- ends when its last hold comes back, plus the margin; no hold held
--- unlinks the key (with the holds come back it still kept: UNLINK frees
--- them away from the script). HELD is written first, changed or not: out
--- of memory, Redis refuses a script's first write if it may add memory
--- (ZADD), and lets every later one pass (a script cannot stop half-way),
--- so a hold operation is refused whole, as a rate decision is, never
--- made while Redis refuses writes.
+-- unlinks the key. HELD is written first: out of memory, Redis refuses a
+-- script's first write if it may add memory (ZADD), and lets every later
+-- one pass (a script cannot stop half-way), so a hold operation is
+-- refused whole, as a rate decision is, never made while Redis refuses
+-- writes.
 local function store_holds(st, w)
   local key = st.key
   if w.used == 0 then
     call('UNLINK', key)
     return
   end
-  call('ZADD', key, int(w.dropped - st.total - w.delta), HELD)
-  if w.drop_first then
-    call('ZREMRANGEBYRANK', key, 1, w.drop_first) -- after HELD, rank 0
-  elseif w.drop_all then
+  if w.reset then -- every hold came back: the set goes, and a new one is written
+    call('ZADD', key, 'XX', int(-st.total), HELD) -- changes nothing: the write refused out of memory
+    call('UNLINK', key)
+  end
+  call('ZADD', key, int(-w.used), HELD)
+  if w.drop then
     call('ZREMRANGEBYSCORE', key, '(0', int(now))
-    for _, u in ipairs(w.gone) do
+    for _, u in ipairs(w.gone or {}) do
       call('ZREM', key, u)
     end
   end
