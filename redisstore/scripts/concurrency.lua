@@ -17,8 +17,8 @@
 
 local HELD = 'sluice:held'
 
--- x as the argument of a command: a number would be written with 14
--- digits, and an expiry has 16.
+-- x in decimal, whole, for a member's name or a range's bound: Lua joins
+-- a number to a string with 14 significant digits, and an expiry has 16.
 local function int(x)
   return string.format('%d', x)
 end
