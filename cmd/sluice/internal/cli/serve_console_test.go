@@ -20,27 +20,7 @@ import (
 // a session cookie that opens the console and nothing else; a sign-in
 // another site's page makes a browser post is refused.
 func TestServeConsoleLogin(t *testing.T) {
-	var lns [2]net.Listener
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
-	}
-	base := "http://" + lns[1].Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], HTTPToken: "s3cret", NoWatch: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runServe: %v", err)
-		}
-	}()
+	base := serveWithConsole(t, serve.Options{HTTPToken: "s3cret"})
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, body string, hdr ...string) (*http.Response, string) {
 		t.Helper()
