@@ -409,19 +409,25 @@ func (s *service) observeCall(policy, key string, o observe.Outcome, latency tim
 // reported.
 func (s *service) recordTake(key string, res sluice.Result, err error, latency time.Duration) {
 	var re *requestError
-	o := observe.Error
 	switch {
 	case errors.As(err, &re):
 		return
 	case err != nil:
-	case res.Degraded:
-		o = observe.Degraded
-	case res.Allowed:
-		o = observe.Allowed
+		s.observeCall(TakePolicy, key, observe.Error, latency)
 	default:
-		o = observe.Denied
+		s.observeCall(TakePolicy, key, outcome(res.Allowed, res.Degraded), latency)
 	}
-	s.observeCall(TakePolicy, key, o, latency)
+}
+
+// outcome is an answer's outcome as the observer counts it.
+func outcome(allowed, degraded bool) observe.Outcome {
+	switch {
+	case degraded:
+		return observe.Degraded
+	case allowed:
+		return observe.Allowed
+	}
+	return observe.Denied
 }
 
 // recordLease records a lease call's answer (out, or err) in the holds
@@ -451,14 +457,7 @@ func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, er
 			return
 		}
 		s.holds.acquired(key, limit, byRules, out.Lease, units, out.ExpiryUS, out.Allowed)
-		switch {
-		case out.Degraded:
-			o = observe.Degraded
-		case out.Allowed:
-			o = observe.Allowed
-		default:
-			o = observe.Denied
-		}
+		o = outcome(out.Allowed, out.Degraded)
 	}
 	s.observeCall(AcquirePolicy, key, o, latency)
 }
