@@ -61,8 +61,7 @@ const (
 )
 
 // HoldStep runs one hold operation at now on the holds of a key, which
-// it keeps sorted by expiry and updates in place (the zero, nil, value is
-// the fresh state):
+// it updates in place (the zero value is the fresh state):
 //
 //   - OpAcquire of units under c with the id id: the holds that have come
 //     back are dropped; the request passes when the units still held plus
@@ -81,12 +80,25 @@ const (
 // ResetAfter, the wait until the last hold comes back, and FreshAt. expiry
 // is the hold's Expiry when an acquire or extend is allowed, else 0.
 //
+// An operation costs the same whatever the number of holds (see Holds),
+// but for two walks: the holds that have come back are dropped one by one
+// (each once in its life), and a refusal walks the holds in the order
+// they come back until enough units would be free, so its cost grows with
+// the units it asks for beyond those free.
+//
 // Preconditions, which the stores check: c is valid (for a release, only
 // its Limit is read, for the figures), 0 ≤ units ≤ c.Limit, 1 ≤ id ≤
 // MaxHoldID, now passes CheckTime. The only error is ErrHoldID, when an
 // acquire names the id of a hold still held: nothing changes.
-func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decision) (expiry int64, err error) {
-	h := *held
+func HoldStep(c *Concurrency, held *Holds, op, now, units, id int64, d *Decision) (expiry int64, err error) {
+	if held.indexed {
+		expiry, err = held.idx.step(c, op, now, units, id, d)
+		if held.idx.n <= fewHolds {
+			held.unindex()
+		}
+		return expiry, err
+	}
+	h := held.few
 	n := 0
 	for n < len(h) && h[n].Expiry <= now {
 		n++
@@ -105,7 +117,7 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 	case OpAcquire:
 		switch {
 		case at >= 0 && units > 0:
-			*held = h
+			held.few = h
 			return 0, ErrHoldID
 		case units == 0:
 			d.Allowed = true
@@ -115,30 +127,12 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 			h = insertHold(h, Hold{ID: id, Units: units, Expiry: expiry})
 			used += units
 		default:
-			left := used
-			for i := range h {
-				left -= h[i].Units
-				if left+units <= c.Limit {
-					d.RetryAfter = h[i].Expiry - now
-					break
-				}
-			}
+			d.RetryAfter = freeAt(h, used+units, c.Limit) - now
 		}
 	case OpRelease, OpExtend:
 		if at >= 0 {
 			d.Allowed = true
-			l := h[at]
-			if at < len(h)-1 {
-				copy(h[at:], h[at+1:])
-			}
-			h = h[:len(h)-1]
-			if op == OpExtend {
-				l.Expiry = now + c.Lifetime
-				expiry = l.Expiry
-				h = insertHold(h, l)
-			} else {
-				used -= l.Units
-			}
+			h, used, expiry = releaseOrExtend(h, at, op, now+c.Lifetime, used)
 		}
 	}
 	d.Remaining = max(0, c.Limit-used)
@@ -146,7 +140,76 @@ func HoldStep(c *Concurrency, held *[]Hold, op, now, units, id int64, d *Decisio
 		d.ResetAfter = h[len(h)-1].Expiry - now
 	}
 	d.FreshAt = now + d.ResetAfter
-	*held = h
+	held.few = h
+	if len(h) > manyHolds {
+		held.index()
+	}
+	return expiry, nil
+}
+
+// freeAt is the expiry of the first of the holds h (sorted by expiry) by
+// whose return left − limit units have come back; left is more than limit.
+func freeAt(h []Hold, left, limit int64) int64 {
+	for i := range h {
+		if left -= h[i].Units; left <= limit {
+			return h[i].Expiry
+		}
+	}
+	return 0 // not reached: the holds' units add up to left
+}
+
+// releaseOrExtend drops h[at] (OpRelease) or makes it come back at
+// expiry (OpExtend), and returns the holds, the units held and the
+// expiry to report.
+func releaseOrExtend(h []Hold, at int, op, expiry, used int64) ([]Hold, int64, int64) {
+	l := h[at]
+	if at < len(h)-1 {
+		copy(h[at:], h[at+1:])
+	}
+	h = h[:len(h)-1]
+	if op == OpRelease {
+		return h, used - l.Units, 0
+	}
+	l.Expiry = expiry
+	return insertHold(h, l), used, expiry
+}
+
+// step is HoldStep on indexed holds: the same steps, each a lookup or a
+// link in the index rather than a scan.
+func (x *holdIndex) step(c *Concurrency, op, now, units, id int64, d *Decision) (expiry int64, err error) {
+	x.dropUntil(now)
+	at, slot := x.find(id)
+	switch op {
+	case OpAcquire:
+		switch {
+		case at != 0 && units > 0:
+			return 0, ErrHoldID
+		case units == 0:
+			d.Allowed = true
+		case x.used+units <= c.Limit:
+			d.Allowed = true
+			expiry = now + c.Lifetime
+			x.insert(Hold{ID: id, Units: units, Expiry: expiry}, slot)
+		default:
+			d.RetryAfter = x.freeAt(x.used+units, c.Limit) - now
+		}
+	case OpRelease:
+		if at != 0 {
+			d.Allowed = true
+			x.remove(at, slot)
+		}
+	case OpExtend:
+		if at != 0 {
+			d.Allowed = true
+			expiry = now + c.Lifetime
+			x.move(at, expiry)
+		}
+	}
+	d.Remaining = max(0, c.Limit-x.used)
+	if last := x.last(); last != 0 {
+		d.ResetAfter = x.nodes[last].Expiry - now
+	}
+	d.FreshAt = now + d.ResetAfter
 	return expiry, nil
 }
 

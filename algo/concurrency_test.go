@@ -20,7 +20,7 @@ type holdOp struct {
 
 func runHolds(t *testing.T, c algo.Concurrency, ops []holdOp) {
 	t.Helper()
-	var held []algo.Hold
+	var held algo.Holds
 	for i, o := range ops {
 		var d algo.Decision
 		exp, err := algo.HoldStep(&c, &held, o.op, o.now, o.units, o.id, &d)
@@ -60,7 +60,7 @@ func TestHoldStepByHand(t *testing.T) {
 // TestHoldStepLoweredLimit: a limit lowered below the units held refuses
 // until enough holds have come back, and reports no negative remainder.
 func TestHoldStepLoweredLimit(t *testing.T) {
-	var held []algo.Hold
+	var held algo.Holds
 	c := algo.Concurrency{Limit: 4, Lifetime: 10}
 	for id := int64(1); id <= 4; id++ {
 		var d algo.Decision
@@ -78,14 +78,14 @@ func TestHoldStepLoweredLimit(t *testing.T) {
 
 func TestHoldStepIDInUse(t *testing.T) {
 	c := algo.Concurrency{Limit: 5, Lifetime: 10}
-	var held []algo.Hold
+	var held algo.Holds
 	var d algo.Decision
 	algo.HoldStep(&c, &held, algo.OpAcquire, 0, 1, 7, &d)
 	d = algo.Decision{}
 	if _, err := algo.HoldStep(&c, &held, algo.OpAcquire, 5, 1, 7, &d); !errors.Is(err, algo.ErrHoldID) {
 		t.Fatalf("an id still held: err %v, want ErrHoldID", err)
 	}
-	if len(held) != 1 {
+	if held.Len() != 1 {
 		t.Fatalf("the refused id changed the holds: %v", held)
 	}
 	d = algo.Decision{}
@@ -115,7 +115,7 @@ func TestHoldStepMatchesModel(t *testing.T) {
 		limit := 1 + r.Int64N(6)
 		lifetime := 1 + r.Int64N(50)
 		keys := []string{"a", "b"}
-		states := map[string][]algo.Hold{}
+		states := map[string]algo.Holds{}
 		m := model.NewHolds()
 		ids := map[string][]int64{} // every id acquired on a key, held or not
 		now, next := t0, int64(1)
@@ -172,4 +172,83 @@ func TestHoldStepMatchesModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHoldStepMatchesModelAcrossSizes is TestHoldStepMatchesModel with
+// limits large enough for a key's holds to pass from the slice to the
+// index and back (see Holds): phases of acquires, then of releases and
+// of waits that let many holds come back at once, units of one to four,
+// lifetimes that put a new hold anywhere among the others, lowered
+// limits and refusals that walk many holds. Every decision and expiry
+// must be the model's.
+func TestHoldStepMatchesModelAcrossSizes(t *testing.T) {
+	r := rand.New(rand.NewPCG(testenv.Seed(t), 33))
+	crossings := 0 // past 32 holds (indexed), then down to 8 (a slice again), ...
+	for trace := range 40 {
+		limit := 40 + r.Int64N(120)
+		var held algo.Holds
+		many := false
+		m := model.NewHolds()
+		var ids []int64
+		now, next := t0, int64(1)
+		for i := range 1500 {
+			grow := (i/150)%2 == 0
+			c := algo.Concurrency{Limit: limit, Lifetime: 1 + r.Int64N(3000)}
+			if r.IntN(20) == 0 {
+				c.Limit = 1 + r.Int64N(limit) // lowered for one call
+			}
+			lim := c.Limit
+			op, units, id := algo.OpAcquire, min(lim, 1+r.Int64N(4)), next
+			switch k := r.IntN(10); {
+			case r.IntN(30) == 0:
+				units = r.Int64N(lim + 1) // a query, or a refusal that walks far
+				next++
+			case len(ids) > 0 && (!grow && k < 6 || grow && k < 2):
+				op, units, id = algo.OpRelease, 0, ids[r.IntN(len(ids))]
+			case len(ids) > 0 && k < 7:
+				op, units, id = algo.OpExtend, 0, ids[r.IntN(len(ids))]
+			default:
+				next++
+			}
+			var d algo.Decision
+			exp, err := algo.HoldStep(&c, &held, op, now, units, id, &d)
+			if err != nil {
+				t.Fatalf("trace %d op %d: %v", trace, i, err)
+			}
+			want := modelHold(m, "k", &c, op, now, units, id)
+			if op == algo.OpAcquire && d.Allowed && units > 0 {
+				ids = append(ids, id)
+			}
+			if !same(d, want) {
+				t.Fatalf("trace %d op %d (op %d units %d id %d at %d, limit %d life %d, %d holds kept): got %+v, model %+v",
+					trace, i, op, units, id, now, c.Limit, c.Lifetime, held.Len(), d, want)
+			}
+			if d.Allowed && (op == algo.OpExtend || op == algo.OpAcquire && units > 0) && exp != now+c.Lifetime {
+				t.Fatalf("trace %d op %d: expiry %d, want %d", trace, i, exp, now+c.Lifetime)
+			}
+			if n := held.Len(); many && n <= 8 || !many && n > 32 {
+				many = !many
+				crossings++
+			}
+			now += r.Int64N(8)
+			if !grow && r.IntN(100) == 0 {
+				now += r.Int64N(3000) // many holds come back at once
+			}
+		}
+	}
+	t.Logf("%d crossings of the sizes between the slice and the index", crossings)
+	if crossings < 40 {
+		t.Fatalf("%d crossings of the sizes between the slice and the index, want at least 40", crossings)
+	}
+}
+
+// modelHold is the model's decision for the hold operation op on key.
+func modelHold(m *model.Holds, key string, c *algo.Concurrency, op, now, units, id int64) algo.Decision {
+	switch op {
+	case algo.OpAcquire:
+		return m.Acquire(key, c.Limit, c.Lifetime, now, units, id)
+	case algo.OpRelease:
+		return m.Release(key, c.Limit, now, id)
+	}
+	return m.Extend(key, c.Limit, c.Lifetime, now, id)
 }

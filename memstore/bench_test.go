@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/memstore"
 )
 
@@ -139,5 +141,19 @@ func BenchmarkCompositeEach(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkHoldAt is one hold operation on a key that holds 1 hold, then
+// 10,000 (storetest.HoldAtBench): the cost of an acquire, a release or an
+// extension must not grow with the holds of its key.
+func BenchmarkHoldAt(b *testing.B) {
+	for _, op := range storetest.HoldOps {
+		for _, n := range []int{1, 10_000} { // side by side, for their ratio
+			b.Run(fmt.Sprintf("op=%s/holds=%d", op, n), func(b *testing.B) {
+				b.ReportAllocs()
+				storetest.HoldAtBench(b, memstore.New().Engine().(storelink.Holder), "k", n, op, nil)
+			})
+		}
 	}
 }

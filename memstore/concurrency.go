@@ -9,8 +9,9 @@ import (
 )
 
 // holdShard holds the hold sets of the keys whose hash picks it, under
-// one lock: a hold operation is a map lookup and a step over a few holds,
-// shorter than the lock-free table's machinery would be worth. The map is
+// one lock: a hold operation is a map lookup and a step that costs the
+// same at any number of holds (algo.Holds), shorter than the lock-free
+// table's machinery would be worth. The map is
 // keyed by the key's hash, the one that picked the shard, so that an
 // operation hashes its key once (a string key would be hashed again by
 // the map). Padded to a cache line of its own.
@@ -21,14 +22,14 @@ type holdShard struct {
 	_       [40]byte
 }
 
-// holdSet is one key's holds, sorted by expiry (algo.HoldStep's state),
+// holdSet is one key's holds (algo.HoldStep's state, algo.Holds),
 // and the time (µs) from which none is held. A set emptied by releases
 // stays until a sweep finds it fresh: the next acquire on the key then
 // reuses its array and allocates nothing. Next is the set of another key
 // with the same hash (a chance of 2^-64 for two keys).
 type holdSet struct {
 	key     string
-	held    []algo.Hold
+	held    algo.Holds
 	freshAt int64
 	next    *holdSet
 }
@@ -100,7 +101,7 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 			sh.mu.Unlock()
 			// Nothing is held: the step's figures on the fresh state, which
 			// a release, an extension or a query leaves as it is.
-			var none []algo.Hold
+			var none algo.Holds
 			return algo.HoldStep(c, &none, op, now, units, id, d)
 		}
 		set = sh.insert(h, key, now)

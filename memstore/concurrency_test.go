@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
@@ -156,4 +158,56 @@ func ExampleStore_leases() {
 	// Output:
 	// true true false
 	// after a release: true remaining 0
+}
+
+// TestHoldZeroAllocsAtScale is TestHoldZeroAllocs on a key of 10,000
+// holds, whose holds are indexed: an acquire, a release, an extension, a
+// refusal and an acquire that finds a hold come back allocate nothing
+// once the index has grown to the key's size.
+func TestHoldZeroAllocsAtScale(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	h := memstore.New().Engine().(storelink.Holder)
+	ctx := context.Background()
+	now, next := int64(1_764_000_000_000_000), int64(1)
+	c := algo.Concurrency{Limit: 10_001, Lifetime: 10_000}
+	run := func(op, units, id int64, allowed bool) {
+		r, err := h.HoldAt(ctx, storelink.HoldOp{Op: op, Key: "k", Limit: c, Units: units, ID: id}, now)
+		if err != nil || r.Decision.Allowed != allowed {
+			t.Fatalf("op %d of %d at %d: %+v %v", op, id, now, r, err)
+		}
+	}
+	for range 9_999 {
+		run(algo.OpAcquire, 1, next, true)
+		next++
+		now++
+	}
+	const ext = 1 << 40 // extended by the Extend case, so held throughout
+	run(algo.OpAcquire, 1, ext, true)
+	now++
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		// One hold comes back (the oldest: the clock moves on a µs) and one
+		// is acquired: the key keeps 10,000.
+		{"Acquire", func() {
+			run(algo.OpAcquire, 1, next, true)
+			next++
+			now++
+		}},
+		{"Acquire+Release", func() {
+			run(algo.OpAcquire, 1, next, true)
+			run(algo.OpRelease, 0, next, true)
+			next++
+		}},
+		{"Extend", func() { run(algo.OpExtend, 0, ext, true) }},
+		{"refused Acquire", func() { run(algo.OpAcquire, 3, next, false) }}, // 9,999 or more held
+	} {
+		tc.f()
+		if n := testing.AllocsPerRun(1000, tc.f); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.name, n)
+		}
+	}
 }

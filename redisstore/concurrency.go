@@ -24,9 +24,9 @@ const holdIDInUse = -2
 var _ storelink.Holder = (*engine)(nil)
 
 // HoldKey returns the Redis key that keeps the holds of key's concurrency
-// limit: the store's prefix, "hold:", then key, so that a rate limit and a
-// concurrency limit of one key are two states (and, with a {hash tag} in
-// key, in one cluster slot).
+// limit, a sorted set (scripts/concurrency.lua): the store's prefix,
+// "hold:", then key, so that a rate limit and a concurrency limit of one
+// key are two states (and, with a {hash tag} in key, in one cluster slot).
 func (s *Store) HoldKey(key string) string { return s.prefix + "hold:" + key }
 
 // Hold runs op at the server's time (or the caller's, WithClock), under
@@ -94,6 +94,9 @@ func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (stor
 		Args:   []any{op.Op, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, now, s.margin},
 	}
 	if err := s.call(ctx, c); err != nil {
+		if op.Op == algo.OpAcquire && op.Units > 0 && mayHold(err) {
+			s.giveBackHold(op)
+		}
 		return storelink.HoldResult{}, err
 	}
 	r := c.Reply
@@ -103,12 +106,35 @@ func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (stor
 	case r[0] == holdIDInUse:
 		return storelink.HoldResult{}, algo.ErrHoldID
 	case r[0] < 0:
-		return storelink.HoldResult{}, failure(r[1], key)
+		return storelink.HoldResult{}, holdFailure(r[1], key)
 	}
 	return storelink.HoldResult{
 		Decision: algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3]},
 		Expiry:   r[4],
 	}, nil
+}
+
+// holdFailure is the error of a hold operation on key that the script
+// reports with code: failure's, but for a key that is not a set of holds
+// sluice wrote, which is said as a hold key's.
+func holdFailure(code int64, key string) error {
+	switch code {
+	case codeForeignType:
+		return fmt.Errorf("%w: %q is not a sorted set (WRONGTYPE), as sluice keeps a key's holds; a string there may be another program's value, a rate limit's state, or the holds of an earlier build of sluice, which kept them in one string that this one does not read: delete it, or give the store a prefix of its own (WithPrefix)", ErrForeignKey, key)
+	case codeForeignData:
+		return fmt.Errorf("%w: %q holds a sorted set that sluice did not write: delete it, or give the store a prefix of its own (WithPrefix)", ErrForeignKey, key)
+	}
+	return failure(code, key)
+}
+
+// holdAllFailure is the error of a hold composite on keys (the hold's,
+// then the parts') that the script reports with code: any of them may be
+// the key that failed.
+func holdAllFailure(code int64, keys []string) error {
+	if code == codeForeignType || code == codeForeignData {
+		return fmt.Errorf("%w: one of %q is not what sluice keeps there (the hold key a sorted set of holds, each part's key a string of its state): delete it, or give the store a prefix of its own (WithPrefix)", ErrForeignKey, keys)
+	}
+	return failure(code, keys[0])
 }
 
 // holdAllScript decides a hold and rate parts as one
@@ -191,6 +217,9 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 	}
 	c := &redisrun.Call{Script: holdAllScript, Keys: keys, Args: args}
 	if err := s.call(ctx, c); err != nil {
+		if op.Units > 0 && mayHold(err) {
+			s.giveBackHold(op) // the rate parts it may have spent stay spent, as a take's
+		}
 		return storelink.HoldResult{}, err
 	}
 	rep := c.Reply
@@ -200,7 +229,7 @@ func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storel
 	case len(rep) != width*(1+len(reqs)):
 		return storelink.HoldResult{}, fmt.Errorf("%w: hold composite script replied %v", redisrun.ErrBadReply, rep)
 	case rep[0] < 0:
-		return storelink.HoldResult{}, failure(rep[1], key)
+		return storelink.HoldResult{}, holdAllFailure(rep[1], keys)
 	}
 	for i := range reqs {
 		d, err := decisionOf(rep[width*(i+1):width*(i+2)], keys[i+1])
@@ -264,6 +293,8 @@ func (s *Store) holdInTurn(ctx context.Context, op *storelink.HoldOp, reqs []sto
 	look := storelink.HoldResult{Decision: algo.Decision{Allowed: true}}
 	if rerr == nil {
 		look.Decision.Remaining, look.Decision.ResetAfter = r.Decision.Remaining, r.Decision.ResetAfter
+	} else if mayHold(rerr) {
+		s.giveBackHold(op)
 	}
 	return look, nil
 }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -211,4 +214,49 @@ func holdOnce(b *testing.B, lim *sluice.Limiter, ctx context.Context, c sluice.C
 	if _, err := lim.Release(ctx, ls); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkHoldAt is one hold operation on a key that holds 1 hold, then
+// 10,000 (storetest.HoldAtBench), over a redis-server of its own: the cost
+// of an acquire, a release or an extension must not grow with the holds
+// of its key. Besides the round trip (ns/op), it reports the server's
+// time in the scripts an operation ran (server-µs/op, from INFO
+// commandstats: EVALSHA's time, its script's commands included).
+func BenchmarkHoldAt(b *testing.B) {
+	srv := redistest.Shared(b)
+	c := srv.Client()
+	ctx := context.Background()
+	for _, op := range storetest.HoldOps {
+		for _, n := range []int{1, 10_000} { // side by side, for their ratio
+			b.Run(fmt.Sprintf("op=%s/holds=%d", op, n), func(b *testing.B) {
+				st := newGoRedis(b, c, redisstore.WithPrefix(fmt.Sprintf("holdat:%d:", time.Now().UnixNano())))
+				defer st.Close()
+				b.ReportAllocs()
+				var before float64
+				storetest.HoldAtBench(b, st.Engine().(storelink.Holder), "k", n, op, func() { before = evalUsec(b, c) })
+				b.ReportMetric((evalUsec(b, c)-before)/float64(b.N), "server-µs/op")
+				c.Del(ctx, st.HoldKey("k"))
+			})
+		}
+	}
+}
+
+// evalUsec is the server's time (µs) in EVALSHA since its start, from
+// INFO commandstats.
+func evalUsec(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					u, _ := strconv.ParseFloat(v, 64)
+					return u
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,10 @@ type Store struct {
 	// leaseLife is WithLeases's, and leases its table (nil without).
 	leaseLife time.Duration
 	leases    *leases
+	// gb gives back the holds failed acquires may have left (giveback.go);
+	// log is WithLogger's.
+	gb  *givebacks
+	log *slog.Logger
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -73,6 +78,7 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 		// when WithClock gave it, else this process's clock.
 		s.local = memstore.New(memstore.WithClock(s.clk)).Engine()
 	}
+	s.gb = newGivebacks()
 	s.group = redisrun.GroupOf(client)
 	s.run = redisrun.NewRunner[decision](client, s.batchN, s.timeout, scripts, ErrClosed)
 	if s.leaseLife > 0 {
@@ -84,12 +90,14 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 // Close stops the store's batching goroutines; every call made after it
 // returns ErrClosed at once, and so do the calls still waiting to be sent.
 // It waits for the pipelines already on their way (at most the store's
-// timeout). With WithLeases it first gives back what its slices hold. It
-// does not close the client.
+// timeout). With WithLeases it first gives back what its slices hold, and
+// it ends the give-backs of failed acquires' holds (which then come back by
+// themselves at the end of their lifetime). It does not close the client.
 func (s *Store) Close() error {
 	if s.leases != nil {
 		s.leases.close()
 	}
+	s.gb.close()
 	s.closed.Store(true)
 	s.run.Close()
 	return nil

@@ -17,7 +17,7 @@
 local function run(n)
   local limit, lifetime, units, id = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local held = load_holds(KEYS[1])
-  local ld, live, lfresh = hold_step(limit, lifetime, 1, units, id, held)
+  local ld, hwrites = hold_step(held, limit, lifetime, 1, units, id)
   if not ld then
     return nil
   end
@@ -36,8 +36,8 @@ local function run(n)
     for i = 1, n do
       store(KEYS[1 + i], writes[i], fresh[i])
     end
-    if live then
-      store_holds(KEYS[1], live, lfresh)
+    if hwrites then
+      store_holds(held, hwrites)
     end
     return ld, ds
   end
@@ -50,7 +50,7 @@ local function run(n)
     store(KEYS[1 + i], nil, fresh[i])
   end
   if ld[1] == 1 then
-    ld = hold_step(limit, lifetime, 1, 0, id, held) -- a query: it would have granted
+    ld = hold_step(held, limit, lifetime, 1, 0, id) -- a query: it would have granted
   end
   return ld, ds
 end

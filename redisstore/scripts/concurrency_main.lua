@@ -1,5 +1,5 @@
 -- concurrency_main.lua: one hold operation on one key (concurrency.lua's
--- hold_step), its load, step and write under pcall as guard.lua's
+-- hold_step), its load, step and writes under pcall as guard.lua's
 -- decisions are.
 -- KEYS[1]  the key (the store's prefix, "hold:", the caller's key)
 -- ARGV     op (1 acquire, 2 release, 3 extend), limit, lifetime (µs),
@@ -16,12 +16,13 @@ end
 margin = tonumber(ARGV[7])
 
 local function run(key, limit, lifetime, op, units, id)
-  local d, held, fresh_at = hold_step(limit, lifetime, op, units, id, load_holds(key))
+  local st = load_holds(key)
+  local d, writes = hold_step(st, limit, lifetime, op, units, id)
   if not d then
     return {-2, 0, 0, 0, 0, 0}
   end
-  if held then
-    store_holds(key, held, fresh_at)
+  if writes then
+    store_holds(st, writes)
   end
   return d
 end

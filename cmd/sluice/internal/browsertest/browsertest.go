@@ -52,21 +52,23 @@ func Require(t testing.TB) string {
 }
 
 // New returns the context of a tab in a headless Chromium with a fresh
-// profile, valid for timeout and closed when the test ends. In a package
-// whose TestMain runs its tests through Run (or Main), the tests share one
-// browser, started by the first New, and each tab has a browser context of
-// its own (cookies, storage and cache of its own, as a fresh profile
-// would): a second or two of start-up a test, which every browser test
-// once paid. Elsewhere each test starts a browser of its own and closes it
-// when it ends.
-func New(t testing.TB, timeout time.Duration) context.Context {
+// profile, valid for timeout and closed when the test ends. extra are
+// options of the test's own (a flag: host-resolver-rules, to send a name
+// to a local listener). In a package whose TestMain runs its tests through
+// Run (or Main), the tests that give no extra share one browser, started
+// by the first New, and each tab has a browser context of its own
+// (cookies, storage and cache of its own, as a fresh profile would): a
+// second or two of start-up a test, which every browser test once paid.
+// Otherwise the test starts a browser of its own and closes it when it
+// ends.
+func New(t testing.TB, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := Require(t)
-	if sharing.Load() {
+	if sharing.Load() && len(extra) == 0 {
 		return newTab(t, path, timeout)
 	}
 	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, allocatorOptions(path, t.TempDir())...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(allocatorOptions(path, t.TempDir()), extra...)...)
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	t.Cleanup(func() {
 		cancelBrowser()

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/gctune"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
@@ -44,10 +45,11 @@ type serveFlags struct {
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	leases                                                                           time.Duration // --store-leases
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
-	mergeDomains, checkOnly                                                          bool
+	mergeDomains, checkOnly, keyForm                                                 bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
-	grpcSAN, httpSAN, perSecond                                                      string
-	maxBytes, maxDescriptors, maxEntries, maxEntryBytes, gogc, gcMinHeap, pipelines  int
+	grpcSAN, httpSAN, perSecond, allowedHosts                                        string
+	gogc, gcMinHeap, pipelines                                                       int
+	limits                                                                           limits.Table // --limit and its aliases
 	storeTLS                                                                         storeTLS
 	xds                                                                              xdsFlags
 	envoyStats                                                                       envoyStatsFlags
@@ -100,7 +102,7 @@ func (f *serveFlags) checkConfig(stdout io.Writer) error {
 	if f.xds.server != "" {
 		return errors.New("--check: the rules come from the xDS server (--xds-server), not from files: nothing to check")
 	}
-	cfg, err := serve.CheckConfig(o)
+	cfg, err := serve.CheckConfig(o) // o holds the limits table (--limit) too
 	if err != nil {
 		return err
 	}
@@ -115,12 +117,13 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.config, "config", os.Getenv(configEnv), "envoyproxy/ratelimit YAML: a file, or a directory of them (default $"+configEnv+", else an empty configuration: every descriptor OK); reloaded on change and on SIGHUP")
 	fs.BoolVar(&f.mergeDomains, "merge-domain-config", false, "merge the --config files that configure one domain, as envoy's MERGE_DOMAIN_CONFIG does (a top-level descriptor in two of them is an error); without it two files with one domain are an error")
-	fs.BoolVar(&f.checkOnly, "check", false, "load --config, report what it holds or why it does not load, and exit (0: it loads) without serving, as envoyproxy/ratelimit's config check")
+	fs.BoolVar(&f.checkOnly, "check", false, "read every flag as serving would and load --config, without connecting to a store or binding a listener; report what it holds and where serve would listen, or why it would not start, and exit (0: it would) without serving, as envoyproxy/ratelimit's config check")
 	fs.BoolVar(&f.noWatch, "no-watch", false, "do not reload when the configuration's files change (SIGHUP still reloads)")
 	fs.BoolVar(&f.noConsole, "no-console", false, "do not serve the web console at / of the HTTP listener")
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "", "`NAMES`, comma-separated, that the HTTP listener answers to beside IP addresses, localhost and --http's own name (a page on a rebinding domain cannot reach it): sluice.internal, .example.com for it and every name under it, or * for any Host (behind a proxy that routes by name); other names are answered 421 (docs/serve.md, \"Listeners, security and lifecycle\")")
 	fs.StringVar(&f.store, "store", "memory", "where budgets are kept: memory, redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://…, unix://[USER:PASSWORD@]/PATH, redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT, redis-sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/MASTER[?sentinel_password=P]; rediss-cluster://…, rediss-sentinel://… over TLS (see --store-tls-…)")
 	f.storeTLS.flags(fs)
-	f.xds.flags(fs)
+	f.xds.flags(fs, &f.limits)
 	f.envoyStats.flags(fs)
 	fs.StringVar(&f.perSecond, "store-per-second", "", "a second store, as --store takes it, for the limits counted per second (envoy's unit second; envoy's REDIS_PERSECOND): a call with descriptors in both is decided in each in turn, the per-second ones given back when the others refuse")
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
@@ -151,10 +154,13 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.httpSAN, "http-tls-client-san", "", "with --http-tls-client-ca: also require the client certificate to be valid for this DNS name")
 	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
-	fs.IntVar(&f.maxBytes, "max-request-bytes", 64<<10, "largest request accepted, in bytes")
-	fs.IntVar(&f.maxDescriptors, "max-descriptors", 64, "most descriptors in one call")
-	fs.IntVar(&f.maxEntries, "max-entries", 32, "most entries in one descriptor")
-	fs.IntVar(&f.maxEntryBytes, "max-entry-bytes", 1024, "longest domain, key or value, in bytes")
+	fs.BoolVar(&f.keyForm, "key-form", false, "let callers name budgets of their own: /v1/take, /v1/acquire, /v1/release and /v1/extend by \"key\" and \"limit\", within the limits table's units, window and lifetime (without it such calls are refused: callers spend only the configured limits)")
+	f.limits = limits.Defaults()
+	fs.Var(limitsFlag{&f.limits, map[*limits.Row]bool{}}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
+	for _, name := range []string{"max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"} {
+		r := limits.Lookup(name)
+		fs.Var(limitFlag{&f.limits, r}, name, "the same as --limit "+r.Name+"=`N`: "+r.Where)
+	}
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in flight are waited for")
 	fs.IntVar(&f.gogc, "gogc", 400, "the garbage collector's GOGC for the process, unless the GOGC environment variable is set: the service's garbage is short-lived, so a larger value trades a little memory for CPU")
 	fs.IntVar(&f.gcMinHeap, "gc-min-heap", 32, "MiB the heap may grow to before a collection, whatever --gogc gives over a smaller live heap (0: --gogc alone); not applied when GOGC is set")
@@ -215,6 +221,9 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	}
 	defer explainDurations(fs)()
 	for name, v := range vals {
+		if r := limits.Lookup(name); r != nil && limitGiven(fs, r) {
+			continue // --limit NAME=… wins too
+		}
 		if !flagGiven(fs, name) {
 			if err := fs.Set(name, v); err != nil {
 				return fmt.Errorf("envoy environment: --%s %q: %v", name, v, err)
@@ -311,8 +320,9 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	o = serve.Options{
 		Config: f.config, NoWatch: f.noWatch, MergeDomains: f.mergeDomains, GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, GlobalShadow: f.shadow, DomainSlot: f.domainSlot,
 		GlobalQuota: f.quotaMode, DynamicMetadata: f.dynMetadata,
-		HeaderNames:     serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
-		MaxRequestBytes: f.maxBytes, MaxDescriptors: f.maxDescriptors, MaxEntries: f.maxEntries, MaxEntryBytes: f.maxEntryBytes,
+		HeaderNames: serve.EnvoyHeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader},
+		Limits:      f.limits, KeyForm: f.keyForm,
+		AllowedHosts:         splitList(f.allowedHosts),
 		ShutdownTimeout:      f.shutdownTimeout,
 		GRPCMaxConnectionAge: orNever(f.connAge), GRPCMaxConnectionAgeGrace: orNever(f.connAgeGrace),
 	}
@@ -418,6 +428,9 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 			return nil, err
 		}
 		ropts := []redisstore.Option{redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(f.storeTimeout), redisstore.WithBatching(f.pipelines)}
+		if o.Logger != nil {
+			ropts = append(ropts, redisstore.WithLogger(o.Logger.With("component", "store")))
+		}
 		if f.prefix != "" {
 			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
 		}
@@ -529,4 +542,16 @@ func tlsConfig(name, cert, key, ca, san string) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// splitList reads a comma-separated flag: its items, spaces trimmed and
+// empty ones left out; nil for "".
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

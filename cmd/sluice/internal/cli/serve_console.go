@@ -17,7 +17,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 		return serve.Run(ctx, o)
 	}
 	var srv atomic.Pointer[serve.Server]
-	con, err := console.New(console.Options{Token: o.HTTPToken, Config: func() console.ConfigView {
+	con, err := console.New(console.Options{Token: o.HTTPToken, Limits: o.Limits, Config: func() console.ConfigView {
 		if s := srv.Load(); s != nil {
 			return consoleView(s.Config())
 		}
@@ -94,7 +94,10 @@ func consoleLeases(v []serve.StoreLeases) []console.StoreLeases {
 
 // consoleSlots is what the console shows of the concurrency leases held.
 func consoleSlots(v serve.HoldsView) console.Slots {
-	out := console.Slots{Keys: v.Keys, Held: v.Held, Dropped: v.Dropped, Top: []console.HeldKey{}}
+	out := console.Slots{Keys: v.Keys, Held: v.Held, Dropped: v.Dropped, Bytes: v.Bytes, Top: []console.HeldKey{}}
+	if v.Bound != nil {
+		out.Bound = v.Bound.Error()
+	}
 	for _, k := range v.Top {
 		h := console.HeldKey{
 			Key: k.Key, Limit: k.Limit, Held: k.Held, Leases: k.Leases,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -19,27 +20,7 @@ import (
 // a session cookie that opens the console and nothing else; a sign-in
 // another site's page makes a browser post is refused.
 func TestServeConsoleLogin(t *testing.T) {
-	var lns [2]net.Listener
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
-	}
-	base := "http://" + lns[1].Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], HTTPToken: "s3cret", NoWatch: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runServe: %v", err)
-		}
-	}()
+	base := serveWithConsole(t, serve.Options{HTTPToken: "s3cret"})
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, body string, hdr ...string) (*http.Response, string) {
 		t.Helper()
@@ -91,5 +72,155 @@ func TestServeConsoleLogin(t *testing.T) {
 	}
 	if resp, _ := do("GET", "/", "", "Authorization", "Bearer s3cret"); resp.StatusCode != 200 {
 		t.Errorf("the console with the token: %d", resp.StatusCode)
+	}
+}
+
+// serveWithConsole runs the service of o with its console on loopback
+// listeners until the test ends, and returns its HTTP base URL.
+func serveWithConsole(t *testing.T, o serve.Options) string {
+	t.Helper()
+	var lns [2]net.Listener
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+	}
+	o.GRPCListener, o.HTTPListener, o.NoWatch = lns[0], lns[1], true
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runServe(ctx, o, true) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runServe: %v", err)
+		}
+	})
+	return "http://" + lns[1].Addr().String()
+}
+
+// Takes by key show in Live as the rule (take), their refused keys among
+// the refused keys, as acquires by key show as (acquire): the red team's
+// 94k by-key takes, 47k refused, showed as nothing and "No refusals
+// recently".
+func TestServeConsoleTakeByKey(t *testing.T) {
+	base := serveWithConsole(t, serve.Options{KeyForm: true})
+	for range 6 {
+		testenv.Do(t, http.DefaultClient, "POST", base+"/v1/take", `{"key": "partner:acme", "limit": "2/1m"}`)
+	}
+	testenv.Do(t, http.DefaultClient, "POST", base+"/v1/take", `{"key": "partner:acme", "limit": "two a minute"}`) // decides nothing
+	testenv.Do(t, http.DefaultClient, "POST", base+"/v1/acquire", `{"key": "exports", "limit": 1, "lifetime": "1m"}`)
+	testenv.Do(t, http.DefaultClient, "POST", base+"/v1/acquire", `{"key": "exports", "limit": 1, "lifetime": "1m"}`)
+	resp, body := testenv.Do(t, http.DefaultClient, "GET", base+"/console/api/live", "")
+	var live struct {
+		Rules []struct {
+			Rule   string `json:"rule"`
+			Totals struct {
+				Allowed int64 `json:"allowed"`
+				Denied  int64 `json:"denied"`
+				Error   int64 `json:"error"`
+			} `json:"totals"`
+		} `json:"rules"`
+		Top []struct {
+			Rule  string `json:"rule"`
+			Key   string `json:"key"`
+			Count int64  `json:"count"`
+		} `json:"top"`
+	}
+	if err := json.Unmarshal([]byte(body), &live); resp.StatusCode != 200 || err != nil {
+		t.Fatalf("%d %v %.300s", resp.StatusCode, err, body)
+	}
+	got := map[string][3]int64{}
+	for _, r := range live.Rules {
+		got[r.Rule] = [3]int64{r.Totals.Allowed, r.Totals.Denied, r.Totals.Error}
+	}
+	if got[serve.TakePolicy] != [3]int64{2, 4, 0} || got[serve.AcquirePolicy] != [3]int64{1, 1, 0} {
+		t.Errorf("Live's rules: %v, want (take) 2 allowed and 4 denied, (acquire) 1 and 1", got)
+	}
+	refused := map[string]int64{}
+	for _, r := range live.Top {
+		refused[r.Rule+" "+r.Key] = r.Count
+	}
+	if refused["(take) partner:acme"] != 4 || refused["(acquire) exports"] != 1 {
+		t.Errorf("Live's refused keys: %v", refused)
+	}
+	// The page lists them too, without the script.
+	_, page := testenv.Do(t, http.DefaultClient, "GET", base+"/", "")
+	if !strings.Contains(page, "partner:acme") || strings.Contains(page, "No refusals recently") {
+		t.Errorf("the page does not list partner:acme among the refused keys")
+	}
+}
+
+// The step-through and the playground have URLs of their own: GET shows
+// the page there (their forms post to them).
+func TestServeConsoleURLs(t *testing.T) {
+	base := serveWithConsole(t, serve.Options{KeyForm: true})
+	for _, p := range []string{"/console/steps", "/console/playground"} {
+		resp, body := testenv.Do(t, http.DefaultClient, "GET", base+p, "")
+		if resp.StatusCode != 200 || !strings.Contains(body, `<form id="steps-form" method="post" action="/console/steps#steps">`) {
+			t.Errorf("GET %s: %d %.200q", p, resp.StatusCode, body)
+		}
+	}
+}
+
+// The console is behind the service's Host check: a page on a rebinding
+// domain reads none of it and runs nothing (421), as with the HTTP API;
+// the names --allowed-hosts gives pass.
+func TestServeConsoleRebinding(t *testing.T) {
+	var f serveFlags
+	fs := f.define()
+	if err := fs.Parse([]string{"--allowed-hosts", "sluice.internal, .example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	o, done, err := f.options(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if strings.Join(o.AllowedHosts, " ") != "sluice.internal .example.com" {
+		t.Fatalf("--allowed-hosts: %q", o.AllowedHosts)
+	}
+	base := serveWithConsole(t, serve.Options{AllowedHosts: o.AllowedHosts})
+	port := base[strings.LastIndexByte(base, ':'):]
+	do := func(method, path, host, ctype, body string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const form = "application/x-www-form-urlencoded"
+	for _, c := range []struct{ method, path, ctype, body string }{
+		{"GET", "/", "", ""},
+		{"GET", "/console/api/live", "", ""},
+		{"GET", "/console/api/config", "", ""},
+		{"GET", "/console/steps", "", ""},
+		{"POST", "/console/steps", form, "requests=0ms"},
+		{"POST", "/console/api/sim", "application/json", "{}"},
+		{"GET", "/console/assets/console.js", "", ""},
+	} {
+		if code := do(c.method, c.path, "evil.example"+port, c.ctype, c.body); code != http.StatusMisdirectedRequest {
+			t.Errorf("%s %s, Host evil.example: %d, want 421", c.method, c.path, code)
+		}
+		for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "sluice.internal" + port, "console.example.com" + port} {
+			// 503: a run asked for while the last rests (one at a time).
+			if code := do(c.method, c.path, host, c.ctype, c.body); code != 200 && code != http.StatusServiceUnavailable {
+				t.Errorf("%s %s, Host %s: %d, want 200", c.method, c.path, host, code)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/redisstore"
@@ -47,7 +48,7 @@ func TestBrowserServeHolding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer leased.Close()
-	base := startConsoleServe(t, leased)
+	base := serveWithConsole(t, serve.Options{Store: leased, KeyForm: true})
 	const hotTake = `{"key": "tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", "limit": "100000/1h"}`
 	post := func(path, body string) {
 		t.Helper()

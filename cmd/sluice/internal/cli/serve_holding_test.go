@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -19,33 +16,6 @@ import (
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
-
-// startConsoleServe runs runServe with the console on store (nil: memory)
-// until the test ends, and returns its HTTP base URL.
-func startConsoleServe(t *testing.T, store sluice.Store) string {
-	t.Helper()
-	var lns [2]net.Listener
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, serve.Options{GRPCListener: lns[0], HTTPListener: lns[1], NoWatch: true, Store: store,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runServe: %v", err)
-		}
-	})
-	return "http://" + lns[1].Addr().String()
-}
 
 // liveHolding is the part of the console's live report this test reads.
 type liveHolding struct {
@@ -83,7 +53,7 @@ func TestServeConsoleHolding(t *testing.T) {
 		leases bool
 	}{{"memory", memstore.New(), false}, {"redis", plain, false}, {"redis-leases", leased, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := startConsoleServe(t, tc.store)
+			base := serveWithConsole(t, serve.Options{Store: tc.store, KeyForm: true})
 			do := func(method, path, body string) string {
 				t.Helper()
 				resp, out := testenv.Do(t, nil, method, base+path, body)

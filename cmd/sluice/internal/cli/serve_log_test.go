@@ -50,7 +50,7 @@ func TestServeLogJSON(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- serveCmd(ctx, []string{"--log-format", "json", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		done <- serveCmd(ctx, []string{"--log-format", "json", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--key-form",
 			"--store", "redis://app:s3cret@" + down + "/0", "--store-timeout", "200ms",
 			"--gomaxprocs", fmt.Sprint(runtime.GOMAXPROCS(0)), "--gogc", "0"}, nil, &stderr, &stderr)
 	}()

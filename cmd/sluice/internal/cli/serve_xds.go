@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 )
 
@@ -18,7 +19,6 @@ type xdsFlags struct {
 	tls                               bool
 	ca, cert, key, serverName         string
 	backoffMin, backoffMax            time.Duration
-	maxMsgBytes                       int
 	forceStart                        bool
 }
 
@@ -26,8 +26,9 @@ type xdsFlags struct {
 var xdsFlagNames = []string{"xds-server", "xds-node-id", "xds-node-metadata", "xds-headers", "xds-tls", "xds-tls-ca", "xds-tls-cert", "xds-tls-key",
 	"xds-tls-server-name", "xds-backoff-initial", "xds-backoff-max", "xds-max-message-bytes", "xds-force-start"}
 
-// flags declares the --xds-… flags on fs.
-func (x *xdsFlags) flags(fs *flag.FlagSet) {
+// flags declares the --xds-… flags on fs; --xds-max-message-bytes sets
+// lt's config-bytes.
+func (x *xdsFlags) flags(fs *flag.FlagSet, lt *limits.Table) {
 	fs.StringVar(&x.server, "xds-server", "", "take the rules from this xDS server (HOST:PORT), as envoy's CONFIG_TYPE=GRPC_XDS_SOTW does (Envoy Gateway): RateLimitConfig resources, state of the world, instead of --config (envoy's CONFIG_GRPC_XDS_SERVER_URL)")
 	fs.StringVar(&x.nodeID, "xds-node-id", "default", "--xds-server: the node id the server keys its snapshots by (envoy's CONFIG_GRPC_XDS_NODE_ID)")
 	fs.StringVar(&x.nodeMeta, "xds-node-metadata", "", "--xds-server: the node's metadata, KEY=VALUE,KEY=VALUE (envoy's CONFIG_GRPC_XDS_NODE_METADATA)")
@@ -39,7 +40,7 @@ func (x *xdsFlags) flags(fs *flag.FlagSet) {
 	fs.StringVar(&x.serverName, "xds-tls-server-name", "", "--xds-server: the name the server's certificate must be valid for (default: the host of --xds-server; envoy's CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
 	fs.DurationVar(&x.backoffMin, "xds-backoff-initial", 500*time.Millisecond, "--xds-server: the first wait before connecting again after the stream breaks, doubling up to --xds-backoff-max (envoy's XDS_CLIENT_BACKOFF_INITIAL_INTERVAL)")
 	fs.DurationVar(&x.backoffMax, "xds-backoff-max", 30*time.Second, "--xds-server: the longest wait before connecting again (envoy's XDS_CLIENT_BACKOFF_MAX_INTERVAL)")
-	fs.IntVar(&x.maxMsgBytes, "xds-max-message-bytes", 0, "--xds-server: largest response accepted, in bytes (0: gRPC's 4 MiB; envoy's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
+	fs.Var(limitFlag{lt, limits.ConfigBytes}, "xds-max-message-bytes", "the same as --limit config-bytes=`N`: the largest configuration, an xDS response's resources or the rules files together (envoy's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)")
 	fs.BoolVar(&x.forceStart, "xds-force-start", false, "--xds-server: serve an empty configuration (every descriptor OK) until the server's first arrives, rather than answer UNAVAILABLE (envoy's FORCE_START_WITHOUT_INITIAL_CONFIG)")
 }
 
@@ -48,13 +49,13 @@ func (x *xdsFlags) flags(fs *flag.FlagSet) {
 func (x *xdsFlags) options() (*serve.XDSOptions, error) {
 	if x.server == "" {
 		if x.nodeID != "default" || x.nodeMeta != "" || x.headers != "" || x.tls || x.ca != "" || x.cert != "" || x.key != "" ||
-			x.serverName != "" || x.maxMsgBytes != 0 || x.forceStart {
+			x.serverName != "" || x.forceStart {
 			return nil, errors.New("an --xds-… flag without --xds-server")
 		}
 		return nil, nil
 	}
 	o := &serve.XDSOptions{Server: x.server, NodeID: x.nodeID, BackoffMin: x.backoffMin, BackoffMax: x.backoffMax,
-		MaxMessageBytes: x.maxMsgBytes, ForceStart: x.forceStart}
+		ForceStart: x.forceStart}
 	var err error
 	if o.NodeMetadata, err = pairs("--xds-node-metadata", x.nodeMeta, "="); err != nil {
 		return nil, err
@@ -64,9 +65,6 @@ func (x *xdsFlags) options() (*serve.XDSOptions, error) {
 	}
 	if x.backoffMin <= 0 || x.backoffMax < x.backoffMin {
 		return nil, fmt.Errorf("--xds-backoff-initial %s, --xds-backoff-max %s: want 0 < initial ≤ max", x.backoffMin, x.backoffMax)
-	}
-	if x.maxMsgBytes < 0 {
-		return nil, fmt.Errorf("--xds-max-message-bytes %d: want 0 or more", x.maxMsgBytes)
 	}
 	if o.TLS, err = x.tlsConfig(); err != nil {
 		return nil, err
@@ -118,7 +116,7 @@ func envoyXDS(e *envoyVars, out map[string]string) error {
 	out["xds-node-id"] = e.get("CONFIG_GRPC_XDS_NODE_ID", "default")
 	for env, flag := range map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "xds-node-metadata", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "xds-headers",
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "xds-max-message-bytes"} {
-		if v := e.getenv(env); v != "" {
+		if v := e.getenv(env); v != "" && v != "0" { // 0: gRPC's default, config-bytes' too
 			out[flag] = v
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 	"github.com/sluice-go/sluice/internal/storelink"
@@ -155,11 +156,16 @@ func stepsCmd(lf limitFlags, requests, tracePath string, stdin io.Reader, stdout
 		if requests == "" {
 			requests = sim.DefaultWalk
 		}
-		if reqs, err = sim.ParseRequests(requests, start, "sim", sim.MaxWalkSteps); err != nil {
+		if reqs, err = sim.ParseRequests(requests, start, "sim", int(limits.WalkRequests.Default)); err != nil {
 			return fmt.Errorf("--requests: %w", err)
 		}
 	}
-	w, err := sim.NewWalk(p, start, reqs)
+	// The service's walk-requests, at its default: a walk is for reading,
+	// step by step, here as in the console.
+	if n := int64(len(reqs)); n > limits.WalkRequests.Default {
+		return fmt.Errorf("%d requests of key %q: a walk takes at most %d", n, reqs[0].Key, limits.WalkRequests.Default)
+	}
+	w, err := sim.NewWalk(p, start, reqs, 0)
 	if err != nil {
 		return err
 	}

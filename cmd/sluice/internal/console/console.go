@@ -27,14 +27,19 @@
 //	POST /console/api/steps      a walk: one key through one algorithm, step
 //	                             by step (JSON or form in, JSON out)
 //	POST /console/steps          the same walk, rendered as the page
+//	GET  /console/steps          the page (the step-through's own URL; also
+//	                             GET /console/playground)
 //	GET  /console/assets/...     the stylesheet and the script
 //	POST /console/login          the sign-in, with Options.Token (login.go)
 //
 // Anyone who reaches the listener may run the playground and walks, so a
-// run is bounded (ticks, arrivals, a walk's sim.MaxWalkSteps) and runs go
-// one at a time; a POST a page of
-// another origin makes a browser send is refused (package sameorigin), and
-// a run's body must be JSON or the page's form (else 415).
+// run is bounded by the service's caps (Options.Limits: its body, ticks,
+// arrivals, a walk's requests, the answer's bytes) and runs go one at a
+// time; a POST a page of another origin makes a browser send is refused
+// (package sameorigin), and a run's body must be JSON or the page's form
+// (else 415). Mounted on `sluice serve`'s listener, the console is behind
+// the service's check of the Host too (sameorigin.Hosts): a page on a
+// rebinding domain reaches none of it.
 package console
 
 import (
@@ -43,6 +48,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/observe"
@@ -120,6 +126,9 @@ type Options struct {
 	// the most. It is called for each page and each live report. Nil: the
 	// page shows no slots.
 	Slots func(n int) Slots
+	// Limits are the service's caps (package limits): a run's requests,
+	// ticks, arrivals, body and answer. A field left 0 is its default.
+	Limits limits.Table
 }
 
 // Console collects the live counts and serves the page. Its methods are
@@ -132,6 +141,7 @@ type Console struct {
 	refused *topK
 	page    *pageAssets
 	runs    *gate // the playground's
+	lim     limits.Table
 	// token is Options.Token, session the cookie value that stands for it
 	// ("" without a token).
 	token, session string
@@ -169,6 +179,7 @@ func New(o Options) (*Console, error) {
 	if o.Config == nil {
 		o.Config = func() ConfigView { return ConfigView{} }
 	}
+	o.Limits.FillDefaults()
 	unix := func() int64 { return fastclock.Micros() / 1e6 }
 	if clock := o.Clock; clock != nil {
 		unix = func() int64 { return clock().Unix() }
@@ -190,6 +201,7 @@ func New(o Options) (*Console, error) {
 		refused: newTopK(o.TopK, w/2),
 		page:    page,
 		runs:    newGate(),
+		lim:     o.Limits,
 		token:   o.Token,
 		session: session,
 		leases:  o.Leases,
@@ -343,6 +355,10 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
 	mux.HandleFunc("POST /console/api/steps", c.serveStepsAPI)
 	mux.HandleFunc("POST /console/steps", c.serveSteps)
+	// The forms' own URLs show the page too, so that they can be opened,
+	// bookmarked and reloaded.
+	mux.HandleFunc("GET /console/steps", c.servePage)
+	mux.HandleFunc("GET /console/playground", c.servePage)
 	if c.token != "" {
 		mux.HandleFunc("POST "+loginPath, c.serveLogin)
 	}

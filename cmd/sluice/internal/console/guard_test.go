@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
@@ -92,17 +93,17 @@ func TestSimContentType(t *testing.T) {
 // says why; within them, the largest answers stay under maxAnswerBytes.
 func TestSimBounded(t *testing.T) {
 	_, _, srv := newTestServer(t, testView())
-	const maxAnswerBytes = 1 << 20
+	maxAnswerBytes := int(limits.AnswerBytes.Default)
 	for _, tc := range []struct {
 		req  SimRequest
 		want string
 	}{
-		{SimRequest{Ticks: 10_000}, fmt.Sprintf("at most %d", maxTicks)},
-		{SimRequest{Ticks: maxTicks + 1}, fmt.Sprintf("at most %d", maxTicks)},
-		{SimRequest{Shape: ShapeSteady, Rate: maxArrivals/maxTicks + 1, Ticks: maxTicks}, fmt.Sprintf("more than %d arrivals", maxArrivals)},
-		{SimRequest{Shape: ShapeBurst, Size: maxArrivals + 1, Ticks: 1}, fmt.Sprintf("more than %d arrivals", maxArrivals)},
-		{SimRequest{Shape: ShapeTrace, Trace: strings.Repeat(`{"t_us": 1764000000000000, "key": "a"}`+"\n", maxArrivals+1)}, fmt.Sprintf("more than %d requests", maxArrivals)},
-		{SimRequest{Shape: ShapeTrace, Trace: strings.Repeat(`{"t_us": 1764000000000000, "key": "a", "cost": 1}`+strings.Repeat(" ", 200)+"\n", maxArrivals)}, fmt.Sprintf("over %d bytes", maxBodyBytes)},
+		{SimRequest{Ticks: 10_000}, "10000, over the service's limit run-ticks of 200 (--limit run-ticks=N raises it)"},
+		{SimRequest{Ticks: maxTicks + 1}, "run-ticks of 200"},
+		{SimRequest{Shape: ShapeSteady, Rate: maxArrivals/maxTicks + 1, Ticks: maxTicks}, "run-arrivals of 10000"},
+		{SimRequest{Shape: ShapeBurst, Size: maxArrivals + 1, Ticks: 1}, "run-arrivals of 10000"},
+		{SimRequest{Shape: ShapeTrace, Trace: strings.Repeat(`{"t_us": 1764000000000000, "key": "a"}`+"\n", maxArrivals+1)}, "the trace's requests: over the service's limit run-arrivals of 10000"},
+		{SimRequest{Shape: ShapeTrace, Trace: strings.Repeat(`{"t_us": 1764000000000000, "key": "a", "cost": 1}`+strings.Repeat(" ", 200)+"\n", maxArrivals)}, "run-body-bytes of 1MiB"},
 	} {
 		start := time.Now()
 		_, code, body := postSim(t, srv, tc.req)

@@ -1,13 +1,13 @@
 package console
 
 import (
-	"bytes"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -18,7 +18,7 @@ import (
 	"github.com/sluice-go/sluice"
 
 	"github.com/sluice-go/sluice/algo"
-	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 //go:embed assets templates
@@ -86,8 +86,9 @@ type pageData struct {
 	Sim        *SimResult
 	SimSVG     template.HTML
 	SimError   string
-	MaxTicks   int
-	MaxSteps   int
+	// MaxTicks and MaxSteps are the service's run-ticks and walk-requests.
+	MaxTicks int64
+	MaxSteps int64
 	// TopN is how many keys the held tables list at most (Options.TopK).
 	TopN int
 	// Steps is the steps form as typed, Walk its walk, StepsError why
@@ -111,13 +112,28 @@ func defaultForm() formValues {
 	return formValues{Limit: "10/1s", Tick: defaultTick.String(), Shape: ShapeDefault, Rate: "2", Size: "8", Algorithms: all}
 }
 
-func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
+// What a page answers: a GET, or a run (its result or its error, and its
+// form as typed).
+type pageFor int
+
+const (
+	forGet pageFor = iota
+	forSim
+	forSteps
+)
+
+// render writes the page of d. The page that answers a run is written
+// into a buffer that refuses to grow past the service's answer-bytes;
+// over it, the page is written again without the run's result, the cap's
+// error in its place, with status 400, and if that is still over (the
+// form as typed is), with the forms' defaults.
+func (c *Console) render(w http.ResponseWriter, status int, d pageData, run pageFor) {
 	d.Config = c.config()
 	d.RulesTotal = len(d.Config.Rules)
 	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
 	d.Live = c.Live(0)
-	d.MaxTicks = maxTicks
-	d.MaxSteps = sim.MaxWalkSteps
+	d.MaxTicks = c.lim.RunTicks
+	d.MaxSteps = c.lim.WalkRequests
 	d.TopN = c.topN
 	for _, k := range algo.Kinds() {
 		d.Algorithms = append(d.Algorithms, k.String())
@@ -125,8 +141,38 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	if d.Steps == (stepsForm{}) {
 		d.Steps = defaultStepsForm()
 	}
-	var buf bytes.Buffer
-	if err := c.page.tmpl.Execute(&buf, d); err != nil {
+	limit := int64(math.MaxInt64)
+	if run != forGet {
+		limit = c.lim.AnswerBytes
+	}
+	page, err := c.execute(d, limit)
+	if errors.Is(err, errAnswerFull) {
+		status = http.StatusBadRequest
+		over := c.lim.Over(limits.AnswerBytes, "the page with this run").Error()
+		if d.Walk != nil || d.Sim != nil {
+			if run == forSteps {
+				d.StepsError = over + "; fewer requests make a shorter page, and POST /console/api/steps answers the walk as JSON, without the page's markup"
+			} else {
+				d.SimError = over + "; fewer ticks, or a shorter trace, make a shorter page"
+			}
+			d.Walk, d.Sim, d.SimSVG = nil, nil, ""
+			page, err = c.execute(d, limit)
+		}
+		if errors.Is(err, errAnswerFull) { // the form as typed is over it
+			d.Form, d.Steps = defaultForm(), defaultStepsForm()
+			e := &d.SimError
+			if run == forSteps {
+				e = &d.StepsError
+			}
+			if *e != "" {
+				*e += " (the form as typed is not shown again: " + over + ")"
+			} else {
+				*e = over
+			}
+			page, err = c.execute(d, math.MaxInt64)
+		}
+	}
+	if err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -135,11 +181,45 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(page)
+}
+
+// execute writes the page of d, at most limit bytes of it (else
+// errAnswerFull).
+func (c *Console) execute(d pageData, limit int64) ([]byte, error) {
+	buf := &answerBuffer{max: limit}
+	err := c.page.tmpl.Execute(buf, d)
+	return buf.b, err
+}
+
+// errAnswerFull is an answerBuffer's error past its max.
+var errAnswerFull = errors.New("the answer is over its bound")
+
+// answerBuffer holds an answer as it is written, refusing to grow past max
+// bytes (errAnswerFull): a template stops at its writer's first error, so
+// an answer over the bound costs no more than the bound.
+type answerBuffer struct {
+	b   []byte
+	max int64
+}
+
+func (a *answerBuffer) Write(p []byte) (int, error) {
+	n := int64(len(a.b) + len(p))
+	if n > a.max {
+		return 0, errAnswerFull
+	}
+	if n > int64(cap(a.b)) {
+		// Double, up to max: append grows a large slice by a quarter,
+		// which allocates about five times the answer in all.
+		b := make([]byte, 0, min(max(2*int64(cap(a.b)), n, 16<<10), a.max))
+		a.b = append(b, a.b...)
+	}
+	a.b = append(a.b, p...)
+	return len(p), nil
 }
 
 func (c *Console) servePage(w http.ResponseWriter, _ *http.Request) {
-	c.render(w, http.StatusOK, pageData{Form: defaultForm()})
+	c.render(w, http.StatusOK, pageData{Form: defaultForm()}, forGet)
 }
 
 func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
@@ -240,15 +320,15 @@ const runTimeout = 10 * time.Second
 var (
 	errBusy      = errors.New("the playground is busy with another run: try again in a second")
 	errMediaType = errors.New("send a run as JSON (Content-Type: application/json) or as the page's form (application/x-www-form-urlencoded)")
-	errTooLarge  = fmt.Errorf("the request is over %d bytes: paste a shorter trace", maxBodyBytes)
 )
 
 // statusOf is the HTTP status of a run's error: each is the request's.
 func statusOf(err error) int {
+	var over *limits.Exceeded
 	switch {
 	case errors.Is(err, errMediaType):
 		return http.StatusUnsupportedMediaType
-	case errors.Is(err, errTooLarge):
+	case errors.As(err, &over) && over.Row == limits.RunBodyBytes:
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errBusy):
 		return http.StatusServiceUnavailable
@@ -266,11 +346,11 @@ func (c *Console) run(w http.ResponseWriter, r *http.Request) (form formValues, 
 	if err != nil {
 		return defaultForm(), nil, done, err
 	}
-	req, form, err := readSimRequest(w, r)
+	req, form, err := readSimRequest(w, r, &c.lim)
 	if err != nil {
 		return form, nil, done, err
 	}
-	res, err = simulate(req, c.config())
+	res, err = simulate(req, c.config(), &c.lim)
 	return form, res, done, err
 }
 
@@ -301,7 +381,7 @@ func (c *Console) serveSim(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	c.writeAnswer(w, res)
 }
 
 func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
@@ -310,19 +390,20 @@ func (c *Console) servePlayground(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Form: form, Sim: res}
 	if err != nil {
 		d.SimError = err.Error()
-		c.render(w, statusOf(err), d)
+		c.render(w, statusOf(err), d, forSim)
 		return
 	}
 	d.SimSVG = template.HTML(res.SVG) // written by sim.WriteSVG, which escapes every text it draws
-	c.render(w, http.StatusOK, d)
+	c.render(w, http.StatusOK, d, forSim)
 }
 
-// readSimRequest reads a playground run from a JSON body or a form; it
-// returns the form's fields as typed too, to show them again.
-func readSimRequest(w http.ResponseWriter, r *http.Request) (SimRequest, formValues, error) {
+// readSimRequest reads a playground run from a JSON body or a form, at
+// most lt's run-body-bytes; it returns the form's fields as typed too, to
+// show them again.
+func readSimRequest(w http.ResponseWriter, r *http.Request, lt *limits.Table) (SimRequest, formValues, error) {
 	var req SimRequest
 	form := defaultForm()
-	f, err := readBody(w, r, &req)
+	f, err := readBody(w, r, &req, lt)
 	if err != nil || f == nil {
 		return req, form, err
 	}
@@ -375,12 +456,12 @@ func parseLimit(text string, burst *int64) (sluice.Limit, error) {
 	return lim, nil
 }
 
-// readBody reads a run's body, at most maxBodyBytes: JSON into v (and a nil
-// form), or the page's form. A body of another type (or of none said) is
-// errMediaType: read as a form it would be an empty one, and run the
-// defaults in its place.
-func readBody(w http.ResponseWriter, r *http.Request, v any) (url.Values, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+// readBody reads a run's body, at most lt's run-body-bytes: JSON into v
+// (and a nil form), or the page's form. A body of another type (or of none
+// said) is errMediaType: read as a form it would be an empty one, and run
+// the defaults in its place.
+func readBody(w http.ResponseWriter, r *http.Request, v any, lt *limits.Table) (url.Values, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, lt.RunBodyBytes)
 	ctype := r.Header.Get("Content-Type")
 	ct, _, _ := mime.ParseMediaType(ctype)
 	switch ct {
@@ -388,7 +469,7 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) (url.Values, error)
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(v); err != nil {
-			return nil, bodyError("the request's JSON", err)
+			return nil, bodyError("the request's JSON", err, lt)
 		}
 		return nil, nil
 	case "application/x-www-form-urlencoded":
@@ -398,7 +479,7 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) (url.Values, error)
 		return nil, fmt.Errorf("%w, not %q", errMediaType, ctype)
 	}
 	if err := r.ParseForm(); err != nil {
-		return nil, bodyError("the form", err)
+		return nil, bodyError("the form", err, lt)
 	}
 	return r.PostForm, nil
 }
@@ -416,14 +497,50 @@ func formInt(name, s string, dst *int) error {
 	return nil
 }
 
-// bodyError is the error of reading what (a body), errTooLarge when the
-// body is over maxBodyBytes.
-func bodyError(what string, err error) error {
+// bodyError is the error of reading what (a body), lt's run-body-bytes'
+// when the body is over it.
+func bodyError(what string, err error, lt *limits.Table) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return errTooLarge
+		return lt.Over(limits.RunBodyBytes, "the request body")
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// writeAnswer writes a run's answer v as JSON, or the service's
+// answer-bytes error (400) when its encoding is over that cap.
+func (c *Console) writeAnswer(w http.ResponseWriter, v any) {
+	// An Encoder writes its whole encoding in one Write: answerWriter
+	// checks its size before anything is sent, and it is not copied.
+	aw := &answerWriter{w: w, max: c.lim.AnswerBytes}
+	err := json.NewEncoder(aw).Encode(v)
+	switch {
+	case errors.Is(err, errAnswerFull):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": c.lim.Check(limits.AnswerBytes, "the answer", aw.size).Error()})
+	case err != nil && !aw.sent:
+		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// answerWriter writes a JSON answer to w, 200, when it is at most max
+// bytes; it is written once (json.Encoder's one Write).
+type answerWriter struct {
+	w    http.ResponseWriter
+	max  int64
+	size int64 // the answer's size, once written or refused
+	sent bool
+}
+
+func (a *answerWriter) Write(p []byte) (int, error) {
+	if a.size = int64(len(p)); a.size > a.max {
+		return 0, errAnswerFull
+	}
+	h := a.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	a.w.WriteHeader(http.StatusOK)
+	a.sent = true
+	return a.w.Write(p)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

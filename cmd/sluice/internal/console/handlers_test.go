@@ -360,7 +360,7 @@ func TestSimAlgorithmsAndErrors(t *testing.T) {
 		{SimRequest{Window: "-1s"}, "negative"},
 		{SimRequest{Shape: "sine"}, "shape"},
 		{SimRequest{Shape: ShapeSteady}, "rate"},
-		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: maxTicks}, "more than"},
+		{SimRequest{Shape: ShapeSteady, Rate: 100_000, Ticks: maxTicks}, "over the service's limit run-arrivals"},
 		{SimRequest{Shape: ShapeTrace}, "no requests"},
 		{SimRequest{Shape: ShapeTrace, Trace: "{\"t_us\": 1, \"key\": \"a\"}\nnot json\n"}, "line 2"},
 		{SimRequest{Shape: ShapeTrace, Trace: `{"t_us": 1764000000000000, "parts": [{"key": "a", "limit": "1/1s"}]}`}, "composite"},

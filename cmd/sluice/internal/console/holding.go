@@ -185,6 +185,13 @@ type Slots struct {
 	Keys    int   `json:"keys"`
 	Held    int64 `json:"held"`
 	Dropped int64 `json:"dropped"`
+	// Bytes is what the view holds, its keys and leases together, and
+	// MaxBytes the most it may (the service's view-bytes).
+	Bytes    int64 `json:"bytes"`
+	MaxBytes int64 `json:"max_bytes"`
+	// Bound is the last of the view's bounds a key or a lease met, and
+	// the flag that raises it; "" (left out) when none was.
+	Bound string `json:"bound,omitempty"`
 	// Top are the keys holding the most units now, at most Options.TopK.
 	Top []HeldKey `json:"top"`
 }
@@ -222,6 +229,7 @@ func (c *Console) holding(pts func(*series) []Point) holding {
 	if c.slots != nil {
 		s := c.slots(c.topN)
 		s.Top = append([]HeldKey{}, s.Top[:min(len(s.Top), c.topN)]...)
+		s.MaxBytes = c.lim.ViewBytes
 		h.Slots = &s
 	}
 	return h

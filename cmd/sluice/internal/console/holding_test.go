@@ -27,7 +27,7 @@ func fakeHolding(leases bool, n int) Options {
 		return []StoreLeases{s}
 	}
 	o.Slots = func(int) Slots {
-		s := Slots{Keys: n, Held: int64(n), Dropped: 3}
+		s := Slots{Keys: n, Held: int64(n), Dropped: 3, Bytes: 1234, Bound: "the keys the slots view follows with a new one: 1025, over the service's limit view-keys of 1024 (--limit view-keys=N raises it)"}
 		for i := range n {
 			s.Top = append(s.Top, HeldKey{Key: fmt.Sprintf("job:%d", i), Limit: 4, Held: 1, Leases: 1, OldestUS: 1_500_000, NextExpiryUS: 65_250_000, Acquired: 2, Refused: 1, Released: 1})
 		}
@@ -71,7 +71,7 @@ func TestHoldingEndpoints(t *testing.T) {
 			`<tr data-key="job:0"><td data-label="Key"><code>job:0</code></td><td class="num" data-k="held" data-label="Held here">1</td><td class="num" data-k="held_all" data-label="All instances">3</td><td class="num" data-k="limit" data-label="Limit">4</td>`,
 			`<td class="num" data-k="held" data-label="Held here">1</td><td class="num" data-k="held_all" data-label="All instances">—</td>`,
 			`data-label="Oldest held for">1.5s</td><td class="num" data-k="next_expiry" data-label="Next expiry in">1m5.3s</td>`,
-			`Units held now: <span data-k="held">3</span>; keys followed: <span data-k="keys">3</span>; keys no longer followed, to make room: <span data-k="dropped">3</span>.`,
+			`Units held now: <span data-k="held">3</span>; keys followed: <span data-k="keys">3</span>, in <span data-k="bytes">1234</span> of the view's <span data-k="max_bytes">4194304</span> bytes; keys no longer followed, to make room: <span data-k="dropped">3</span>. Keys or leases were left out: <span data-k="bound">the keys the slots view follows with a new one: 1025, over the service&#39;s limit view-keys of 1024 (--limit view-keys=N raises it)</span>.`,
 			`<a href="#slots">Slots</a>`,
 		} {
 			if !strings.Contains(page, want) {

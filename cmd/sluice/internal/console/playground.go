@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 )
@@ -22,21 +23,8 @@ const (
 	ShapeTrace   = "trace"   // a pasted trace in replay's format
 )
 
-// The playground's bounds. It runs on the service's CPU for anyone who
-// reaches the listener (by default without a token), so one request must
-// cost little and answer little: maxArrivals bounds a run's work (each
-// arrival is read, then decided by all seven algorithms: some tens of ms in
-// all), maxTicks its answer (up to about 5 KB a tick with every row, the
-// figure most of it: under 1 MB; beyond 195 ticks the figure would outgrow
-// its width anyway), and maxBodyBytes what a run reads; the gate (gate.go)
-// lets one run at a time. `sluice sim`, on the user's own machine, has only
-// sim.MaxTicks.
-const (
-	maxTicks     = 200
-	maxArrivals  = 10_000
-	maxBodyBytes = 1 << 20
-	defaultTick  = 100 * time.Millisecond
-)
+// defaultTick is a tick's width when a run names none.
+const defaultTick = 100 * time.Millisecond
 
 // SimRequest is a playground run: a limit (typed, or a loaded rule's) and a
 // shape of traffic. It mirrors `sluice sim`'s flags, and a run gives the
@@ -57,8 +45,8 @@ type SimRequest struct {
 	Window string `json:"window,omitempty"`
 	// Tick is one column's time, a Go duration; default 100ms.
 	Tick string `json:"tick,omitempty"`
-	// Ticks is the number of columns, at most 200; 0 means 30, or what a
-	// trace spans (up to 30).
+	// Ticks is the number of columns, at most the service's run-ticks
+	// (200); 0 means 30, or what a trace spans (up to 30).
 	Ticks int `json:"ticks,omitempty"`
 	// Shape is default, steady, burst, ramp or trace.
 	Shape string `json:"shape,omitempty"`
@@ -121,8 +109,11 @@ type SimResult struct {
 	SVG string `json:"svg"`
 }
 
-// simulate runs req, with the rules of view for req.Rule.
-func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
+// simulate runs req, with the rules of view for req.Rule, within lt's
+// caps: run-ticks bounds its answer (up to about 5 KB a tick with every
+// row, the figure most of it), run-arrivals its work (each arrival is
+// decided by all seven algorithms).
+func simulate(req SimRequest, view ConfigView, lt *limits.Table) (*SimResult, error) {
 	limText, burst, err := req.limit(view)
 	if err != nil {
 		return nil, err
@@ -152,14 +143,14 @@ func simulate(req SimRequest, view ConfigView) (*SimResult, error) {
 			return nil, fmt.Errorf("window %v is negative", cfg.Window)
 		}
 	}
-	if cfg.Ticks < 0 || cfg.Ticks > maxTicks {
-		return nil, fmt.Errorf("ticks %d: the playground shows at most %d (or 0 for the default; `sluice sim` shows up to %d)", cfg.Ticks, maxTicks, sim.MaxTicks)
+	if err := checkTicks(cfg.Ticks, lt); err != nil {
+		return nil, err
 	}
 	keep, err := algorithms(req.Algorithms)
 	if err != nil {
 		return nil, err
 	}
-	arrivals, err := req.arrivals(&cfg)
+	arrivals, err := req.arrivals(&cfg, lt)
 	if err != nil {
 		return nil, err
 	}
@@ -240,15 +231,24 @@ func algorithms(names []string) (map[string]bool, error) {
 	return keep, nil
 }
 
-// arrivals returns the shape's arrivals and sets cfg's Ticks, Start and
-// Source as `sluice sim` would for the same input.
-func (req SimRequest) arrivals(cfg *sim.Config) ([]sim.Arrival, error) {
+// checkTicks refuses a run's ticks below 0 or over lt's run-ticks.
+func checkTicks(ticks int, lt *limits.Table) error {
+	if ticks < 0 {
+		return fmt.Errorf("ticks %d: want 0 (the default) or more", ticks)
+	}
+	return lt.Check(limits.RunTicks, `"ticks"`, int64(ticks))
+}
+
+// arrivals returns the shape's arrivals, at most lt's run-arrivals, and
+// sets cfg's Ticks, Start and Source as `sluice sim` would for the same
+// input.
+func (req SimRequest) arrivals(cfg *sim.Config, lt *limits.Table) ([]sim.Arrival, error) {
 	shape := req.Shape
 	if shape == "" {
 		shape = ShapeDefault
 	}
 	if shape == ShapeTrace {
-		arrivals, err := readTrace(req.Trace)
+		arrivals, err := readTrace(req.Trace, lt)
 		if err != nil {
 			return nil, err
 		}
@@ -293,19 +293,19 @@ func (req SimRequest) arrivals(cfg *sim.Config) ([]sim.Arrival, error) {
 	default:
 		return nil, fmt.Errorf("shape %q: want default, steady, burst, ramp or trace", req.Shape)
 	}
-	total := 0
+	total := int64(0)
 	for _, c := range counts {
-		if c > maxArrivals-total {
-			return nil, fmt.Errorf("the shape makes more than %d arrivals: fewer ticks or a lower rate", maxArrivals)
+		if int64(c) > lt.RunArrivals-total {
+			return nil, lt.Over(limits.RunArrivals, fmt.Sprintf("the arrivals of %d ticks of %s", n, cfg.Source))
 		}
-		total += c
+		total += int64(c)
 	}
 	return sim.Spread(counts, sim.DefaultStart, cfg.Tick, "sim"), nil
 }
 
 // readTrace reads a pasted trace in replay's format, as `sluice sim --trace`
-// does.
-func readTrace(text string) ([]sim.Arrival, error) {
+// does, at most lt's run-arrivals of it.
+func readTrace(text string, lt *limits.Table) ([]sim.Arrival, error) {
 	tr := trace.NewReader(strings.NewReader(text))
 	var out []sim.Arrival
 	for {
@@ -319,8 +319,8 @@ func readTrace(text string) ([]sim.Arrival, error) {
 		if len(req.Parts) > 0 {
 			return nil, fmt.Errorf("trace: line %d is a composite (parts): the playground runs one limit", req.Line)
 		}
-		if len(out) == maxArrivals {
-			return nil, fmt.Errorf("trace: more than %d requests", maxArrivals)
+		if int64(len(out)) == lt.RunArrivals {
+			return nil, lt.Over(limits.RunArrivals, "the trace's requests")
 		}
 		out = append(out, sim.Arrival{T: req.T, Key: req.Key, Cost: req.Cost})
 	}

@@ -1,12 +1,15 @@
 package console
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
@@ -19,7 +22,8 @@ const ShapeTyped = "typed"
 // (sim.NewWalk, as `sluice sim --steps` runs it). The limit is a loaded
 // rule's or typed, as for a playground run; the requests are typed offsets,
 // one of the playground's shapes, or a pasted trace (whose first key is
-// walked). A walk takes at most sim.MaxWalkSteps requests.
+// walked). A walk takes at most the service's walk-requests requests, and
+// its answer is at most its answer-bytes (package limits).
 type StepsRequest struct {
 	// Rule, when set, names a loaded rule whose algorithm, rate, period
 	// and burst are the limit (Algorithm and Burst, when given, override
@@ -58,8 +62,10 @@ type StepsResult struct {
 	LeftOut int    `json:"left_out"`
 }
 
-// walk runs req with the rules of view.
-func walk(req StepsRequest, view ConfigView) (*StepsResult, error) {
+// walk runs req with the rules of view, within lt's caps: walk-requests,
+// and answer-bytes on the walk's text (an answer shows it with its markup,
+// which the answer's writer checks again).
+func walk(req StepsRequest, view ConfigView, lt *limits.Table) (*StepsResult, error) {
 	limText, burst, err := SimRequest{Rule: req.Rule, Limit: req.Limit, Burst: req.Burst}.limit(view)
 	if err != nil {
 		return nil, err
@@ -89,26 +95,32 @@ func walk(req StepsRequest, view ConfigView) (*StepsResult, error) {
 		return nil, fmt.Errorf("limit %s burst %d: %w", limText, lim.Burst, err)
 	}
 	out := &StepsResult{Limit: limText, Burst: lim.Burst}
-	reqs, start, err := req.requests(out)
+	reqs, start, err := req.requests(out, lt)
 	if err != nil {
 		return nil, err
 	}
-	if out.Walk, err = sim.NewWalk(p, start, reqs); err != nil {
+	if out.Walk, err = sim.NewWalk(p, start, reqs, lt.AnswerBytes); err != nil {
+		if errors.Is(err, sim.ErrWalkTooLarge) {
+			return nil, lt.Over(limits.AnswerBytes, fmt.Sprintf("the walk of %d requests", len(reqs)))
+		}
 		return nil, err
 	}
 	return out, nil
 }
 
-// requests returns the walk's requests and the time they are shown from,
-// and describes them in out.
-func (req StepsRequest) requests(out *StepsResult) ([]sim.Arrival, int64, error) {
+// requests returns the walk's requests, at most lt's walk-requests, and
+// the time they are shown from, and describes them in out.
+func (req StepsRequest) requests(out *StepsResult, lt *limits.Table) ([]sim.Arrival, int64, error) {
 	shape := req.Shape
 	if shape == "" || shape == ShapeTyped {
 		text := req.Requests
 		if strings.TrimSpace(text) == "" {
 			text = sim.DefaultWalk
 		}
-		reqs, err := sim.ParseRequests(text, sim.DefaultStart, "sim", sim.MaxWalkSteps)
+		reqs, err := sim.ParseRequests(text, sim.DefaultStart, "sim", int(min(lt.WalkRequests, math.MaxInt32)))
+		if errors.Is(err, sim.ErrTooManyRequests) {
+			return nil, 0, lt.Over(limits.WalkRequests, "the walk's requests")
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("requests: %w", err)
 		}
@@ -125,14 +137,17 @@ func (req StepsRequest) requests(out *StepsResult) ([]sim.Arrival, int64, error)
 	if cfg.Tick < time.Microsecond || cfg.Tick%time.Microsecond != 0 {
 		return nil, 0, fmt.Errorf("tick %v: want a whole number of microseconds, at least 1µs", cfg.Tick)
 	}
-	if cfg.Ticks < 0 || cfg.Ticks > maxTicks {
-		return nil, 0, fmt.Errorf("ticks %d: want 0 to %d", cfg.Ticks, maxTicks)
+	if err := checkTicks(cfg.Ticks, lt); err != nil {
+		return nil, 0, err
 	}
-	reqs, err := SimRequest{Shape: shape, Rate: req.Rate, Size: req.Size, Trace: req.Trace}.arrivals(&cfg)
+	reqs, err := SimRequest{Shape: shape, Rate: req.Rate, Size: req.Size, Trace: req.Trace}.arrivals(&cfg, lt)
 	if err != nil {
 		return nil, 0, err
 	}
 	reqs, out.LeftOut = sim.OneKey(reqs)
+	if err := lt.Check(limits.WalkRequests, "the walk's requests ("+cfg.Source+")", int64(len(reqs))); err != nil {
+		return nil, 0, err
+	}
 	out.Source = cfg.Source
 	if shape == ShapeTrace {
 		return reqs, reqs[0].T, nil
@@ -149,12 +164,13 @@ func defaultStepsForm() stepsForm {
 	return stepsForm{Algorithm: "", Limit: "10/1s", Shape: ShapeTyped, Requests: sim.DefaultWalk, Rate: "2", Size: "8", Tick: defaultTick.String(), Ticks: "10"}
 }
 
-// readStepsRequest reads a walk from a JSON body or the page's form; it
-// returns the form's fields as typed, to show them again.
-func readStepsRequest(w http.ResponseWriter, r *http.Request) (StepsRequest, stepsForm, error) {
+// readStepsRequest reads a walk from a JSON body or the page's form, at
+// most lt's run-body-bytes; it returns the form's fields as typed, to show
+// them again.
+func readStepsRequest(w http.ResponseWriter, r *http.Request, lt *limits.Table) (StepsRequest, stepsForm, error) {
 	var req StepsRequest
 	form := defaultStepsForm()
-	f, err := readBody(w, r, &req)
+	f, err := readBody(w, r, &req, lt)
 	if err != nil || f == nil {
 		return req, form, err
 	}
@@ -175,11 +191,11 @@ func (c *Console) runSteps(w http.ResponseWriter, r *http.Request) (form stepsFo
 	if err != nil {
 		return defaultStepsForm(), nil, done, err
 	}
-	req, form, err := readStepsRequest(w, r)
+	req, form, err := readStepsRequest(w, r, &c.lim)
 	if err != nil {
 		return form, nil, done, err
 	}
-	res, err = walk(req, c.config())
+	res, err = walk(req, c.config(), &c.lim)
 	return form, res, done, err
 }
 
@@ -190,7 +206,7 @@ func (c *Console) serveStepsAPI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	c.writeAnswer(w, res)
 }
 
 func (c *Console) serveSteps(w http.ResponseWriter, r *http.Request) {
@@ -201,5 +217,5 @@ func (c *Console) serveSteps(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.StepsError, status = err.Error(), statusOf(err)
 	}
-	c.render(w, status, d)
+	c.render(w, status, d, forSteps)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
@@ -59,7 +60,7 @@ func TestBrowserSteps(t *testing.T) {
 	_, _, ctx := browse(t, testView(), true)
 	for i, k := range algo.Kinds() {
 		req := StepsRequest{Algorithm: k.String(), Limit: "4/1s", Burst: ptr(int64(3)), Requests: randomRequests(r, 3)}
-		want, err := walk(req, testView())
+		want, err := walk(req, testView(), new(limits.Defaults()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestBrowserStepsForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := walk(StepsRequest{Rule: "edge.api.user", Requests: "0s x6, 1s"}, testView())
+	want, err := walk(StepsRequest{Rule: "edge.api.user", Requests: "0s x6, 1s"}, testView(), new(limits.Defaults()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func postSteps(t *testing.T, srv *httptest.Server, req StepsRequest) (*StepsResu
 // wantWalk is sim.NewWalk's walk, as JSON, for the same input.
 func wantWalk(t *testing.T, p algo.Params, start int64, reqs []sim.Arrival) string {
 	t.Helper()
-	w, err := sim.NewWalk(p, start, reqs)
+	w, err := sim.NewWalk(p, start, reqs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestStepsAPI(t *testing.T) {
 
 func mustParse(t *testing.T, s string) []sim.Arrival {
 	t.Helper()
-	r, err := sim.ParseRequests(s, sim.DefaultStart, "sim", sim.MaxWalkSteps)
+	r, err := sim.ParseRequests(s, sim.DefaultStart, "sim", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +109,9 @@ func TestStepsErrors(t *testing.T) {
 		{StepsRequest{Rule: "internal.health"}, "unlimited"},
 		{StepsRequest{Limit: "ten"}, "limit \\\"ten\\\""},
 		{StepsRequest{Algorithm: "gcra", Burst: ptr(int64(0))}, "burst"},
-		{StepsRequest{Requests: "0ms x1001"}, "more than 1000 requests"},
+		{StepsRequest{Requests: "0ms x1001"}, "the walk's requests: over the service's limit walk-requests of 1000 (--limit walk-requests=N raises it)"},
 		{StepsRequest{Requests: "1s, 0s"}, "time order"},
-		{StepsRequest{Shape: ShapeSteady, Rate: 100, Ticks: 11}, "at most 1000"},
+		{StepsRequest{Shape: ShapeSteady, Rate: 100, Ticks: 11}, "1100, over the service's limit walk-requests of 1000"},
 		{StepsRequest{Shape: "zigzag"}, "zigzag"},
 		{StepsRequest{Shape: ShapeTrace, Trace: "{\"t_us\": 5, \"key\": \"a\"}\n{\"t_us\": 4, \"key\": \"a\"}\n"}, "time order"},
 		{StepsRequest{Shape: ShapeSteady, Rate: 1, Tick: "1ns"}, "tick"},
@@ -168,5 +168,9 @@ func TestStepsForm(t *testing.T) {
 	code, page = post(url.Values{"requests": {"soon"}})
 	if code != http.StatusBadRequest || !strings.Contains(page, `id="steps-error"`) || !strings.Contains(page, `value="soon"`) {
 		t.Errorf("a bad walk: %d", code)
+	}
+	// The form's URL is the step-through's: GET shows the page (it was 405).
+	if code, _, page := get(t, srv.URL+"/console/steps"); code != 200 || !strings.Contains(page, `<form id="steps-form"`) {
+		t.Errorf("GET /console/steps: %d", code)
 	}
 }

@@ -7,15 +7,12 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // MaxConcurrency is the largest max (and reserve + 1) a concurrency limit
 // takes: sluice counts the units held exactly up to 2^50.
 const MaxConcurrency = 1 << 50
-
-// MaxLifetime is the longest lifetime a concurrency limit takes: a lease
-// that outlives a day is a lost slot, not a long request (one extends it).
-const MaxLifetime = 24 * time.Hour
 
 // Concurrency is one configured concurrency limit (sluice's extension
 // concurrency: on a descriptor): at most Limit.Limit units held at once by
@@ -43,13 +40,29 @@ type Concurrency struct {
 	Rate *Rule
 
 	levels []level // the pool's descriptors, from the top
+	// shared is how the pool's key writes a shared wildcard's level: "="
+	// and its name, escaped, when the pool has one (see Key); "" when not.
+	shared string
 }
 
 // Key returns the store key of a lease for a descriptor (its entries) that
 // resolved to c: the pool's key, as Rule.Key names it, made of the entries
-// that reached the pool.
+// that reached the pool, but that a named pool writes a shared wildcard's
+// level (share_threshold) as its name, not its pattern: a reload that
+// changes the pattern keeps the pool, and its leases, under one key.
 func (c *Concurrency) Key(entries []Entry) string {
-	return key(c.Domain, c.levels, entries[:min(len(c.levels), len(entries))])
+	return key(c.Domain, c.levels, entries[:min(len(c.levels), len(entries))], c.shared)
+}
+
+// InDomain reports whether key could be the store key of a lease of one of
+// domain's concurrency limits (a key Key returns begins with the domain):
+// a lease token names the key it holds, and a token must not reach past
+// its domain.
+func InDomain(domain, key string) bool {
+	var b strings.Builder
+	escape(&b, domain)
+	b.WriteByte('/')
+	return strings.HasPrefix(key, b.String())
 }
 
 // ResolveConcurrency returns the concurrency limit a descriptor (its
@@ -95,16 +108,27 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 	c := &Concurrency{Domain: domain, Path: path, Name: yc.name, Rate: rate}
 	if yc.hasMax {
 		c.Pool, c.levels = path, levels
+		if yc.name == "" && sharesWildcard(levels) {
+			return nil, fail(yc.line, "a concurrency under a shared wildcard (share_threshold) needs a name: its pool is keyed by it rather than by the pattern, so that a reload that changes the pattern keeps its leases in one pool")
+		}
+		if yc.name != "" {
+			var b strings.Builder
+			escape(&b, yc.name)
+			c.shared = "=" + b.String()
+		}
 		c.Limit = sluice.MaxConcurrent(yc.max)
 		if yc.lifetime != "" {
 			d, err := time.ParseDuration(yc.lifetime)
-			if err != nil || d < time.Millisecond || d > MaxLifetime || d%time.Microsecond != 0 {
-				return nil, fail(yc.lifetimeLine, "lifetime '%s' is not a Go duration from 1ms to %v in whole microseconds (like 30s, 5m)", yc.lifetime, MaxLifetime)
+			if err != nil || d < time.Millisecond || d%time.Microsecond != 0 {
+				return nil, fail(yc.lifetimeLine, "lifetime '%s' is not a Go duration of at least 1ms in whole microseconds (like 30s, 5m)", yc.lifetime)
+			}
+			if err := b.caps.Check(limits.Lifetime, "lifetime", int64(d)); err != nil {
+				return nil, &Error{File: file, Line: yc.lifetimeLine, Path: full, Msg: err.Error(), Err: err}
 			}
 			c.Limit.Lifetime = d
 		}
 	} else {
-		c.Pool, c.levels, c.Limit = pool.Pool, pool.levels, pool.Limit.Reserving(0)
+		c.Pool, c.levels, c.shared, c.Limit = pool.Pool, pool.levels, pool.shared, pool.Limit.Reserving(0)
 	}
 	if yc.reserve >= c.Limit.Limit {
 		return nil, fail(yc.line, "concurrency reserve %d out of a max of %d: a class keeps fewer units than its pool has (0 ≤ reserve < max)", yc.reserve, c.Limit.Limit)
@@ -114,6 +138,17 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 		return nil, fail(yc.line, "concurrency: %v", err)
 	}
 	return c, nil
+}
+
+// sharesWildcard reports whether a descriptor of levels counts a wildcard's
+// matching values together (share_threshold).
+func sharesWildcard(levels []level) bool {
+	for i := range levels {
+		if levels[i].share && levels[i].wildcard {
+			return true
+		}
+	}
+	return false
 }
 
 // sortConcurrencies sorts cs by domain, then path.

@@ -27,7 +27,7 @@ descriptors:
   - key: path
     value: /export/*
     share_threshold: true
-    concurrency: {max: 4}
+    concurrency: {max: 4, name: exports}
   - key: report
     rate_limit: {unit: minute, requests_per_unit: 100}
     concurrency: {max: 2}
@@ -37,7 +37,7 @@ descriptors:
 
 // A request's descriptor resolves to the concurrency of the descriptor it
 // reaches; a class holds its pool's key with its own reserve; a
-// share_threshold wildcard keys every value alike; a rate_limit of the
+// share_threshold wildcard keys every value alike, by its pool's name; a rate_limit of the
 // same descriptor comes with it; a descriptor without concurrency (or a
 // rate_limit alone) has none, and the rate rules are as without the
 // extension.
@@ -54,8 +54,8 @@ func TestResolveConcurrency(t *testing.T) {
 		{"tenant=acme priority=critical", "tenant/priority=critical", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second}, false},
 		{"tenant=acme priority=low", "tenant/priority", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second, Reserve: 2}, false},
 		{"tenant=acme priority=low user=ann", "tenant/priority/user", "jobs/tenant=acme/priority=low/user=ann", sluice.Concurrency{Limit: 3}, false},
-		{"path=/export/a.csv", "path=/export/*", "jobs/path=%2Fexport%2F*", sluice.Concurrency{Limit: 4}, false},
-		{"path=/export/b.csv", "path=/export/*", "jobs/path=%2Fexport%2F*", sluice.Concurrency{Limit: 4}, false},
+		{"path=/export/a.csv", "path=/export/*", "jobs/path==exports", sluice.Concurrency{Limit: 4}, false},
+		{"path=/export/b.csv", "path=/export/*", "jobs/path==exports", sluice.Concurrency{Limit: 4}, false},
 		{"report=q3", "report", "jobs/report=q3", sluice.Concurrency{Limit: 2}, true},
 		{"plain=x", "", "", sluice.Concurrency{}, false},
 		{"path=/import/a", "", "", sluice.Concurrency{}, false},
@@ -93,7 +93,7 @@ func TestResolveConcurrency(t *testing.T) {
 	for _, cc := range c.Concurrencies() {
 		paths = append(paths, cc.Path+"@"+cc.Pool+":"+cc.Name)
 	}
-	want := "path=/export/*@path=/export/*: report@report: tenant@tenant:tenants tenant/priority@tenant:batch tenant/priority/user@tenant/priority/user: tenant/priority=critical@tenant:"
+	want := "path=/export/*@path=/export/*:exports report@report: tenant@tenant:tenants tenant/priority@tenant:batch tenant/priority/user@tenant/priority/user: tenant/priority=critical@tenant:"
 	if got := strings.Join(paths, " "); got != want {
 		t.Errorf("Concurrencies:\n%s\nwant\n%s", got, want)
 	}
@@ -124,11 +124,12 @@ func TestConcurrencyErrors(t *testing.T) {
 		{"class without a pool", one("{reserve: 1}"), 4, "test.k", "no descriptor above it has a concurrency max"},
 		{"class with a lifetime", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 1, lifetime: 5s}\n", 7, "test.k.c", "takes its pool's lifetime"},
 		{"class's reserve over its pool", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 5}\n", 7, "test.k.c", "reserve 5 out of a max of 3"},
-		{"bad lifetime", one("{max: 3, lifetime: soon}"), 4, "test.k", "lifetime 'soon' is not a Go duration from 1ms to 24h0m0s"},
+		{"bad lifetime", one("{max: 3, lifetime: soon}"), 4, "test.k", "lifetime 'soon' is not a Go duration of at least 1ms"},
 		{"zero lifetime", one("{max: 3, lifetime: 0s}"), 4, "test.k", "lifetime '0s'"},
 		{"negative lifetime", one("{max: 3, lifetime: -1s}"), 4, "test.k", "lifetime '-1s'"},
-		{"lifetime over a day", one("{max: 3, lifetime: 25h}"), 4, "test.k", "lifetime '25h'"},
+		{"lifetime over a day", one("{max: 3, lifetime: 25h}"), 4, "test.k", "lifetime: 25h, over the service's limit lifetime of 24h (--limit lifetime=DURATION raises it)"},
 		{"lifetime not whole µs", one("{max: 3, lifetime: 1.5ms1ns}"), 4, "test.k", "whole microseconds"},
+		{"shared wildcard unnamed", "domain: test\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n    concurrency: {max: 3}\n", 6, "test.k_a*", "under a shared wildcard (share_threshold) needs a name"},
 		{"unknown key", one("{max: 3, limit: 4}"), 4, "", "config error, unknown key 'limit'"},
 		{"envoy's key in it", one("{max: 3, unit: second}"), 4, "", "key 'unit' does not belong in a concurrency"},
 		{"not a map", one("10"), 4, "", "concurrency must be a map, not \"10\""},

@@ -2,6 +2,7 @@ package rlsconfig
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // Entry is one entry of a request's descriptor: a key and the value sent
@@ -109,21 +111,31 @@ type wildcard struct {
 // Error is a configuration that cannot be loaded: the file, the line (0 when
 // not known), the descriptor (envoy's composite path, "domain.key1_value1.key2",
 // "" for the file as a whole) and envoy's message for it where envoy has one.
+// A configuration over one of Options.Limits' caps is an Error whose Err is
+// the *limits.Exceeded (errors.As finds it) and whose Msg is its text.
 type Error struct {
 	File string
 	Line int
 	Path string
 	Msg  string
+	Err  error
 }
 
-// Error returns "file:line: descriptor path: message".
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Error returns "file:line: descriptor path: message", without "file:"
+// when File is "" (the files together) and without what else is not
+// known.
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
 	}
-	b.WriteString(": ")
 	if e.Path != "" {
 		fmt.Fprintf(&b, "descriptor %s: ", e.Path)
 	}
@@ -139,6 +151,20 @@ type Options struct {
 	// ("duplicate descriptor composite key"). Without it, two files with one
 	// domain are an error.
 	MergeDomains bool
+	// Limits caps what a configuration may hold (package limits): its
+	// bytes (ConfigBytes, the files together or an xDS response's
+	// resources), its rules (Rules, rate_limits and concurrency limits each,
+	// an alias's counted at each use) and how deep its descriptors and
+	// metadata nest (Depth). A cap left 0 is its default. Each is checked
+	// while the configuration is read, before what is over it is built.
+	Limits limits.Table
+}
+
+// caps is o.Limits with its defaults.
+func (o Options) caps() *limits.Table {
+	t := o.Limits
+	t.FillDefaults()
+	return &t
 }
 
 // Load reads a file, or every *.yaml and *.yml file of a directory (not its
@@ -147,19 +173,20 @@ type Options struct {
 // directory without such files is an empty configuration.
 func Load(path string) (*Config, error) { return Options{}.Load(path) }
 
-// Load is the package's Load with o.
+// Load is the package's Load with o. The files' sizes are checked against
+// o.Limits.ConfigBytes, all of them together, before they are read.
 func (o Options) Load(path string) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
+	caps := o.caps()
+	left := caps.ConfigBytes
 	files := map[string][]byte{}
 	if !fi.IsDir() {
-		data, err := os.ReadFile(path)
-		if err != nil {
+		if files[path], err = readCapped(caps, path, path, &left); err != nil {
 			return nil, err
 		}
-		files[path] = data
 		return o.Parse(files)
 	}
 	des, err := os.ReadDir(path)
@@ -180,13 +207,54 @@ func (o Options) Load(path string) (*Config, error) {
 		if !fi.Mode().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(full)
-		if err != nil {
+		if files[full], err = readCapped(caps, path, full, &left); err != nil {
 			return nil, err
 		}
-		files[full] = data
 	}
 	return o.Parse(files)
+}
+
+// readCapped reads file, one of the configuration at path, whose files
+// may hold left bytes more: no more is read, and a file over is an
+// *Error naming the cap.
+func readCapped(caps *limits.Table, path, file string, left *int64) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	what := "the configuration's files"
+	if path == file {
+		what = "the file"
+	}
+	if size > *left {
+		return nil, overBytes(caps, file, what, caps.ConfigBytes-*left+size)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, *left+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > *left {
+		return nil, overBytes(caps, file, what, 0) // grew since its size was read
+	}
+	*left -= int64(len(data))
+	return data, nil
+}
+
+// overBytes is the *Error of what, got bytes of a configuration (0: not
+// all counted), over the cap at file ("" when not one).
+func overBytes(caps *limits.Table, file, what string, got int64) error {
+	var e error
+	if got > 0 {
+		e = caps.Check(limits.ConfigBytes, what, got)
+	} else {
+		e = caps.Over(limits.ConfigBytes, what)
+	}
+	return &Error{File: file, Msg: e.Error(), Err: e}
 }
 
 // Check reports whether the configuration at path (as Load reads it) loads.
@@ -201,16 +269,35 @@ func Check(path string) error {
 func Parse(files map[string][]byte) (*Config, error) { return Options{}.Parse(files) }
 
 // Parse is the package's Parse with o: files that merge do so in the order
-// of their names, which is also the order of their wildcards.
+// of their names, which is also the order of their wildcards. The files
+// are checked against o.Limits as they are read: their bytes together,
+// then each file's nesting and rules in a pass over its text (scanYAML)
+// before its YAML is parsed, then the rules and nesting its aliases add
+// as its tree is read.
 func (o Options) Parse(files map[string][]byte) (*Config, error) {
+	caps := o.caps()
 	names := make([]string, 0, len(files))
-	for name := range files {
+	var size int64
+	for name, data := range files {
 		names = append(names, name)
+		size += int64(len(data))
 	}
 	slices.Sort(names)
-	b := &builder{c: &Config{domains: map[string]*node{}, sources: names}, first: map[string]string{}, merge: o.MergeDomains}
+	if size > caps.ConfigBytes {
+		if len(names) == 1 {
+			return nil, overBytes(caps, names[0], "the file", size)
+		}
+		return nil, overBytes(caps, "", "the configuration's files", size)
+	}
+	rules := 0
 	for _, name := range names {
-		f, err := readYAML(name, files[name])
+		if err := scanYAML(caps, name, files[name], &rules); err != nil {
+			return nil, err
+		}
+	}
+	b := o.builder(caps, names)
+	for _, name := range names {
+		f, err := readYAML(caps, &b.read, name, files[name])
 		if err != nil {
 			return nil, err
 		}
@@ -218,6 +305,16 @@ func (o Options) Parse(files map[string][]byte) (*Config, error) {
 			return nil, err
 		}
 	}
+	return b.finish(), nil
+}
+
+// builder starts the configuration of the files (or resources) names.
+func (o Options) builder(caps *limits.Table, names []string) *builder {
+	return &builder{c: &Config{domains: map[string]*node{}, sources: names}, first: map[string]string{}, merge: o.MergeDomains, caps: caps}
+}
+
+// finish sorts what b built and returns it.
+func (b *builder) finish() *Config {
 	slices.SortFunc(b.c.rules, func(x, y *Rule) int {
 		if c := strings.Compare(x.Domain, y.Domain); c != 0 {
 			return c
@@ -225,7 +322,7 @@ func (o Options) Parse(files map[string][]byte) (*Config, error) {
 		return strings.Compare(x.Path, y.Path)
 	})
 	sortConcurrencies(b.c.concs)
-	return b.c, nil
+	return b.c
 }
 
 // Domains returns the configured domains, sorted.
@@ -268,6 +365,8 @@ type builder struct {
 	c     *Config
 	first map[string]string // domain -> the file that configured it
 	merge bool              // Options.MergeDomains
+	caps  *limits.Table     // Options.Limits, defaults filled
+	read  counts            // what the files' readers counted, all files together
 }
 
 func (b *builder) file(name string, f *yamlFile) error {
@@ -334,8 +433,8 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 		})
 		n := &node{children: map[string]*node{}}
 		if d.rateLimit != nil {
-			if len(b.c.rules) >= MaxRules {
-				return &Error{File: file, Line: d.rateLimit.line, Path: full, Msg: tooManyRules()}
+			if int64(len(b.c.rules)) >= b.caps.Rules {
+				return overRules(b.caps, file, d.rateLimit.line, full, false)
 			}
 			r, err := b.rule(file, domain, full, rulePath, d, here)
 			if err != nil {
@@ -349,8 +448,8 @@ func (b *builder) descs(file, domain string, parent *node, prefix, path string, 
 		}
 		below := pool
 		if d.concurrency != nil {
-			if len(b.c.concs) >= MaxRules {
-				return &Error{File: file, Line: d.concurrency.line, Path: full, Msg: tooManyConcurrencies()}
+			if int64(len(b.c.concs)) >= b.caps.Rules {
+				return overRules(b.caps, file, d.concurrency.line, full, true)
 			}
 			c, err := b.concurrency(file, domain, full, rulePath, d, here, pool, n.rule)
 			if err != nil {

@@ -80,17 +80,22 @@
 //	  concurrency: {max: 2}             # a lease takes a slot and a hit, or neither
 //
 // max is a whole number from 1 to MaxConcurrency (2^50); lifetime a Go
-// duration from 1ms to MaxLifetime (24h), default sluice.DefaultLifetime
+// duration from 1ms to the lifetime cap (limits.Lifetime, 24h unless
+// Options.Limits raises it), default sluice.DefaultLifetime
 // (1m); reserve, from 0 to max-1, the units a lease leaves free for the
 // pool's other classes (sluice.Concurrency.Reserve); name names it in
 // metrics. A descriptor whose concurrency gives max is a pool, keyed as its
-// rate_limit would be (Concurrency.Key; share_threshold applies). One that
+// rate_limit would be (Concurrency.Key; share_threshold applies), but that
+// a pool under a shared wildcard must have a name and is keyed by it, not
+// by the pattern: a reload that changes the pattern keeps its leases in
+// one pool (an unnamed one is a load error). One that
 // gives reserve alone is a class of the nearest pool above: its leases hold
 // that pool's units, under the pool's key, with its own reserve. A
 // descriptor's rate_limit and its concurrency are taken together, all or
 // nothing; the rate rules (Resolve) are those of the rate_limits alone, so
 // a descriptor with only a concurrency has no rate limit, as envoy reads
-// it. Like rules, a configuration holds at most MaxRules concurrency limits.
+// it. Like rules, a configuration holds at most Options.Limits.Rules
+// concurrency limits.
 // Load errors say what is wrong: a max or reserve out of range, a reserve
 // not below its pool's max, a class with no pool above it or with a
 // lifetime of its own, and a concurrency on a descriptor in shadow_mode or
@@ -136,11 +141,25 @@
 // contains list of type other than map: x", "error loading config file: …".
 //
 // Bounds keep a small file from exhausting the machine, each a load error
-// that names it: a file expands to at most 1,048,576 YAML nodes (an alias
-// counted at each use), descriptors nest at most 64 deep, and a
-// configuration, all its files together, holds at most MaxRules (10,000)
-// rules, an alias's counted at each use (a 2 KB file of anchors reused
-// under many parents once made 71,110).
+// that names it. Options.Limits holds the service's caps (package limits,
+// each a *limits.Exceeded naming the cap and its flag): a configuration's
+// bytes, all its files together (config-bytes, 4 MiB); its rules, an
+// alias's counted at each use (rules, 10,000: a 2 KB file of anchors reused
+// under many parents once made 71,110); how deep descriptors and metadata
+// nest (depth, 64). A file expands to at most 1,048,576 YAML nodes, an
+// alias counted at each use. The caps are checked while the input is read,
+// before what is over them is built: a file's size before it is read, its
+// rate_limit keys, flow nesting and nodes in a pass over its text before
+// the YAML library builds its tree, what aliases add as the tree is read.
+//
+// # From xDS
+//
+// Options.ParseXDS reads envoy's RateLimitConfig resources (Envoy Gateway
+// sends them over xDS), each a file of the configuration: the same fields
+// but quota_mode, value_to_metric, share_threshold, metadata and sluice's
+// extensions, which the resource has not. Its caps are checked on the
+// resources' wire form, in a pass that decodes and allocates nothing,
+// before each is decoded and built.
 //
 // # Deliberate differences from envoyproxy/ratelimit
 //

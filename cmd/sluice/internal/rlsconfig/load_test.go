@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // aliasBomb is a file whose metadata expands tenfold at each of seven levels.
@@ -67,14 +68,31 @@ func deep(n int) string {
 	return b.String()
 }
 
-// MaxRules bounds a configuration's rules, all its files together: a
+// The rules cap bounds a configuration's rules, all its files together: a
 // small file of anchors reused under many parents is a load error, not a
 // gigabyte of rules, metric series and console rows.
 func TestMaxRules(t *testing.T) {
 	src := ruleBomb("test", 8, 890)
 	c, err := Parse(map[string][]byte{"test.yaml": []byte(src)})
-	if err != nil || len(c.Rules()) != MaxRules {
-		t.Fatalf("%d bytes of YAML, %d rules: %v, want them loaded", len(src), MaxRules, err)
+	if err != nil || int64(len(c.Rules())) != limits.Rules.Default {
+		t.Fatalf("%d bytes of YAML, %d rules: %v, want them loaded", len(src), limits.Rules.Default, err)
+	}
+	// One more is refused, and loads with the cap raised (--limit
+	// rules=20000), from a file and from xDS alike.
+	src = ruleBomb("test", 8, 891)
+	if _, err := Parse(map[string][]byte{"test.yaml": []byte(src)}); !errors.Is(err, limits.ErrExceeded) {
+		t.Fatalf("10,001 rules: %v, want the cap", err)
+	}
+	raised := Options{Limits: limits.Table{Rules: 20_000}}
+	if c, err := raised.Parse(map[string][]byte{"test.yaml": []byte(src)}); err != nil || len(c.Rules()) != 10_001 {
+		t.Fatalf("10,001 rules, the cap raised: %v", err)
+	}
+	res := xdsResource(t, wideConfig(10_001))
+	if _, err := (Options{}).ParseXDS(res); !errors.Is(err, limits.ErrExceeded) {
+		t.Fatalf("xDS, 10,001 rules: %v, want the cap", err)
+	}
+	if c, err := raised.ParseXDS(res); err != nil || len(c.Rules()) != 10_001 {
+		t.Fatalf("xDS, 10,001 rules, the cap raised: %v", err)
 	}
 	// Two files under the bound, together over it: the second is named.
 	_, err = Parse(map[string][]byte{"a.yaml": []byte(ruleBomb("a", 5, 0)), "b.yaml": []byte(ruleBomb("b", 5, 0))})
@@ -150,8 +168,8 @@ func TestLoadErrors(t *testing.T) {
 		{"token bucket with a zero burst", rl("{unit: second, requests_per_unit: 5, algorithm: token-bucket, burst: 0}"), 4, "test.k", "needs a burst of at least 1"},
 		// bounds
 		{"alias bomb", aliasBomb(), 0, "", "expands to more than"},
-		{"rule bomb", ruleBomb("test", 60, 0), 0, "", "the configuration has more than 10000 rules"},
-		{"one rule too many", ruleBomb("test", 8, 891), 0, "", "sluice loads at most 10000"},
+		{"rule bomb", ruleBomb("test", 60, 0), 0, "", "more than 10000 rules (rate_limits, an alias's counted at each use): over the service's limit rules of 10000"},
+		{"one rule too many", ruleBomb("test", 8, 891), 0, "", "(--limit rules=N raises it)"},
 		{"nested too deep", deep(70), 0, "", "descriptors nested more than 64 deep"},
 		{"descriptors that contain themselves", "domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n", 0, "", "descriptors nested more than 64 deep"},
 	}

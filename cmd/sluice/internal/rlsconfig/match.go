@@ -127,11 +127,12 @@ func globMatch(parts [][]byte, s []byte) bool {
 // in envoy. A key never begins with '/' (the domain is not empty, and its
 // '/' are escaped): sluice serve keeps the keys its HTTP API is given apart
 // by beginning them with one.
-func (r *Rule) Key(entries []Entry) string { return key(r.Domain, r.levels, entries) }
+func (r *Rule) Key(entries []Entry) string { return key(r.Domain, r.levels, entries, "") }
 
 // key is the store key of entries matched through levels, in domain (see
-// Rule.Key).
-func key(domain string, levels []level, entries []Entry) string {
+// Rule.Key); a shared wildcard's level is written as shared when it is
+// not "" (a named pool's: Concurrency.Key), else as its pattern.
+func key(domain string, levels []level, entries []Entry, shared string) string {
 	n := len(domain)
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
@@ -144,7 +145,11 @@ func key(domain string, levels []level, entries []Entry) string {
 		escape(&b, e.Key)
 		b.WriteByte('=')
 		v := e.Value
-		if sharedAt(levels, i, e) {
+		switch {
+		case sharedAt(levels, i, e) && shared != "":
+			b.WriteString(shared) // begins with '=', which escape never leaves in a value
+			continue
+		case sharedAt(levels, i, e):
 			v = sharedValue(levels[i].composite, e.Key)
 		}
 		escape(&b, v)

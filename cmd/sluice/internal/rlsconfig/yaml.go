@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // The YAML of one file, read into plain values with each field's line, before
@@ -92,45 +94,54 @@ var (
 	replaceKeys = map[string]bool{"name": true}
 )
 
-const (
-	// maxNodes bounds the YAML nodes one file may expand to, aliases
-	// counted at each use, so an alias bomb is an error, not an exhausted
-	// machine.
-	maxNodes = 1 << 20
-	// maxDepth bounds the nesting of descriptors.
-	maxDepth = 64
-)
+// maxNodes bounds the YAML nodes one file may expand to, aliases counted
+// at each use, so an alias bomb is an error, not an exhausted machine.
+const maxNodes = 1 << 20
 
-// MaxRules bounds the rules (rate_limits, an alias's counted at each use)
-// of a configuration, all its files together: a few kilobytes of YAML whose
-// anchors are reused under many parents can expand to hundreds of thousands
-// of rules, each kept in memory, in the service's metrics and on its
-// console. More is a load error.
-const MaxRules = 10_000
-
-// tooManyRules is the message of a configuration over MaxRules.
-func tooManyRules() string {
-	return fmt.Sprintf("error loading config file: the configuration has more than %d rules (rate_limits, an alias's counted at each use): sluice loads at most %d", MaxRules, MaxRules)
+// tooManyNodesError is the *Error of a file of more than maxNodes nodes,
+// found at line.
+func tooManyNodesError(file string, line int) *Error {
+	return &Error{File: file, Line: line, Msg: fmt.Sprintf("error loading config file: the file expands to more than %d YAML nodes (aliases count at each use)", maxNodes)}
 }
 
-// tooManyConcurrencies is the message of a configuration of more than
-// MaxRules concurrency limits.
-func tooManyConcurrencies() string {
-	return fmt.Sprintf("error loading config file: the configuration has more than %d concurrency limits (an alias's counted at each use): sluice loads at most %d", MaxRules, MaxRules)
+// counts are what the readers of a configuration's files counted, all
+// files together, an alias's at each use.
+type counts struct {
+	rules int64 // rate_limits
+	concs int64 // concurrency limits
+}
+
+// overRules is the *Error of a configuration of more rules (concs: more
+// concurrency limits) than caps allow, found at file:line.
+func overRules(caps *limits.Table, file string, line int, path string, concs bool) *Error {
+	what := fmt.Sprintf("more than %d rules (rate_limits, an alias's counted at each use)", caps.Rules)
+	if concs {
+		what = fmt.Sprintf("more than %d concurrency limits (an alias's counted at each use)", caps.Rules)
+	}
+	e := caps.Over(limits.Rules, what)
+	return &Error{File: file, Line: line, Path: path, Msg: e.Error(), Err: e}
+}
+
+// overDepth is the *Error of descriptors or metadata (what) nested deeper
+// than caps allow, found at file:line.
+func overDepth(caps *limits.Table, file string, line int, what string) *Error {
+	e := caps.Over(limits.Depth, fmt.Sprintf("%s nested more than %d deep", what, caps.Depth))
+	return &Error{File: file, Line: line, Msg: e.Error(), Err: e}
 }
 
 // reader walks one file's YAML tree.
 type reader struct {
 	file  string
+	caps  *limits.Table
+	read  *counts // the configuration's, this file's added as they are read
 	nodes int
-	rules int // rate_limits read
-	concs int // concurrency limits read
 }
 
-// readYAML reads one file. A YAML syntax error, an unknown or misplaced key,
-// a key that is not a string or a value of the wrong kind is an *Error.
-func readYAML(file string, data []byte) (out *yamlFile, err error) {
-	r := &reader{file: file}
+// readYAML reads one file, adding its rules to read. A YAML syntax error,
+// an unknown or misplaced key, a key that is not a string, a value of the
+// wrong kind or more than caps allow is an *Error.
+func readYAML(caps *limits.Table, read *counts, file string, data []byte) (out *yamlFile, err error) {
+	r := &reader{file: file, caps: caps, read: read}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := safeDecode(dec, &doc); err != nil {
@@ -181,7 +192,7 @@ func (r *reader) deref(n *yaml.Node) (*yaml.Node, error) {
 	}
 	r.nodes++
 	if r.nodes > maxNodes {
-		return nil, r.errf(n.Line, "error loading config file: the file expands to more than %d YAML nodes (aliases count at each use)", maxNodes)
+		return nil, tooManyNodesError(r.file, n.Line)
 	}
 	return n, nil
 }
@@ -335,8 +346,8 @@ func (r *reader) list(p pair) ([]*yaml.Node, error) {
 }
 
 func (r *reader) descs(p pair, depth int) ([]*yamlDesc, error) {
-	if depth >= maxDepth {
-		return nil, r.errf(p.line, "error loading config file: descriptors nested more than %d deep", maxDepth)
+	if int64(depth) >= r.caps.Depth {
+		return nil, overDepth(r.caps, r.file, p.line, "descriptors")
 	}
 	ns, err := r.list(p)
 	if err != nil {
@@ -376,14 +387,14 @@ func (r *reader) desc(n *yaml.Node, depth int) (*yamlDesc, error) {
 			if d.rateLimit, err = r.rateLimit(p); err == nil && d.rateLimit != nil {
 				// Counted as read, so that a file of too many stops
 				// before it is all expanded.
-				if r.rules++; r.rules > MaxRules {
-					err = r.errf(p.line, "%s", tooManyRules())
+				if r.read.rules++; r.read.rules > r.caps.Rules {
+					err = overRules(r.caps, r.file, p.line, "", false)
 				}
 			}
 		case "concurrency":
 			if d.concurrency, err = r.concurrency(p); err == nil && d.concurrency != nil {
-				if r.concs++; r.concs > MaxRules {
-					err = r.errf(p.line, "%s", tooManyConcurrencies())
+				if r.read.concs++; r.read.concs > r.caps.Rules {
+					err = overRules(r.caps, r.file, p.line, "", true)
 				}
 			}
 		case "descriptors":
@@ -521,17 +532,14 @@ func (r *reader) metadata(p pair) (map[string]any, error) {
 	return m, nil
 }
 
-// maxMetaDepth bounds the nesting of metadata.
-const maxMetaDepth = 64
-
 // metaMap adds a mapping's pairs to m in order, a later key replacing an
 // earlier one, merge keys (<<) adding the merged maps' pairs where they
 // stand, as yaml.v2 decodes into a map. top: the metadata's own keys, read
 // as text as yaml.v2 reads a map[string]any's keys; deeper keys are the
 // text of their decoded value (1.0 is "1").
 func (r *reader) metaMap(n *yaml.Node, m map[string]any, top bool, depth int) error {
-	if depth > maxMetaDepth {
-		return r.errf(n.Line, "error loading config file: metadata nested more than %d deep", maxMetaDepth)
+	if int64(depth) > r.caps.Depth {
+		return overDepth(r.caps, r.file, n.Line, "metadata")
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, err := r.deref(n.Content[i])
@@ -603,8 +611,8 @@ func (r *reader) metaValue(n *yaml.Node, depth int) (any, error) {
 		m := map[string]any{}
 		return m, r.metaMap(n, m, false, depth)
 	case yaml.SequenceNode:
-		if depth > maxMetaDepth {
-			return nil, r.errf(n.Line, "error loading config file: metadata nested more than %d deep", maxMetaDepth)
+		if int64(depth) > r.caps.Depth {
+			return nil, overDepth(r.caps, r.file, n.Line, "metadata")
 		}
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {

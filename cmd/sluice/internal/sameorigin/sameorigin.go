@@ -1,7 +1,11 @@
-// Package sameorigin holds the one rule by which the service's HTTP listener
-// and its web console refuse cross-site requests: a web page of another
-// origin must not make a visitor's browser change state here (take from a
-// budget, run the playground, sign in). Such a page can send a POST without
+// Package sameorigin holds the two rules by which the service's HTTP
+// listener and its web console refuse what a web page makes a visitor's
+// browser send them: a request of another origin that may change state
+// (Check, Handler), and a request for a name the listener does not serve,
+// as a page on a rebinding domain sends (Hosts, in hosts.go).
+//
+// A web page of another origin must not make a visitor's browser change
+// state here (take from a budget, run the playground, sign in). Such a page can send a POST without
 // asking first (a form, or fetch in no-cors mode, with Content-Type
 // text/plain), so the body's type proves nothing; what the browser says about
 // where the request comes from does.

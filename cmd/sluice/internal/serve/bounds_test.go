@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // anchorBomb is a configuration of domain test whose anchors, reused under
@@ -66,6 +68,7 @@ func decisionLabels(page string) map[string]bool {
 // have series of their own, the others are counted under "(other)"; a
 // reload drops the series of the rules it no longer has.
 func TestDecisionSeriesBounded(t *testing.T) {
+	maxValueSeries := int(limits.ValueSeries.Default)
 	var b strings.Builder
 	b.WriteString("domain: m\ndescriptors:\n  - key: detail\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n")
 	for i := range 1500 {

@@ -73,6 +73,11 @@ func (s *service) config() ConfigView {
 	return v
 }
 
+// rulesOptions are how o's rules load, from files or xDS.
+func (o *Options) rulesOptions() rlsconfig.Options {
+	return rlsconfig.Options{MergeDomains: o.MergeDomains, Limits: o.Limits}
+}
+
 // reload loads the configuration again (Server.Reload). The rules of an
 // xDS server are not reloaded: it sends them when they change.
 func (s *service) reload() error {
@@ -89,7 +94,7 @@ func (s *service) reload() error {
 		cfg, err = rlsconfig.Parse(map[string][]byte{})
 		origin = "none"
 	} else {
-		cfg, err = rlsconfig.Options{MergeDomains: s.opts.MergeDomains}.Load(s.opts.Config)
+		cfg, err = s.opts.rulesOptions().Load(s.opts.Config)
 	}
 	if err = s.install(cfg, err, origin); err != nil {
 		return err

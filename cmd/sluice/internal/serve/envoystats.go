@@ -17,10 +17,6 @@ import (
 // near the limit.
 const DefaultNearLimitRatio = 0.8
 
-// maxEnvoySeries bounds the per-rule series of Options.EnvoyStats, which
-// detailed_metric and value_to_metric name by the values sent.
-const maxEnvoySeries = 10000
-
 // envoyFamilies are envoyproxy/ratelimit's per-rule series, as its
 // Prometheus sink (statsd_exporter and its default mapping) names them.
 var envoyFamilies = [...]string{
@@ -51,6 +47,7 @@ type envoyStats struct {
 	mu     sync.Mutex // creates series
 	series sync.Map   // sanitized stat name → *envoySeries
 	n      int        // series, under mu
+	max    int        // the stat-series cap: detailed_metric and value_to_metric name series by the values sent
 	full   atomic.Bool
 }
 
@@ -60,8 +57,8 @@ type envoySeries struct {
 	c      [len(envoyFamilies)]atomic.Uint64
 }
 
-func newEnvoyStats(ratio float64) *envoyStats {
-	return &envoyStats{ratio: float32(ratio)}
+func newEnvoyStats(ratio float64, max int64) *envoyStats {
+	return &envoyStats{ratio: float32(ratio), max: int(max)}
 }
 
 // forKey is the series of stat name key (unsanitized), nil when the bound
@@ -76,7 +73,7 @@ func (e *envoyStats) forKey(key string) *envoySeries {
 	if s, ok := e.series.Load(name); ok {
 		return s.(*envoySeries)
 	}
-	if e.n >= maxEnvoySeries {
+	if e.n >= e.max {
 		e.full.Store(true)
 		return nil
 	}

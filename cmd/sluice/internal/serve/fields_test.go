@@ -10,6 +10,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -142,7 +143,7 @@ func checkFields(t *testing.T, where string, got []sfFigs) {
 func TestDraft11FieldsParse(t *testing.T) {
 	cfg := map[string]string{"test.yaml": testConfig, "fields.yaml": fieldsConfig}
 	newServer := func() *testServer {
-		o := Options{Headers: HeadersDraft11, Config: writeConfig(t, cfg)}
+		o := Options{Headers: HeadersDraft11, Config: writeConfig(t, cfg), Limits: limits.Table{Units: 1 << 50, Window: 1 << 62}}
 		return start(t, o, &fakeClock{t: t0})
 	}
 

@@ -42,7 +42,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	clock := &fakeClock{t: t0}
-	s := newService(Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, Store: memstore.New(memstore.WithClock(clock)),
+	s := newService(Options{Store: memstore.New(memstore.WithClock(clock)),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	// And envoy's modes: global quota, dynamic metadata, renamed headers,
@@ -56,7 +56,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	names, _ := EnvoyHeaderNames{Limit: "X-Limit"}.withDefaults()
-	m := newService(Options{MaxDescriptors: 64, MaxEntries: 32, MaxEntryBytes: 1024, GlobalQuota: true, DynamicMetadata: true, HeaderNames: names,
+	m := newService(Options{GlobalQuota: true, DynamicMetadata: true, HeaderNames: names,
 		Store: s.opts.Store, PerSecondStore: memstore.New(memstore.WithClock(clock)), // per-second limits apart (--store-per-second)
 		Logger: s.log})
 	m.togetherMain, m.togetherSec = true, true // enforced and shadow parts in one TakeEach, as over Redis

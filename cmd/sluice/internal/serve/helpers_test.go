@@ -65,10 +65,11 @@ func writeConfig(t testing.TB, files map[string]string) string {
 }
 
 // start runs a Server with o (free ports, a quiet logger, a memstore on
-// clock when given) until the test ends.
+// clock when given, the key form on) until the test ends.
 func start(t testing.TB, o Options, clock *fakeClock) *testServer {
 	t.Helper()
 	o.GRPCAddr, o.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	o.KeyForm = true
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

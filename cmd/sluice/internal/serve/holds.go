@@ -1,25 +1,39 @@
 package serve
 
 import (
+	"errors"
+	"hash/maphash"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/observe"
 )
 
-// The bounds of the holds table: the keys it follows and, per key, the
-// leases it follows one by one. Beyond maxHoldLeases a key's further
-// leases are counted, not followed (HeldKey.Partial); beyond maxHoldKeys a
-// new key takes the place of one of a few keys picked at random, the one
-// holding the least (HoldsView.Dropped counts them). So the table's size
-// is bounded however many keys and leases its callers invent
-// (TestHoldsMemory; docs/performance.md).
+// The holds table is bounded by the service's limits (package limits):
+// the keys it follows (view-keys), the leases it follows one by one per key
+// (view-leases) and the bytes it holds, keys and leases together
+// (view-bytes). Beyond view-leases, or when a key's list would take the
+// table past view-bytes, a key's further leases are counted, not followed
+// (HeldKey.Partial); a new key beyond view-keys or view-bytes takes the
+// place of the key holding the least of a few picked at random, as many
+// as it needs (HoldsView.Dropped counts them). A lease is followed by a
+// digest of its name, not the name (a descriptor's token carries the
+// domain and the descriptor: 2.7 KB with 1 KiB ones), so the table's size
+// is bounded however many keys and leases, and however long, its callers
+// invent (TestViewBytesCap; docs/performance.md).
+const holdEvictSample = 8
+
+// What the table counts for each key and lease besides a key's text
+// (holdKey.size): the key's entry and its slot in the map, and a lease's.
 const (
-	maxHoldKeys     = 1024
-	maxHoldLeases   = 64
-	holdEvictSample = 8
+	holdKeyBytes   = int64(unsafe.Sizeof(holdKey{})) + 48
+	holdLeaseBytes = int64(unsafe.Sizeof(heldLease{}))
 )
 
 // holdForget is how long a key that holds nothing stays in the table
@@ -57,9 +71,9 @@ type HeldKey struct {
 	// back by themselves (their lifetime ran out) since the key was first
 	// seen.
 	Acquired, Refused, Released, Expired int64
-	// Partial: the key had more than maxHoldLeases leases at once, and the
-	// ones beyond were counted but not followed, so Held and Leases may be
-	// short.
+	// Partial: the key had more leases at once than the table follows
+	// (view-leases, or view-bytes), and the ones beyond were counted but
+	// not followed, so Held and Leases may be short.
 	Partial bool
 }
 
@@ -73,15 +87,22 @@ type HoldsView struct {
 	Held int64
 	// Dropped counts the keys no longer followed to make room for others.
 	Dropped int64
+	// Bytes is what the table holds, its keys and leases, as it counts
+	// them against view-bytes.
+	Bytes int64
+	// Bound is the last of the table's bounds a key or a lease met (a
+	// *limits.Exceeded that names it and the flag that raises it), nil
+	// when none has been met.
+	Bound error
 	// Top are the keys with leases held now, the most units first.
 	Top []HeldKey
 }
 
-// heldLease is one lease the table follows: its name as the calls give it
-// (localLease's prefix included), units, and when it was acquired and
+// heldLease is one lease the table follows: a digest of its name as the
+// calls give it (holdTable.digest), units, and when it was acquired and
 // comes back, µs by the store's clock.
 type heldLease struct {
-	id                   string
+	id                   uint64
 	units, since, expiry int64
 }
 
@@ -119,8 +140,13 @@ func (k *holdKey) held() int64 {
 	return n
 }
 
+// size is what k holds, its key's text and its leases' room included.
+func (k *holdKey) size(key string) int64 {
+	return int64(len(key)) + holdKeyBytes + int64(cap(k.leases))*holdLeaseBytes
+}
+
 // take removes the lease id, reporting whether k followed it.
-func (k *holdKey) take(id string) (heldLease, bool) {
+func (k *holdKey) take(id uint64) (heldLease, bool) {
 	for i, l := range k.leases {
 		if l.id == id {
 			k.leases = append(k.leases[:i], k.leases[i+1:]...)
@@ -131,36 +157,55 @@ func (k *holdKey) take(id string) (heldLease, bool) {
 }
 
 // holdTable follows the concurrency leases the lease calls hold, per key,
-// within the bounds above, for the console. Its methods are safe for
-// concurrent use.
+// within lim's view-keys, view-leases and view-bytes, for the console. Its
+// methods are safe for concurrent use.
 type holdTable struct {
 	now     func() int64 // µs, the store's clock
+	lim     *limits.Table
+	seed    maphash.Seed
 	mu      sync.Mutex
 	keys    map[string]*holdKey
+	bytes   int64 // what keys holds (holdKey.size)
 	dropped int64
+	bound   error // the last bound met (HoldsView.Bound)
 }
 
-func newHoldTable(now func() time.Time) *holdTable {
-	t := &holdTable{now: fastclock.Micros, keys: map[string]*holdKey{}}
+func newHoldTable(now func() time.Time, lim *limits.Table) *holdTable {
+	t := &holdTable{now: fastclock.Micros, lim: lim, seed: maphash.MakeSeed(), keys: map[string]*holdKey{}}
 	if now != nil {
 		t.now = func() int64 { return now().UnixMicro() }
 	}
 	return t
 }
 
-// entry returns key's entry, making room for it when the table is full;
-// the caller holds mu.
+// digest is what the table keeps of a lease's name.
+func (t *holdTable) digest(id string) uint64 { return maphash.String(t.seed, id) }
+
+// entry returns key's entry, making room for it when the table is full,
+// or nil when key alone is over view-bytes; the caller holds mu.
 func (t *holdTable) entry(key string, now int64) *holdKey {
 	if k := t.keys[key]; k != nil {
 		k.prune(now)
 		k.last = now
 		return k
 	}
-	if len(t.keys) >= maxHoldKeys {
+	k := &holdKey{last: now}
+	need := k.size(key)
+	if err := t.lim.Check(limits.ViewBytes, "the slots view's bytes with a new key", t.bytes+need); err != nil {
+		t.bound = err
+		if need > t.lim.ViewBytes {
+			return nil
+		}
+	}
+	if err := t.lim.Check(limits.ViewKeys, "the keys the slots view follows with a new one", int64(len(t.keys))+1); err != nil {
+		t.bound = err
+	}
+	for len(t.keys) > 0 && (int64(len(t.keys)) >= t.lim.ViewKeys || t.bytes+need > t.lim.ViewBytes) {
 		t.evict(now)
 	}
-	k := &holdKey{last: now}
-	t.keys[string([]byte(key))] = k
+	key = strings.Clone(key) // not the request's memory
+	t.keys[key] = k
+	t.bytes += need
 	return k
 }
 
@@ -179,8 +224,39 @@ func (t *holdTable) evict(now int64) {
 			break
 		}
 	}
-	delete(t.keys, victim)
+	t.forget(victim, vk)
 	t.dropped++
+}
+
+// forget drops key, whose entry is k, from the table.
+func (t *holdTable) forget(key string, k *holdKey) {
+	delete(t.keys, key)
+	t.bytes -= k.size(key)
+}
+
+// follow adds the lease l to the entry k when the table's bounds let it,
+// reporting whether they did: past view-leases, or when k's list would
+// take the table past view-bytes, it is not followed. The list grows by
+// doubling, up to view-leases, so its room is counted before it is made.
+func (t *holdTable) follow(k *holdKey, l heldLease) bool {
+	if err := t.lim.Check(limits.ViewLeases, "the leases the slots view follows on one key", int64(len(k.leases))+1); err != nil {
+		t.bound = err
+		return false
+	}
+	if len(k.leases) == cap(k.leases) {
+		room := min(max(4, 2*int64(cap(k.leases))), t.lim.ViewLeases)
+		grow := (room - int64(cap(k.leases))) * holdLeaseBytes
+		if err := t.lim.Check(limits.ViewBytes, "the slots view's bytes with a key's further leases", t.bytes+grow); err != nil {
+			t.bound = err
+			return false
+		}
+		leases := make([]heldLease, len(k.leases), room)
+		copy(leases, k.leases)
+		k.leases = leases
+		t.bytes += grow
+	}
+	k.leases = append(k.leases, l)
+	return true
 }
 
 // acquired records an acquire's answer: a lease held (id, units, expiry),
@@ -191,18 +267,20 @@ func (t *holdTable) acquired(key string, limit int64, byRules bool, id string, u
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := t.entry(key, now)
+	if k == nil {
+		return // a key alone over view-bytes (set below its default): not followed
+	}
 	k.limit, k.byRules = limit, byRules
 	switch {
 	case !allowed:
 		k.refused++
 	case id == "": // held nowhere (the store failed open): nothing to follow
 		k.acquired++
-	case len(k.leases) >= maxHoldLeases:
-		k.acquired++
-		k.partial = true
 	default:
 		k.acquired++
-		k.leases = append(k.leases, heldLease{id: id, units: units, since: now, expiry: expiry})
+		if !t.follow(k, heldLease{id: t.digest(id), units: units, since: now, expiry: expiry}) {
+			k.partial = true
+		}
 	}
 }
 
@@ -219,7 +297,7 @@ func (t *holdTable) ended(key, id string, extend, held bool, expiry int64) {
 	}
 	k.prune(now)
 	k.last = now
-	l, found := k.take(id)
+	l, found := k.take(t.digest(id))
 	switch {
 	case !held && found:
 		k.expired++ // came back by itself, by the store's clock
@@ -243,10 +321,10 @@ func (t *holdTable) view(n int) (HoldsView, []string) {
 	for key, k := range t.keys {
 		k.prune(now)
 		if len(k.leases) == 0 && now-k.last > holdForget {
-			delete(t.keys, key)
+			t.forget(key, k)
 		}
 	}
-	v := HoldsView{Keys: len(t.keys), Dropped: t.dropped}
+	v := HoldsView{Keys: len(t.keys), Dropped: t.dropped, Bytes: t.bytes, Bound: t.bound}
 	for key, k := range t.keys {
 		h := HeldKey{
 			Key: key, Limit: k.limit, Held: k.held(), Leases: len(k.leases), Partial: k.partial,
@@ -287,8 +365,8 @@ func storeKey(key string, byRules bool) string {
 }
 
 // Holds reports the concurrency leases this instance's lease calls hold
-// now: the n keys holding the most units (at most maxHoldKeys are
-// followed), and the totals. A lease acquired on another instance of a
+// now: the n keys holding the most units (at most the service's view-keys
+// are followed), and the totals. A lease acquired on another instance of a
 // shared store is not among them, but is in the units the store says all
 // instances hold on each of the keys (HeldKey.HeldAll): the store is
 // asked at most once a second, about the first 20 keys, waiting 200 ms at
@@ -304,9 +382,53 @@ func (s *Server) Holds(n int) HoldsView {
 	return v
 }
 
-// AcquirePolicy is the Policy of the observe.Events and Refused calls of
-// the acquires of /v1/acquire (Options.Observer, Options.Refused).
-const AcquirePolicy = "(acquire)"
+// The Policy of the observe.Events and Refused calls (Options.Observer,
+// Options.Refused) of the calls that name no rule: the acquires of
+// /v1/acquire (by key or by descriptors), and the takes of /v1/take by key
+// (a take by descriptors is its rules').
+const (
+	AcquirePolicy = "(acquire)"
+	TakePolicy    = "(take)"
+)
+
+// observeCall reports a call of policy on key: an event of outcome o, and
+// key as refused when o is Denied.
+func (s *service) observeCall(policy, key string, o observe.Outcome, latency time.Duration) {
+	if s.opts.Observer != nil {
+		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: policy, Outcome: o, Latency: latency})
+	}
+	if o == observe.Denied && s.opts.Refused != nil {
+		s.opts.Refused(policy, key)
+	}
+}
+
+// recordTake reports a take by key (/v1/take's key form) as an event of
+// TakePolicy, as recordLease reports an acquire: the call's answer (res),
+// or err when the store or the call failed. A request refused for what it
+// asks (a bad limit, a key over key-bytes) decided nothing and is not
+// reported.
+func (s *service) recordTake(key string, res sluice.Result, err error, latency time.Duration) {
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		return
+	case err != nil:
+		s.observeCall(TakePolicy, key, observe.Error, latency)
+	default:
+		s.observeCall(TakePolicy, key, outcome(res.Allowed, res.Degraded), latency)
+	}
+}
+
+// outcome is an answer's outcome as the observer counts it.
+func outcome(allowed, degraded bool) observe.Outcome {
+	switch {
+	case degraded:
+		return observe.Degraded
+	case allowed:
+		return observe.Allowed
+	}
+	return observe.Denied
+}
 
 // recordLease records a lease call's answer (out, or err) in the holds
 // table and, for an acquire, as an event of AcquirePolicy. A look (units
@@ -335,19 +457,7 @@ func (s *service) recordLease(op string, t *LeaseRequest, out *LeaseResponse, er
 			return
 		}
 		s.holds.acquired(key, limit, byRules, out.Lease, units, out.ExpiryUS, out.Allowed)
-		switch {
-		case out.Degraded:
-			o = observe.Degraded
-		case out.Allowed:
-			o = observe.Allowed
-		default:
-			o = observe.Denied
-		}
+		o = outcome(out.Allowed, out.Degraded)
 	}
-	if s.opts.Observer != nil {
-		s.opts.Observer.Observe(observe.Event{Source: "serve", Policy: AcquirePolicy, Outcome: o, Latency: latency})
-	}
-	if o == observe.Denied && s.opts.Refused != nil {
-		s.opts.Refused(AcquirePolicy, key)
-	}
+	s.observeCall(AcquirePolicy, key, o, latency)
 }

@@ -23,13 +23,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/internal/policycore"
 )
 
-// httpHandler routes the HTTP listener, behind sameorigin's rule: no page
-// of another origin can make a browser post here (take, sign in, the
-// console).
+// httpHandler routes the HTTP listener, behind sameorigin's rules: no
+// page of another origin can make a browser post here (take, sign in, the
+// console), and no page on a rebinding domain can reach it at all
+// (hostsHandler).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
@@ -51,19 +53,47 @@ func (s *Server) httpHandler() http.Handler {
 		http.NotFound(w, r)
 	})
 	if s.opts.HTTPToken == "" {
-		return sameorigin.Handler(mux)
+		return s.hostsHandler(sameorigin.Handler(mux))
 	}
-	return sameorigin.Handler(requireToken(s.opts.HTTPToken, s.opts.Login, mux))
+	return s.hostsHandler(sameorigin.Handler(requireToken(s.opts.HTTPToken, s.opts.Login, mux)))
+}
+
+// hostsHandler puts next behind sameorigin.Hosts: a request whose Host is
+// a name the listener does not serve (not an IP literal, localhost, the
+// name the listener was given, or one of Options.AllowedHosts) is answered
+// 421, whatever its path but the probes'. A listener on TLS is not
+// checked: a browser sent to it by a rebinding name refuses its
+// certificate, which is not the name's; nor is a Unix socket, which no
+// browser reaches (a proxy in front answers for its names).
+func (s *Server) hostsHandler(next http.Handler) http.Handler {
+	own, allowed := s.opts.HTTPAddr, s.opts.AllowedHosts
+	if s.opts.HTTPTLS != nil || s.httpLn.Addr().Network() == "unix" {
+		allowed = []string{sameorigin.AnyHost}
+	}
+	if strings.HasPrefix(own, "unix:") {
+		own = ""
+	}
+	hosts, err := sameorigin.NewHosts(own, allowed)
+	if err != nil { // checked by Options.setDefaults
+		panic(err)
+	}
+	return hosts.Handler(next, isProbe)
+}
+
+// isProbe reports whether r asks for one of the probes (/healthz, /readyz,
+// /healthcheck), which need no token and may name any Host.
+func isProbe(r *http.Request) bool {
+	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck"
 }
 
 // requireToken lets through to next the requests that carry the bearer
-// token, the probes (/healthz, /readyz, /healthcheck), and those login
-// (when not nil) admits; it refuses the others.
+// token, the probes, and those login (when not nil) admits; it refuses the
+// others.
 func requireToken(token string, login Login, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/healthcheck":
+		case isProbe(r):
 		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1:
 		case login != nil && login.Admits(r):
 		default:
@@ -79,11 +109,11 @@ func requireToken(token string, login Login, next http.Handler) http.Handler {
 
 // readBody reads a request's body up to the size limit.
 func (s *service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.Limits.RequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request body over %d bytes", s.opts.MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			http.Error(w, s.opts.Limits.Over(limits.RequestBytes, "request body").Error(), http.StatusRequestEntityTooLarge)
 		} else {
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 		}
@@ -256,8 +286,15 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 	}
 	var out TakeResponse
 	var res sluice.Result
+	if t.Key != "" && !s.opts.KeyForm {
+		s.count("take", "invalid")
+		http.Error(w, errNoKeyForm.Error(), http.StatusForbidden)
+		return
+	}
 	if t.Key != "" {
+		called := time.Now()
 		res, err = s.takeKey(r.Context(), w, t)
+		s.recordTake(t.Key, res, err, time.Since(called))
 	} else {
 		res, out.Statuses, err = s.takeDomain(r.Context(), w, t)
 	}
@@ -286,14 +323,32 @@ func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 // descriptor a key's; and a prefix keeps distinct keys distinct.
 const takeKeyPrefix = "/"
 
+// errNoKeyForm answers a call by key when Options.KeyForm is off.
+var errNoKeyForm = errors.New(`calls by "key" name a budget of the caller's, and this service does not take them: name a configured limit by "domain" and "descriptors", or start sluice serve with --key-form (docs/serve.md, "HTTP API")`)
+
+// checkKeyForm checks a call by key against the limits table: its key's
+// bytes, its limit's units, and the time its state lives (what, under
+// row): a take's refill under window, a lease's lifetime under lifetime.
+func (s *service) checkKeyForm(key string, units int64, row *limits.Row, what string, life time.Duration) error {
+	lt := &s.opts.Limits
+	err := lt.Check(limits.KeyBytes, `"key"`, int64(len(key)))
+	if err == nil {
+		err = lt.Check(limits.Units, `"limit"`, units)
+	}
+	if err == nil {
+		err = lt.Check(row, what, int64(life))
+	}
+	return capped(err)
+}
+
 // takeKey decides a key under the caller's limit.
 func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
-	if len(t.Key) > s.opts.MaxEntryBytes {
-		return sluice.Result{}, badRequest("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
-	}
 	lim, err := sluice.ParseLimit(t.Limit)
 	if err != nil {
 		return sluice.Result{}, badRequest("limit: %v", err)
+	}
+	if err := s.checkKeyForm(t.Key, lim.Capacity(), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
+		return sluice.Result{}, err
 	}
 	c := int64(1)
 	if t.Cost != nil {

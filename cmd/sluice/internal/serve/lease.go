@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
 // LeaseRequest is the body of POST /v1/acquire, /v1/release and
@@ -138,8 +139,13 @@ func (s *service) serveLease(op string) http.HandlerFunc {
 			return
 		}
 		t, c, err := decodeLeaseRequest(b, op != "acquire")
-		if err == nil && len(t.Key) > s.opts.MaxEntryBytes {
-			err = fmt.Errorf("key of %d bytes: at most %d are allowed", len(t.Key), s.opts.MaxEntryBytes)
+		if err == nil && !t.byRules() {
+			if !s.opts.KeyForm {
+				s.count(op, "invalid")
+				http.Error(w, errNoKeyForm.Error(), http.StatusForbidden)
+				return
+			}
+			err = s.checkKeyForm(t.Key, c.Limit, limits.Lifetime, `"lifetime"`, c.Lifetime)
 		}
 		if err != nil {
 			s.count(op, "invalid")

@@ -128,13 +128,13 @@ func FuzzLeaseToken(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s, domain, key, value string, id int64) {
 		if tok, entries, err := decodeToken(s, &o); err == nil {
-			if tok.ID <= 0 || len(entries) == 0 || len(entries) > o.MaxEntries || tok.Domain == "" || len(tok.Domain) > o.MaxEntryBytes {
+			if tok.ID <= 0 || len(entries) == 0 || int64(len(entries)) > o.Limits.Entries || tok.Domain == "" || int64(len(tok.Domain)) > o.Limits.EntryBytes {
 				t.Fatalf("accepted %q: %+v", s, tok)
 			}
 		}
 		want := leaseToken{Domain: domain, Entries: [][2]string{{key, value}}, ID: id}
 		got, _, err := decodeToken(want.encode(), &o)
-		valid := domain != "" && key != "" && id > 0 && len(domain) <= o.MaxEntryBytes && len(key) <= o.MaxEntryBytes && len(value) <= o.MaxEntryBytes && utf8.ValidString(domain) && utf8.ValidString(key) && utf8.ValidString(value)
+		valid := domain != "" && key != "" && id > 0 && int64(len(domain)) <= o.Limits.EntryBytes && int64(len(key)) <= o.Limits.EntryBytes && int64(len(value)) <= o.Limits.EntryBytes && utf8.ValidString(domain) && utf8.ValidString(key) && utf8.ValidString(value)
 		if valid && (err != nil || !reflect.DeepEqual(*got, want)) {
 			t.Fatalf("%+v read back as %+v, %v", want, got, err)
 		}

@@ -117,7 +117,7 @@ func CheckConfig(o Options) (*rlsconfig.Config, error) {
 	if o.Config == "" {
 		return rlsconfig.Parse(map[string][]byte{})
 	}
-	cfg, err := rlsconfig.Options{MergeDomains: o.MergeDomains}.Load(o.Config)
+	cfg, err := o.rulesOptions().Load(o.Config)
 	if err == nil {
 		err = checkLeases(cfg, o.PerSecondStore != nil)
 	}

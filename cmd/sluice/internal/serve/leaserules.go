@@ -23,14 +23,18 @@ import (
 const tokenPrefix = "c1."
 
 // leaseToken is what a lease token holds: the domain and the descriptor
-// whose concurrency limit holds the lease, the lease's id, and whether the
+// whose concurrency limit holds the lease, the pool's key the lease is
+// held under (rlsconfig.Concurrency.Key), the lease's id, and whether the
 // store's failure policy held it in this process. A release or an
-// extension finds the limit again in the configuration in use, so a token
-// names no key but a configured limit's: a caller can forge one only for
-// a limit it could acquire, and must guess a 53-bit id.
+// extension finds the limit again in the configuration in use, and the
+// hold where the acquire put it, though a reload has moved the pool since
+// (the limit's name is its key's, but an unnamed shared wildcard's is its
+// pattern). A token names no key but one of its domain's pools: a caller
+// can forge one only for a domain's pools, and must guess a 53-bit id.
 type leaseToken struct {
 	Domain   string      `json:"d"`
 	Entries  [][2]string `json:"e"`
+	Key      string      `json:"k,omitempty"`
 	ID       int64       `json:"i"`
 	Degraded bool        `json:"l,omitempty"`
 }
@@ -58,6 +62,9 @@ func decodeToken(s string, o *Options) (*leaseToken, []rlsconfig.Entry, error) {
 	}
 	if err := validate(&pb.RateLimitRequest{Domain: t.Domain, Descriptors: []*rlv3.RateLimitDescriptor{d}}, o); err != nil {
 		return nil, nil, badRequest("lease: %v", err)
+	}
+	if t.Key != "" && !rlsconfig.InDomain(t.Domain, t.Key) {
+		return nil, nil, badRequest("lease: not a token an acquire answered")
 	}
 	entries := make([]rlsconfig.Entry, len(t.Entries))
 	for i, e := range t.Entries {
@@ -87,6 +94,9 @@ func (s *service) leaseByRules(ctx context.Context, op string, t *LeaseRequest) 
 		return &LeaseResponse{Remaining: -1}, nil
 	}
 	held := sluice.Lease{Key: s.leaseKey(cc, entries), Limit: cc.Limit, Units: 1, ID: tok.ID}
+	if tok.Key != "" {
+		held.Key = s.slotKey(tok.Key) // where the acquire held it
+	}
 	held.Degraded = tok.Degraded
 	var ls sluice.Lease
 	if op == "release" {
@@ -161,7 +171,7 @@ func (s *service) acquireByRules(ctx context.Context, st *state, t *LeaseRequest
 	case ls.Allowed:
 		st.concCounters.count(cc, leaseHeld)
 		if ls.ID != 0 {
-			tok := leaseToken{Domain: t.Domain, Entries: make([][2]string, len(entries)), ID: ls.ID, Degraded: ls.Degraded}
+			tok := leaseToken{Domain: t.Domain, Entries: make([][2]string, len(entries)), Key: cc.Key(entries), ID: ls.ID, Degraded: ls.Degraded}
 			for i, e := range entries {
 				tok.Entries[i] = [2]string{e.Key, e.Value}
 			}
@@ -199,7 +209,12 @@ func (s *service) acquireRule(ctx context.Context, cc *rlsconfig.Concurrency, en
 
 // leaseKey is the store key of cc's leases for a descriptor's entries.
 func (s *service) leaseKey(cc *rlsconfig.Concurrency, entries []rlsconfig.Entry) string {
-	k := cc.Key(entries)
+	return s.slotKey(cc.Key(entries))
+}
+
+// slotKey is a pool's key as the store keeps it: in its domain's slot
+// under Options.DomainSlot.
+func (s *service) slotKey(k string) string {
 	if s.opts.DomainSlot {
 		k = domainSlot(k)
 	}

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -201,7 +203,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		`{"domain": "jobs", "descriptors": []}`:                                               "at least one descriptor",
 		`{"domain": "jobs", "descriptors": [[]]}`:                                             "descriptor 0 has no entries",
 		`{"domain": "jobs", "descriptors": [[{"key": ""}]]}`:                                  "empty key",
-		`{"domain": "jobs", "descriptors": [` + big + `]}`:                                    "65 descriptors: at most 64",
+		`{"domain": "jobs", "descriptors": [` + big + `]}`:                                    "descriptors: 65, over the service's limit descriptors of 64 (--limit descriptors=N raises it)",
 		`{"domain": "jobs", "key": "k", "limit": 2, "descriptors": [[{"key": "a"}]]}`:         "not both",
 		`{"domain": "jobs", "descriptors": [[{"key": "a"}]], "lease": "c1.x"}`:                `"lease" names the lease of a release`,
 		`{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "a"}]], "units": 5}`:  "exceeds capacity: 5 units, concurrency limit 4",
@@ -215,8 +217,11 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		`{"lease": "c1.!!"}`: "not a token an acquire answered",
 		`{"lease": "c1." }`:  "not a token an acquire answered",
 		`{"lease": "` + (&leaseToken{Domain: "jobs", ID: 5}).encode() + `"}`:                                                        "no entries",
-		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{strings.Repeat("k", 1025), ""}}, ID: 5}).encode() + `"}`: "longer than 1024 bytes",
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{strings.Repeat("k", 1025), ""}}, ID: 5}).encode() + `"}`: "1025 bytes, over the service's limit entry-bytes of 1KiB",
 		`{"lease": "` + b.Lease + `", "domain": "jobs"}`:                                                                            `gives "lease" alone`,
+		// A token names no key past its domain's pools.
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{"tenant", "acme"}}, Key: "other/tenant=acme", ID: 5}).encode() + `"}`: "not a token an acquire answered",
+		`{"lease": "` + (&leaseToken{Domain: "jobs", Entries: [][2]string{{"tenant", "acme"}}, Key: "/exports:acme", ID: 5}).encode() + `"}`:     "not a token an acquire answered",
 	} {
 		if r := c.post("/v1/release", body, 400); !strings.Contains(r.Rule, want) {
 			t.Errorf("release %s: %q, want %q", body, r.Rule, want)
@@ -447,5 +452,113 @@ descriptors:
 		c.acquire("tenant=t1 priority=low", 429) // the reserve, and the rate limit
 		c.acquire("tenant=t1", 200)
 		c.release(a.Lease)
+	}
+}
+
+// A failed acquire holds nothing (issue: 3 acquires to a pool of 3 while
+// Redis was stopped answered 503, yet 2 slots stayed taken for their
+// lifetime). The store's timeout passes while Redis sleeps, each acquire
+// answers 503 with no lease, and once Redis wakes and runs the calls the
+// store had sent, their holds are given back: the pool's 3 slots are free
+// again long before the lease's 5 minutes.
+func TestLeaseFailedAcquireHoldsNothing(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rs, err := redisstore.New(srv.NewClient(t, nil), redisstore.WithTimeout(100*time.Millisecond),
+		redisstore.WithPrefix(fmt.Sprintf("failedacq:%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	o := Options{Store: rs, Config: writeConfig(t, map[string]string{"jobs.yaml": "domain: jobs\ndescriptors:\n  - key: tenant\n    concurrency: {max: 3, lifetime: 5m}\n"})}
+	ts := start(t, o, &fakeClock{t: time.Now()})
+	c := leaseClient{t, ts.base}
+	c.release(c.acquire("tenant=acme", 200).Lease) // scripts loaded, connections open
+
+	ctx := context.Background()
+	slept := make(chan error, 1)
+	sleeper := srv.NewClient(t, nil)
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "0.6").Err() }()
+	probe := srv.NewClient(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 20*time.Millisecond, -1 })
+	for asleep := time.Now().Add(5 * time.Second); probe.Ping(ctx).Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(asleep) {
+			t.Fatal("the server answered PING for 5s after DEBUG SLEEP was sent")
+		}
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, out := httpPost(t, ts.base+"/v1/acquire", `{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "acme"}]]}`)
+			if resp.StatusCode != 503 || strings.Contains(out, `"lease"`) {
+				t.Errorf("acquire while Redis sleeps: %d %s, want 503 and no lease", resp.StatusCode, out)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	body := `{"domain": "jobs", "descriptors": [[{"key": "tenant", "value": "acme"}]], "units": 3}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, out := httpPost(t, ts.base+"/v1/acquire", body)
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's 3 slots were still not free 10s after the failed acquires: %d %s", resp.StatusCode, out)
+		}
+	}
+}
+
+// A reload never doubles a pool (issue: a shared wildcard's pool, its
+// pattern changed from /export/* to /export/x* under the same name, kept
+// its 3 leases under the old key and admitted 3 more, 6 in flight against
+// a max of 3; releasing an old token answered allowed false while it was
+// still held). A shared pool is keyed by its name, not its pattern, so the
+// 3 old leases keep it full; and a token releases the hold it was given
+// wherever a reload moved the pool (a renamed pool is a new one: its old
+// leases still release their own holds).
+func TestLeaseReloadMovesNoPool(t *testing.T) {
+	conf := func(pattern, name string) string {
+		return fmt.Sprintf("domain: jobs\ndescriptors:\n  - key: path\n    value: %q\n    share_threshold: true\n    concurrency: {max: 3, lifetime: 5m, name: %s}\n", pattern, name)
+	}
+	for _, c := range []struct {
+		name      string
+		stable    bool // the pool keeps its key
+		to, name2 string
+	}{
+		{"pattern changed", true, "/export/x*", "exports"},
+		{"renamed", false, "/export/*", "exports2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &fakeClock{t: t0}
+			dir := writeConfig(t, map[string]string{"jobs.yaml": conf("/export/*", "exports")})
+			ts := start(t, Options{Config: dir, NoWatch: true}, clock)
+			lc := leaseClient{t, ts.base}
+			var held []string
+			for _, v := range []string{"/export/xa", "/export/xb", "/export/xc"} {
+				held = append(held, lc.acquire("path="+v, 200).Lease)
+			}
+			lc.acquire("path=/export/xd", 429)
+			if err := os.WriteFile(filepath.Join(dir, "jobs.yaml"), []byte(conf(c.to, c.name2)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := ts.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			if c.stable {
+				lc.acquire("path=/export/xd", 429) // still 3 held
+			}
+			for i, tok := range held {
+				if r := lc.release(tok); !r.Allowed {
+					t.Errorf("release of old lease %d after the reload: %+v, want its hold released", i, r)
+				}
+			}
+			for range 3 {
+				lc.acquire("path=/export/xe", 200)
+			}
+			lc.acquire("path=/export/xe", 429)
+		})
 	}
 }

@@ -40,30 +40,31 @@ type metrics struct {
 	// configured concurrency limits' lease series; only a load touches it.
 	concLabels map[[2]string]*leaseCounters
 	// values holds the decision series of detailed_metric and
-	// value_to_metric rules, one per stat name sent, up to maxValueSeries,
-	// then otherLabel's.
-	valuesMu sync.RWMutex
-	values   map[[2]string]*outcomeCounters
+	// value_to_metric rules, one per stat name sent, up to maxValues (the
+	// value-series cap), then otherLabel's.
+	valuesMu  sync.RWMutex
+	values    map[[2]string]*outcomeCounters
+	maxValues int
 }
 
 // The decision series (sluice_serve_rule_decisions_total) are bounded
-// whatever the configuration holds (up to rlsconfig.MaxRules rules) and
+// whatever the configuration holds (up to the limit rules, 10,000) and
 // whatever values are sent: the first maxRuleSeries rules of a
-// configuration, in its order, and the first maxValueSeries stat names of
+// configuration, in its order, and the first value-series (limits) stat names of
 // detailed_metric and value_to_metric rules have series of their own; the
 // others are counted together under otherLabel, as domain and rule.
 const (
-	maxRuleSeries  = 1000
-	maxValueSeries = 1000
-	otherLabel     = "(other)"
+	maxRuleSeries = 1000
+	otherLabel    = "(other)"
 )
 
 // outcomeCounters are one label set's decision counters, by outcome.
 type outcomeCounters [len(observe.Outcomes)]prometheus.Counter
 
-func newMetrics() *metrics {
+func newMetrics(maxValues int64) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		maxValues: int(maxValues),
+		reg:       prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held).",
 		}, []string{"door", "code"}),
@@ -171,7 +172,7 @@ func (m *metrics) forRules(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*ruleCo
 
 // valueSeries returns the counters of a stat name sent to a
 // detailed_metric or value_to_metric rule: its own while fewer than
-// maxValueSeries names have series, else otherLabel's (the first time,
+// maxValues names have series, else otherLabel's (the first time,
 // full reports it).
 func (m *metrics) valueSeries(domain, stat string) (c *outcomeCounters, full bool) {
 	k := [2]string{domain, stat}
@@ -186,7 +187,7 @@ func (m *metrics) valueSeries(domain, stat string) (c *outcomeCounters, full boo
 	if c = m.values[k]; c != nil {
 		return c, false
 	}
-	if len(m.values) >= maxValueSeries {
+	if len(m.values) >= m.maxValues {
 		k = [2]string{otherLabel, otherLabel}
 		if c = m.values[k]; c != nil {
 			return c, false
@@ -209,7 +210,7 @@ func (s *service) observe(st *state, domain string, r *rlsconfig.Rule, entries [
 		vc, full := s.metrics.valueSeries(domain, r.StatKey(entries))
 		vc[o].Inc()
 		if full {
-			s.log.Warn("detailed_metric and value_to_metric values beyond the first ones are counted together in sluice_serve_rule_decisions_total{rule=\""+otherLabel+"\"}", "series", maxValueSeries)
+			s.log.Warn("detailed_metric and value_to_metric values beyond the first ones are counted together in sluice_serve_rule_decisions_total{rule=\""+otherLabel+"\"}", "series", s.metrics.maxValues, "cap", "--limit value-series=N raises it")
 		}
 	case c != nil:
 		c.by[o].Inc()

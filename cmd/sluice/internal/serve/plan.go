@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"fmt"
 	"math"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -75,6 +77,9 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 			if err != nil {
 				return badRequest("descriptor %d: limit override: %v", i, err)
 			}
+			if err := checkOverride(i, over, &o.Limits); err != nil {
+				return err
+			}
 			rule = over
 		}
 		if err := p.add(i, d, rule, o); err != nil {
@@ -99,6 +104,16 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 	}
 	p.quotaDecides = p.quotaDecides && !quotaPasses
 	return nil
+}
+
+// checkOverride checks descriptor i's limit override against the limits
+// table: a limit of the caller's, as the key form's.
+func checkOverride(i int, over *rlsconfig.Rule, lt *limits.Table) error {
+	err := lt.Check(limits.Units, fmt.Sprintf("descriptor %d's limit override", i), over.RequestsPerUnit)
+	if err == nil {
+		err = lt.Check(limits.Window, fmt.Sprintf("descriptor %d's limit override's unit", i), int64(over.Limit.Period))
+	}
+	return capped(err)
 }
 
 // flatten copies the descriptors' entries into p.flat, one allocation
@@ -206,7 +221,7 @@ func (p *plan) clear() {
 	clear(p.refunds)
 }
 
-// validate checks a request against the service's limits (o's Max…).
+// validate checks a request against the service's limits (o.Limits).
 func validate(req *pb.RateLimitRequest, o *Options) error {
 	if req.Domain == "" {
 		return badRequest("rate limit domain must not be empty")
@@ -214,29 +229,35 @@ func validate(req *pb.RateLimitRequest, o *Options) error {
 	if len(req.Descriptors) == 0 {
 		return badRequest("rate limit descriptor list must not be empty")
 	}
-	if len(req.Descriptors) > o.MaxDescriptors {
-		return badRequest("%d descriptors: at most %d are allowed", len(req.Descriptors), o.MaxDescriptors)
+	lt := &o.Limits
+	if int64(len(req.Descriptors)) > lt.Descriptors {
+		return capped(lt.Check(limits.Descriptors, "descriptors", int64(len(req.Descriptors))))
 	}
-	if len(req.Domain) > o.MaxEntryBytes {
-		return badRequest("domain of %d bytes: at most %d are allowed", len(req.Domain), o.MaxEntryBytes)
+	if int64(len(req.Domain)) > lt.EntryBytes {
+		return capped(lt.Check(limits.EntryBytes, "domain", int64(len(req.Domain))))
 	}
 	for i, d := range req.Descriptors {
 		if d == nil || len(d.Entries) == 0 {
 			return badRequest("descriptor %d has no entries", i)
 		}
-		if len(d.Entries) > o.MaxEntries {
-			return badRequest("descriptor %d has %d entries: at most %d are allowed", i, len(d.Entries), o.MaxEntries)
+		if int64(len(d.Entries)) > lt.Entries {
+			return capped(lt.Check(limits.Entries, fmt.Sprintf("descriptor %d's entries", i), int64(len(d.Entries))))
 		}
+		size := int64(0)
 		for j, e := range d.Entries {
 			if e == nil {
 				return badRequest("descriptor %d entry %d is empty", i, j)
 			}
-			if len(e.Key) > o.MaxEntryBytes || len(e.Value) > o.MaxEntryBytes {
-				return badRequest("descriptor %d entry %d: key or value longer than %d bytes", i, j, o.MaxEntryBytes)
+			if n := int64(max(len(e.Key), len(e.Value))); n > lt.EntryBytes {
+				return capped(lt.Check(limits.EntryBytes, fmt.Sprintf("descriptor %d entry %d's key or value", i, j), n))
 			}
 			if e.Key == "" {
 				return badRequest("descriptor %d entry %d has an empty key", i, j)
 			}
+			size += int64(len(e.Key) + len(e.Value))
+		}
+		if size > lt.KeyBytes {
+			return capped(lt.Check(limits.KeyBytes, fmt.Sprintf("descriptor %d's keys and values", i), size))
 		}
 	}
 	return nil

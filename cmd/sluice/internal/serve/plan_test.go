@@ -129,6 +129,7 @@ func TestPlan(t *testing.T) {
 	} {
 		var p plan
 		got := ""
+		c.o.Limits.FillDefaults()
 		if err := p.make(c.req, cfg, &c.o); err != nil {
 			if _, ok := err.(*requestError); !ok {
 				t.Errorf("%s: error %T %v, want a requestError", c.name, err, err)

@@ -193,9 +193,9 @@ func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 	return r.ResetAfter
 }
 
-// limits reports whether a descriptor of kind k is a limit the headers
+// headed reports whether a descriptor of kind k is a limit the headers
 // describe: an enforced or a quota_mode one.
-func limits(k uint8) bool { return k == kindEnforced || k == kindQuota }
+func headed(k uint8) bool { return k == kindEnforced || k == kindQuota }
 
 // refuses reports whether ds refused the call on its own (an enforced
 // descriptor over its limit): envoy's headers describe such a one first.

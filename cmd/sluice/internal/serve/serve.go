@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
 )
@@ -90,6 +92,15 @@ type Options struct {
 	// GRPCTLS and HTTPTLS, when set, serve TLS (with ClientAuth set,
 	// mutual TLS).
 	GRPCTLS, HTTPTLS *tls.Config
+	// AllowedHosts are the names, beside IP literals, localhost and the
+	// name HTTPAddr gives, that the HTTP listener answers to when a
+	// request names them in its Host (sameorigin.Hosts: a page on a
+	// rebinding domain cannot reach the listener): "sluice.internal",
+	// ".example.com" for it and every name under it, or "*" for any (a
+	// listener behind a proxy that routes by name). Other names are
+	// answered 421 on every path but the probes'; on TLS or a Unix socket
+	// nothing is checked.
+	AllowedHosts []string
 	// HTTPToken, when set, is the bearer token every HTTP endpoint but
 	// /healthz, /readyz and /healthcheck requires, unless Login lets the
 	// request in.
@@ -130,11 +141,14 @@ type Options struct {
 	// nothing but the keys' names.
 	DomainSlot bool
 
-	// MaxRequestBytes bounds a request's encoded size (default 64 KiB);
-	// MaxDescriptors the descriptors of a call (default 64); MaxEntries the
-	// entries of a descriptor (default 32); MaxEntryBytes a domain, key or
-	// value (default 1024).
-	MaxRequestBytes, MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// Limits are the caps on every quantity a caller chooses (package
+	// limits, docs/serve.md's "Limits"): a field left 0 is its default.
+	Limits limits.Table
+	// KeyForm lets callers name budgets of their own: /v1/take and the
+	// lease calls by "key" and "limit" (within Limits' limit, window and
+	// lifetime). Without it those calls are refused (403): a caller can
+	// only spend the budgets the configuration names.
+	KeyForm bool
 
 	// GRPCMaxConnectionAge closes a gRPC connection (GOAWAY, then the calls
 	// in flight get GRPCMaxConnectionAgeGrace to finish) once it is that old,
@@ -202,17 +216,9 @@ func (o *Options) setDefaults() error {
 	if o.HTTPAddr == "" {
 		o.HTTPAddr = DefaultHTTPAddr
 	}
-	if o.MaxRequestBytes <= 0 {
-		o.MaxRequestBytes = 64 << 10
-	}
-	if o.MaxDescriptors <= 0 {
-		o.MaxDescriptors = 64
-	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = 32
-	}
-	if o.MaxEntryBytes <= 0 {
-		o.MaxEntryBytes = 1024
+	o.Limits.FillDefaults()
+	if _, err := sameorigin.NewHosts("", o.AllowedHosts); err != nil {
+		return err
 	}
 	var err error
 	if o.XDS != nil {

@@ -10,6 +10,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -320,7 +321,7 @@ func TestLimitOverride(t *testing.T) {
 // Requests the service will not decide are InvalidArgument with a clear
 // message.
 func TestInvalidRequests(t *testing.T) {
-	ts, _ := startTest(t, Options{MaxDescriptors: 2, MaxEntryBytes: 16})
+	ts, _ := startTest(t, Options{Limits: limits.Table{Descriptors: 2, EntryBytes: 16}})
 	long := strings.Repeat("x", 17)
 	for _, c := range []struct {
 		req  *pb.RateLimitRequest
@@ -328,8 +329,8 @@ func TestInvalidRequests(t *testing.T) {
 	}{
 		{&pb.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}}, "domain must not be empty"},
 		{&pb.RateLimitRequest{Domain: "test"}, "descriptor list must not be empty"},
-		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a"), desc("b"), desc("c")}}, "3 descriptors: at most 2"},
-		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a=" + long)}}, "longer than 16 bytes"},
+		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a"), desc("b"), desc("c")}}, "descriptors: 3, over the service's limit descriptors of 2"},
+		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("a=" + long)}}, "17 bytes, over the service's limit entry-bytes of 16 bytes"},
 		{&pb.RateLimitRequest{Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{{}}}, "descriptor 0 has no entries"},
 	} {
 		_, err := ts.client.ShouldRateLimit(context.Background(), c.req)
@@ -337,7 +338,7 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("%v: %v, want InvalidArgument %q", c.req, err, c.want)
 		}
 	}
-	small, _ := startTest(t, Options{MaxRequestBytes: 200})
+	small, _ := startTest(t, Options{Limits: limits.Table{RequestBytes: 200}})
 	_, err := small.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: strings.Repeat("d", 300), Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a 300-byte request over a 200-byte limit: %v, want ResourceExhausted", err)

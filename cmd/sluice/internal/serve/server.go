@@ -147,7 +147,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		// small, so the windows never limit them.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(int(o.Limits.RequestBytes)),
 	}
 	if o.GRPCMaxConnectionAge > 0 {
 		ka := keepalive.ServerParameters{MaxConnectionAge: o.GRPCMaxConnectionAge, MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace}
@@ -291,6 +291,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { defer wg.Done(); s.xds.run(wctx) }()
 	}
 	go func() { defer wg.Done(); s.watch(wctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.sweepStores(wctx, sweepEvery) }()
 	go func() {
 		defer wg.Done()
 		if _, err := s.checkStores(wctx); err != nil && wctx.Err() == nil {

@@ -46,7 +46,7 @@ type service struct {
 // newService is the service of o, which has its defaults (Options.
 // setDefaults); it has no configuration until its first load.
 func newService(o Options) *service {
-	m := newMetrics()
+	m := newMetrics(o.Limits.ValueSeries)
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
 	s.leaseStores = leasingStores(o.Store, o.PerSecondStore)
 	if c := newLeaseCollector(s.leaseStores); c != nil {
@@ -57,12 +57,12 @@ func newService(o Options) *service {
 	if c := s.lim.Clock(); c != (storelink.SystemClock{}) {
 		s.now = c.Now
 	}
-	s.holds = newHoldTable(s.now)
+	s.holds = newHoldTable(s.now, &s.opts.Limits)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if o.EnvoyStats {
-		s.envoy = newEnvoyStats(o.NearLimitRatio)
+		s.envoy = newEnvoyStats(o.NearLimitRatio, o.Limits.StatSeries)
 		m.reg.MustRegister(s.envoy)
 	}
 	return s
@@ -153,12 +153,25 @@ func sinceMicros(start int64) time.Duration {
 var errNoConfig = errors.New("no rate-limit configuration yet: waiting for the xDS server's first")
 
 // requestError is a request the service will not decide: InvalidArgument.
-type requestError struct{ msg string }
+type requestError struct {
+	msg string
+	err error // what it wraps, nil when none
+}
 
 func (e *requestError) Error() string { return e.msg }
+func (e *requestError) Unwrap() error { return e.err }
 
 func badRequest(format string, args ...any) error {
-	return &requestError{fmt.Sprintf(format, args...)}
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// capped is the request error of an input over a cap of the limits
+// table (a *limits.Exceeded, which it wraps), nil when err is nil.
+func capped(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &requestError{msg: err.Error(), err: err}
 }
 
 // grpcError maps a decision's error onto a gRPC status.

@@ -2,18 +2,18 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,17 +21,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 )
 
 // XDSTypeURL is the resource type a Server asks an xDS server for, the one
 // envoyproxy/ratelimit asks for (CONFIG_TYPE=GRPC_XDS_SOTW) and Envoy
 // Gateway serves.
-const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+const XDSTypeURL = rlsconfig.XDSTypeURL
 
 // XDSOptions take a Server's rules from an xDS management server
 // (Options.XDS), as envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW:
@@ -39,8 +39,11 @@ const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitC
 // RateLimitConfig resources. Each response is the whole configuration (each
 // resource a file of it) and is applied as a file reload is: whole and
 // atomically, or, when it does not load, NACKed with the load's error while
-// the rules in use stay. When the stream breaks, the Server keeps its rules
-// and connects again after a backoff.
+// the rules in use stay; a response that was NACKed, sent again (as a
+// server does on a new stream), is NACKed with the same error unread.
+// When the stream breaks, the Server keeps its rules and connects again
+// after a backoff. Options.Limits caps a response: its resources' bytes
+// (ConfigBytes), rules and depth (rlsconfig.Options.ParseXDS).
 type XDSOptions struct {
 	// Server is the xDS server's gRPC target: HOST:PORT (envoy's
 	// CONFIG_GRPC_XDS_SERVER_URL).
@@ -61,8 +64,6 @@ type XDSOptions struct {
 	// each wait drawn between half and the whole of it; a stream that got
 	// a response starts over from BackoffMin (default 500ms and 30s).
 	BackoffMin, BackoffMax time.Duration
-	// MaxMessageBytes bounds a response's size (default gRPC's 4 MiB).
-	MaxMessageBytes int
 	// ForceStart serves an empty configuration (every descriptor OK)
 	// until the server's first arrives, as envoy's
 	// FORCE_START_WITHOUT_INITIAL_CONFIG does; without it calls are
@@ -107,6 +108,21 @@ type xdsClient struct {
 	conn    *grpc.ClientConn
 	node    *corev3.Node
 	version string // the last version accepted, sent on each request
+	// rejected is the last response that did not load: its fingerprint
+	// and its error, the NACK of the same response sent again.
+	rejected struct {
+		sum [sha256.Size]byte
+		err error
+	}
+	parses atomic.Int64 // responses parsed, for tests
+}
+
+// recvBytes is the largest message the stream reads: twice config-bytes
+// and 1 MiB, room for the resources' type URLs and the response around
+// them. gRPC refuses a larger one before reading it, and the stream
+// breaks.
+func recvBytes(lt *limits.Table) int {
+	return int(min(2*lt.ConfigBytes+1<<20, math.MaxInt32))
 }
 
 // newXDSClient is the client of s.opts.XDS; it dials lazily, so a server
@@ -117,11 +133,8 @@ func newXDSClient(s *Server) (*xdsClient, error) {
 	if o.TLS != nil {
 		creds = credentials.NewTLS(o.TLS)
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if o.MaxMessageBytes > 0 {
-		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes)))
-	}
-	conn, err := grpc.NewClient(o.Server, dopts...)
+	conn, err := grpc.NewClient(o.Server, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(recvBytes(&s.opts.Limits))))
 	if err != nil {
 		return nil, fmt.Errorf("xDS server %q: %w", o.Server, err)
 	}
@@ -180,17 +193,36 @@ func (x *xdsClient) stream(ctx context.Context) (got bool, err error) {
 	if err := st.Send(req); err != nil {
 		return false, err
 	}
+	var pace time.Duration // the wait before NACKing a response sent again
 	for {
 		resp, err := st.Recv()
+		if status.Code(err) == codes.ResourceExhausted {
+			x.tooLarge(err)
+		}
 		if err != nil {
 			return got, err
 		}
 		got = true
 		req := &discovery.DiscoveryRequest{TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
-		if err := x.apply(resp); err != nil {
+		again, err := x.apply(resp)
+		if err != nil {
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
 			x.version = resp.GetVersionInfo()
+		}
+		// go-control-plane's cache answers a NACK at once with the
+		// snapshot NACKed: without a wait the two would spin.
+		if !again {
+			pace = 0
+		} else {
+			pace = min(max(2*pace, x.o.BackoffMin), x.o.BackoffMax)
+			t := time.NewTimer(pace)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return got, ctx.Err()
+			case <-t.C:
+			}
 		}
 		req.VersionInfo = x.version
 		if err := st.Send(req); err != nil {
@@ -199,123 +231,78 @@ func (x *xdsClient) stream(ctx context.Context) (got bool, err error) {
 	}
 }
 
+// tooLarge counts a response gRPC refused for its size (err) as a failed
+// load: no NACK can be sent, its nonce unread.
+func (x *xdsClient) tooLarge(err error) {
+	s := x.srv
+	var got, limit int64
+	var lerr error
+	if _, e := fmt.Sscanf(status.Convert(err).Message(), "grpc: received message larger than max (%d vs. %d)", &got, &limit); e == nil {
+		lerr = s.opts.Limits.Check(limits.ConfigBytes, "an xDS response refused unread", got)
+	}
+	if lerr == nil {
+		lerr = s.opts.Limits.Over(limits.ConfigBytes, fmt.Sprintf("an xDS response over %d bytes (twice the cap and 1 MiB), refused unread", recvBytes(&s.opts.Limits)))
+	}
+	s.loads.mu.Lock()
+	s.install(nil, lerr, x.o.origin(""))
+	s.loads.mu.Unlock()
+}
+
 // apply loads resp's resources as one configuration and puts it in use, as
-// a file reload does; its error is the NACK's detail.
-func (x *xdsClient) apply(resp *discovery.DiscoveryResponse) error {
+// a file reload does; its error is the NACK's detail. A response that did
+// not load, sent again (again), is not read again: its error is the last
+// one's, neither counted nor logged again.
+func (x *xdsClient) apply(resp *discovery.DiscoveryResponse) (again bool, err error) {
 	s := x.srv
 	version := resp.GetVersionInfo()
+	sum := fingerprint(resp)
+	if x.rejected.err != nil && x.rejected.sum == sum {
+		s.log.Debug("xDS response rejected before, sent again: NACKed again unread", "version", version)
+		return true, x.rejected.err
+	}
 	var cfg *rlsconfig.Config
-	files, err := xdsFiles(resp)
-	if err == nil {
-		cfg, err = rlsconfig.Options{MergeDomains: s.opts.MergeDomains}.Parse(files)
+	if resp.GetTypeUrl() != XDSTypeURL {
+		err = fmt.Errorf("xDS response of type %q: want %s", resp.GetTypeUrl(), XDSTypeURL)
+	} else {
+		x.parses.Add(1)
+		cfg, err = s.opts.rulesOptions().ParseXDS(resp.GetResources())
 	}
 	s.loads.mu.Lock()
 	first := s.state.Load() == nil
 	err = s.install(cfg, err, x.o.origin(version))
 	s.loads.mu.Unlock()
 	if err != nil {
+		x.rejected.sum, x.rejected.err = sum, err
 		if first {
 			s.log.Error("xDS configuration rejected; still waiting for one that loads", "version", version, "err", err)
 		}
-		return err
+		return false, err
 	}
-	s.log.Info("configuration loaded", "origin", x.o.origin(version), "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "resources", len(files))
+	x.rejected.err = nil
+	s.log.Info("configuration loaded", "origin", x.o.origin(version), "domains", len(cfg.Domains()), "rules", len(cfg.Rules()), "resources", len(resp.GetResources()))
 	if first {
 		s.setServing(healthpb.HealthCheckResponse_SERVING)
 	}
-	return nil
+	return false, nil
 }
 
-// xdsFiles turns a response's RateLimitConfig resources into the YAML
-// files they stand for, named "xds/NAME" (a resource without a name by
-// its place), so that they load as files do. They are written as JSON,
-// which YAML reads as it is: YAML's own emitter writes some strings (one
-// that starts with a newline) in a form its parser does not read back.
-func xdsFiles(resp *discovery.DiscoveryResponse) (map[string][]byte, error) {
-	if t := resp.GetTypeUrl(); t != XDSTypeURL {
-		return nil, fmt.Errorf("xDS response of type %q: want %s", t, XDSTypeURL)
+// fingerprint is a digest of a response's content: its type, version and
+// resources, not its nonce.
+func fingerprint(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	put := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
 	}
-	files := make(map[string][]byte, len(resp.GetResources()))
-	for i, res := range resp.GetResources() {
-		if res.GetTypeUrl() != XDSTypeURL {
-			return nil, fmt.Errorf("xDS resource %d is a %q: want %s", i, res.GetTypeUrl(), XDSTypeURL)
-		}
-		var c rlsconf.RateLimitConfig
-		if err := anypb.UnmarshalTo(res, &c, proto.UnmarshalOptions{}); err != nil {
-			return nil, fmt.Errorf("xDS resource %d: %w", i, err)
-		}
-		name := "xds/" + c.GetName()
-		if c.GetName() == "" {
-			name = "xds/#" + strconv.Itoa(i)
-		}
-		if _, dup := files[name]; dup {
-			return nil, fmt.Errorf("xDS resources: two are named %q", c.GetName())
-		}
-		b, err := json.MarshalIndent(xdsYAML(&c), "", "  ")
-		if err != nil {
-			return nil, fmt.Errorf("xDS resource %s: %w", name, err)
-		}
-		files[name] = b
+	put([]byte(resp.GetTypeUrl()))
+	put([]byte(resp.GetVersionInfo()))
+	for _, r := range resp.GetResources() {
+		put([]byte(r.GetTypeUrl()))
+		put(r.GetValue())
 	}
-	return files, nil
-}
-
-// The YAML a RateLimitConfig stands for: the fields of envoy's YAML that
-// the resource has, under their YAML names.
-type (
-	yamlOutFile struct {
-		Domain      string        `json:"domain"`
-		Descriptors []yamlOutDesc `json:"descriptors,omitempty"`
-	}
-	yamlOutDesc struct {
-		Key            string        `json:"key"`
-		Value          string        `json:"value,omitempty"`
-		RateLimit      *yamlOutLimit `json:"rate_limit,omitempty"`
-		Descriptors    []yamlOutDesc `json:"descriptors,omitempty"`
-		ShadowMode     bool          `json:"shadow_mode,omitempty"`
-		DetailedMetric bool          `json:"detailed_metric,omitempty"`
-	}
-	yamlOutLimit struct {
-		Unit            string           `json:"unit,omitempty"`
-		RequestsPerUnit *uint32          `json:"requests_per_unit,omitempty"`
-		Unlimited       bool             `json:"unlimited,omitempty"`
-		Name            string           `json:"name,omitempty"`
-		Replaces        []yamlOutReplace `json:"replaces,omitempty"`
-	}
-	yamlOutReplace struct {
-		Name string `json:"name"`
-	}
-)
-
-// xdsYAML is c as envoy's YAML. A unit envoy's enum leaves UNKNOWN is left
-// out, as a YAML without one (a load error unless the limit is unlimited);
-// one beyond the enum's names is written as its number, which does not
-// load.
-func xdsYAML(c *rlsconf.RateLimitConfig) yamlOutFile {
-	return yamlOutFile{Domain: c.GetDomain(), Descriptors: xdsDescs(c.GetDescriptors())}
-}
-
-func xdsDescs(ds []*rlsconf.RateLimitDescriptor) []yamlOutDesc {
-	if len(ds) == 0 {
-		return nil
-	}
-	out := make([]yamlOutDesc, len(ds))
-	for i, d := range ds {
-		out[i] = yamlOutDesc{Key: d.GetKey(), Value: d.GetValue(), Descriptors: xdsDescs(d.GetDescriptors()),
-			ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric()}
-		if rl := d.GetRateLimit(); rl != nil {
-			l := &yamlOutLimit{Unlimited: rl.GetUnlimited(), Name: rl.GetName()}
-			if u := rl.GetUnit(); u != rlsconf.RateLimitUnit_UNKNOWN {
-				l.Unit = strings.ToLower(u.String())
-			}
-			if n := rl.GetRequestsPerUnit(); n != 0 || !rl.GetUnlimited() {
-				l.RequestsPerUnit = &n
-			}
-			for _, r := range rl.GetReplaces() {
-				l.Replaces = append(l.Replaces, yamlOutReplace{Name: r.GetName()})
-			}
-			out[i].RateLimit = l
-		}
-	}
-	return out
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

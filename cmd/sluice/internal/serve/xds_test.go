@@ -352,11 +352,7 @@ func loadXDS(cfgs ...*rlsconf.RateLimitConfig) (*rlsconfig.Config, error) {
 		}
 		resp.Resources = append(resp.Resources, a)
 	}
-	files, err := xdsFiles(resp)
-	if err != nil {
-		return nil, err
-	}
-	return rlsconfig.Parse(files)
+	return rlsconfig.Options{}.ParseXDS(resp.Resources)
 }
 
 // A resource loads as the YAML file it stands for does, errors included.
@@ -513,12 +509,7 @@ func FuzzXDSResource(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		resp := &discoverygrpc.DiscoveryResponse{TypeUrl: XDSTypeURL, Resources: []*anypb.Any{{TypeUrl: XDSTypeURL, Value: b}}}
-		files, err := xdsFiles(resp)
-		if err != nil {
-			return
-		}
-		cfg, err := rlsconfig.Parse(files)
+		cfg, err := rlsconfig.Options{}.ParseXDS([]*anypb.Any{{TypeUrl: XDSTypeURL, Value: b}})
 		if err != nil {
 			return
 		}

@@ -13,10 +13,15 @@ import (
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 
-// MaxWalkSteps is the most requests a walk takes: the console computes a
-// whole walk for whoever reaches it, and a walk of more steps than this
-// reads as a table, not as steps.
-const MaxWalkSteps = 1000
+// The errors of a walk over its bounds, for errors.Is: its callers name
+// the bound (the service's walk-requests and answer-bytes, package limits).
+var (
+	// ErrTooManyRequests: ParseRequests was given more requests than its
+	// limit.
+	ErrTooManyRequests = errors.New("too many requests")
+	// ErrWalkTooLarge: a walk's text grew past the bytes NewWalk was given.
+	ErrWalkTooLarge = errors.New("the walk's text is over its bound")
+)
 
 // Field is one named value of a step: a field of the key's state or of the
 // decision.
@@ -46,8 +51,6 @@ type WalkStep struct {
 	// Decision is the step's answer as algo.Step returned it (zero when
 	// Error is set).
 	Decision algo.Decision `json:"-"`
-	// State is the key's state after the step.
-	State algo.State `json:"-"`
 	// Error is set when the request could never pass (a cost over the
 	// limit's capacity): an error, not a denial; the state is unchanged.
 	Error string `json:"error,omitempty"`
@@ -73,22 +76,26 @@ type Walk struct {
 // store runs. The requests must all be for one key and in time order (a
 // clock that goes back is a store's concern, not a walk's); leaky-bucket
 // runs with no bound on the delay. start is the time the steps are shown
-// relative to.
-func NewWalk(p algo.Params, start int64, reqs []Arrival) (*Walk, error) {
+// relative to. maxBytes, when positive, bounds the walk's text (Bytes):
+// past it the walk stops with an error wrapping ErrWalkTooLarge, so that
+// what a walk holds is bounded whatever it is asked (the caller bounds the
+// number of requests).
+func NewWalk(p algo.Params, start int64, reqs []Arrival, maxBytes int64) (*Walk, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	if len(reqs) == 0 {
 		return nil, errors.New("no requests to walk through")
 	}
-	if len(reqs) > MaxWalkSteps {
-		return nil, fmt.Errorf("%d requests: a walk takes at most %d", len(reqs), MaxWalkSteps)
-	}
 	if err := algo.CheckTime(start); err != nil {
 		return nil, fmt.Errorf("start: %w", err)
 	}
 	w := &Walk{Params: p, Algorithm: p.Kind.String(), About: describe(p), Start: start, Key: reqs[0].Key, Steps: make([]WalkStep, 0, len(reqs))}
-	var s algo.State
+	// before is the state before each step, for its arithmetic: a sliding
+	// log's step reuses the log's backing array, so its entries are copied
+	// into one buffer, reused from step to step.
+	var s, before algo.State
+	size := int64(len(w.Algorithm) + len(w.About) + len(w.Key))
 	for i, r := range reqs {
 		if err := algo.CheckTime(r.T); err != nil {
 			return nil, fmt.Errorf("request %d: %w", i+1, err)
@@ -102,29 +109,39 @@ func NewWalk(p algo.Params, start int64, reqs []Arrival) (*Walk, error) {
 		st := WalkStep{N: i + 1, T: r.T, At: w.at(r.T), Cost: r.Cost, Before: w.state(s)}
 		if err := storelink.Check(r.Key, p, r.Cost); err != nil {
 			st.Error = err.Error()
-			st.After, st.State = st.Before, cloneState(s)
+			st.After = st.Before
 			st.Math = []string{fmt.Sprintf("cost %d is over the capacity %d: an error, not a denial; nothing is stored", r.Cost, p.Capacity())}
-			w.Steps = append(w.Steps, st)
-			continue
+		} else {
+			log := before.Log
+			before = s
+			before.Log = append(log[:0], s.Log...)
+			st.Decision = algo.Step(&p, &s, r.T, r.Cost, algo.Never)
+			st.After = w.state(s)
+			st.Math = w.explain(before, r.T, r.Cost, st.Decision, s)
+			st.Result = w.result(st.Decision)
 		}
-		before := cloneState(s)
-		st.Decision = algo.Step(&p, &s, r.T, r.Cost, algo.Never)
-		st.State = cloneState(s)
-		st.After = w.state(s)
-		st.Math = w.explain(before, r.T, r.Cost, st.Decision, s)
-		st.Result = w.result(st.Decision)
+		if size += st.Bytes(); maxBytes > 0 && size > maxBytes {
+			return nil, fmt.Errorf("%w: %d bytes by step %d of %d, over %d", ErrWalkTooLarge, size, i+1, len(reqs), maxBytes)
+		}
 		w.Steps = append(w.Steps, st)
 	}
 	return w, nil
 }
 
-// cloneState copies s with a log of its own: a sliding log's step reuses
-// the log's backing array.
-func cloneState(s algo.State) algo.State {
-	if s.Log != nil {
-		s.Log = append([]algo.Entry(nil), s.Log...)
+// Bytes is the size of st's text: its time, its fields' names and values,
+// its arithmetic and its error. An answer that shows the step (JSON, HTML,
+// a terminal's lines) is this and its markup.
+func (st *WalkStep) Bytes() int64 {
+	n := len(st.At) + len(st.Error)
+	for _, fs := range [][]Field{st.Before, st.After, st.Result} {
+		for _, f := range fs {
+			n += len(f.Name) + len(f.Value)
+		}
 	}
-	return s
+	for _, m := range st.Math {
+		n += len(m)
+	}
+	return int64(n)
 }
 
 // describe says what p is in a few words.
@@ -232,7 +249,7 @@ func ParseRequests(text string, start int64, key string, limit int) ([]Arrival, 
 			}
 		}
 		if n > int64(limit-len(out)) {
-			return nil, fmt.Errorf("more than %d requests", limit)
+			return nil, fmt.Errorf("%w: more than %d", ErrTooManyRequests, limit)
 		}
 		for range n {
 			out = append(out, Arrival{T: start + us, Key: key, Cost: cost})

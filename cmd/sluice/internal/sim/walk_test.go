@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -51,11 +52,12 @@ func TestWalkMatchesModel(t *testing.T) {
 	for _, k := range algo.Kinds() {
 		for trial := range 150 {
 			p, reqs := randomWalk(r, k)
-			w, err := NewWalk(p, DefaultStart, reqs)
+			w, err := NewWalk(p, DefaultStart, reqs, 0)
 			if err != nil {
 				t.Fatalf("%v: %v", p, err)
 			}
 			m := model.New(k, p.Rate, p.Period, p.Burst)
+			var s algo.State // the key's state, stepped beside the walk
 			for i, st := range w.Steps {
 				where := fmt.Sprintf("%v rate=%d period=%d burst=%d trial %d step %d (%s cost %d)", k, p.Rate, p.Period, p.Burst, trial, st.N, st.At, st.Cost)
 				if i > 0 && fmt.Sprint(st.Before) != fmt.Sprint(w.Steps[i-1].After) {
@@ -68,6 +70,7 @@ func TestWalkMatchesModel(t *testing.T) {
 					continue
 				}
 				want := m.Take("k", st.T, st.Cost)
+				algo.Step(&p, &s, st.T, st.Cost, algo.Never)
 				got := st.Decision
 				got.FreshAt = 0
 				if got != want {
@@ -75,8 +78,7 @@ func TestWalkMatchesModel(t *testing.T) {
 				}
 				checkResult(t, where, w, st)
 				// The state left answers a query as the model's does.
-				s := cloneState(st.State)
-				q := algo.Step(&p, &s, st.T, 0, algo.Never)
+				q := algo.Step(&p, new(s), st.T, 0, algo.Never)
 				q.FreshAt = 0
 				if mq := m.Take("k", st.T, 0); q != mq {
 					t.Fatalf("%s: the state left answers a query %+v, the model %+v", where, q, mq)
@@ -134,7 +136,7 @@ func TestWalkSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWalk(algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 2}, DefaultStart, reqs)
+	w, err := NewWalk(algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 2}, DefaultStart, reqs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +180,8 @@ func TestParseRequests(t *testing.T) {
 		{"0ms x0", "error: request 1: \"x0\": want xN"},
 		{"0ms cost=-1", "error: request 1: \"cost=-1\": want cost=N"},
 		{"0ms please", "error: request 1: \"please\": want xN"},
-		{"0ms x11", "error: more than 10 requests"},
-		{"0ms x9223372036854775807", "error: more than 10 requests"},
+		{"0ms x11", "error: too many requests: more than 10"},
+		{"0ms x9223372036854775807", "error: too many requests: more than 10"},
 	} {
 		reqs, err := ParseRequests(c.in, DefaultStart, "k", 10)
 		var got []string
@@ -220,7 +222,7 @@ func FuzzParseRequests(f *testing.F) {
 
 func TestNewWalkErrors(t *testing.T) {
 	p := algo.Params{Kind: algo.GCRA, Rate: 10, Period: 1_000_000, Burst: 2}
-	many := make([]Arrival, MaxWalkSteps+1)
+	many := make([]Arrival, 1001)
 	for i := range many {
 		many[i] = Arrival{T: DefaultStart, Key: "k", Cost: 1}
 	}
@@ -229,16 +231,65 @@ func TestNewWalkErrors(t *testing.T) {
 		want string
 	}{
 		{nil, "no requests"},
-		{many, "1001 requests: a walk takes at most 1000"},
 		{[]Arrival{{T: DefaultStart, Key: "a", Cost: 1}, {T: DefaultStart, Key: "b", Cost: 1}}, "request 2 is for key \"b\""},
 		{[]Arrival{{T: DefaultStart + 5, Key: "a", Cost: 1}, {T: DefaultStart, Key: "a", Cost: 1}}, "request 2 at t+0s comes before request 1 at t+5us"},
 		{[]Arrival{{T: -1, Key: "a", Cost: 1}}, "request 1: sluice: invalid time"},
 	} {
-		if _, err := NewWalk(p, DefaultStart, c.reqs); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+		if _, err := NewWalk(p, DefaultStart, c.reqs, 0); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("got %v, want %s", err, c.want)
 		}
 	}
-	if _, err := NewWalk(algo.Params{Kind: algo.GCRA, Rate: 10, Period: 1_000_000}, DefaultStart, many[:1]); err == nil {
+	if _, err := NewWalk(algo.Params{Kind: algo.GCRA, Rate: 10, Period: 1_000_000}, DefaultStart, many[:1], 0); err == nil {
 		t.Error("a gcra of burst 0 walked")
+	}
+	// A walk stops once its text passes the bytes it is given.
+	w, err := NewWalk(p, DefaultStart, many, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for i := range w.Steps {
+		size += w.Steps[i].Bytes()
+	}
+	if _, err := NewWalk(p, DefaultStart, many, size/2); !errors.Is(err, ErrWalkTooLarge) {
+		t.Errorf("a walk of %d bytes under a bound of %d: %v", size, size/2, err)
+	}
+}
+
+// A sliding log's state shows its entries one by one up to logShown, then
+// the oldest and the newest and how many are between, so that a step's
+// text is bounded however many entries the log holds.
+func TestWalkLogSummary(t *testing.T) {
+	p := algo.Params{Kind: algo.SlidingLog, Rate: 1000, Period: 7200e6}
+	var reqs []Arrival
+	for i := range 1000 {
+		reqs = append(reqs, Arrival{T: DefaultStart + int64(i)*7_000_000, Key: "k", Cost: 1})
+	}
+	w, err := NewWalk(p, DefaultStart, reqs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(fs []Field, name string) string {
+		for _, f := range fs {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+		return ""
+	}
+	if got, want := field(w.Steps[2].After, "log"), "t+0s ×1, t+7s ×1, t+14s ×1"; got != want {
+		t.Errorf("3 entries: %q, want %q", got, want)
+	}
+	if got, want := field(w.Steps[3].After, "log"), "t+0s ×1, … 2 more …, t+21s ×1"; got != want {
+		t.Errorf("4 entries: %q, want %q", got, want)
+	}
+	last := w.Steps[999].After
+	if got, want := field(last, "log"), "t+0s ×1, … 998 more …, t+1h56m33s ×1"; got != want || field(last, "units in the log") != "1000" {
+		t.Errorf("1000 entries: %q (%v), want %q", got, last, want)
+	}
+	for i := range w.Steps {
+		if n := w.Steps[i].Bytes(); n > 600 {
+			t.Fatalf("step %d: %d bytes of text", i+1, n)
+		}
 	}
 }

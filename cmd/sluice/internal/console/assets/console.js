@@ -190,7 +190,9 @@
     if (!slots || !body) return;
     const sum = document.getElementById("slots-summary");
     sum.textContent = "Units held now: " + slots.held + "; keys followed: " + slots.keys +
-      (slots.dropped ? "; keys no longer followed, to make room: " + slots.dropped : "") + ".";
+      ", in " + slots.bytes + " of the view's " + slots.max_bytes + " bytes" +
+      (slots.dropped ? "; keys no longer followed, to make room: " + slots.dropped : "") + "." +
+      (slots.bound ? " Keys or leases were left out: " + slots.bound + "." : "");
     fill(body, (slots.top || []).map((k) => row(k.key, [["held", "Held here", k.held + (k.partial ? "+" : "")],
       ["held_all", "All instances", k.held_all === undefined ? "—" : String(k.held_all)], ["limit", "Limit", String(k.limit)],
       ["leases", "Leases", String(k.leases)], ["oldest", "Oldest held for", durUS(k.oldest_us)], ["next_expiry", "Next expiry in", durUS(k.next_expiry_us)],
