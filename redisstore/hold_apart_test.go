@@ -70,6 +70,7 @@ func TestHoldAllApart(t *testing.T) {
 // is an error that leaves nothing held and nothing spent; under FailOpen,
 // the policy's grant, with nothing held or spent in Redis either.
 func TestHoldAllApartError(t *testing.T) {
+	t.Parallel()
 	cl := redistest.Cluster(t)
 	c := cl.NewClient(t, func(o *redis.ClusterOptions) {
 		o.MaxRedirects, o.DialTimeout, o.ReadTimeout = 1, 200*time.Millisecond, 500*time.Millisecond

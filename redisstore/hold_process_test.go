@@ -49,6 +49,7 @@ import (
 //     while the others ran;
 //   - the survivors made no errors.
 func TestHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(holdChildEnv) != "" {
 		t.Skip("in a child process")
 	}
@@ -75,6 +76,7 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 // generous enough that the hold refuses most acquires, but spent out now
 // and then (checked under SLUICE_TIMING=1).
 func TestHoldsApartAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(holdChildEnv) != "" {
 		t.Skip("in a child process")
 	}

@@ -31,7 +31,8 @@ import (
 // back; on a key of holds of one to three units and on one of holds of
 // one unit (found by rank, dropped a few at a time). Every answer agrees.
 func TestHoldLuaEqualsGoAtScale(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.Cluster(t).Client()} {
+	t.Parallel()
+	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
 			seed := testenv.Seed(t)
 			r := rand.New(rand.NewPCG(seed, 34))
@@ -318,7 +319,8 @@ func TestHoldOldLayout(t *testing.T) {
 // sorted set in its own slot, whatever the braces make of it; with a tag
 // shared by a rate part's key, AcquireAll is one script on one slot.
 func TestHoldKeyBraces(t *testing.T) {
-	c := redistest.Cluster(t).Client()
+	t.Parallel()
+	c := redistest.SharedCluster(t).Client()
 	ctx := context.Background()
 	stamp := time.Now().UnixNano()
 	for _, tc := range []struct{ prefix, key, part string }{
@@ -356,6 +358,7 @@ func TestHoldKeyBraces(t *testing.T) {
 // acquire unlinks the set and writes a new one. Every answer is
 // memstore's, and an acquire may reuse the id of a hold come back.
 func TestHoldBulkDrop(t *testing.T) {
+	t.Parallel()
 	c := redistest.Shared(t).Client()
 	ctx := context.Background()
 	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdbulk:%d:", time.Now().UnixNano())))

@@ -23,6 +23,7 @@ import (
 // in a row, and batches all at the caller's time, all at the server's, or
 // mixed.
 func TestMultiMatchesSingle(t *testing.T) {
+	t.Parallel()
 	client := redisrun.GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(7, testenv.Seed(t)))

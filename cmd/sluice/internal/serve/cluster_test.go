@@ -28,6 +28,7 @@ import (
 // is not one atomic step: a concurrent call may be refused while a part is
 // held.
 func TestFourProcessesOneCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.Cluster(t)
 	store := "redis-cluster://" + strings.Join(cl.Addrs(), ",")
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})

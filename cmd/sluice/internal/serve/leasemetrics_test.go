@@ -61,6 +61,7 @@ func TestLeaseMetrics(t *testing.T) {
 // Two instances with leases share one hot descriptor through one Redis
 // with few script calls, and never admit more than a descriptor's limit.
 func TestLeasesShareAHotDescriptor(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
 	cfg := writeConfig(t, map[string]string{"hot.yaml": `domain: hot

@@ -339,6 +339,7 @@ func TestLeaseReload(t *testing.T) {
 // holds between its acquire's answer and its release never passes 5. The
 // count is a part of what the store holds, so an over-admission shows.
 func TestLeaseExact(t *testing.T) {
+	t.Parallel()
 	for _, redis := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "redis"}[redis], func(t *testing.T) {
 			const max, workers, rounds = 5, 32, 12
@@ -420,6 +421,7 @@ func TestLeasePerSecondStore(t *testing.T) {
 // lease's key and the rate limit's hash apart and are taken in turn, what
 // was taken given back on a refusal. Both answer alike.
 func TestLeaseCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.Cluster(t)
 	const conf = `domain: jobs
 descriptors:

@@ -123,6 +123,7 @@ func TestFourProcessesOneRedis(t *testing.T) {
 // Redis killed and restarted mid-load, under each failure policy: no
 // panic, the policy's answers during the outage, normal decisions after.
 func TestRedisOutage(t *testing.T) {
+	t.Parallel()
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})
 	awayFromWindowEnd(t, 24*time.Hour, 2*time.Minute)
 	for _, policy := range []string{"fail-closed", "fail-open", "local"} {
@@ -265,6 +266,7 @@ func TestBinaryEnvoyEnv(t *testing.T) {
 // before it replicated, WAIT), and no call fails once Sentinel has promoted
 // the replica.
 func TestBinarySentinel(t *testing.T) {
+	t.Parallel()
 	awayFromWindowEnd(t, 24*time.Hour, time.Minute)
 	s := redistest.Sentinel(t)
 	dir := writeConfig(t, map[string]string{"shared.yaml": sharedConfig})

@@ -21,6 +21,7 @@ import (
 // (fail-closed) and the log says why; --store-tls-skip-hostname-verification
 // accepts the other host's certificate, but not one from another CA.
 func TestBinaryStoreTLS(t *testing.T) {
+	t.Parallel()
 	x := redistest.NewTLS(t)
 	srv := redistest.StandaloneTLS(t, x)
 	cl := redistest.ClusterTLS(t, x)

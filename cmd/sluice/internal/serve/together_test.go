@@ -48,6 +48,7 @@ func statuses(r *pb.RateLimitResponse) string {
 // memstore answers exactly as one that decides them in turn, call by call,
 // and the stores end in the same state.
 func TestDecideTogetherMatchesInTurn(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 5))
 	dir := writeConfig(t, map[string]string{"t.yaml": togetherConfig})
 	for trace := range 20 {

@@ -276,6 +276,7 @@ func TestXDSTLS(t *testing.T) {
 // version's name), and the budget, the same in every version, admits
 // exactly its size in all.
 func TestXDSUpdatesUnderLoad(t *testing.T) {
+	t.Parallel()
 	const budget, updates = 500, 20
 	x := newXDSServer(t, "127.0.0.1:0", nil)
 	version := func(n int) *rlsconf.RateLimitConfig {
