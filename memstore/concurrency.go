@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 

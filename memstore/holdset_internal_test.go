@@ -3,7 +3,7 @@ package memstore
 import (
 	"testing"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // TestHoldSetsSameHash: two keys whose hashes are equal (forced: a chance

@@ -39,7 +39,7 @@ import (
 	"runtime"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/storelink"
 )

@@ -1,6 +1,6 @@
 package queue
 
-import "github.com/sluice-go/sluice/algo"
+import "github.com/sluice-go/sluice/internal/algo"
 
 // schedule is a queue's timing state, kept exact like algo's leaky bucket:
 // D = u + r/scale µs (0 ≤ r < scale), the next free slot, and last, the

@@ -3,7 +3,7 @@ package redisstore
 import (
 	"fmt"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 )
 

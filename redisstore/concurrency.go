@@ -6,13 +6,13 @@ import (
 	"fmt"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // holdScript runs one hold operation (scripts/concurrency_main.lua) over
-// the holds' twin of algo/concurrency.go (scripts/concurrency.lua), with
+// the holds' twin of internal/algo/concurrency.go (scripts/concurrency.lua), with
 // the helpers, prelude and guard every decision script has.
 var holdScript = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua") + mustRead("guard.lua") +
 	mustRead("concurrency.lua") + mustRead("concurrency_main.lua"))

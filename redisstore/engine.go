@@ -3,7 +3,7 @@ package redisstore
 import (
 	"context"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 

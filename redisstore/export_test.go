@@ -1,7 +1,7 @@
 package redisstore
 
 import (
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 )
 

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // clone copies a key's state; the big.Rat values are never changed in place,

@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Holds is the contract's concurrency limits (SEMANTICS.md, "Concurrency

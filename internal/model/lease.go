@@ -5,7 +5,7 @@ import (
 	"math/big"
 	"slices"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Leasable reports whether SEMANTICS.md's "Leases" lets a process hold a

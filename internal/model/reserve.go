@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // TakeReserving decides a request of cost units for key at now for a class

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/policycore"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )

@@ -16,7 +16,7 @@ package storelink
 import (
 	"context"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Linked is a store of this module: a Limiter made over one (sluice.New)

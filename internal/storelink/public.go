@@ -3,7 +3,7 @@ package storelink
 import (
 	"time"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // The root package's Limit and Request, by their fields. This package cannot

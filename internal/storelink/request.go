@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Request is one checked decision as a store of this module receives it:

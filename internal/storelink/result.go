@@ -3,7 +3,7 @@ package storelink
 import (
 	"time"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Result is the root package's Result, field for field, so that each

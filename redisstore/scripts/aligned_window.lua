@@ -1,4 +1,4 @@
--- aligned-window: the mirror of algo/aligned_window.go. Fields: the index of
+-- aligned-window: the mirror of internal/algo/aligned_window.go. Fields: the index of
 -- the window counted in (windows of period µs since the epoch) and its count;
 -- then the rate and period.
 steps[7] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)

@@ -1,5 +1,5 @@
 -- class.lua: one step for a class that must leave reserve units for higher
--- classes, the twin of algo/reserve.go (StepReserving), on a state already
+-- classes, the twin of internal/algo/reserve.go (StepReserving), on a state already
 -- loaded (the seven values load returns): it passes only if cost + reserve
 -- units would pass, and then spends only cost; refused, it returns that
 -- request's refusal and no fields to write (the fresh time of the state as

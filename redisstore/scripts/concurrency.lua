@@ -1,5 +1,5 @@
 -- concurrency.lua: a key's holds and one operation on them, the twin of
--- algo/concurrency.go (HoldStep); a hold is held while now < its expiry.
+-- internal/algo/concurrency.go (HoldStep); a hold is held while now < its expiry.
 --
 -- A key's holds are a sorted set, so that no operation reads them all:
 -- each hold a member, its id in decimal, scored by its expiry (µs, at

@@ -1,4 +1,4 @@
--- convert.lua: the mirror of algo/convert.go, in every script. A state
+-- convert.lua: the mirror of internal/algo/convert.go, in every script. A state
 -- another limit wrote (another rate, period, burst or algorithm) is read under
 -- that limit at the moment of the call, then carried into the caller's terms
 -- (SEMANTICS.md, "Changed limits"): spent units are never forgotten. The

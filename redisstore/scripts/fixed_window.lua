@@ -1,4 +1,4 @@
--- fixed-window: the mirror of algo/fixed_window.go. Fields: the count and the
+-- fixed-window: the mirror of internal/algo/fixed_window.go. Fields: the count and the
 -- window's end; then the rate and period.
 steps[4] = function(rate, period, burst, cost, _, k, a, b, fc, r, p, raw)
   local t = now

@@ -1,4 +1,4 @@
--- gcra: the mirror of algo/gcra.go. Fields: TAT = a + b/rate µs, the latest
+-- gcra: the mirror of internal/algo/gcra.go. Fields: TAT = a + b/rate µs, the latest
 -- time the key was seen (a clock that went back is read then); then the rate
 -- and period.
 steps[2] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)

@@ -1,4 +1,4 @@
--- lease.lua: takes a slice of one key's budget, the mirror of algo/lease.go
+-- lease.lua: takes a slice of one key's budget, the mirror of internal/algo/lease.go
 -- (token-bucket, gcra, fixed-window, aligned-window): cost units and, when
 -- they pass, up to want − cost more, never more than a look at the key
 -- (cost 0) finds available. One script, so no other take comes between the

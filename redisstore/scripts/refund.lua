@@ -1,5 +1,5 @@
 -- refund.lua: gives units back to one key (token-bucket, gcra, fixed-window,
--- aligned-window), the mirror of algo/refund.go. Under a bucket the state,
+-- aligned-window), the mirror of internal/algo/refund.go. Under a bucket the state,
 -- whichever limit wrote it, is read as the bucket reads it (bucket_level)
 -- and the units come off its level; under a window they come off the count
 -- of the window the key is in, never below 0, and only when that window is

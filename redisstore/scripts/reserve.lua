@@ -1,5 +1,5 @@
 -- reserve.lua: one decision on one key for a class that must leave units
--- for higher classes (class.lua's class_step, the twin of algo/reserve.go's
+-- for higher classes (class.lua's class_step, the twin of internal/algo/reserve.go's
 -- StepReserving): it
 -- passes only if cost + reserve units would pass, and then spends only
 -- cost; refused, it replies that request's refusal and writes nothing but

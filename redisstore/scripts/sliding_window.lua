@@ -1,4 +1,4 @@
--- sliding-window: the mirror of algo/sliding_window.go. Fields: the current
+-- sliding-window: the mirror of internal/algo/sliding_window.go. Fields: the current
 -- window's index, the previous and current counts; then the rate and the
 -- window length.
 steps[5] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)

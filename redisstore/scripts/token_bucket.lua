@@ -1,4 +1,4 @@
--- token-bucket: the mirror of algo/token_bucket.go. Fields: the level (units
+-- token-bucket: the mirror of internal/algo/token_bucket.go. Fields: the level (units
 -- spent and not yet refilled) scaled by the period (a), the last update (b);
 -- then the rate and period. Like every step it returns the decision, the
 -- fields to store (nil: store nothing) and the time the state is equivalent

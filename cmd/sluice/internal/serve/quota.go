@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 

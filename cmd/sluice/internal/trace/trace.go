@@ -26,7 +26,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Request is one line of a trace.

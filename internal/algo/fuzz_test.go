@@ -3,7 +3,7 @@ package algo_test
 import (
 	"testing"
 
-	"github.com/sluice-go/sluice/algo"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/model"
 )
 
