@@ -20,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 //go:embed assets templates

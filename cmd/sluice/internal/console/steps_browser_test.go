@@ -9,10 +9,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/browsertest"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 func postSteps(t *testing.T, srv *httptest.Server, req StepsRequest) (*StepsResult, int, string) {
