@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -98,8 +99,8 @@ func PerHour(rate int64) Limit { return Per(rate, time.Hour) }
 // WithBurst returns l with Burst set to burst.
 func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 
-// Using returns l shaped by the algorithm a.
-func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
+// WithAlgorithm returns l shaped by the algorithm a.
+func (l Limit) WithAlgorithm(a Algorithm) Limit { l.Algorithm = a; return l }
 
 // String returns the limit in the form ParseLimit reads back: rate and
 // period, algorithm and burst, "10/1s token-bucket burst 50".
@@ -241,4 +242,8 @@ var (
 	// ErrStoreUnavailable: the store could not make the decision (a Redis that
 	// is gone, a deadline passed). Nothing is known to be spent.
 	ErrStoreUnavailable = storelink.ErrStoreUnavailable
+	// ErrDeadline: Wait could not admit the request (or, for LeakyBucket,
+	// let it proceed) before the context's deadline. It also matches
+	// context.DeadlineExceeded. Nothing was spent.
+	ErrDeadline = errors.New("sluice: would wait past the context's deadline")
 )

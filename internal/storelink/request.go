@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Request is one checked decision as a store of this module receives it:
@@ -35,7 +36,7 @@ var (
 	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")
 	ErrInvalidCost         = errors.New("sluice: invalid cost")
 	ErrEmptyKey            = errors.New("sluice: empty key")
-	ErrStoreUnavailable    = errors.New("sluice: store unavailable")
+	ErrStoreUnavailable    = store.ErrStoreUnavailable
 	ErrDuplicateKey        = errors.New("sluice: a composite names a key twice")
 )
 
