@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// takeAllAt returns a store's TakeAllAt (its Engine's) under a fresh
+// takeAllAt returns a store's TakeAllAt (through Run) under a fresh
 // key prefix.
 func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 	take, _ := takeAllAtPrefix(t, c)
@@ -99,11 +99,11 @@ func TestChangedLimits(t *testing.T) {
 	}
 }
 
-// TestTakeEachFailurePolicy: with Redis gone, TakeEach reports the failure
+// TestEachFailurePolicy: with Redis gone, each part reports the failure
 // policy's parts: FailOpen admits every part, FailLocal reports its
 // fallback's (which part refused, as memstore would), all Degraded;
 // FailClosed returns the error with each zeroed.
-func TestTakeEachFailurePolicy(t *testing.T) {
+func TestEachFailurePolicy(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
