@@ -15,15 +15,13 @@ import (
 // anything: an op it cannot check would reach a script with values the
 // steps are not made for.
 func check(op *store.Op) error {
-	if op.MaxDelay < 0 {
-		return fmt.Errorf("%w: max delay %dµs is negative", storelink.ErrInvalidLimit, op.MaxDelay)
-	}
 	switch op.Kind {
 	case store.Take:
-		if len(op.Parts) > 0 {
-			return checkParts(op.Parts)
+		if len(op.Parts) == 0 {
+			p := storelink.AlgoParams(&op.Limit)
+			return checkTake(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay)
 		}
-		return checkTake(op.Key, &op.Limit, op.Cost, op.Headroom)
+		return checkParts(op.Parts, op.MaxDelay)
 	case store.Refund:
 		p := storelink.AlgoParams(&op.Limit)
 		if err := p.Validate(); err != nil {
@@ -40,27 +38,30 @@ func check(op *store.Op) error {
 	return nil
 }
 
-// checkTake checks a take of cost units of key under lim, leaving
-// headroom units.
-func checkTake(key string, lim *store.Limit, cost, headroom int64) error {
-	p := storelink.AlgoParams(lim)
+// checkTake checks a take of cost units of key under p, leaving headroom
+// units, a leaky bucket's delay bounded by maxDelay.
+func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := storelink.Check(key, p, cost); err != nil {
+	if err := storelink.Check(key, *p, cost); err != nil {
 		return err
 	}
+	if maxDelay < 0 {
+		return fmt.Errorf("%w: max delay %dµs is negative", storelink.ErrInvalidLimit, maxDelay)
+	}
 	if headroom != 0 {
-		return storelink.CheckReserve(&p, cost, headroom)
+		return storelink.CheckReserve(p, cost, headroom)
 	}
 	return nil
 }
 
 // checkParts checks a composite's parts: each a take, their keys distinct.
-func checkParts(parts []store.Part) error {
+func checkParts(parts []store.Part, maxDelay int64) error {
 	for i := range parts {
 		pt := &parts[i]
-		if err := checkTake(pt.Key, &pt.Limit, pt.Cost, pt.Headroom); err != nil {
+		p := storelink.AlgoParams(&pt.Limit)
+		if err := checkTake(pt.Key, &p, pt.Cost, pt.Headroom, maxDelay); err != nil {
 			return storelink.PartError(i, pt.Key, err)
 		}
 	}
@@ -79,8 +80,8 @@ func checkHold(op *store.Op) error {
 	if err := storelink.CheckUnits(op.Key, c.Limit, op.Cost); err != nil {
 		return err
 	}
-	if len(op.Parts) > 0 {
-		return checkParts(op.Parts)
+	if op.Kind == store.Acquire && len(op.Parts) > 0 {
+		return checkParts(op.Parts, op.MaxDelay)
 	}
 	return nil
 }

@@ -61,10 +61,10 @@ func (s *Store) runHold(ctx context.Context, op *store.Op) {
 	h := holdOf(op)
 	var d algo.Decision
 	var exp int64
-	if len(op.Parts) == 0 {
-		d, exp, err = s.hold(ctx, &h, now)
-	} else {
+	if op.Kind == store.Acquire && len(op.Parts) > 0 {
 		d, exp, err = s.holdAll(ctx, &h, op.Parts, op.MaxDelay, now)
+	} else {
+		d, exp, err = s.hold(ctx, &h, now)
 	}
 	if err != nil && op.Kind != store.Acquire {
 		op.Err = err

@@ -24,7 +24,11 @@ import (
 // those wait for it, so that every key sees its ops in order.
 func (s *Store) Run(ctx context.Context, ops []store.Op) {
 	if len(ops) == 1 {
-		s.run(ctx, &ops[0])
+		if op := &ops[0]; op.Kind == store.Take && len(op.Parts) == 0 {
+			s.runTake(ctx, op) // the hot path: it checks op itself
+		} else {
+			s.run(ctx, op)
+		}
 		return
 	}
 	for len(ops) > 0 {
@@ -91,13 +95,17 @@ func independent(ops []store.Op) int {
 
 // run decides one op, writing its answer into it.
 func (s *Store) run(ctx context.Context, op *store.Op) {
+	if op.Kind == store.Take && len(op.Parts) == 0 {
+		s.runTake(ctx, op) // the hot path: it checks op itself
+		return
+	}
 	if err := check(op); err != nil {
 		op.Err = err
 		return
 	}
 	switch op.Kind {
 	case store.Take:
-		s.runTake(ctx, op)
+		s.runTakeAll(ctx, op)
 	case store.Refund:
 		s.runRefund(ctx, op)
 	case store.Reset:
@@ -109,35 +117,43 @@ func (s *Store) run(ctx context.Context, op *store.Op) {
 	}
 }
 
-// runTake decides a Take: one key (from the slices, with WithSlices, when
-// the key is hot), with or without headroom, or a composite.
+// runTake decides a Take of one key: from the slices (WithSlices) when
+// the key is hot, else in Redis, with or without headroom.
 func (s *Store) runTake(ctx context.Context, op *store.Op) {
-	now, err := s.at(op)
-	if err != nil {
-		op.Err = err
-		return
-	}
+	p := storelink.AlgoParams(&op.Limit)
 	var d algo.Decision
-	switch {
-	case len(op.Parts) > 0:
-		d, err = s.takeParts(ctx, op, now)
-	case s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && algo.Leasable(algo.Kind(op.Limit.Algorithm)):
-		d, err = s.slices.take(ctx, op.Key, &op.Limit, op.Cost, now)
-	default:
-		d, err = s.decidePart(ctx, op.Key, &op.Limit, op.Cost, op.Headroom, op.MaxDelay, now)
-	}
-	s.answer(ctx, op, &d, err)
-}
-
-// takeParts decides a composite Take: from its parts' slices when they
-// hold every part's cost, else in Redis.
-func (s *Store) takeParts(ctx context.Context, op *store.Op, now int64) (algo.Decision, error) {
-	if s.slices != nil && op.At == 0 {
-		if d, ok := s.slices.takeAll(op.Parts); ok {
-			return d, nil
+	var err error
+	if s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && algo.Leasable(p.Kind) {
+		d, err = s.slices.take(ctx, op.Key, &p, op.Cost, op.MaxDelay) // checks op where it must
+	} else if err = checkTake(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay); err == nil {
+		var now int64
+		if now, err = s.at(op); err == nil {
+			d, err = s.decidePart(ctx, op.Key, &op.Limit, op.Cost, op.Headroom, op.MaxDelay, now)
 		}
 	}
-	return s.takeAll(ctx, op.Parts, op.MaxDelay, now)
+	if err != nil {
+		s.fallBack(ctx, op, err)
+		return
+	}
+	op.Decision = storelink.DecisionOf(&d)
+}
+
+// runTakeAll decides a composite Take: from its parts' slices when they
+// hold every part's cost, else in Redis.
+func (s *Store) runTakeAll(ctx context.Context, op *store.Op) {
+	var d algo.Decision
+	ok := false
+	if s.slices != nil && op.At == 0 {
+		d, ok = s.slices.takeAll(op.Parts)
+	}
+	var err error
+	if !ok {
+		var now int64
+		if now, err = s.at(op); err == nil {
+			d, err = s.takeAll(ctx, op.Parts, op.MaxDelay, now)
+		}
+	}
+	s.answer(ctx, op, &d, err)
 }
 
 // answer writes into op its decision d, or what err leaves: the failure

@@ -271,17 +271,25 @@ func (e *sliceEntry) local(now, cost int64, d *algo.Decision) bool {
 	return true
 }
 
-// take decides cost > 0 units of key under lim, a limit that may take
-// slices: from a slice when one holds the units, else in Redis at now,
-// taking a new slice when the key is hot. It applies no failure policy.
-func (tab *sliceTable) take(ctx context.Context, key string, lim *store.Limit, cost, now int64) (algo.Decision, error) {
-	p := storelink.AlgoParams(lim)
+// take decides cost > 0 units of key under p, a limit that may take
+// slices: from a slice when one holds the units, else in Redis at the
+// store's time, taking a new slice when the key is hot. It applies no
+// failure policy. It checks the op as check does, but the limit only when
+// it is not the one the key's slices were taken under (checked then).
+func (tab *sliceTable) take(ctx context.Context, key string, p *algo.Params, cost, maxDelay int64) (algo.Decision, error) {
+	if key == "" || cost > p.Capacity() || maxDelay < 0 {
+		return algo.Decision{}, checkTake(key, p, cost, 0, maxDelay)
+	}
 	e := tab.lockedEntry(key)
 	local := tab.now()
-	if e.params != p {
+	if e.params != *p {
+		if err := p.Validate(); err != nil {
+			e.mu.Unlock()
+			return algo.Decision{}, err
+		}
 		// Slices of another limit are given back under it.
 		old, back := e.params, e.drop(local)
-		e.params = p
+		e.params = *p
 		e.winStart, e.winUnits, e.demand = local, 0, 0
 		defer tab.giveBack(e.key, &old, back)
 	}
@@ -304,15 +312,20 @@ func (tab *sliceTable) take(ctx context.Context, key string, lim *store.Limit, c
 		// wait for it), or a store closing: decided in Redis as without
 		// slices.
 		e.mu.Unlock()
-		tab.giveBack(e.key, &p, stale)
-		return tab.s.decide(ctx, key, lim, cost, store.Never, now)
+		tab.giveBack(e.key, p, stale)
+		return tab.s.decideNow(ctx, key, p, cost)
 	}
 	defer tab.inflight.Done()
 	ch := make(chan struct{})
 	e.refill = ch
 	e.mu.Unlock()
-	tab.giveBack(e.key, &p, stale)
-	return tab.takeSlice(ctx, &p, cost, want, now, e, ch)
+	tab.giveBack(e.key, p, stale)
+	now, err := tab.s.clock()
+	if err != nil {
+		tab.landed(e, ch)
+		return algo.Decision{}, err
+	}
+	return tab.takeSlice(ctx, p, cost, want, now, e, ch)
 }
 
 // drop empties e's slices and returns the live ones, to be given back;
@@ -354,16 +367,21 @@ func (tab *sliceTable) prefetch(e *sliceEntry, now int64) {
 		defer cancel()
 		at, err := tab.s.clock()
 		if err != nil { // no slice: the key is left to Redis
-			e.mu.Lock()
-			if e.refill == ch {
-				e.refill = nil
-			}
-			close(ch)
-			e.mu.Unlock()
+			tab.landed(e, ch)
 			return
 		}
 		_, _ = tab.takeSlice(ctx, &p, 0, want, at, e, ch) // a failure leaves the key to Redis
 	}()
+}
+
+// landed ends the refill ch of e that took no slice.
+func (tab *sliceTable) landed(e *sliceEntry, ch chan struct{}) {
+	e.mu.Lock()
+	if e.refill == ch {
+		e.refill = nil
+	}
+	close(ch)
+	e.mu.Unlock()
 }
 
 // goLater reports whether a slice may be taken (the store is not

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/store"
 )
@@ -172,6 +173,16 @@ func (s *Store) decide(ctx context.Context, key string, lim *store.Limit, cost, 
 		return algo.Decision{}, s.failed(ctx, err)
 	}
 	return decisionOf(d.reply[:], d.one.key)
+}
+
+// decideNow is decide at the store's time, under p.
+func (s *Store) decideNow(ctx context.Context, key string, p *algo.Params, cost int64) (algo.Decision, error) {
+	now, err := s.clock()
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	lim := storelink.LimitOf(p)
+	return s.decide(ctx, key, &lim, cost, store.Never, now)
 }
 
 // composite sends c, a composite call (scriptSet.compositeCall), within the
