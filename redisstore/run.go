@@ -24,11 +24,7 @@ import (
 // those wait for it, so that every key sees its ops in order.
 func (s *Store) Run(ctx context.Context, ops []store.Op) {
 	if len(ops) == 1 {
-		if op := &ops[0]; op.Kind == store.Take && len(op.Parts) == 0 {
-			s.runTake(ctx, op) // the hot path: it checks op itself
-		} else {
-			s.run(ctx, op)
-		}
+		s.run(ctx, &ops[0])
 		return
 	}
 	for len(ops) > 0 {
@@ -131,11 +127,7 @@ func (s *Store) runTake(ctx context.Context, op *store.Op) {
 			d, err = s.decidePart(ctx, op.Key, &op.Limit, op.Cost, op.Headroom, op.MaxDelay, now)
 		}
 	}
-	if err != nil {
-		s.fallBack(ctx, op, err)
-		return
-	}
-	op.Decision = storelink.DecisionOf(&d)
+	s.answer(ctx, op, &d, err)
 }
 
 // runTakeAll decides a composite Take: from its parts' slices when they
