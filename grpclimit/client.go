@@ -147,7 +147,7 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	for i := range ps {
 		parts[i] = ps[i].Sluice()
 	}
-	res, err := c.lim.WaitEach(cl, parts, each)
+	res, err := c.lim.WaitAll(cl, parts, each)
 	lat := time.Since(start)
 	switch {
 	case err == nil && res.Degraded:

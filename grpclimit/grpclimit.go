@@ -88,7 +88,7 @@ type policy struct {
 
 // reserveFor is what a call of method leaves for higher classes under p.
 func (p *policy) reserveFor(ctx context.Context, method string) int64 {
-	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(ctx, method))
+	return p.HeadroomFor(p.Headroom == 0 || p.Critical != nil && p.Critical(ctx, method))
 }
 
 // Stats holds one policy's counts since its Server or Client was made, one
@@ -127,7 +127,7 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 			mode = c.mode
 		}
 		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, Critical: p.Critical, perMsg: mode == PerMessage}
-		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional}
+		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Reserve, Shadow: p.Shadow, Optional: p.Optional}
 		if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
 			return nil, fmt.Errorf("grpclimit: %w", err)
 		}
@@ -227,7 +227,7 @@ func gather(cl *call, method string, pols []*policy, msg any, out []policycore.P
 			}
 			cost = c
 		}
-		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost, Reserve: p.reserveFor(cl, method)})
+		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost, Headroom: p.reserveFor(cl, method)})
 	}
 	return out, nil
 }

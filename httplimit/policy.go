@@ -147,7 +147,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 // with its defaults: cost 1, the key defaultKey().
 func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (*policy, error) {
 	pol := &policy{
-		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional},
+		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Reserve, Shadow: p.Shadow, Optional: p.Optional},
 		Key:      p.Key,
 		CostFunc: p.CostFunc,
 		Critical: p.Critical,
@@ -164,7 +164,7 @@ func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (
 
 // reserveFor is what r leaves for higher classes under p.
 func (p *policy) reserveFor(r *http.Request) int64 {
-	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(r))
+	return p.HeadroomFor(p.Headroom == 0 || p.Critical != nil && p.Critical(r))
 }
 
 // Stats is what one policy decided since the Middleware was made.

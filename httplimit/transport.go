@@ -204,7 +204,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Reserve: p.reserveFor(req)})
+			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Headroom: p.reserveFor(req)})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}
@@ -258,7 +258,7 @@ func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.R
 	fast := ctx.Err() == nil && !(t.leaky && bounded)
 	if fast {
 		start := time.Now()
-		res, err = t.lim.TakeAll(ctx, parts)
+		res, err = t.lim.TakeAll(ctx, parts, nil)
 		lat = time.Since(start)
 		if err != nil {
 			return res, nil, lat, 0, err
@@ -272,7 +272,7 @@ func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.R
 	}
 	start, waitStart := time.Now(), t.clock.Now()
 	each = make([]sluice.Result, len(parts))
-	res, err = t.lim.WaitEach(ctx, parts, each)
+	res, err = t.lim.WaitAll(ctx, parts, each)
 	if !fast { // WaitEach's time is the store's and the wait's together
 		lat = time.Since(start)
 	} else {
