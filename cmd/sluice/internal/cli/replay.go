@@ -271,7 +271,7 @@ func (f *limitFlags) parse() (sluice.Limit, error) {
 	if err != nil {
 		return l, fmt.Errorf("--algorithm %s: %w", f.algorithm, err)
 	}
-	l = l.Using(a)
+	l = l.WithAlgorithm(a)
 	given := "--limit " + f.limit
 	if a != sluice.TokenBucket {
 		given += " --algorithm " + f.algorithm
