@@ -1,8 +1,9 @@
 // Package sluice is a rate limiter: exact, fast, and the same in one process as
 // on a Redis/Valkey cluster.
 //
-// A Limiter spends budgets kept in a Store. Each call carries its Limit (rate
-// per period, burst, algorithm), so a changed limit needs no migration:
+// A Limiter spends budgets kept in a store (package store's contract). Each
+// call carries its Limit (rate per period, burst, algorithm), so a changed
+// limit needs no migration:
 //
 //	lim := sluice.New(memstore.New())
 //	res, err := lim.Take(ctx, "user:42", sluice.PerSecond(10).WithBurst(50), 1)
@@ -10,10 +11,11 @@
 //	if !res.Allowed { retry after res.RetryAfter }
 //
 // The algorithms (token bucket, GCRA, leaky bucket as a queue, fixed window,
-// sliding window, sliding log) are pure integer steps in package algo; their
-// exact semantics are in SEMANTICS.md. The stores, memstore (in process) and
-// redisstore (shared), keep the state and make each step atomic; for the same
-// trace they give the same decisions, to the microsecond.
+// aligned window, sliding window, sliding log) are pure integer steps; their
+// exact semantics are in SEMANTICS.md. The stores, memstore (in process),
+// redisstore (shared) and any store.Store written elsewhere, keep the state
+// and make each step atomic; for the same trace they give the same
+// decisions, to the microsecond (package store/storetest checks it).
 //
 // A Limiter is safe for concurrent use.
 package sluice

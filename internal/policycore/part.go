@@ -92,33 +92,24 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 	switch {
 	case len(ps) == 1 && ps[0].Headroom == 0: // a composite of one is a Take, without the parts
 		res, err = lim.Take(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost)
-	default: // a lower class's one part, or a composite
+		if each != nil {
+			each[0] = res
+		}
+	default: // a lower class's part (Headroom) or more than one part
 		buf := sluiceParts.Get().(*[2]sluice.Part)
 		sp := buf[:0]
 		for i := range ps {
 			sp = append(sp, ps[i].Sluice())
 		}
-		res, err = lim.TakeAll(ctx, sp, eachOf(ps, each))
+		res, err = lim.TakeAll(ctx, sp, each)
 		*buf = [2]sluice.Part{} // hold no keys in the pool
 		sluiceParts.Put(buf)
-	}
-	if len(ps) == 1 && each != nil {
-		each[0] = res
 	}
 	var lat time.Duration
 	if timed {
 		lat = time.Since(start)
 	}
 	return res, lat, err
-}
-
-// eachOf is the each TakeAll takes for ps: each, or nil for a part alone
-// (whose result is the summary).
-func eachOf(ps []Part, each []sluice.Result) []sluice.Result {
-	if len(ps) == 1 {
-		return nil
-	}
-	return each
 }
 
 // sluiceParts lends Take room for two parts: a []sluice.Part escapes (the

@@ -1,5 +1,6 @@
--- lease.lua: takes a slice of one key's budget, the mirror of internal/algo/lease.go
--- (token-bucket, gcra, fixed-window, aligned-window): cost units and, when
+-- slice.lua: takes a slice of one key's budget, the mirror of
+-- internal/algo/lease.go's TakeSlice (token-bucket, gcra, fixed-window,
+-- aligned-window): cost units and, when
 -- they pass, up to want − cost more, never more than a look at the key
 -- (cost 0) finds available. One script, so no other take comes between the
 -- look and the take.
@@ -21,7 +22,7 @@ local step = steps[tonumber(ARGV[1])]
 local rate, period, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cost, want = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local function lease()
+local function take_slice()
   local k, a, b, c, r, p, raw = load(KEYS[1])
   local look = step(rate, period, burst, 0, huge, k, a, b, c, r, p, raw)
   local n = min(max(want, cost), look[2])
@@ -34,7 +35,7 @@ local function lease()
   return d
 end
 
-local ok, d = pcall(lease)
+local ok, d = pcall(take_slice)
 if not ok then
   d = failed(failure_code(d, false))
   d[7], d[8] = 0, 0

@@ -1,5 +1,5 @@
--- lease_giveback.lua: what comes before refund.lua in the give-back of a
--- leased slice. A bucket's slice may be given back only while it is live in
+-- slice_giveback.lua: what comes before refund.lua in the give-back of a
+-- slice. A bucket's slice may be given back only while it is live in
 -- the store's time: a unit given back later than its life after it was
 -- spent could be spent again where SEMANTICS.md's bound no longer counts
 -- it. So the give-back carries the slice's end (ARGV[9], µs in the time the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,15 +15,17 @@ import (
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
-// WithLeases makes the store lease hot keys' budgets to this process
-// (SEMANTICS.md, "Leases"): a key this process decides often takes a slice
-// of its budget from Redis in one script (spent there, like any take) and
-// admits from it in memory, taking the next slice before it runs dry and
-// giving back what it did not use when its demand drops or the store
-// closes. A slice is sized from this process's own recent demand on the
-// key, so a cold key takes none and is decided in Redis as without leases.
+// WithSlices makes the store hand slices of hot keys' budgets to this
+// process (SEMANTICS.md, "Leases"): a key this process decides often takes
+// a slice of its budget from Redis in one script (spent there, like any
+// take) and admits from it in memory, taking the next slice before it runs
+// dry and giving back what it did not use when its demand drops or the
+// store closes. A slice is sized from this process's own recent demand on
+// the key, so a cold key takes none and is decided in Redis as without
+// slices.
 //
 // life is the longest a slice is kept: a unit admitted from it was spent in
 // Redis at most life earlier, so under token-bucket and gcra all processes
@@ -32,41 +35,41 @@ import (
 // every instant; longer takes fewer round trips on a key of little demand.
 // A slice covers about a quarter of life of the process's demand.
 //
-// Sliding-window, sliding-log and leaky-bucket keys are never leased (they
-// cannot give units back): they are decided in Redis as without leases. A
-// composite (TakeAll, TakeEach) whose parts are all leasable is admitted
-// from their slices when each holds its part's cost, all or nothing; else
-// it is decided in Redis as without leases. A refund goes to Redis; a
-// Reset drops this process's slices of the key. During an outage the
-// process keeps admitting from the slices it holds, then the failure policy
-// applies. LeaseStats reports what the slices hold. life must be positive
-// and at most an hour.
-func WithLeases(life time.Duration) Option {
+// Sliding-window, sliding-log and leaky-bucket keys never take slices (they
+// cannot give units back): they are decided in Redis as without slices, and
+// so are a class's take (with headroom) and an op with its own time (At). A
+// composite whose parts may all take slices is admitted from their slices
+// when each holds its part's cost, all or nothing; else it is decided in
+// Redis as without slices. A refund goes to Redis; a Reset drops this
+// process's slices of the key. During an outage the process keeps admitting
+// from the slices it holds, then the failure policy applies. SliceStats
+// reports what the slices hold. life must be positive and at most an hour.
+func WithSlices(life time.Duration) Option {
 	return func(s *Store) {
 		if life <= 0 || life > time.Hour {
-			s.optErr = append(s.optErr, fmt.Errorf("WithLeases(%v): a lease's life must be from 1µs to 1h", life))
+			s.optErr = append(s.optErr, fmt.Errorf("WithSlices(%v): a slice's life must be from 1µs to 1h", life))
 			return
 		}
-		s.leaseLife = life
+		s.sliceLife = life
 	}
 }
 
-// leaseShards is the number of shards of the lease table.
-const leaseShards = 64
+// sliceShards is the number of shards of the slice table.
+const sliceShards = 64
 
 // minSlice is the fewest units beyond a request's cost worth a slice: a
 // key whose demand over a slice's horizon is below it is decided in Redis.
 const minSlice = 4
 
-// leases is a store's lease table: per key, the slices this process holds
-// and its recent demand.
-type leases struct {
+// A sliceTable is a store's slices (WithSlices): per key, the slices this
+// process holds and its recent demand.
+type sliceTable struct {
 	s       *Store
 	life    int64 // µs
 	horizon int64 // µs: the demand one slice covers
 	now     func() int64
 	seed    maphash.Seed
-	shards  [leaseShards]leaseShard
+	shards  [sliceShards]sliceShard
 	stop    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
@@ -78,16 +81,16 @@ type leases struct {
 	// Totals over the keys the table has dropped (live keys keep their own),
 	// under goneMu.
 	goneMu sync.Mutex
-	gone   leaseCounts
+	gone   sliceCounts
 }
 
-type leaseShard struct {
+type sliceShard struct {
 	// hot is the entry last looked up through the map: a hot key is found
 	// by one atomic load, with no write to a shared cache line (a read
 	// lock's count is one).
-	hot atomic.Pointer[leaseEntry]
+	hot atomic.Pointer[sliceEntry]
 	mu  sync.RWMutex
-	m   map[string]*leaseEntry
+	m   map[string]*sliceEntry
 	_   [32]byte // keeps two shards' locks off one cache line
 }
 
@@ -103,22 +106,22 @@ type slice struct {
 // live reports whether sl holds units at now.
 func (sl *slice) live(now int64) bool { return sl.units > 0 && now < sl.exp }
 
-// leaseCounts are a key's counters (see LeaseStats).
-type leaseCounts struct {
-	local, store, slices, leased, givenBack, expired int64
+// sliceCounts are a key's counters (see SliceStats).
+type sliceCounts struct {
+	local, store, slices, sliced, givenBack, expired int64
 }
 
-func (c *leaseCounts) add(o *leaseCounts) {
+func (c *sliceCounts) add(o *sliceCounts) {
 	c.local += o.local
 	c.store += o.store
 	c.slices += o.slices
-	c.leased += o.leased
+	c.sliced += o.sliced
 	c.givenBack += o.givenBack
 	c.expired += o.expired
 }
 
-// A leaseEntry is one key's slices and demand, under mu.
-type leaseEntry struct {
+// A sliceEntry is one key's slices and demand, under mu.
+type sliceEntry struct {
 	key      string
 	mu       sync.Mutex
 	params   algo.Params
@@ -129,7 +132,7 @@ type leaseEntry struct {
 	// Demand: units asked for since winStart, and over the last full horizon.
 	winStart, winUnits, demand int64
 	lastUse                    int64
-	counts                     leaseCounts
+	counts                     sliceCounts
 	// epoch counts the resets of the key, so that a slice taken before one
 	// is not kept after it; gone is set when the table forgets the entry,
 	// so that a caller who found it just before looks again.
@@ -137,27 +140,27 @@ type leaseEntry struct {
 	gone  bool
 }
 
-func newLeases(s *Store) *leases {
-	ls := &leases{s: s, life: s.leaseLife.Microseconds(), now: fastclock.Micros, seed: maphash.MakeSeed(),
+func newSliceTable(s *Store) *sliceTable {
+	tab := &sliceTable{s: s, life: s.sliceLife.Microseconds(), now: fastclock.Micros, seed: maphash.MakeSeed(),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	ls.horizon = max(ls.life/4, 1)
+	tab.horizon = max(tab.life/4, 1)
 	if s.now != nil {
-		ls.now = s.now
+		tab.now = s.now
 	}
-	for i := range ls.shards {
-		ls.shards[i].m = make(map[string]*leaseEntry)
+	for i := range tab.shards {
+		tab.shards[i].m = make(map[string]*sliceEntry)
 	}
-	go ls.janitor(time.Duration(ls.horizon) * time.Microsecond)
-	return ls
+	go tab.janitor(time.Duration(tab.horizon) * time.Microsecond)
+	return tab
 }
 
-func (ls *leases) shard(key string) *leaseShard {
-	return &ls.shards[maphash.String(ls.seed, key)%leaseShards]
+func (tab *sliceTable) shard(key string) *sliceShard {
+	return &tab.shards[maphash.String(tab.seed, key)%sliceShards]
 }
 
 // entry returns key's entry, made on first use.
-func (ls *leases) entry(key string) *leaseEntry {
-	sh := ls.shard(key)
+func (tab *sliceTable) entry(key string) *sliceEntry {
+	sh := tab.shard(key)
 	if e := sh.hot.Load(); e != nil && e.key == key {
 		return e
 	}
@@ -167,8 +170,10 @@ func (ls *leases) entry(key string) *leaseEntry {
 	if e == nil {
 		sh.mu.Lock()
 		if e = sh.m[key]; e == nil {
-			e = &leaseEntry{key: key}
-			sh.m[key] = e
+			// A copy of the key: the store keeps nothing of the ops it is
+			// handed.
+			e = &sliceEntry{key: strings.Clone(key)}
+			sh.m[e.key] = e
 		}
 		sh.mu.Unlock()
 	}
@@ -177,9 +182,9 @@ func (ls *leases) entry(key string) *leaseEntry {
 }
 
 // lockedEntry returns key's entry, locked: one the table still holds.
-func (ls *leases) lockedEntry(key string) *leaseEntry {
+func (tab *sliceTable) lockedEntry(key string) *sliceEntry {
 	for {
-		e := ls.entry(key)
+		e := tab.entry(key)
 		e.mu.Lock()
 		if !e.gone {
 			return e
@@ -189,7 +194,7 @@ func (ls *leases) lockedEntry(key string) *leaseEntry {
 }
 
 // note counts cost units asked for at now in the key's demand.
-func (e *leaseEntry) note(now, cost, horizon int64) {
+func (e *sliceEntry) note(now, cost, horizon int64) {
 	if el := now - e.winStart; el >= horizon {
 		e.demand = 0
 		if el < 2*horizon {
@@ -205,7 +210,7 @@ func (e *leaseEntry) note(now, cost, horizon int64) {
 // spend: the demand over a horizon, at most half the key's capacity (so
 // that one process does not empty a fresh key for the others); cost when
 // the key is cold.
-func (e *leaseEntry) want(cost int64) int64 {
+func (e *sliceEntry) want(cost int64) int64 {
 	w := min(max(e.demand, e.winUnits), e.params.Capacity()/2)
 	if w < cost+minSlice {
 		return cost
@@ -214,7 +219,7 @@ func (e *leaseEntry) want(cost int64) int64 {
 }
 
 // held is the units e's live slices hold at now.
-func (e *leaseEntry) held(now int64) int64 {
+func (e *sliceEntry) held(now int64) int64 {
 	var n int64
 	if e.cur.live(now) {
 		n += e.cur.units
@@ -229,7 +234,7 @@ func (e *leaseEntry) held(now int64) int64 {
 // not given back (SEMANTICS.md: a give-back after the end could land where
 // the bound no longer counts them). The next slice moves up when the
 // current one is spent or gone.
-func (e *leaseEntry) expire(now int64) {
+func (e *sliceEntry) expire(now int64) {
 	for _, sl := range []*slice{&e.cur, &e.nxt} {
 		if sl.units > 0 && now >= sl.exp {
 			e.counts.expired += sl.units
@@ -242,8 +247,9 @@ func (e *leaseEntry) expire(now int64) {
 }
 
 // local admits cost units at now from the first slice holding them, and
-// writes the decision into r (SEMANTICS.md: a leased decision).
-func (e *leaseEntry) local(now, cost int64, r *storelink.Result) bool {
+// writes the decision into d (SEMANTICS.md, "Leases": a decision from a
+// slice).
+func (e *sliceEntry) local(now, cost int64, d *algo.Decision) bool {
 	sl := &e.cur
 	if sl.units < cost {
 		sl = &e.nxt
@@ -253,10 +259,10 @@ func (e *leaseEntry) local(now, cost int64, r *storelink.Result) bool {
 	}
 	sl.units -= cost
 	e.counts.local++
-	*r = storelink.Result{
+	*d = algo.Decision{
 		Allowed:    true,
 		Remaining:  e.cur.units + e.nxt.units,
-		ResetAfter: storelink.Duration(max(0, sl.reset-(now-sl.taken))),
+		ResetAfter: max(0, sl.reset-(now-sl.taken)),
 		Window:     sl.window,
 	}
 	if e.cur.units == 0 {
@@ -265,54 +271,54 @@ func (e *leaseEntry) local(now, cost int64, r *storelink.Result) bool {
 	return true
 }
 
-// take decides req, a request of cost > 0 under a leasable limit: from a
-// slice when one holds the units, else in Redis, taking a new slice when
-// the key is hot.
-func (ls *leases) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
-	e := ls.lockedEntry(req.Key)
-	now := ls.now()
-	if e.params != req.Params {
+// take decides cost > 0 units of key under lim, a limit that may take
+// slices: from a slice when one holds the units, else in Redis at now,
+// taking a new slice when the key is hot. It applies no failure policy.
+func (tab *sliceTable) take(ctx context.Context, key string, lim *store.Limit, cost, now int64) (algo.Decision, error) {
+	p := storelink.AlgoParams(lim)
+	e := tab.lockedEntry(key)
+	local := tab.now()
+	if e.params != p {
 		// Slices of another limit are given back under it.
-		old, back := e.params, e.drop(now)
-		e.params = req.Params
-		e.winStart, e.winUnits, e.demand = now, 0, 0
-		defer ls.giveBack(req.Key, &old, back)
+		old, back := e.params, e.drop(local)
+		e.params = p
+		e.winStart, e.winUnits, e.demand = local, 0, 0
+		defer tab.giveBack(e.key, &old, back)
 	}
-	e.note(now, req.Cost, ls.horizon)
-	e.expire(now)
-	var r storelink.Result
-	if e.local(now, req.Cost, &r) {
-		ls.prefetch(req.Key, e, now)
+	e.note(local, cost, tab.horizon)
+	e.expire(local)
+	var d algo.Decision
+	if e.local(local, cost, &d) {
+		tab.prefetch(e, local)
 		e.mu.Unlock()
-		return r, nil
+		return d, nil
 	}
 	// What the slices still hold cannot serve this request: it is given
 	// back first, so that this process is not refused for want of units it
 	// holds itself.
-	want := e.want(req.Cost)
+	want := e.want(cost)
 	e.counts.store++
-	stale := e.drop(now)
-	if want == req.Cost || e.refill != nil || !ls.goLater() {
+	stale := e.drop(local)
+	if want == cost || e.refill != nil || !tab.goLater() {
 		// A cold key, one whose next slice is on its way (a request does not
 		// wait for it), or a store closing: decided in Redis as without
-		// leases.
+		// slices.
 		e.mu.Unlock()
-		ls.giveBack(req.Key, &req.Params, stale)
-		return ls.s.takeInStore(ctx, req)
+		tab.giveBack(e.key, &p, stale)
+		return tab.s.decide(ctx, key, lim, cost, store.Never, now)
 	}
-	defer ls.inflight.Done()
+	defer tab.inflight.Done()
 	ch := make(chan struct{})
 	e.refill = ch
 	e.mu.Unlock()
-	ls.giveBack(req.Key, &req.Params, stale)
-	d, err := ls.takeSlice(ctx, req.Key, &req.Params, req.Cost, want, e, ch)
-	return ls.s.settle(&d, err, func() (storelink.Result, error) { return ls.s.local.Take(ctx, req) })
+	tab.giveBack(e.key, &p, stale)
+	return tab.takeSlice(ctx, &p, cost, want, now, e, ch)
 }
 
 // drop empties e's slices and returns the live ones, to be given back;
 // the units of those that have ended are counted dropped, as expire counts
 // them (a changed limit dropped them uncounted before expire ran).
-func (e *leaseEntry) drop(now int64) []slice {
+func (e *sliceEntry) drop(now int64) []slice {
 	var out []slice
 	for _, sl := range []*slice{&e.cur, &e.nxt} {
 		if sl.live(now) {
@@ -328,7 +334,7 @@ func (e *leaseEntry) drop(now int64) []slice {
 // prefetch starts taking the next slice, under e.mu, when the slices hold
 // less than half a slice and none is on its way: so a hot key's requests
 // keep finding units and never wait for Redis.
-func (ls *leases) prefetch(key string, e *leaseEntry, now int64) {
+func (tab *sliceTable) prefetch(e *sliceEntry, now int64) {
 	if e.refill != nil || e.nxt.units > 0 {
 		return
 	}
@@ -336,17 +342,27 @@ func (ls *leases) prefetch(key string, e *leaseEntry, now int64) {
 	if want == 0 || 2*e.held(now) >= want {
 		return
 	}
-	if !ls.goLater() {
+	if !tab.goLater() {
 		return
 	}
 	ch := make(chan struct{})
 	e.refill = ch
 	p := e.params
 	go func() {
-		defer ls.inflight.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
+		defer tab.inflight.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), tab.s.timeout)
 		defer cancel()
-		_, _ = ls.takeSlice(ctx, key, &p, 0, want, e, ch) // a failure leaves the key to Redis
+		at, err := tab.s.clock()
+		if err != nil { // no slice: the key is left to Redis
+			e.mu.Lock()
+			if e.refill == ch {
+				e.refill = nil
+			}
+			close(ch)
+			e.mu.Unlock()
+			return
+		}
+		_, _ = tab.takeSlice(ctx, &p, 0, want, at, e, ch) // a failure leaves the key to Redis
 	}()
 }
 
@@ -354,27 +370,28 @@ func (ls *leases) prefetch(key string, e *leaseEntry, now int64) {
 // closing), and counts its taker in inflight, which must call
 // inflight.Done: close waits for the slices on their way before it gives
 // back what the slices hold.
-func (ls *leases) goLater() bool {
-	ls.gate.RLock()
-	defer ls.gate.RUnlock()
-	if ls.closed.Load() {
+func (tab *sliceTable) goLater() bool {
+	tab.gate.RLock()
+	defer tab.gate.RUnlock()
+	if tab.closed.Load() {
 		return false
 	}
-	ls.inflight.Add(1)
+	tab.inflight.Add(1)
 	return true
 }
 
-// takeSlice runs the lease script for cost units and up to want − cost
-// more, keeps what passed beyond cost as a slice of e (when e still decides
-// under p and has room), gives back what it cannot keep, and ends the
-// refill ch. It returns the decision of the take, as the caller sees it:
-// Remaining counts the new slice's units.
-func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64, e *leaseEntry, ch chan struct{}) (algo.Decision, error) {
+// takeSlice runs the slice script on e's key at now (-1: the server's
+// TIME) for cost units and up to want − cost more, keeps what passed beyond
+// cost as a slice of e (when e still decides under p and has room), gives
+// back what it cannot keep, and ends the refill ch. It returns the decision
+// of the take, as the caller sees it: Remaining counts the new slice's
+// units.
+func (tab *sliceTable) takeSlice(ctx context.Context, p *algo.Params, cost, want, now int64, e *sliceEntry, ch chan struct{}) (algo.Decision, error) {
 	e.mu.Lock()
 	epoch := e.epoch
 	e.mu.Unlock()
-	sent := ls.now()
-	d, got, at, err := ls.s.takeSlice(ctx, key, p, cost, want)
+	sent := tab.now()
+	d, got, at, err := tab.s.takeSliceAt(ctx, e.key, p, cost, want, now)
 	e.mu.Lock()
 	if e.refill == ch {
 		e.refill = nil
@@ -384,13 +401,13 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 		e.mu.Unlock()
 		return d, err
 	}
-	sl := slice{units: got - cost, exp: sent + ls.life, taken: sent, reset: d.ResetAfter, window: d.Window, spent: at}
+	sl := slice{units: got - cost, exp: sent + tab.life, taken: sent, reset: d.ResetAfter, window: d.Window, spent: at}
 	if p.Kind == algo.FixedWindow || p.Kind == algo.AlignedWindow {
-		sl.exp = sent + min(ls.life, d.ResetAfter) // never past the window's end
+		sl.exp = sent + min(tab.life, d.ResetAfter) // never past the window's end
 	}
 	e.counts.slices++
-	e.counts.leased += sl.units
-	e.expire(ls.now())
+	e.counts.sliced += sl.units
+	e.expire(tab.now())
 	if e.epoch != epoch || e.gone {
 		// The key was reset meanwhile: nothing to give back to.
 		e.counts.expired += sl.units
@@ -412,24 +429,24 @@ func (ls *leases) takeSlice(ctx context.Context, key string, p *algo.Params, cos
 	}
 	e.mu.Unlock()
 	if !kept {
-		ls.giveBack(key, p, []slice{sl})
+		tab.giveBack(e.key, p, []slice{sl})
 	}
 	return d, nil
 }
 
 // giveBack gives the units of slices under p back to key, while each is
 // live: a slice that has ended is dropped instead, and so is one whose
-// give-back reaches Redis after its life there (lease_giveback.lua) or
+// give-back reaches Redis after its life there (slice_giveback.lua) or
 // fails.
-func (ls *leases) giveBack(key string, p *algo.Params, slices []slice) {
+func (tab *sliceTable) giveBack(key string, p *algo.Params, slices []slice) {
 	for _, sl := range slices {
 		ok := false
-		if sl.live(ls.now()) {
-			ctx, cancel := context.WithTimeout(context.Background(), ls.s.timeout)
-			ok = ls.s.giveBack(ctx, key, p, &sl, ls.life) == nil
+		if sl.live(tab.now()) {
+			ctx, cancel := context.WithTimeout(context.Background(), tab.s.timeout)
+			ok = tab.s.giveBack(ctx, key, p, &sl, tab.life) == nil
 			cancel()
 		}
-		ls.count(key, func(c *leaseCounts) {
+		tab.count(key, func(c *sliceCounts) {
 			if ok {
 				c.givenBack += sl.units
 			} else {
@@ -440,15 +457,15 @@ func (ls *leases) giveBack(key string, p *algo.Params, slices []slice) {
 }
 
 // count updates key's counters with f (the table's when the key is gone).
-func (ls *leases) count(key string, f func(*leaseCounts)) {
-	sh := ls.shard(key)
+func (tab *sliceTable) count(key string, f func(*sliceCounts)) {
+	sh := tab.shard(key)
 	sh.mu.RLock()
 	e := sh.m[key]
 	sh.mu.RUnlock()
 	if e == nil {
-		ls.goneMu.Lock()
-		f(&ls.gone)
-		ls.goneMu.Unlock()
+		tab.goneMu.Lock()
+		f(&tab.gone)
+		tab.goneMu.Unlock()
 		return
 	}
 	e.mu.Lock()
@@ -457,8 +474,8 @@ func (ls *leases) count(key string, f func(*leaseCounts)) {
 }
 
 // forget drops key's slices without giving anything back (a reset).
-func (ls *leases) forget(key string) {
-	sh := ls.shard(key)
+func (tab *sliceTable) forget(key string) {
+	sh := tab.shard(key)
 	sh.mu.RLock()
 	e := sh.m[key]
 	sh.mu.RUnlock()
@@ -474,45 +491,45 @@ func (ls *leases) forget(key string) {
 
 // janitor, every horizon, gives back the slices of keys whose demand has
 // stopped and forgets keys idle for long.
-func (ls *leases) janitor(every time.Duration) {
-	defer close(ls.done)
+func (tab *sliceTable) janitor(every time.Duration) {
+	defer close(tab.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-ls.stop:
+		case <-tab.stop:
 			return
 		case <-t.C:
-			ls.sweep(ls.now(), false)
+			tab.sweep(tab.now(), false)
 		}
 	}
 }
 
 // sweep gives back the slices of every key idle for a horizon at now (all,
 // when closing), and forgets keys idle for four lives that hold nothing.
-func (ls *leases) sweep(now int64, closing bool) {
+func (tab *sliceTable) sweep(now int64, closing bool) {
 	type back struct {
 		key    string
 		params algo.Params
 		slices []slice
 	}
 	var todo []back
-	for i := range ls.shards {
-		sh := &ls.shards[i]
+	for i := range tab.shards {
+		sh := &tab.shards[i]
 		sh.mu.Lock()
 		for key, e := range sh.m {
 			e.mu.Lock()
 			e.expire(now)
 			idle := now - e.lastUse
-			if closing || idle >= ls.horizon {
+			if closing || idle >= tab.horizon {
 				if sl := e.drop(now); len(sl) > 0 {
 					todo = append(todo, back{key, e.params, sl})
 				}
 			}
-			if idle >= 4*ls.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
-				ls.goneMu.Lock()
-				ls.gone.add(&e.counts)
-				ls.goneMu.Unlock()
+			if idle >= 4*tab.life && e.refill == nil && e.cur.units == 0 && e.nxt.units == 0 {
+				tab.goneMu.Lock()
+				tab.gone.add(&e.counts)
+				tab.goneMu.Unlock()
 				e.gone = true
 				delete(sh.m, key)
 				sh.hot.CompareAndSwap(e, nil)
@@ -522,47 +539,47 @@ func (ls *leases) sweep(now int64, closing bool) {
 		sh.mu.Unlock()
 	}
 	for _, b := range todo {
-		ls.giveBack(b.key, &b.params, b.slices)
+		tab.giveBack(b.key, &b.params, b.slices)
 	}
 }
 
 // close stops the janitor, waits for the slices on their way, and gives
 // back every slice this process holds.
-func (ls *leases) close() {
-	ls.gate.Lock()
-	was := ls.closed.Swap(true)
-	ls.gate.Unlock()
+func (tab *sliceTable) close() {
+	tab.gate.Lock()
+	was := tab.closed.Swap(true)
+	tab.gate.Unlock()
 	if was {
 		return
 	}
-	close(ls.stop)
-	<-ls.done
-	ls.inflight.Wait()
-	ls.sweep(ls.now(), true)
+	close(tab.stop)
+	<-tab.done
+	tab.inflight.Wait()
+	tab.sweep(tab.now(), true)
 }
 
-// LeaseStats is what a store's leases hold and have done (WithLeases):
+// SliceStats is what a store's slices hold and have done (WithSlices):
 // counters since the store was made, and the units held now.
-type LeaseStats struct {
-	// Keys is how many keys the lease table follows.
+type SliceStats struct {
+	// Keys is how many keys the slice table follows.
 	Keys int
 	// Held is the units this process's live slices hold now: spent in Redis,
 	// not yet admitted. Another process refused meanwhile is the price of
-	// the leases (under-admission), bounded by the slices.
+	// the slices (under-admission), bounded by them.
 	Held int64
 	// Local counts decisions made from slices, without Redis; Store the
-	// decisions on leasable keys that went to Redis (cold keys, refills
-	// made by a request, refusals).
+	// decisions on keys that may take slices that went to Redis (cold keys,
+	// refills made by a request, refusals).
 	Local, Store int64
-	// Slices counts the slices taken and Leased their units; GivenBack the
+	// Slices counts the slices taken and Sliced their units; GivenBack the
 	// units given back to Redis; Expired the units dropped unspent (a slice
 	// that ended, a give-back that failed): units spent in Redis that no
 	// request used.
-	Slices, Leased, GivenBack, Expired int64
+	Slices, Sliced, GivenBack, Expired int64
 }
 
-// KeyLease is one key's leases (Store.Leases).
-type KeyLease struct {
+// KeySlices is one key's slices (Store.Slices).
+type KeySlices struct {
 	Key string
 	// Held is the units the key's live slices hold, Slices how many there
 	// are (0 to 2), ExpiresIn when the first ends.
@@ -570,21 +587,21 @@ type KeyLease struct {
 	Slices    int
 	ExpiresIn time.Duration
 	// Demand is the units this process asked for on the key over the last
-	// slice horizon (a quarter of the lease's life).
+	// slice horizon (a quarter of a slice's life).
 	Demand int64
 }
 
-// LeaseStats reports the store's leases (zero without WithLeases).
-func (s *Store) LeaseStats() LeaseStats {
-	ls := s.leases
-	if ls == nil {
-		return LeaseStats{}
+// SliceStats reports the store's slices (zero without WithSlices).
+func (s *Store) SliceStats() SliceStats {
+	tab := s.slices
+	if tab == nil {
+		return SliceStats{}
 	}
-	now := ls.now()
-	var st LeaseStats
-	var c leaseCounts
-	for i := range ls.shards {
-		sh := &ls.shards[i]
+	now := tab.now()
+	var st SliceStats
+	var c sliceCounts
+	for i := range tab.shards {
+		sh := &tab.shards[i]
 		sh.mu.RLock()
 		st.Keys += len(sh.m)
 		for _, e := range sh.m {
@@ -595,28 +612,28 @@ func (s *Store) LeaseStats() LeaseStats {
 		}
 		sh.mu.RUnlock()
 	}
-	ls.goneMu.Lock()
-	c.add(&ls.gone)
-	ls.goneMu.Unlock()
-	st.Local, st.Store, st.Slices, st.Leased, st.GivenBack, st.Expired = c.local, c.store, c.slices, c.leased, c.givenBack, c.expired
+	tab.goneMu.Lock()
+	c.add(&tab.gone)
+	tab.goneMu.Unlock()
+	st.Local, st.Store, st.Slices, st.Sliced, st.GivenBack, st.Expired = c.local, c.store, c.slices, c.sliced, c.givenBack, c.expired
 	return st
 }
 
-// Leases returns the keys whose slices hold the most units now, at most n
-// of them, most first (what a console shows of the leases).
-func (s *Store) Leases(n int) []KeyLease {
-	ls := s.leases
-	if ls == nil || n <= 0 {
+// Slices returns the keys whose slices hold the most units now, at most n
+// of them, most first (what a console shows of the slices).
+func (s *Store) Slices(n int) []KeySlices {
+	tab := s.slices
+	if tab == nil || n <= 0 {
 		return nil
 	}
-	now := ls.now()
-	var out []KeyLease
-	for i := range ls.shards {
-		sh := &ls.shards[i]
+	now := tab.now()
+	var out []KeySlices
+	for i := range tab.shards {
+		sh := &tab.shards[i]
 		sh.mu.RLock()
 		for key, e := range sh.m {
 			e.mu.Lock()
-			k := KeyLease{Key: key, Held: e.held(now), Demand: max(e.demand, e.winUnits)}
+			k := KeySlices{Key: key, Held: e.held(now), Demand: max(e.demand, e.winUnits)}
 			for _, sl := range []*slice{&e.cur, &e.nxt} {
 				if sl.live(now) {
 					k.Slices++
@@ -641,18 +658,12 @@ func (s *Store) Leases(n int) []KeyLease {
 	return out[:min(n, len(out))]
 }
 
-// leaseCall returns the lease script's call (scripts/lease.lua).
-func leaseCall(key string, l limit, cost, want, now, margin int64) *redisrun.Call {
-	return &redisrun.Call{
-		Script: leaseScripts[l.kind],
-		Keys:   []string{key},
-		Args:   []any{l.kind, l.rate, l.period, l.burst, cost, want, now, margin},
-	}
-}
+// Slicing reports whether the store takes slices of hot keys (WithSlices).
+func (s *Store) Slicing() bool { return s.slices != nil }
 
-// leaseScripts are the lease scripts by algorithm: the prelude, the guard,
-// the step and scripts/lease.lua; nil for the algorithms never leased.
-var leaseScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
+// sliceScripts are the slice scripts by algorithm: the prelude, the guard,
+// the step and scripts/slice.lua; nil for the algorithms that take none.
+var sliceScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 	for _, k := range algo.Kinds() {
 		if !algo.Leasable(k) {
 			continue
@@ -661,39 +672,36 @@ var leaseScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 		if k == algo.GCRA {
 			step = mustRead("timestamp.lua") + step
 		}
-		out[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("lease.lua"))
+		out[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("slice.lua"))
 	}
 	return out
 }()
 
-// lease runs the lease script on key at the store's time (applying no
-// failure policy): the take's decision, the units it spent and the time it
-// was taken at (µs, the store's).
-func (s *Store) takeSlice(ctx context.Context, key string, p *algo.Params, cost, want int64) (algo.Decision, int64, int64, error) {
-	now, err := s.clock()
-	if err != nil {
-		return algo.Decision{}, 0, 0, err
+// takeSliceAt runs the slice script on key at now (µs, -1 for the server's
+// TIME), applying no failure policy: the take's decision, the units it
+// spent and the time it was taken at (µs, the store's).
+func (s *Store) takeSliceAt(ctx context.Context, key string, p *algo.Params, cost, want, now int64) (algo.Decision, int64, int64, error) {
+	lim := storelink.LimitOf(p)
+	l := limitOf(&lim, store.Never)
+	c := &redisrun.Call{
+		Script: sliceScripts[l.kind],
+		Keys:   []string{s.rateKey(key)},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, cost, want, now, s.margin},
 	}
-	return s.leaseAt(ctx, key, p, cost, want, now)
-}
-
-// leaseAt is lease at now (µs, -1 for the server's TIME).
-func (s *Store) leaseAt(ctx context.Context, key string, p *algo.Params, cost, want, now int64) (algo.Decision, int64, int64, error) {
-	c := leaseCall(s.prefix+key, limitOf(p, algo.Never), cost, want, now, s.margin)
 	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, 0, 0, err
 	}
 	if len(c.Reply) != width+2 {
-		return algo.Decision{}, 0, 0, fmt.Errorf("%w: lease script replied %v", redisrun.ErrBadReply, c.Reply)
+		return algo.Decision{}, 0, 0, fmt.Errorf("%w: slice script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
 	d, err := decisionOf(c.Reply, c.Keys[0])
 	return d, c.Reply[width], c.Reply[width+1], err
 }
 
-// giveBackScript is refund.lua behind lease_giveback.lua: a refund that
+// giveBackScript is refund.lua behind slice_giveback.lua: a refund that
 // does nothing once the slice's life in the store has ended.
 var giveBackScript = redisrun.NewScript(prelude() + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) +
-	mustRead("lease_giveback.lua") + mustRead("refund.lua"))
+	mustRead("slice_giveback.lua") + mustRead("refund.lua"))
 
 // errSliceEnded is a give-back that reached Redis after its slice's life.
 var errSliceEnded = errors.New("redisstore: the slice had ended when its give-back arrived")
@@ -714,7 +722,8 @@ func (s *Store) giveBackAt(ctx context.Context, key string, p *algo.Params, sl *
 	if p.Kind == algo.TokenBucket || p.Kind == algo.GCRA {
 		deadline = sl.spent + life
 	}
-	c := scripts.refundCall(s.prefix+key, limitOf(p, algo.Never), sl.units, now, s.margin, sl.window)
+	lim := storelink.LimitOf(p)
+	c := scripts.refundCall(s.rateKey(key), limitOf(&lim, store.Never), sl.units, now, s.margin, sl.window)
 	c.Script = giveBackScript
 	c.Args = append(c.Args, deadline)
 	if err := s.call(ctx, c); err != nil {
@@ -728,6 +737,3 @@ func (s *Store) giveBackAt(ctx context.Context, key string, p *algo.Params, sl *
 	}
 	return nil
 }
-
-// Leasing reports whether the store leases hot keys (WithLeases).
-func (s *Store) Leasing() bool { return s.leases != nil }
