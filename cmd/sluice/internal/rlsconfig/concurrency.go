@@ -141,7 +141,11 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 		c.Pool, c.levels, c.shared, c.Limit = pool.Pool, pool.levels, pool.shared, pool.Limit.WithHeadroom(0)
 	}
 	if yc.headroom >= c.Limit.Limit {
-		return nil, fail(yc.line, "concurrency headroom %d out of a max of %d: a class keeps fewer units than its pool has (0 ≤ headroom < max)", yc.headroom, c.Limit.Limit)
+		word := "headroom"
+		if yc.reserveLine != 0 {
+			word = "reserve" // the name the file gave
+		}
+		return nil, fail(yc.line, "concurrency %s %d out of a max of %d: a class keeps fewer units than its pool has (0 ≤ %[1]s < max)", word, yc.headroom, c.Limit.Limit)
 	}
 	c.Limit.Headroom = yc.headroom
 	if err := c.Limit.Validate(); err != nil {
