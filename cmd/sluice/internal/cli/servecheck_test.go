@@ -120,3 +120,18 @@ func TestServeEnvDefaults(t *testing.T) {
 		t.Errorf("--envoy-env: exit %d, %q %q; want envoy's settings over the environment's defaults: %q", code, out, errs, want)
 	}
 }
+
+// serve --check lists a rules file's deprecated names (a concurrency's
+// reserve, now headroom): the file loads, and says where to change it.
+func TestServeCheckDeprecated(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	body := "domain: d\ndescriptors:\n  - key: k\n    concurrency: {max: 4}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 1}\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "", "serve", "--check", "--config", p)
+	want := "deprecated: " + p + ":7: descriptor d.k.c: concurrency reserve is deprecated: call it headroom"
+	if code != 0 || !strings.HasPrefix(out, "configuration OK: 1 domains, 0 rules, 2 concurrency limits") || !strings.Contains(out, want) {
+		t.Errorf("exit %d, %q %q; want OK and %q", code, out, errs, want)
+	}
+}

@@ -146,7 +146,7 @@ func realHolding(view func() ConfigView, tick *atomic.Int64) Options {
 }
 
 // SampleSlices counts each second's new decisions and slices of each
-// leasing store, kept as the rules' counts are: a point a second in the
+// slicing store, kept as the rules' counts are: a point a second in the
 // window, a point a minute over the hours.
 func TestSliceSamples(t *testing.T) {
 	var local, redis, slices int64
