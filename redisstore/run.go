@@ -91,6 +91,10 @@ func independent(ops []store.Op) int {
 
 // run decides one op, writing its answer into it.
 func (s *Store) run(ctx context.Context, op *store.Op) {
+	if err := check(op); err != nil {
+		op.Err = err
+		return
+	}
 	switch op.Kind {
 	case store.Take:
 		s.runTake(ctx, op)

@@ -7,12 +7,12 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// LeaseAt runs the lease script on key at now (µs): the take's decision and
-// the units it spent.
-func LeaseAt(s *Store, ctx context.Context, key string, p algo.Params, cost, want, now int64) (algo.Decision, int64, error) {
-	d, got, at, err := s.leaseAt(ctx, key, &p, cost, want, now)
+// SliceAt runs the slice script on key at now (µs): the take's decision
+// and the units it spent.
+func SliceAt(s *Store, ctx context.Context, key string, p algo.Params, cost, want, now int64) (algo.Decision, int64, error) {
+	d, got, at, err := s.takeSliceAt(ctx, key, &p, cost, want, now)
 	if err == nil && at != now {
-		err = fmt.Errorf("lease script: taken at %d, asked at %d", at, now)
+		err = fmt.Errorf("slice script: taken at %d, asked at %d", at, now)
 	}
 	return d, got, err
 }

@@ -20,19 +20,20 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
-// conformLease replays traces of changing limits where every leasable
-// request is a lease take (a random cost and want) through the lease script,
+// conformSlice replays traces of changing limits where every request that
+// may take slices is a slice take (a random cost and want) through the slice script,
 // algo.TakeSlice and the model's LeaseTake, and the others are plain takes, and
 // requires every decision and every slice equal.
-func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
+func conformSlice(t *testing.T, c redis.UniversalClient, traces, n int) {
 	ctx := context.Background()
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 24))
-	rs := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("lease:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+	rs := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("slice:%d:%d:", seed, time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 	defer rs.Close()
-	leases := 0
+	slices := 0
 	for ti := range traces {
 		states := map[string]*algo.State{}
 		ks := model.NewKeys()
@@ -46,7 +47,7 @@ func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
 			lim := storetest.ModelLimit(q.Params)
 			if !algo.Leasable(q.Params.Kind) {
 				req := storelink.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
-				if _, err := rs.Engine().TakeAt(ctx, req, q.Now); err != nil {
+				if _, err := storetest.TakeAt(ctx, rs, req, q.Now); err != nil {
 					t.Fatalf("request %d: %v", i, err)
 				}
 				algo.Step(&q.Params, st, q.Now, q.Cost, algo.Never)
@@ -54,7 +55,7 @@ func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
 				continue
 			}
 			want := q.Cost + r.Int64N(q.Params.Capacity()+1)
-			got, gotN, err := redisstore.LeaseAt(rs, ctx, prefix+q.Key, q.Params, q.Cost, want, q.Now)
+			got, gotN, err := redisstore.SliceAt(rs, ctx, prefix+q.Key, q.Params, q.Cost, want, q.Now)
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}
@@ -65,27 +66,27 @@ func conformLease(t *testing.T, c redis.UniversalClient, traces, n int) {
 				t.Fatalf("seed %d trace %d request %d %v cost %d want %d:\n redis  %+v %d\n memory %+v %d\n model  %+v %d",
 					seed, ti, i, q.Params, q.Cost, want, got, gotN, mem, memN, exact, exactN)
 			}
-			leases++
+			slices++
 		}
 	}
-	t.Logf("%d lease takes identical in Redis, memory and the model", leases)
+	t.Logf("%d slice takes identical in Redis, memory and the model", slices)
 }
 
-func TestLeaseScriptConforms(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) { conformLease(t, redistest.Shared(t).Client(), 8, 200) })
-	t.Run("cluster", func(t *testing.T) { conformLease(t, redistest.SharedCluster(t).Client(), 3, 150) })
+func TestSliceScriptConforms(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { conformSlice(t, redistest.Shared(t).Client(), 8, 200) })
+	t.Run("cluster", func(t *testing.T) { conformSlice(t, redistest.SharedCluster(t).Client(), 3, 150) })
 }
 
-func TestWithLeasesRejectsABadLife(t *testing.T) {
+func TestWithSlicesRejectsABadLife(t *testing.T) {
 	for _, life := range []time.Duration{0, -time.Second, 2 * time.Hour} {
-		_, err := redisstore.New(redistest.Unreachable(t), redisstore.WithLeases(life))
+		_, err := redisstore.New(redistest.Unreachable(t), redisstore.WithSlices(life))
 		if !errors.Is(err, redisstore.ErrInvalidOption) {
-			t.Errorf("WithLeases(%v): %v, want ErrInvalidOption", life, err)
+			t.Errorf("WithSlices(%v): %v, want ErrInvalidOption", life, err)
 		}
 	}
 }
 
-// fleet is several processes' stores with leases on one Redis, deciding at
+// fleet is several processes' stores with slices on one Redis, deciding at
 // one fake clock.
 type fleet struct {
 	clock  *testenv.Clock
@@ -95,18 +96,18 @@ type fleet struct {
 func newFleet(t *testing.T, c redis.UniversalClient, n int, life time.Duration, prefix string) *fleet {
 	f := &fleet{clock: testenv.NewClock()}
 	for range n {
-		s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(f.clock), redisstore.WithLeases(life))
+		s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(f.clock), redisstore.WithSlices(life))
 		t.Cleanup(func() { s.Close() })
 		f.stores = append(f.stores, s)
 	}
 	return f
 }
 
-// TestLeaseBoundWithRedis runs several processes (stores over one Redis,
-// each with its own leases) on random traces of takes and refunds at a
+// TestSliceBoundWithRedis runs several processes (stores over one Redis,
+// each with its own slices) on random traces of takes and refunds at a
 // shared fake clock, and checks every admission against SEMANTICS.md's
 // bound.
-func TestLeaseBoundWithRedis(t *testing.T) {
+func TestSliceBoundWithRedis(t *testing.T) {
 	t.Parallel() // beside the other parallel tests: no wall-clock assertion, servers and keys of its own
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
 		t.Run(name, func(t *testing.T) {
@@ -117,18 +118,18 @@ func TestLeaseBoundWithRedis(t *testing.T) {
 				kinds = append(kinds, algo.TokenBucket, algo.FixedWindow)
 			}
 			for ti, kind := range kinds {
-				local += leaseBoundTrace(t, r, c, ti, kind)
+				local += sliceBoundTrace(t, r, c, ti, kind)
 			}
 			if local == 0 {
-				t.Fatal("no decision was made from a lease")
+				t.Fatal("no decision was made from a slice")
 			}
 		})
 	}
 }
 
-// leaseBoundTrace runs one trace and returns how many decisions were made
-// from leases.
-func leaseBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int, kind algo.Kind) int64 {
+// sliceBoundTrace runs one trace and returns how many decisions were made
+// from slices.
+func sliceBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int, kind algo.Kind) int64 {
 	ctx := context.Background()
 	life := time.Duration(1+r.IntN(50)) * time.Millisecond
 	rate := int64(20 + r.IntN(200))
@@ -151,15 +152,16 @@ func leaseBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int
 			j := r.IntN(len(refundable))
 			o := refundable[j]
 			refundable = append(refundable[:j], refundable[j+1:]...)
-			req := sluice.Request{Key: "hot", Limit: lim, Cost: o.a.Units, Window: o.a.Window}
-			if _, err := f.stores[o.store].Refund(ctx, req); err != nil {
+			p, _ := storelink.Params(lim)
+			op := store.Op{Kind: store.Refund, Key: "hot", Limit: storelink.LimitOf(&p), Cost: o.a.Units, Window: o.a.Window}
+			if _, err := answer(storetest.RunAt(ctx, f.stores[o.store], 0, op)); err != nil {
 				t.Fatalf("refund: %v", err)
 			}
 			adm = append(adm, model.Admission{T: now, Units: -o.a.Units, Window: o.a.Window})
 			continue
 		}
 		cost := int64(1 + r.IntN(3))
-		res, err := f.stores[i].Take(ctx, sluice.Request{Key: "hot", Limit: lim, Cost: cost})
+		res, err := take(ctx, f.stores[i], request("hot", lim, cost))
 		if err != nil {
 			t.Fatalf("take: %v", err)
 		}
@@ -171,7 +173,7 @@ func leaseBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int
 	}
 	var local int64
 	for _, s := range f.stores {
-		local += s.LeaseStats().Local
+		local += s.SliceStats().Local
 	}
 	var err error
 	if kind == algo.FixedWindow || kind == algo.AlignedWindow {
@@ -182,16 +184,16 @@ func leaseBoundTrace(t *testing.T, r *rand.Rand, c redis.UniversalClient, ti int
 	if err != nil {
 		t.Fatalf("trace %d (%v, %d processes, %d/100ms, life %v): %v", ti, kind, len(f.stores), rate, life, err)
 	}
-	t.Logf("trace %d (%v): %d admissions, %d decisions from leases", ti, kind, len(adm), local)
+	t.Logf("trace %d (%v): %d admissions, %d decisions from slices", ti, kind, len(adm), local)
 	return local
 }
 
 // heat takes n units one by one on key from s, all admitted, so that s
-// leases the key.
+// takes slices of the key.
 func heat(t *testing.T, s *redisstore.Store, key string, lim sluice.Limit, n int) {
 	t.Helper()
 	for i := range n {
-		res, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: lim, Cost: 1})
+		res, err := take(context.Background(), s, request(key, lim, 1))
 		if err != nil || !res.Allowed {
 			t.Fatalf("take %d: %+v %v", i, res, err)
 		}
@@ -199,27 +201,27 @@ func heat(t *testing.T, s *redisstore.Store, key string, lim sluice.Limit, n int
 }
 
 // settled waits until s has no slice on its way: its stats stop changing.
-func settled(t *testing.T, s *redisstore.Store) redisstore.LeaseStats {
+func settled(t *testing.T, s *redisstore.Store) redisstore.SliceStats {
 	t.Helper()
-	prev := s.LeaseStats()
+	prev := s.SliceStats()
 	for range 200 {
 		time.Sleep(20 * time.Millisecond)
-		st := s.LeaseStats()
+		st := s.SliceStats()
 		if st == prev {
 			return st
 		}
 		prev = st
 	}
-	t.Fatal("lease stats never settled")
+	t.Fatal("slice stats never settled")
 	return prev
 }
 
-func TestLeaseCloseGivesBack(t *testing.T) {
+func TestSliceCloseGivesBack(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Shared(t).Client()
-	prefix := fmt.Sprintf("leaseclose:%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("sliceclose:%d:", time.Now().UnixNano())
 	clock := testenv.NewClock()
-	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithLeases(time.Minute))
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithSlices(time.Minute))
 	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock))
 	defer plain.Close()
 	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000} // no refill during the test
@@ -228,7 +230,7 @@ func TestLeaseCloseGivesBack(t *testing.T) {
 	if st.Held == 0 || st.Local == 0 {
 		t.Fatalf("no slice held after 100 takes: %+v", st)
 	}
-	look, err := plain.Take(ctx, sluice.Request{Key: "k", Limit: lim})
+	look, err := take(ctx, plain, request("k", lim, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,46 +238,46 @@ func TestLeaseCloseGivesBack(t *testing.T) {
 	if look.Remaining != 1000-100-st.Held {
 		t.Fatalf("Redis has %d left, want 1000 − 100 − %d held", look.Remaining, st.Held)
 	}
-	if top := s.Leases(5); len(top) != 1 || top[0].Key != "k" || top[0].Held != st.Held {
-		t.Fatalf("Leases: %+v, want k holding %d", top, st.Held)
+	if top := s.Slices(5); len(top) != 1 || top[0].Key != "k" || top[0].Held != st.Held {
+		t.Fatalf("Slices: %+v, want k holding %d", top, st.Held)
 	}
 	s.Close()
-	if look, err = plain.Take(ctx, sluice.Request{Key: "k", Limit: lim}); err != nil || look.Remaining != 900 {
+	if look, err = take(ctx, plain, request("k", lim, 0)); err != nil || look.Remaining != 900 {
 		t.Fatalf("after Close: %+v %v, want 900 left", look, err)
 	}
-	if st = s.LeaseStats(); st.Held != 0 || st.GivenBack == 0 {
+	if st = s.SliceStats(); st.Held != 0 || st.GivenBack == 0 {
 		t.Fatalf("after Close: %+v", st)
 	}
 }
 
-func TestLeaseResetDropsSlices(t *testing.T) {
+func TestSliceResetDropsSlices(t *testing.T) {
 	ctx := context.Background()
-	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leasereset:%d:", time.Now().UnixNano())),
-		redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute))
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("slicereset:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(testenv.NewClock()), redisstore.WithSlices(time.Minute))
 	defer s.Close()
 	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
 	heat(t, s, "k", lim, 100)
 	if st := settled(t, s); st.Held == 0 {
 		t.Fatalf("no slice held: %+v", st)
 	}
-	if err := s.Reset(ctx, "k"); err != nil {
+	if err := reset(ctx, s, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.LeaseStats(); st.Held != 0 {
+	if st := s.SliceStats(); st.Held != 0 {
 		t.Fatalf("after Reset: %+v", st)
 	}
 	// The key is fresh: the next take sees the whole window.
-	res, err := s.Take(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+	res, err := take(ctx, s, request("k", lim, 1))
 	if err != nil || !res.Allowed || res.Remaining != 999 {
 		t.Fatalf("after Reset: %+v %v, want 999 left", res, err)
 	}
 }
 
-func TestLeaseUnleasableGoToRedis(t *testing.T) {
+func TestSliceNeverOfOtherAlgorithms(t *testing.T) {
 	ctx := context.Background()
 	clock := testenv.NewClock()
-	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leaseno:%d:", time.Now().UnixNano())),
-		redisstore.WithClock(clock), redisstore.WithLeases(time.Minute))
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("sliceno:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(clock), redisstore.WithSlices(time.Minute))
 	defer s.Close()
 	for _, alg := range []sluice.Algorithm{sluice.SlidingWindow, sluice.SlidingLog, sluice.LeakyBucket} {
 		lim := sluice.Limit{Algorithm: alg, Rate: 50, Period: time.Hour, Burst: 49}
@@ -283,7 +285,9 @@ func TestLeaseUnleasableGoToRedis(t *testing.T) {
 		key := alg.String()
 		for i := range 60 {
 			clock.Add(time.Millisecond)
-			res, err := s.Take(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1, MaxDelay: 24 * time.Hour})
+			req := request(key, lim, 1)
+			req.MaxDelay = (24 * time.Hour).Microseconds()
+			res, err := take(ctx, s, req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,18 +297,18 @@ func TestLeaseUnleasableGoToRedis(t *testing.T) {
 			}
 		}
 	}
-	if st := s.LeaseStats(); st.Keys != 0 || st.Local != 0 || st.Slices != 0 {
-		t.Fatalf("unleasable keys were leased: %+v", st)
+	if st := s.SliceStats(); st.Keys != 0 || st.Local != 0 || st.Slices != 0 {
+		t.Fatalf("keys of other algorithms took slices: %+v", st)
 	}
 }
 
-// TestLeaseOutageSpendsWhatIsHeld stops Redis under a process holding
+// TestSliceOutageSpendsWhatIsHeld stops Redis under a process holding
 // slices: it admits exactly the units it holds, then the failure policy
 // applies.
-func TestLeaseOutageSpendsWhatIsHeld(t *testing.T) {
+func TestSliceOutageSpendsWhatIsHeld(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Standalone(t)
-	s := newGoRedis(t, srv.Client(), redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute),
+	s := newGoRedis(t, srv.Client(), redisstore.WithClock(testenv.NewClock()), redisstore.WithSlices(time.Minute),
 		redisstore.WithTimeout(200*time.Millisecond))
 	defer s.Close()
 	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000}
@@ -317,7 +321,7 @@ func TestLeaseOutageSpendsWhatIsHeld(t *testing.T) {
 	}
 	var admitted int64
 	for {
-		res, err := s.Take(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+		res, err := take(ctx, s, request("k", lim, 1))
 		if err != nil {
 			if !errors.Is(err, sluice.ErrStoreUnavailable) {
 				t.Fatalf("after %d: %v, want ErrStoreUnavailable", admitted, err)
@@ -334,46 +338,49 @@ func TestLeaseOutageSpendsWhatIsHeld(t *testing.T) {
 	}
 }
 
-// BenchmarkLeasedTake is a hot key decided from slices: memory speed, no
+// BenchmarkSlicedTake is a hot key decided from slices: memory speed, no
 // allocation, few Redis calls.
-func BenchmarkLeasedTake(b *testing.B) {
-	s := newGoRedis(b, redistest.Shared(b).Client(), redisstore.WithPrefix(fmt.Sprintf("leasebench:%d:", time.Now().UnixNano())), redisstore.WithLeases(time.Second))
+func BenchmarkSlicedTake(b *testing.B) {
+	s := newGoRedis(b, redistest.Shared(b).Client(), redisstore.WithPrefix(fmt.Sprintf("slicebench:%d:", time.Now().UnixNano())), redisstore.WithSlices(time.Second))
 	defer s.Close()
-	eng := s.Engine()
-	req := storelink.Request{Key: "hot", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1 << 30, Period: 1_000_000, Burst: 1 << 30}, Cost: 1, MaxDelay: algo.Never}
+	op := store.Op{Kind: store.Take, Key: "hot", Limit: store.Limit{Algorithm: uint8(algo.TokenBucket), Rate: 1 << 30, Period: 1_000_000, Burst: 1 << 30}, Cost: 1, MaxDelay: store.Never}
 	ctx := context.Background()
+	var ops [1]store.Op
 	for range 10_000 { // warm the key up: its demand sizes the slices
-		if _, err := eng.Take(ctx, req); err != nil {
-			b.Fatal(err)
+		ops[0] = op
+		if s.Run(ctx, ops[:]); ops[0].Err != nil {
+			b.Fatal(ops[0].Err)
 		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
+		var ops [1]store.Op
 		for pb.Next() {
-			if _, err := eng.Take(ctx, req); err != nil {
-				b.Error(err)
+			ops[0] = op
+			if s.Run(ctx, ops[:]); ops[0].Err != nil {
+				b.Error(ops[0].Err)
 				return
 			}
 		}
 	})
 	b.StopTimer()
-	st := s.LeaseStats()
+	st := s.SliceStats()
 	b.ReportMetric(float64(st.Store+st.Slices)/float64(st.Local+st.Store), "redis-calls/decision")
 }
 
-// TestLeaseConcurrentFleetIsExact hammers one fixed-window key from several
+// TestSliceConcurrentFleetIsExact hammers one fixed-window key from several
 // stores' goroutines at the server's time: the window admits at most its
 // rate, and once every store has closed (giving its slices back) Redis has
 // counted exactly the units admitted.
-func TestLeaseConcurrentFleetIsExact(t *testing.T) {
+func TestSliceConcurrentFleetIsExact(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Shared(t).Client()
-	prefix := fmt.Sprintf("leasefleet:%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("slicefleet:%d:", time.Now().UnixNano())
 	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3000, Period: time.Hour}
 	var stores []*redisstore.Store
 	for range 3 {
-		stores = append(stores, newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithLeases(time.Minute)))
+		stores = append(stores, newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithSlices(time.Minute)))
 	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -383,7 +390,7 @@ func TestLeaseConcurrentFleetIsExact(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 600 {
-					res, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: lim, Cost: 1})
+					res, err := take(ctx, s, request("hot", lim, 1))
 					if err != nil {
 						t.Error(err)
 						return
@@ -396,9 +403,9 @@ func TestLeaseConcurrentFleetIsExact(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	var st redisstore.LeaseStats
+	var st redisstore.SliceStats
 	for _, s := range stores {
-		x := s.LeaseStats()
+		x := s.SliceStats()
 		st.Local += x.Local
 		s.Close()
 	}
@@ -407,7 +414,7 @@ func TestLeaseConcurrentFleetIsExact(t *testing.T) {
 	}
 	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix))
 	defer plain.Close()
-	look, err := plain.Take(ctx, sluice.Request{Key: "hot", Limit: lim})
+	look, err := take(ctx, plain, request("hot", lim, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,20 +422,20 @@ func TestLeaseConcurrentFleetIsExact(t *testing.T) {
 		t.Fatalf("Redis has %d left after %d admitted of %d: slices not given back", look.Remaining, admitted.Load(), lim.Rate)
 	}
 	if st.Local == 0 {
-		t.Fatal("no decision from a lease")
+		t.Fatal("no decision from a slice")
 	}
-	t.Logf("admitted %d, %d from leases", admitted.Load(), st.Local)
+	t.Logf("admitted %d, %d from slices", admitted.Load(), st.Local)
 }
 
-// TestLeaseCompositesKeepTheBound runs composites (a token-bucket part and
-// a fixed-window part) from several stores with leases at a fake clock:
+// TestSliceCompositesKeepTheBound runs composites (a token-bucket part and
+// a fixed-window part) from several stores with slices at a fake clock:
 // each part's admissions keep its own bound, and composites come to be
 // decided from slices.
-func TestLeaseCompositesKeepTheBound(t *testing.T) {
+func TestSliceCompositesKeepTheBound(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 26))
 	life := 20 * time.Millisecond
-	f := newFleet(t, redistest.Shared(t).Client(), 3, life, fmt.Sprintf("leasecomp:%d:", time.Now().UnixNano()))
+	f := newFleet(t, redistest.Shared(t).Client(), 3, life, fmt.Sprintf("slicecomp:%d:", time.Now().UnixNano()))
 	tb := sluice.Limit{Rate: 300, Period: 100 * time.Millisecond, Burst: 150}
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 200, Period: 100 * time.Millisecond}
 	lims := make([]*sluice.Limiter, len(f.stores))
@@ -442,7 +449,7 @@ func TestLeaseCompositesKeepTheBound(t *testing.T) {
 		l := lims[r.IntN(len(lims))]
 		ct, cu := int64(1+r.IntN(2)), int64(1+r.IntN(2))
 		each := make([]sluice.Result, 2)
-		res, err := l.TakeEach(ctx, []sluice.Part{{Key: "global", Limit: tb, Cost: ct}, {Key: "user", Limit: fw, Cost: cu}}, each)
+		res, err := l.TakeAll(ctx, []sluice.Part{{Key: "global", Limit: tb, Cost: ct}, {Key: "user", Limit: fw, Cost: cu}}, each)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +469,7 @@ func TestLeaseCompositesKeepTheBound(t *testing.T) {
 	}
 	var local int64
 	for _, s := range f.stores {
-		local += s.LeaseStats().Local
+		local += s.SliceStats().Local
 	}
 	if local == 0 {
 		t.Fatal("no composite part was decided from a slice")
@@ -472,35 +479,35 @@ func TestLeaseCompositesKeepTheBound(t *testing.T) {
 
 // A composite whose part has no slice goes to Redis whole, and spends
 // nothing from the other part's slices.
-func TestLeaseCompositeRefusalSpendsNoSlice(t *testing.T) {
+func TestSliceCompositeRefusalSpendsNoSlice(t *testing.T) {
 	ctx := context.Background()
-	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leaseall:%d:", time.Now().UnixNano())),
-		redisstore.WithClock(testenv.NewClock()), redisstore.WithLeases(time.Minute))
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("sliceall:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(testenv.NewClock()), redisstore.WithSlices(time.Minute))
 	defer s.Close()
 	lim := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1000}
 	heat(t, s, "a", lim, 100)
 	held := settled(t, s).Held
 	tiny := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	if _, err := s.Take(ctx, sluice.Request{Key: "b", Limit: tiny, Cost: 1}); err != nil {
+	if _, err := take(ctx, s, request("b", tiny, 1)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.TakeAll(ctx, []sluice.Request{{Key: "a", Limit: lim, Cost: 1}, {Key: "b", Limit: tiny, Cost: 1}})
+	res, err := takeAll(ctx, s, []storelink.Request{request("a", lim, 1), request("b", tiny, 1)})
 	if err != nil || res.Allowed {
 		t.Fatalf("composite over an empty part: %+v %v, want refused", res, err)
 	}
-	if st := s.LeaseStats(); st.Held != held {
+	if st := s.SliceStats(); st.Held != held {
 		t.Fatalf("held %d after the refusal, %d before", st.Held, held)
 	}
 }
 
 // When a key's demand stops for a slice's horizon, its slices go back to
 // Redis before they end.
-func TestLeaseDemandDropGivesBack(t *testing.T) {
+func TestSliceDemandDropGivesBack(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Shared(t).Client()
-	prefix := fmt.Sprintf("leasedrop:%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("slicedrop:%d:", time.Now().UnixNano())
 	clock := testenv.NewClock()
-	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithLeases(200*time.Millisecond))
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithSlices(200*time.Millisecond))
 	defer s.Close()
 	plain := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithClock(clock))
 	defer plain.Close()
@@ -510,11 +517,11 @@ func TestLeaseDemandDropGivesBack(t *testing.T) {
 		t.Fatalf("no slice held: %+v", st)
 	}
 	clock.Add(60 * time.Millisecond) // past the horizon (a quarter of the life), within the life
-	var st redisstore.LeaseStats
+	var st redisstore.SliceStats
 	// The janitor runs every horizon of real time; a dropped slice stops
 	// counting as held at once and as given back when Redis has answered.
 	for range 500 {
-		if st = s.LeaseStats(); st.Held == 0 && st.GivenBack+st.Expired > 0 {
+		if st = s.SliceStats(); st.Held == 0 && st.GivenBack+st.Expired > 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -522,7 +529,7 @@ func TestLeaseDemandDropGivesBack(t *testing.T) {
 	if st.Held != 0 || st.GivenBack == 0 {
 		t.Fatalf("slices still held after demand stopped: %+v", st)
 	}
-	look, err := plain.Take(ctx, sluice.Request{Key: "k", Limit: lim})
+	look, err := take(ctx, plain, request("k", lim, 0))
 	if err != nil || look.Remaining != 900 {
 		t.Fatalf("Redis after the give-back: %+v %v, want 900 left", look, err)
 	}
@@ -530,40 +537,40 @@ func TestLeaseDemandDropGivesBack(t *testing.T) {
 
 // A bucket's slice given back after its life in the store gives nothing
 // back; within it, its units come back.
-func TestLeaseGiveBackOnlyWithinLife(t *testing.T) {
+func TestSliceGiveBackOnlyWithinLife(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]redis.UniversalClient{"standalone": redistest.Shared(t).Client(), "cluster": redistest.SharedCluster(t).Client()} {
-		s := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("leasegb:%d:", time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
+		s := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("slicegb:%d:", time.Now().UnixNano())), redisstore.WithTTLMargin(time.Hour))
 		p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 100}
 		t0 := base
-		if _, got, err := redisstore.LeaseAt(s, ctx, "k", p, 0, 50, t0); err != nil || got != 50 {
-			t.Fatalf("%s: lease: %d %v", name, got, err)
+		if _, got, err := redisstore.SliceAt(s, ctx, "k", p, 0, 50, t0); err != nil || got != 50 {
+			t.Fatalf("%s: slice: %d %v", name, got, err)
 		}
 		// Its life is 1000µs: at t0 + 1000 the give-back does nothing.
 		if ok, err := redisstore.GiveBackAt(s, ctx, "k", p, 50, 0, t0, 1000, t0+1000); err != nil || ok {
 			t.Fatalf("%s: late give-back: %v %v, want refused", name, ok, err)
 		}
-		look, _, _ := redisstore.LeaseAt(s, ctx, "k", p, 0, 0, t0+1000)
+		look, _, _ := redisstore.SliceAt(s, ctx, "k", p, 0, 0, t0+1000)
 		if look.Remaining != 50 {
 			t.Fatalf("%s: after a late give-back %d left, want 50", name, look.Remaining)
 		}
 		if ok, err := redisstore.GiveBackAt(s, ctx, "k", p, 50, 0, t0+1000, 1000, t0+1999); err != nil || !ok {
 			t.Fatalf("%s: give-back within the life: %v %v", name, ok, err)
 		}
-		if look, _, _ = redisstore.LeaseAt(s, ctx, "k", p, 0, 0, t0+1999); look.Remaining != 100 {
+		if look, _, _ = redisstore.SliceAt(s, ctx, "k", p, 0, 0, t0+1999); look.Remaining != 100 {
 			t.Fatalf("%s: after a give-back %d left, want 100", name, look.Remaining)
 		}
 		s.Close()
 	}
 }
 
-// TestLeaseTableUnderChurn takes on a few keys from many goroutines while
+// TestSliceTableUnderChurn takes on a few keys from many goroutines while
 // others read the stats, reset keys and change limits, with a life short
 // enough for slices to end and the janitor to sweep (run it with -race).
-func TestLeaseTableUnderChurn(t *testing.T) {
+func TestSliceTableUnderChurn(t *testing.T) {
 	ctx := context.Background()
-	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("leasechurn:%d:", time.Now().UnixNano())),
-		redisstore.WithLeases(40*time.Millisecond))
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("slicechurn:%d:", time.Now().UnixNano())),
+		redisstore.WithSlices(40*time.Millisecond))
 	lims := []sluice.Limit{{Rate: 100_000, Period: time.Second, Burst: 1000}, {Algorithm: sluice.GCRA, Rate: 100_000, Period: time.Second, Burst: 1000},
 		{Algorithm: sluice.AlignedWindow, Rate: 10_000, Period: 100 * time.Millisecond}}
 	stop := make(chan struct{})
@@ -580,7 +587,7 @@ func TestLeaseTableUnderChurn(t *testing.T) {
 				}
 				key := fmt.Sprintf("k%d", i%3)
 				lim := lims[(i/200)%len(lims)] // goroutines change limits at about the same time
-				if _, err := s.Take(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1}); err != nil {
+				if _, err := take(ctx, s, request(key, lim, 1)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -596,10 +603,10 @@ func TestLeaseTableUnderChurn(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			s.LeaseStats()
-			s.Leases(3)
+			s.SliceStats()
+			s.Slices(3)
 			if i%4 == 0 {
-				if err := s.Reset(ctx, "k1"); err != nil {
+				if err := reset(ctx, s, "k1"); err != nil {
 					t.Error(err)
 				}
 			}
@@ -609,14 +616,14 @@ func TestLeaseTableUnderChurn(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	s.Close()
-	st := s.LeaseStats()
+	st := s.SliceStats()
 	if st.Held != 0 {
 		t.Fatalf("after Close: %+v", st)
 	}
-	// Every unit leased was admitted (each decision here is of one unit),
+	// Every unit sliced was admitted (each decision here is of one unit),
 	// given back, or dropped.
-	if st.Leased != st.Local+st.GivenBack+st.Expired {
-		t.Fatalf("units leased ≠ admitted from slices + given back + dropped: %+v", st)
+	if st.Sliced != st.Local+st.GivenBack+st.Expired {
+		t.Fatalf("units sliced ≠ admitted from slices + given back + dropped: %+v", st)
 	}
 	t.Logf("%+v", st)
 }

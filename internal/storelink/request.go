@@ -20,10 +20,9 @@ type Request struct {
 	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
 	// none).
 	MaxDelay int64
-	// Reserve is what a composite's part leaves for higher classes
+	// Reserve is what the request leaves for higher classes
 	// (algo.StepReserving, SEMANTICS.md's "Reserved capacity"): 0 ≤
-	// Cost + Reserve ≤ Params.Capacity(). It is 0 but in composites; a
-	// single request with a reserve goes through Reserver.
+	// Cost + Reserve ≤ Params.Capacity(); an op's or a part's Headroom.
 	Reserve int64
 }
 
