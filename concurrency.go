@@ -129,10 +129,14 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 	if err != nil {
 		return Lease{}, err
 	}
-	ps, buf := partsOf(len(parts))
-	defer putParts(buf)
-	if err := l.fillParts(ps, parts); err != nil {
-		return Lease{}, err
+	var ps []store.Part
+	if len(parts) > 0 { // no part is a plain hold, not an empty composite
+		var buf *[4]store.Part
+		ps, buf = partsOf(len(parts))
+		defer putParts(buf)
+		if err := l.fillParts(ps, parts); err != nil {
+			return Lease{}, err
+		}
 	}
 	ls := Lease{Key: key, Limit: c, Units: units}
 	for range holdTries {

@@ -112,7 +112,7 @@ func (l Limit) String() string {
 // "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s), optionally
 // followed by an algorithm and "burst N", as Limit.String writes them:
 // "10/1s gcra burst 50". Without them it returns a token-bucket limit with a
-// burst of rate; WithBurst and Using set others too.
+// burst of rate; WithBurst and WithAlgorithm set others too.
 func ParseLimit(s string) (Limit, error) {
 	l, words, err := parseRate(s)
 	if err != nil {

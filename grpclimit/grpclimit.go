@@ -64,7 +64,7 @@ type Policy struct {
 	// Reserve keeps units of Limit for critical calls (priority classes,
 	// reserved capacity): a call Critical does not pick passes only while
 	// Reserve units would stay after its cost
-	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// (a Part with Headroom: sluice.Part), so it is refused once the key's usage
 	// passes its share; a critical one may use the whole limit. Both spend
 	// from one budget. The rate-limit metadata a call gets is its class's:
 	// q is the limit's capacity less Reserve, r what its class may still
@@ -178,7 +178,7 @@ var ErrNoDecision = errors.New("grpclimit: no admitted call in this context")
 // and shadow, each message included), never more than it spent there: for a
 // handler that learns the real cost afterwards (taken 100, used 30: Refund
 // 70). Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
-// give units back (Limiter.RefundTake); the others are left as they are and
+// give units back (Limiter.Refund); the others are left as they are and
 // named in the error (wrapping algo.ErrNoRefund). A window policy gives
 // back only while its key is still in the window the call spent in.
 // ctx is the handler's context (a stream's: its Context()).
@@ -256,7 +256,7 @@ type figures struct {
 }
 
 // figuresOf returns each policy's figures from its part's own result at the
-// decision (sluice.Limiter.TakeEach).
+// decision (sluice.Limiter.TakeAll).
 func figuresOf(ps []policycore.Part, each []sluice.Result) []figures {
 	out := make([]figures, len(ps))
 	for i, p := range ps {

@@ -44,7 +44,7 @@ type Policy struct {
 	// Reserve keeps units of Limit for critical requests (priority
 	// classes, reserved capacity): a request Critical does not pick passes
 	// only while Reserve units would stay after its cost
-	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// (a Part with Headroom: sluice.Part), so it is refused once the key's usage
 	// passes its share; a critical one may use the whole limit. Both spend
 	// from one budget. Its RateLimit fields are its class's: q is the
 	// limit's capacity less Reserve, r what its class may still spend. 0

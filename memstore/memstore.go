@@ -16,10 +16,9 @@
 //
 //	lim := sluice.New(memstore.New())
 //
-// A Limiter reaches the store by a path of its own, on requests it has
-// checked. The store's Take, TakeAll and Refund are the sluice.Store
-// interface, for code that holds a sluice.Store; they check every request
-// they are given.
+// The store implements store.Store: its one method, Run, decides the ops a
+// Limiter has checked, at their At or at the store's clock. A Limiter calls
+// it directly, its ops on its own stack.
 //
 // Its clock is the monotonic clock, anchored to the wall clock when the process
 // starts (read from the CPU's time-stamp counter where the kernel trusts it,
@@ -42,7 +41,7 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// Store is an in-memory sluice.Store. The zero value is not usable; call New.
+// Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
 	shards []shard
 	mask   uint64

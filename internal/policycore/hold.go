@@ -43,8 +43,8 @@ func (h *Hold) Check(prefix string) error {
 	case h.Units == 0:
 		h.Units = 1
 	}
-	if h.Units > h.Limit.Limit-h.Limit.Reserve {
-		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a reserve of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Limit.Reserve)
+	if h.Units > h.Limit.Limit-h.Limit.Headroom {
+		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a headroom of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Limit.Headroom)
 	}
 	h.KeyPrefix = KeyPrefix(prefix, h.Name)
 	return nil
@@ -57,7 +57,7 @@ func (h *Hold) Acquire(ctx context.Context, key string, critical bool) (sluice.L
 	start := time.Now()
 	c := h.Limit
 	if critical {
-		c.Reserve = 0
+		c.Headroom = 0
 	}
 	ls, err := h.Lim.Acquire(ctx, h.KeyPrefix+key, c, h.Units)
 	o := observe.Allowed

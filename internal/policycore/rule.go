@@ -19,7 +19,7 @@ type Rule struct {
 	Cost  int64 // what a request spends when no cost function decides; at least 1
 	// Reserve is kept for critical requests (priority classes): the others
 	// pass only while Reserve units would stay after them (see
-	// sluice.Limiter.TakeReserving). 0 ≤ Reserve < Q.
+	// sluice.Part.Headroom). 0 ≤ Reserve < Q.
 	Reserve   int64
 	Shadow    bool
 	Optional  bool

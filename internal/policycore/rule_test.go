@@ -27,8 +27,8 @@ func TestChecker(t *testing.T) {
 	}
 	normal := policycore.Part{Rule: &classes, Reserve: classes.ReserveFor(false)}
 	critical := policycore.Part{Rule: &classes, Reserve: classes.ReserveFor(true)}
-	if normal.Quota() != 80 || critical.Quota() != 100 || normal.Sluice().Reserve != 20 || critical.Sluice().Reserve != 0 {
-		t.Errorf("classes: q %d and %d, reserves %d and %d; want 80 and 100, 20 and 0", normal.Quota(), critical.Quota(), normal.Sluice().Reserve, critical.Sluice().Reserve)
+	if normal.Quota() != 80 || critical.Quota() != 100 || normal.Sluice().Headroom != 20 || critical.Sluice().Headroom != 0 {
+		t.Errorf("classes: q %d and %d, reserves %d and %d; want 80 and 100, 20 and 0", normal.Quota(), critical.Quota(), normal.Sluice().Headroom, critical.Sluice().Headroom)
 	}
 	bigCost := policycore.Rule{Name: "bytes", Limit: sluice.PerMinute(100), Cost: 1000}
 	if err := check.Check(&bigCost, true); err != nil {
