@@ -20,7 +20,8 @@ import (
 // "Headroom"). Its Remaining is the class's (less Headroom, at least 0).
 // Cost + Headroom over the limit's capacity is an error
 // (ErrCostExceedsCapacity); 0 is none. A one-part TakeAll with headroom is
-// a Take for a lower class.
+// a lower class's take; like every composite's, its refusal leaves the
+// key's state as it was (a Take's stores it as a changed limit reads it).
 type Part struct {
 	Key      string
 	Limit    Limit
@@ -53,7 +54,9 @@ func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
 		q := &dst[i]
 		q.Key, q.Limit, q.Cost, q.Headroom = pt.Key, storelink.LimitOf(&p), pt.Cost, pt.Headroom
 	}
-	return storelink.CheckComposite(parts, func(p *Part) string { return p.Key })
+	// The keys are checked in dst: checked in parts, the caller's slice
+	// would move to the heap.
+	return storelink.CheckComposite(dst, func(p *store.Part) string { return p.Key })
 }
 
 // partsOf returns n parts, from partBufs when they fit, and the array
