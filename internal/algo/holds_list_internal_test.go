@@ -28,9 +28,9 @@ func TestHoldsListRoundTrip(t *testing.T) {
 			switch k := r.IntN(10); {
 			case len(ids) > 0 && (!grow && k < 7 || grow && k < 2):
 				op, units, id = OpRelease, 0, ids[r.IntN(len(ids))]
-			case len(ids) > 0 && k < 8:
+			case len(ids) > 0 && k < 5:
 				op, units, id = OpExtend, 0, ids[r.IntN(len(ids))]
-			case len(ids) > 0 && k == 8:
+			case len(ids) > 0 && k == 5:
 				id = ids[r.IntN(len(ids))] // an id that may be held
 			default:
 				next++
