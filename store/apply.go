@@ -13,10 +13,13 @@ import (
 // this module do. states are the States of Keys(op), in that order, as the
 // store holds them: a zero State for a key it does not hold.
 //
-// Apply updates states in place. The store then saves, in the transaction
-// it loaded them in, each State that Changed, deleting one whose FreshAt is
-// at or before now; it need not write the others. An op that failed
-// changed no state.
+// Apply updates states in place. Unless op failed, the store then saves,
+// in the transaction it loaded them in, each State that Changed, deleting
+// one whose FreshAt is at or before now; it need not write the others. An
+// op that failed changed no state's meaning, but may have rewritten one
+// in place (a hold set drops the holds that came back): a store that keeps
+// States in memory rather than their bytes puts them all back, whatever
+// the answer.
 //
 // now is op.At, or the store's clock when op.At is 0, in µs since the
 // epoch: a time outside [0, 2^52] is an Err wrapping ErrInvalidTime. Apply
@@ -26,6 +29,9 @@ import (
 // such an op as any other.
 func Apply(op *Op, now int64, states []State) {
 	op.Decision, op.Expiry = Decision{}, 0
+	for i := range states {
+		states[i].changed = false
+	}
 	op.Err = apply(op, now, states)
 	if op.Err != nil {
 		op.Decision, op.Expiry = Decision{}, 0
