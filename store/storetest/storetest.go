@@ -53,7 +53,7 @@ const Base = int64(1_764_000_000_000_000)
 // The keys of a composite share a {hash tag}, so that a store over a Redis
 // Cluster can decide it in one slot.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
-	n := 600 // a trace's length; SLUICE_LONG=1 asks for three times as many
+	n := 1000 // a trace's length; SLUICE_LONG=1 asks for three times as many
 	if testenv.Long() {
 		n *= 3
 	}
