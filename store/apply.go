@@ -8,25 +8,20 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// Apply decides op at now over states, and writes op's answer into it (its
-// Decision, each part's, its Expiry, or its Err) exactly as the stores of
-// this module do. states are the States of Keys(op), in that order, as the
-// store holds them: a zero State for a key it does not hold.
+// Apply decides op at now over states, the States of Keys(op) in that
+// order (a zero State for a key the store does not hold), exactly as the
+// stores of this module do: it writes op's answer (its Decision, each
+// part's, its Expiry, or its Err) and updates states in place. Unless
+// op.Err is set, the store then saves, in the same transaction, each State
+// that Changed, and deletes those whose FreshAt is at or before now. (A
+// failed op changed no state's meaning, though it may have rewritten a
+// hold set in place: a store that keeps States in memory, not as bytes,
+// puts them all back.)
 //
-// Apply updates states in place. Unless op failed, the store then saves,
-// in the transaction it loaded them in, each State that Changed, deleting
-// one whose FreshAt is at or before now; it need not write the others. An
-// op that failed changed no state's meaning, but may have rewritten one
-// in place (a hold set drops the holds that came back): a store that keeps
-// States in memory rather than their bytes puts them all back, whatever
-// the answer.
-//
-// now is op.At, or the store's clock when op.At is 0, in µs since the
-// epoch: a time outside [0, 2^52] is an Err wrapping ErrInvalidTime. Apply
-// trusts op to be checked as a Limiter checks it (see Op), but for its
-// limits, which it checks (an Err wrapping sluice.ErrInvalidLimit), and
-// does not read Degraded: a store with no failure policy of its own runs
-// such an op as any other.
+// now is op.At, or the store's clock when op.At is 0 (µs since the epoch);
+// outside [0, 2^52] it is an Err wrapping ErrInvalidTime. Apply trusts op
+// to be checked as a Limiter checks it, but for its limits (an Err
+// wrapping sluice.ErrInvalidLimit). It does not read Degraded.
 func Apply(op *Op, now int64, states []State) {
 	op.Decision, op.Expiry = Decision{}, 0
 	for i := range states {

@@ -48,23 +48,7 @@ func (s *State) fresh() bool { return s.rate.Kind == 0 && s.holds.Len() == 0 }
 // set's State for a rate limit's key, or the reverse.
 var ErrMalformedState = errors.New("store: malformed state")
 
-// The binary form of a State, version 1: a version byte (1), a tag byte,
-// then unsigned varints (encoding/binary's Uvarint), each below 2^53.
-//
-//	fresh:          1, 0
-//	a rate limit:   1, its algorithm (1 to 7, sluice.Algorithm's value),
-//	                FreshAt, the rate and period (µs) that wrote it, then
-//	                the algorithm's three integers; for a sliding log (6)
-//	                instead the number of entries, then each entry's time
-//	                and units, the time of the first in µs since the epoch
-//	                and each other's as its distance (≥ 1) from the one
-//	                before
-//	a hold set:     1, 8, FreshAt, the number of holds, then each hold's
-//	                id, units and expiry, in the order they expire, the
-//	                first expiry in µs since the epoch and each other's as
-//	                its distance (≥ 0) from the one before
-//
-// A later version of this package reads every earlier version.
+// The binary form's version and tags (see MarshalBinary).
 const (
 	stateVersion = 1
 	tagFresh     = 0
@@ -74,8 +58,24 @@ const (
 	maxExact = 1<<53 - 1
 )
 
-// MarshalBinary encodes s in the binary form above: a few bytes for a
-// rate limit, two more per entry of a sliding log, a few per hold.
+// MarshalBinary encodes s: a few dozen bytes for a rate limit, two or more
+// per entry of a sliding log, a few per hold. The form, version 1, is a
+// version byte (1), a tag byte, then unsigned varints (encoding/binary's
+// Uvarint), each below 2^53:
+//
+//	fresh:         1, 0
+//	a rate limit:  1, its algorithm (1 to 7, sluice.Algorithm's value),
+//	               FreshAt, the rate and period (µs) that wrote it, then
+//	               the algorithm's three integers; for a sliding log (6)
+//	               instead the number of entries, then each entry's time
+//	               and units, the first time in µs since the epoch and each
+//	               other as its distance (≥ 1) from the one before
+//	a hold set:    1, 8, FreshAt, the number of holds, then each hold's id,
+//	               units and expiry, in the order they expire, the first
+//	               expiry in µs since the epoch and each other as its
+//	               distance (≥ 0) from the one before
+//
+// A later version of this package reads every earlier version.
 func (s *State) MarshalBinary() ([]byte, error) {
 	b := []byte{stateVersion, tagFresh}
 	switch {
