@@ -178,7 +178,14 @@ func describe(op *store.Op) string {
 	if !ok {
 		name = fmt.Sprintf("op of kind %d", op.Kind)
 	}
-	fmt.Fprintf(&b, "%s %q at %+dµs", name, op.Key, op.At-Base)
+	switch {
+	case op.At == 0:
+		fmt.Fprintf(&b, "%s %q at the store's clock", name, op.Key)
+	case op.At < 0 || op.At > algo.MaxTime:
+		fmt.Fprintf(&b, "%s %q at %dµs", name, op.Key, op.At)
+	default:
+		fmt.Fprintf(&b, "%s %q at %+dµs", name, op.Key, op.At-Base)
+	}
 	switch op.Kind {
 	case store.Take, store.Refund:
 		if len(op.Parts) == 0 {
