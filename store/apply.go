@@ -24,19 +24,17 @@ import (
 // wrapping sluice.ErrInvalidLimit). It does not read Degraded.
 func Apply(op *Op, now int64, states []State) {
 	op.Decision, op.Expiry = Decision{}, 0
+	for i := range op.Parts {
+		op.Parts[i].Decision = Decision{}
+	}
 	for i := range states {
 		states[i].changed = false
 	}
 	op.Err = apply(op, now, states)
-	if op.Err != nil {
-		op.Decision, op.Expiry = Decision{}, 0
-		for i := range op.Parts {
-			op.Parts[i].Decision = Decision{}
-		}
-	}
 }
 
-// apply is Apply, returning the op's error.
+// apply is Apply, returning the op's error. An error comes before any
+// answer is written.
 func apply(op *Op, now int64, states []State) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err
@@ -211,8 +209,8 @@ func hold(op *Op, now int64, states []State) error {
 
 // acquireAll decides a composite Acquire's parts once its hold has
 // stepped (*d, held until exp when granted): they are refused outright
-// when the hold did not fit, and the hold is given back when they refuse,
-// then reports a look (a query), which says it alone would have granted.
+// when the hold did not fit; when they refuse, the hold is given back and
+// reports a look (a query), allowed: it alone would have granted.
 // It returns the hold's expiry and the summary: the fold of the hold's
 // decision and the parts'.
 func acquireAll(op *Op, c *algo.Concurrency, now int64, states []State, exp int64, d *algo.Decision) (int64, algo.Decision) {
