@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/store"
 )
@@ -147,15 +146,4 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part, each []Result) (Res
 		l.run(ctx, ops[:])
 		return answerParts(&ops[0], each)
 	})
-}
-
-// combine folds the answers of an Acquire's parts into its hold's.
-func combine(op *store.Op) store.Decision {
-	sum := storelink.AlgoDecision(&op.Decision)
-	for i := range op.Parts {
-		algo.Combine(&sum, storelink.AlgoDecision(&op.Parts[i].Decision))
-	}
-	d := storelink.DecisionOf(&sum)
-	d.Degraded = op.Decision.Degraded
-	return d
 }
