@@ -21,7 +21,7 @@ func critical(r *http.Request) bool { return r.Header.Get("X-Critical") != "" }
 // what its class may still spend). Alone (one policy: a take with a
 // reserve) and beside another policy (a composite whose part keeps it).
 func TestPriorityClasses(t *testing.T) {
-	api := httplimit.Policy{Name: "api", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Reserve: 3, Critical: critical, Key: httplimit.Static("all")}
+	api := httplimit.Policy{Name: "api", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Reserve: 3, Critical: critical, Key: httplimit.Static("all")}
 	for _, tc := range []struct {
 		name     string
 		policies []httplimit.Policy
@@ -30,7 +30,7 @@ func TestPriorityClasses(t *testing.T) {
 		other func(n int) (string, string)
 	}{
 		{"alone", []httplimit.Policy{api}, nil},
-		{"composite", []httplimit.Policy{api, {Name: "user", Limit: sluice.PerMinute(100).Using(sluice.FixedWindow)}},
+		{"composite", []httplimit.Policy{api, {Name: "user", Limit: sluice.PerMinute(100).WithAlgorithm(sluice.FixedWindow)}},
 			func(n int) (string, string) {
 				return `, "user";r=` + strconv.Itoa(100-n) + `;t=60`, `, "user";q=100;w=60`
 			}},

@@ -700,7 +700,7 @@ func TestRefund(t *testing.T) {
 	})
 	m2 := mustNew(t, lim, []httplimit.Policy{
 		{Name: "bucket", Limit: sluice.PerHour(1).WithBurst(10), Cost: 4},
-		{Name: "window", Limit: sluice.Per(10, time.Hour).Using(sluice.SlidingWindow), Cost: 4},
+		{Name: "window", Limit: sluice.Per(10, time.Hour).WithAlgorithm(sluice.SlidingWindow), Cost: 4},
 	})
 	srv2 := httptest.NewServer(m2.Handler(h2))
 	defer srv2.Close()
@@ -903,7 +903,7 @@ func TestHeadersOfSeveralPolicies(t *testing.T) {
 	c := newClock()
 	lim := frozenLimiter(c)
 	bucket := sluice.PerMinute(6).WithBurst(5)
-	logL := sluice.Per(3, 10*time.Second).Using(sluice.SlidingLog)
+	logL := sluice.Per(3, 10*time.Second).WithAlgorithm(sluice.SlidingLog)
 	m := mustNew(t, lim, []httplimit.Policy{
 		{Name: "bucket", Limit: bucket},
 		{Name: "log", Limit: logL, Key: httplimit.Static("all")},
@@ -1118,8 +1118,8 @@ func TestWithoutDecisionContext(t *testing.T) {
 // keeps its one result) and a composite of two.
 func TestRefundAcrossWindowEnd(t *testing.T) {
 	for _, ps := range [][]httplimit.Policy{
-		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Cost: 10}},
-		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.AlignedWindow), Cost: 10},
+		{{Name: "window", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Cost: 10}},
+		{{Name: "window", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.AlignedWindow), Cost: 10},
 			{Name: "bucket", Limit: sluice.PerSecond(1000).WithBurst(1000)}},
 	} {
 		c := newClock()
