@@ -182,10 +182,10 @@ func ExampleNewConcurrent() {
 	// 200 report built
 }
 
-// TestConcurrentReserve: 3 slots with 1 kept for critical requests: two
+// TestConcurrentHeadroom: 3 slots with 1 kept for critical requests: two
 // ordinary requests run, a third waits its turn with 429, and a critical
 // one still gets the reserved slot.
-func TestConcurrentReserve(t *testing.T) {
+func TestConcurrentHeadroom(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	c, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{
 		Name: "api", Limit: sluice.MaxConcurrent(3).WithHeadroom(1), Key: httplimit.Header("X-Account"),
