@@ -4,56 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/store"
 )
 
 // mapStore is a store.Store written from outside the module, as package
-// store's documentation says one may be: a map of algo.State under one
-// lock, stepped by algo. It holds no concurrency limits.
+// store's documentation says one may be: a map of each key's State, as
+// bytes, under one lock, decided by store.Apply. It holds no concurrency
+// limits: it answers them errors.ErrUnsupported, as a store that cannot do
+// an op does.
 type mapStore struct {
 	mu    sync.Mutex
 	clock *fakeClock
-	st    map[string]*algo.State
+	st    map[store.Key][]byte
 	seen  []store.Op
 }
 
 var _ store.Store = (*mapStore)(nil)
 
-func newMapStore(c *fakeClock) *mapStore { return &mapStore{clock: c, st: map[string]*algo.State{}} }
+func newMapStore(c *fakeClock) *mapStore { return &mapStore{clock: c, st: map[store.Key][]byte{}} }
 
 func paramsOf(l *store.Limit) algo.Params {
 	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
-}
-
-func resultOf(d *algo.Decision) sluice.Result {
-	us := func(v int64) time.Duration {
-		if v == algo.Never {
-			return math.MaxInt64
-		}
-		return time.Duration(v) * time.Microsecond
-	}
-	return sluice.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: us(d.RetryAfter), ResetAfter: us(d.ResetAfter), Delay: us(d.Delay), Window: d.Window}
-}
-
-func (m *mapStore) state(key string) *algo.State {
-	s := m.st[key]
-	if s == nil {
-		s = &algo.State{}
-		m.st[key] = s
-	}
-	return s
 }
 
 func (m *mapStore) Run(_ context.Context, ops []store.Op) {
@@ -64,82 +44,41 @@ func (m *mapStore) Run(_ context.Context, ops []store.Op) {
 	}
 }
 
+// run loads op's states, applies it, and saves what changed.
 func (m *mapStore) run(op *store.Op) {
 	m.seen = append(m.seen, *op)
+	switch op.Kind {
+	case store.Acquire, store.Release, store.Extend:
+		op.Err = fmt.Errorf("mapStore: op %d: %w", op.Kind, errors.ErrUnsupported)
+		return
+	}
 	now := op.At
 	if now == 0 {
 		now = m.clock.micros()
 	}
-	if err := algo.CheckTime(now); err != nil {
-		op.Err = err
-		return
-	}
-	var d algo.Decision
-	switch op.Kind {
-	case store.Take:
-		if len(op.Parts) > 0 {
-			d = m.takeAll(op.Parts, now, op.MaxDelay)
-			break
-		}
-		p := paramsOf(&op.Limit)
-		if op.Headroom == 0 {
-			d = algo.Step(&p, m.state(op.Key), now, op.Cost, op.MaxDelay)
-		} else {
-			algo.StepReserving(&p, m.state(op.Key), now, op.Cost, op.Headroom, op.MaxDelay, &d)
-		}
-	case store.Refund:
-		p := paramsOf(&op.Limit)
-		var err error
-		if d, err = algo.Refund(&p, m.state(op.Key), now, op.Cost, op.Window); err != nil {
-			op.Err = err
-			return
-		}
-	case store.Reset:
-		delete(m.st, op.Key)
-	default:
-		op.Err = fmt.Errorf("mapStore: op %d: %w", op.Kind, errors.ErrUnsupported)
-		return
-	}
-	op.Decision = storelink.DecisionOf(&d)
-}
-
-// takeAll decides a composite as memstore does: every part steps a copy of
-// its state, kept only if all grant; a refusal reports looks.
-func (m *mapStore) takeAll(ps []store.Part, now, maxDelay int64) algo.Decision {
-	next := make([]algo.State, len(ps))
-	each := make([]algo.Decision, len(ps))
-	var acc algo.Decision
-	for i := range ps {
-		p := paramsOf(&ps[i].Limit)
-		next[i] = *m.state(ps[i].Key)
-		next[i].Log = slices.Clone(next[i].Log)
-		algo.StepReserving(&p, &next[i], now, ps[i].Cost, ps[i].Headroom, maxDelay, &each[i])
-		if i == 0 {
-			acc = each[i]
-		} else {
-			algo.Combine(&acc, each[i])
-		}
-	}
-	if acc.Allowed {
-		for i := range ps {
-			if ps[i].Cost > 0 {
-				*m.state(ps[i].Key) = next[i]
+	keys := store.Keys(op)
+	states := make([]store.State, len(keys))
+	for i, k := range keys {
+		if b, ok := m.st[k]; ok {
+			if err := states[i].UnmarshalBinary(b); err != nil {
+				op.Err = err
+				return
 			}
 		}
-	} else {
-		looks := make([]algo.Decision, len(ps))
-		for i := range ps {
-			p := paramsOf(&ps[i].Limit)
-			st := *m.state(ps[i].Key)
-			algo.StepReserving(&p, &st, now, 0, ps[i].Headroom, maxDelay, &looks[i])
-			algo.RefusedPart(&each[i], &looks[i])
+	}
+	store.Apply(op, now, states)
+	if op.Err != nil {
+		return
+	}
+	for i, k := range keys {
+		switch st := &states[i]; {
+		case st.FreshAt() <= now:
+			delete(m.st, k)
+		case st.Changed():
+			b, _ := st.MarshalBinary()
+			m.st[k] = b
 		}
-		algo.Refused(&acc, looks)
 	}
-	for i := range ps {
-		ps[i].Decision = storelink.DecisionOf(&each[i])
-	}
-	return acc
 }
 
 // checked reports why op, as a store received it, was not checked by the

@@ -3,10 +3,11 @@ package storetest
 import (
 	"errors"
 	"math/rand/v2"
-	"strconv"
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/model"
+	"github.com/sluice-go/sluice/internal/storelink"
+	shared "github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/store"
 )
@@ -27,46 +28,9 @@ type step struct {
 // algorithm, as a rolling deploy does). Gaps run from zero to a few
 // periods, costs from 0 to the capacity.
 func changedTrace(r *rand.Rand, n int) []step {
-	kinds := algo.Kinds()
-	shapes := [][2]int64{{3, 1_000_000}, {7, 100_000}, {1, 60_000_000}, {5, 1_000_000}, {4, 2_000_000}, {13, 1000}}
-	var limits []store.Limit
-	for range 3 + r.IntN(4) {
-		k := kinds[r.IntN(len(kinds))]
-		sh := shapes[r.IntN(len(shapes))]
-		if len(limits) > 0 && r.IntN(2) == 0 { // a variant of a limit drawn before
-			q := limits[r.IntN(len(limits))]
-			if r.IntN(2) == 0 {
-				k = algo.Kind(q.Algorithm)
-			} else {
-				sh = [2]int64{q.Rate, q.Period}
-			}
-		}
-		burst := 1 + r.Int64N(6)
-		if k == algo.LeakyBucket {
-			burst--
-		}
-		limits = append(limits, limit(k, sh[0], sh[1], burst))
-	}
-	cur := map[string]store.Limit{}
-	tr := make([]step, n)
-	now := Base + r.Int64N(1_000_000)
-	for i := range tr {
-		key := "k" + strconv.Itoa(r.IntN(3))
-		l, ok := cur[key]
-		if !ok || r.IntN(6) == 0 {
-			l = limits[r.IntN(len(limits))]
-			cur[key] = l
-		}
-		switch r.IntN(4) {
-		case 0: // same instant
-		case 1:
-			now += r.Int64N(l.Period/l.Rate + 2)
-		case 2:
-			now += r.Int64N(l.Period + 1)
-		default:
-			now += r.Int64N(3*l.Period + 1)
-		}
-		tr[i] = step{key: key, limit: l, at: now, cost: r.Int64N(params(l).Capacity() + 1)}
+	tr := make([]step, 0, n)
+	for _, q := range shared.ChangedTrace(r, n) {
+		tr = append(tr, step{key: q.Key, limit: storelink.LimitOf(&q.Params), at: q.Now, cost: q.Cost})
 	}
 	return tr
 }
