@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/store"
 )
@@ -20,7 +19,8 @@ import (
 // "Headroom"). Its Remaining is the class's (less Headroom, at least 0).
 // Cost + Headroom over the limit's capacity is an error
 // (ErrCostExceedsCapacity); 0 is none. A one-part TakeAll with headroom is
-// a Take for a lower class.
+// a lower class's take; like every composite's, its refusal leaves the
+// key's state as it was (a Take's stores it as a changed limit reads it).
 type Part struct {
 	Key      string
 	Limit    Limit
@@ -53,7 +53,9 @@ func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
 		q := &dst[i]
 		q.Key, q.Limit, q.Cost, q.Headroom = pt.Key, storelink.LimitOf(&p), pt.Cost, pt.Headroom
 	}
-	return storelink.CheckComposite(parts, func(p *Part) string { return p.Key })
+	// The keys are checked in dst: checked in parts, the caller's slice
+	// would move to the heap.
+	return storelink.CheckComposite(dst, func(p *store.Part) string { return p.Key })
 }
 
 // partsOf returns n parts, from partBufs when they fit, and the array
@@ -144,15 +146,4 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part, each []Result) (Res
 		l.run(ctx, ops[:])
 		return answerParts(&ops[0], each)
 	})
-}
-
-// combine folds the answers of an Acquire's parts into its hold's.
-func combine(op *store.Op) store.Decision {
-	sum := storelink.AlgoDecision(&op.Decision)
-	for i := range op.Parts {
-		algo.Combine(&sum, storelink.AlgoDecision(&op.Parts[i].Decision))
-	}
-	d := storelink.DecisionOf(&sum)
-	d.Degraded = op.Decision.Degraded
-	return d
 }

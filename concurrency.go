@@ -154,11 +154,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		} else if err != nil {
 			return Lease{}, err
 		}
-		d := op.Decision
-		if len(ps) > 0 {
-			d = combine(op)
-		}
-		ls.Result = resultOf(&d)
+		ls.Result = resultOf(&op.Decision)
 		if op.Expiry > 0 { // else nothing held: refused, a query, or FailOpen's grant
 			ls.ID, ls.Expiry = id, op.Expiry
 		}

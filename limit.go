@@ -213,11 +213,6 @@ func (l Limit) params() (algo.Params, error) {
 	return storelink.Params(l)
 }
 
-// limitOf is params' inverse, for a Store from outside this module.
-func limitOf(p *algo.Params) Limit {
-	return Limit{Algorithm: Algorithm(p.Kind), Rate: p.Rate, Period: time.Duration(p.Period) * time.Microsecond, Burst: p.Burst}
-}
-
 // Errors that callers can test for with errors.Is. Every error of a Limiter
 // or of a store of this module that is about one of these wraps it.
 var (

@@ -165,11 +165,15 @@ func (l *Limiter) Clock() Clock {
 // Limiter's methods return an error wrapping ErrStoreUnavailable.
 func New(st store.Store, opts ...Option) *Limiter {
 	l := &Limiter{st: st}
-	l.mem, _ = st.(*memstore.Store)
+	if m, ok := st.(*memstore.Store); ok && m == nil {
+		l.st = nil // a nil *memstore.Store is no store, as nil is
+	} else {
+		l.mem = m
+	}
 	for _, o := range opts {
 		o(l)
 	}
-	if c, ok := st.(interface{ Clock() store.Clock }); ok && l.clock == nil {
+	if c, ok := l.st.(interface{ Clock() store.Clock }); ok && l.clock == nil {
 		l.clock = c.Clock()
 	}
 	if l.clock == nil {

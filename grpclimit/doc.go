@@ -26,7 +26,7 @@
 // its outcome: they spend as if enforced, their refusals are only counted
 // (Stats, WithObserver), and they never refuse a call. WithSkip lets calls
 // through uncounted (SkipMethods: health checks). A policy may keep part
-// of its limit for critical calls (Policy.Reserve, Policy.Critical): the
+// of its limit for critical calls (Policy.Headroom, Policy.Critical): the
 // others are refused once the key's usage passes their share, and each
 // call's rate-limit metadata is its class's.
 //

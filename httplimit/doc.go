@@ -25,7 +25,7 @@
 // each route's handler in a Middleware of its own, with any router.
 //
 // A policy may keep part of its limit for critical requests
-// (Policy.Reserve, Policy.Critical): the others are refused once the key's
+// (Policy.Headroom, Policy.Critical): the others are refused once the key's
 // usage passes their share, and each request's headers are its class's.
 //
 // # Keys

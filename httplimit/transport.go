@@ -204,7 +204,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Headroom: p.reserveFor(req)})
+			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Headroom: p.headroomFor(req)})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}

@@ -71,7 +71,9 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 		set = sh.insert(h, key, now)
 	}
 	exp, err := algo.HoldStep(c, &set.held, op, now, units, id, d)
-	set.freshAt = d.FreshAt
+	if err == nil { // an id in use changed nothing, and its FreshAt is 0
+		set.freshAt = d.FreshAt
+	}
 	sh.mu.Unlock()
 	return exp, err
 }
@@ -114,6 +116,25 @@ func (sh *holdShard) sweep(now int64) {
 		} else {
 			sh.sets[h] = kept
 		}
+	}
+}
+
+// drop removes the hold set of key, whose hash is h, if there is one
+// (sh.mu held).
+func (sh *holdShard) drop(h uint64, key string) {
+	var prev *holdSet
+	for set := sh.sets[h]; set != nil; prev, set = set, set.next {
+		switch {
+		case set.key != key:
+			continue
+		case prev != nil:
+			prev.next = set.next
+		case set.next != nil:
+			sh.sets[h] = set.next
+		default:
+			delete(sh.sets, h)
+		}
+		return
 	}
 }
 

@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -68,6 +69,52 @@ func TestHoldSweep(t *testing.T) {
 	}
 	if ls, err := lim.Acquire(ctx, "b", c, 1); err != nil || !ls.Allowed {
 		t.Fatalf("b after the sweep: %+v %v", ls, err)
+	}
+}
+
+// TestHoldIDInUseKeepsHolds: an acquire refused because its id is held
+// changes nothing, not even when the set may be swept: a sweep after it
+// keeps the hold, and a second one is refused under a limit of 1.
+func TestHoldIDInUseKeepsHolds(t *testing.T) {
+	s := memstore.New(memstore.WithClock(testenv.NewClock()))
+	c := store.Concurrency{Limit: 1, Lifetime: 60_000_000}
+	run := func(id int64) *store.Op {
+		ops := []store.Op{{Kind: store.Acquire, Key: "k", Concurrency: c, Cost: 1, ID: id}}
+		s.Run(context.Background(), ops)
+		return &ops[0]
+	}
+	if op := run(7); op.Err != nil || !op.Decision.Allowed {
+		t.Fatalf("first: %+v", op)
+	}
+	if op := run(7); !errors.Is(op.Err, store.ErrIDInUse) {
+		t.Fatalf("same id: %v, want ErrIDInUse", op.Err)
+	}
+	s.Sweep()
+	if op := run(8); op.Err != nil || op.Decision.Allowed {
+		t.Fatalf("a second hold under a limit of 1 after a sweep: %+v", op)
+	}
+}
+
+// TestResetDropsHolds: Reset returns a key to its fresh state, its holds
+// included (store.Reset).
+func TestResetDropsHolds(t *testing.T) {
+	s := memstore.New(memstore.WithClock(testenv.NewClock()))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	c := sluice.MaxConcurrent(1)
+	for _, key := range []string{"a", "b"} {
+		if ls, err := lim.Acquire(ctx, key, c, 1); err != nil || !ls.Allowed {
+			t.Fatalf("%s: %+v %v", key, ls, err)
+		}
+	}
+	if err := lim.Reset(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ls, _ := lim.Acquire(ctx, "a", c, 1); !ls.Allowed {
+		t.Fatalf("a after its reset: %+v, want allowed", ls)
+	}
+	if ls, _ := lim.Acquire(ctx, "b", c, 1); ls.Allowed {
+		t.Fatalf("b, not reset: %+v, want refused", ls)
 	}
 }
 

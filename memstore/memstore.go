@@ -191,16 +191,20 @@ func sameFields(a, b *algo.State) bool {
 		len(a.Log) == len(b.Log) && (len(a.Log) == 0 || &a.Log[0] == &b.Log[0])
 }
 
-// reset returns key's rate limit to its fresh state.
+// reset returns key to its fresh state: its rate limit's and its holds.
 func (s *Store) reset(key string) {
 	sh, h := s.locate(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if sl, e := sh.tab.Load().lookup(h, key, false); e != nil {
 		e.mu.Lock()
 		sh.drop(sl, e)
 		e.mu.Unlock()
 	}
+	sh.mu.Unlock()
+	hs, h := s.holdShard(key)
+	hs.mu.Lock()
+	hs.drop(h, key)
+	hs.mu.Unlock()
 }
 
 // Sweep drops every key whose state is equivalent to fresh at the store's

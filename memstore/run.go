@@ -76,7 +76,7 @@ func (s *Store) runTake(op *store.Op, d *algo.Decision) error {
 }
 
 // runHold decides an Acquire, a Release or an Extend, an Acquire with
-// parts as one with its rate parts.
+// parts as one with its rate parts, answering their summary.
 func (s *Store) runHold(op *store.Op, d *algo.Decision) error {
 	c := algo.Concurrency(op.Concurrency)
 	kind := storelink.HoldOpOf(op.Kind)
@@ -84,8 +84,11 @@ func (s *Store) runHold(op *store.Op, d *algo.Decision) error {
 	var err error
 	if len(op.Parts) == 0 {
 		exp, err = s.holdStep(kind, op.Key, &c, op.Cost, op.ID, s.at(op), d)
-	} else {
-		exp, err = s.holdAll(op.Key, &c, op.Cost, op.ID, op.Parts, op.MaxDelay, s.at(op), d)
+	} else if exp, err = s.holdAll(op.Key, &c, op.Cost, op.ID, op.Parts, op.MaxDelay, s.at(op), d); err == nil {
+		// The answer is the composite's: the hold's folded with the parts'.
+		for i := range op.Parts {
+			algo.Combine(d, storelink.AlgoDecision(&op.Parts[i].Decision))
+		}
 	}
 	op.Expiry = exp
 	return err

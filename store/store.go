@@ -120,7 +120,8 @@ type Op struct {
 	// is spent. Their keys are distinct.
 	Parts []Part
 
-	// Decision is the answer; for a composite, the summary of the parts'.
+	// Decision is the answer; for a composite, the summary of the parts'
+	// (an Acquire's: the hold's folded with its parts').
 	Decision Decision
 	// Expiry is when an Acquire's or an Extend's hold comes back by
 	// itself (µs since the epoch); 0 when nothing is held.

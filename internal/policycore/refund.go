@@ -58,7 +58,7 @@ func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, 
 			continue
 		}
 		found = true
-		n := c.reserve(units)
+		n := c.claim(units)
 		if n <= 0 {
 			continue
 		}
@@ -70,9 +70,9 @@ func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, 
 	return found, errors.Join(errs...)
 }
 
-// reserve takes up to units from what c has left to give back, and
+// claim takes up to units from what c has left to give back, and
 // returns how many it took.
-func (c *Charge) reserve(units int64) int64 {
+func (c *Charge) claim(units int64) int64 {
 	for {
 		done := c.refunded.Load()
 		n := min(units, c.Cost-done)

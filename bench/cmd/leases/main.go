@@ -55,6 +55,7 @@ import (
 	"github.com/sluice-go/sluice/bench"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 type config struct {
@@ -137,10 +138,10 @@ type childResult struct {
 // starting at c.startAt, and writes its childResult as JSON to w.
 func runChild(c *config, w io.Writer) error {
 	lim := sluice.Limit{Rate: c.rate, Period: time.Second, Burst: c.burst}
-	var store sluice.Store
+	var st store.Store
 	var rs *redisstore.Store
 	if c.mode == "memory" {
-		store = memstore.New()
+		st = memstore.New()
 	} else {
 		opts := []redisstore.Option{redisstore.WithPrefix(c.keyPrefix)}
 		if c.mode == "leases" {
@@ -151,9 +152,9 @@ func runChild(c *config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		store = rs
+		st = rs
 	}
-	l := sluice.New(store)
+	l := sluice.New(st)
 	time.Sleep(time.Until(time.UnixMicro(c.startAt)))
 	end := time.Now().Add(c.duration)
 	var decisions, admitted, failed atomic.Int64

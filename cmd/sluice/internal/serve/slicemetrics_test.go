@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,19 +14,22 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// A store with leases shows them on /metrics: units held, decisions from
-// slices and in Redis, units leased. One without shows no lease series.
-func TestLeaseMetrics(t *testing.T) {
+// A store with slices shows them on /metrics: units held, decisions from
+// slices and in Redis, units taken, under the slice names and under the
+// deprecated lease names, marked so in their help. One without shows no
+// slice series.
+func TestSliceMetrics(t *testing.T) {
 	srv := redistest.Standalone(t)
-	rs, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute), redisstore.WithPrefix(fmt.Sprintf("lm:%d:", time.Now().UnixNano())))
+	rs, err := redisstore.New(srv.Client(), redisstore.WithSlices(time.Minute), redisstore.WithPrefix(fmt.Sprintf("lm:%d:", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rs.Close()
 	ts := start(t, Options{Store: rs}, nil)
 	lim := sluice.Limit{Rate: 1000, Period: time.Hour, Burst: 1000}
+	l := sluice.New(rs)
 	for i := range 200 {
-		if _, err := rs.Take(context.Background(), sluice.Request{Key: "hot", Limit: lim, Cost: 1}); err != nil {
+		if _, err := l.Take(context.Background(), "hot", lim, 1); err != nil {
 			t.Fatalf("take %d: %v", i, err)
 		}
 	}
@@ -33,19 +37,34 @@ func TestLeaseMetrics(t *testing.T) {
 	value := func(series string) int64 {
 		m := regexp.MustCompile(regexp.QuoteMeta(series) + ` (\d+)`).FindStringSubmatch(page)
 		if m == nil {
-			t.Fatalf("/metrics has no %s:\n%s", series, grep(page, "lease"))
+			t.Fatalf("/metrics has no %s:\n%s", series, grep(page, "sluice_serve_"))
 		}
 		n, _ := strconv.ParseInt(m[1], 10, 64)
 		return n
 	}
-	st := rs.LeaseStats()
+	st := rs.SliceStats()
+	if got := value(`sluice_serve_slice_decisions_total{store="main",where="slice"}`); got == 0 || got > st.Local {
+		t.Errorf("decisions from slices: %d (store says %d)", got, st.Local)
+	}
+	if got := value(`sluice_serve_slice_units_total{fate="taken",store="main"}`); got == 0 {
+		t.Errorf("no unit taken in a slice")
+	}
+	value(`sluice_serve_slice_held_units{store="main"}`)
+	// The deprecated names, until the next minor release: the same
+	// figures, their help saying so.
 	if got := value(`sluice_serve_lease_decisions_total{store="main",where="lease"}`); got == 0 || got > st.Local {
-		t.Errorf("decisions from leases: %d (store says %d)", got, st.Local)
+		t.Errorf("decisions from slices, deprecated name: %d (store says %d)", got, st.Local)
 	}
 	if got := value(`sluice_serve_lease_units_total{fate="leased",store="main"}`); got == 0 {
-		t.Errorf("no unit leased")
+		t.Errorf("no unit taken in a slice, deprecated name")
 	}
 	value(`sluice_serve_lease_held_units{store="main"}`)
+	for _, name := range []string{"held_units", "decisions_total", "units_total"} {
+		help := "# HELP sluice_serve_lease_" + name + " Deprecated, removed in the next minor release: use sluice_serve_slice_" + name
+		if !strings.Contains(page, help) {
+			t.Errorf("/metrics lacks %q:\n%s", help, grep(page, "# HELP sluice_serve_"))
+		}
+	}
 
 	plain, err := redisstore.New(srv.Client())
 	if err != nil {
@@ -53,14 +72,14 @@ func TestLeaseMetrics(t *testing.T) {
 	}
 	defer plain.Close()
 	ts2 := start(t, Options{Store: plain}, nil)
-	if _, page := httpGet(t, ts2.base+"/metrics"); regexp.MustCompile(`sluice_serve_lease_`).MatchString(page) {
-		t.Errorf("lease series without leases:\n%s", grep(page, "lease"))
+	if _, page := httpGet(t, ts2.base+"/metrics"); regexp.MustCompile(`sluice_serve_(lease|slice)_`).MatchString(page) {
+		t.Errorf("slice series without slices:\n%s", grep(page, "sluice_serve_"))
 	}
 }
 
-// Two instances with leases share one hot descriptor through one Redis
+// Two instances with slices share one hot descriptor through one Redis
 // with few script calls, and never admit more than a descriptor's limit.
-func TestLeasesShareAHotDescriptor(t *testing.T) {
+func TestSlicesShareAHotDescriptor(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
@@ -75,7 +94,7 @@ descriptors:
 `})
 	var servers []*testServer
 	for range 2 {
-		rs, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute))
+		rs, err := redisstore.New(srv.Client(), redisstore.WithSlices(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +127,7 @@ descriptors:
 	// Each instance's first calls go to Redis until its demand asks for
 	// slices; then one script call takes a slice of many units.
 	if n := scripts(); n*20 > calls {
-		t.Errorf("%d script calls for %d calls: the leases did not take", n, calls)
+		t.Errorf("%d script calls for %d calls: the slices did not take", n, calls)
 	} else {
 		t.Logf("%d script calls for %d calls", n, calls)
 	}
