@@ -272,7 +272,8 @@ func (s *scriptSet) refundCall(key string, l limit, units, now, margin, window i
 	}
 }
 
-// resetCall returns the reset script's call, which deletes key.
-func (s *scriptSet) resetCall(key string) *redisrun.Call {
-	return &redisrun.Call{Script: s.reset, Keys: []string{key}}
+// resetCall returns the reset script's call, which deletes keys (of one
+// group: see redisrun.Router).
+func (s *scriptSet) resetCall(keys ...string) *redisrun.Call {
+	return &redisrun.Call{Script: s.reset, Keys: keys}
 }

@@ -42,8 +42,9 @@ func holdOf(op *store.Op) hold {
 // key are two states (and, with a {hash tag} in key, in one cluster slot).
 func (s *Store) holdKey(key string) string { return s.prefix + "hold:" + key }
 
-// runHold decides an Acquire (with its parts, if any), a Release or an
-// Extend. The failure policy answers an acquire Redis cannot: FailOpen's
+// runHold decides an Acquire (with its parts, if any: its answer is then
+// the hold's folded with the parts'), a Release or an Extend. The failure
+// policy answers an acquire Redis cannot: FailOpen's
 // grant holds nothing anywhere, FailLocal's holds in the local store, and
 // a release or extension of such a hold (op.Degraded) goes where it is. A
 // release or extension of a hold kept in Redis that cannot reach it is an
@@ -62,7 +63,11 @@ func (s *Store) runHold(ctx context.Context, op *store.Op) {
 	var d algo.Decision
 	var exp int64
 	if op.Kind == store.Acquire && len(op.Parts) > 0 {
-		d, exp, err = s.holdAll(ctx, &h, op.Parts, op.MaxDelay, now)
+		if d, exp, err = s.holdAll(ctx, &h, op.Parts, op.MaxDelay, now); err == nil {
+			for i := range op.Parts {
+				algo.Combine(&d, storelink.AlgoDecision(&op.Parts[i].Decision))
+			}
+		}
 	} else {
 		d, exp, err = s.hold(ctx, &h, now)
 	}

@@ -202,12 +202,21 @@ func (s *Store) runRefund(ctx context.Context, op *store.Op) {
 	op.Err = err
 }
 
-// runReset forgets op's key: its state in Redis and, with WithSlices, this
-// process's slices of it (given nothing back; other processes' slices end
-// within their life).
+// runReset forgets op's key: its rate state and its holds in Redis (in one
+// call where one script may name both keys, else one after the other) and,
+// with WithSlices, this process's slices of it (given nothing back; other
+// processes' slices end within their life).
 func (s *Store) runReset(ctx context.Context, op *store.Op) {
 	if s.slices != nil {
 		s.slices.forget(op.Key)
 	}
-	op.Err = s.call(ctx, scripts.resetCall(s.rateKey(op.Key)))
+	rate, holds := s.rateKey(op.Key), s.holdKey(op.Key)
+	g, ok := s.group(rate)
+	if h, ok2 := s.group(holds); ok && ok2 && g == h {
+		op.Err = s.call(ctx, scripts.resetCall(rate, holds))
+		return
+	}
+	if op.Err = s.call(ctx, scripts.resetCall(rate)); op.Err == nil {
+		op.Err = s.call(ctx, scripts.resetCall(holds))
+	}
 }
