@@ -19,7 +19,7 @@ import (
 )
 
 // WithSlices makes the store hand slices of hot keys' budgets to this
-// process (SEMANTICS.md, "Leases"): a key this process decides often takes
+// process (SEMANTICS.md, "Slices"): a key this process decides often takes
 // a slice of its budget from Redis in one script (spent there, like any
 // take) and admits from it in memory, taking the next slice before it runs
 // dry and giving back what it did not use when its demand drops or the
@@ -247,7 +247,7 @@ func (e *sliceEntry) expire(now int64) {
 }
 
 // local admits cost units at now from the first slice holding them, and
-// writes the decision into d (SEMANTICS.md, "Leases": a decision from a
+// writes the decision into d (SEMANTICS.md, "Slices": a decision from a
 // slice).
 func (e *sliceEntry) local(now, cost int64, d *algo.Decision) bool {
 	sl := &e.cur

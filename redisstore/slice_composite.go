@@ -13,7 +13,7 @@ const maxSlicedParts = 8
 // takeAll decides a composite from its parts' slices when every part may
 // take slices, costs more than 0 and has no headroom, and every part's
 // slices hold its cost: all parts are admitted together, each from its own
-// key's slices (SEMANTICS.md, "Leases"), and each part's decision is
+// key's slices (SEMANTICS.md, "Slices"), and each part's decision is
 // written into it. When one part's slices fall short nothing is spent from
 // any, and ok is false: the composite goes to Redis as without slices.
 // Either way the parts' demand is counted and their next slices are taken

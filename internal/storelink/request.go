@@ -21,7 +21,7 @@ type Request struct {
 	// none).
 	MaxDelay int64
 	// Reserve is what the request leaves for higher classes
-	// (algo.StepReserving, SEMANTICS.md's "Reserved capacity"): 0 ≤
+	// (algo.StepReserving, SEMANTICS.md's "Headroom"): 0 ≤
 	// Cost + Reserve ≤ Params.Capacity(); an op's or a part's Headroom.
 	Reserve int64
 }
