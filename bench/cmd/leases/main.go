@@ -1,4 +1,4 @@
-// Command leases measures redisstore's leases (WithLeases) on one hot key:
+// Command leases measures redisstore's slices (WithSlices) on one hot key:
 // several processes, each with many goroutines, deciding on one
 // redis-server, with and without leases, beside one process deciding in
 // memory, all in one run.
@@ -80,7 +80,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.procs, "procs", 4, "processes sharing the key")
 	fs.IntVar(&c.callers, "callers", bench.Callers, "goroutines per process")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured time per run")
-	fs.DurationVar(&c.life, "life", time.Second, "the leases' life (WithLeases)")
+	fs.DurationVar(&c.life, "life", time.Second, "a slice's life (WithSlices)")
 	fs.Int64Var(&c.limit, "limit", 20_000, "units per second of the below-demand run, shared by the processes")
 	fs.BoolVar(&c.serve, "serve", false, "measure `sluice serve` on one hot descriptor: in memory, over Redis, over Redis with --store-leases -life")
 	fs.BoolVar(&c.child, "child", false, "internal: run as one process of a run")
@@ -145,7 +145,7 @@ func runChild(c *config, w io.Writer) error {
 	} else {
 		opts := []redisstore.Option{redisstore.WithPrefix(c.keyPrefix)}
 		if c.mode == "leases" {
-			opts = append(opts, redisstore.WithLeases(c.life))
+			opts = append(opts, redisstore.WithSlices(c.life))
 		}
 		var err error
 		rs, err = redisstore.New(redis.NewClient(bench.RedisOptions(c.addr)), opts...)
@@ -198,7 +198,7 @@ func runChild(c *config, w io.Writer) error {
 	}
 	res := childResult{Decisions: decisions.Load(), Admitted: admitted.Load(), Seconds: secs}
 	if rs != nil {
-		res.Local = rs.LeaseStats().Local
+		res.Local = rs.SliceStats().Local
 		rs.Close()
 	}
 	if c.record != "" {
