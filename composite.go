@@ -103,7 +103,7 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, each []Result) (Res
 	if err := l.fillParts(ps, parts); err != nil {
 		return Result{}, err
 	}
-	ops := [1]store.Op{{Kind: store.Take, Parts: ps, MaxDelay: store.Never}}
+	ops := [1]store.Op{{Kind: store.Take, Parts: ps, MaxDelay: store.Never, SummaryOnly: each == nil}}
 	l.run(ctx, ops[:])
 	return answerParts(&ops[0], each)
 }
@@ -142,7 +142,7 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part, each []Result) (Res
 		for i := range ps {
 			ps[i].Decision = store.Decision{}
 		}
-		ops[0] = store.Op{Kind: store.Take, Parts: ps, MaxDelay: maxDelay}
+		ops[0] = store.Op{Kind: store.Take, Parts: ps, MaxDelay: maxDelay, SummaryOnly: each == nil}
 		l.run(ctx, ops[:])
 		return answerParts(&ops[0], each)
 	})

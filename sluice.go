@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -353,6 +354,9 @@ func (l *Limiter) run(ctx context.Context, ops []store.Op) {
 	runCopies(ctx, l.st, ops)
 }
 
+// opBufs keeps the copies runCopies hands a store.
+var opBufs = sync.Pool{New: func() any { return new([1]store.Op) }}
+
 // runCopies runs copies of ops on st, a store known only by its interface,
 // and writes their answers back: ops, which passing through the interface
 // would move to the heap, stay where the caller made them. The keys are
@@ -360,11 +364,18 @@ func (l *Limiter) run(ctx context.Context, ops []store.Op) {
 //
 //go:noinline
 func runCopies(ctx context.Context, st store.Store, ops []store.Op) {
-	cp := make([]store.Op, len(ops))
+	var cp []store.Op
+	if len(ops) == 1 { // the Limiter's own: one op, from a pool
+		buf := opBufs.Get().(*[1]store.Op)
+		defer func() { *buf = [1]store.Op{}; opBufs.Put(buf) }()
+		cp = buf[:]
+	} else {
+		cp = make([]store.Op, len(ops))
+	}
 	for i := range ops {
 		o, c := &ops[i], &cp[i]
 		c.Kind, c.At, c.Key, c.Limit, c.Cost, c.Headroom = o.Kind, o.At, strings.Clone(o.Key), o.Limit, o.Cost, o.Headroom
-		c.MaxDelay, c.Window, c.Concurrency, c.ID, c.Degraded = o.MaxDelay, o.Window, o.Concurrency, o.ID, o.Degraded
+		c.MaxDelay, c.Window, c.Concurrency, c.ID, c.Degraded, c.SummaryOnly = o.MaxDelay, o.Window, o.Concurrency, o.ID, o.Degraded, o.SummaryOnly
 		if len(o.Parts) > 0 {
 			c.Parts = make([]store.Part, len(o.Parts))
 			for j := range o.Parts {

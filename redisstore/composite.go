@@ -18,9 +18,9 @@ import (
 // {hash tag}; on a Ring, keys its hash puts on one shard) it is one atomic
 // script; else the parts are taken in turn and given back (takeInTurn;
 // docs/stores.md, "Composites across slots").
-func (s *Store) takeAll(ctx context.Context, parts []store.Part, maxDelay, now int64) (algo.Decision, error) {
+func (s *Store) takeAll(ctx context.Context, parts []store.Part, maxDelay, now int64, summaryOnly bool) (algo.Decision, error) {
 	if !s.together(parts) {
-		return s.takeInTurn(ctx, parts, maxDelay, now)
+		return s.takeInTurn(ctx, parts, maxDelay, now, summaryOnly)
 	}
 	c := scripts.compositeCall(len(parts), now, s.margin)
 	for i := range parts {
@@ -52,8 +52,9 @@ func (s *Store) takeAll(ctx context.Context, parts []store.Part, maxDelay, now i
 // refusal, a part given back reports the look its refund replied, a part
 // that could not be given back what it spent, and a part after the refusing
 // one, not reached, a look made afterwards (all allowed: none of them
-// refused).
-func (s *Store) takeInTurn(ctx context.Context, parts []store.Part, maxDelay, now int64) (algo.Decision, error) {
+// refused). summaryOnly spares those looks: the parts' decisions are then
+// left as they are (store.Op.SummaryOnly).
+func (s *Store) takeInTurn(ctx context.Context, parts []store.Part, maxDelay, now int64, summaryOnly bool) (algo.Decision, error) {
 	order := turnOrder(parts)
 	var acc algo.Decision
 	taken := make([]algo.Decision, 0, len(parts))
@@ -68,7 +69,9 @@ func (s *Store) takeInTurn(ctx context.Context, parts []store.Part, maxDelay, no
 			looks = append(looks, d)
 			acc = d
 			algo.Refused(&acc, looks)
-			s.eachInTurn(ctx, parts, maxDelay, now, order, looks)
+			if !summaryOnly {
+				s.eachInTurn(ctx, parts, maxDelay, now, order, looks)
+			}
 			return acc, nil
 		}
 		taken = append(taken, d)

@@ -261,7 +261,7 @@ func (s *Store) holdInTurn(ctx context.Context, h *hold, parts []store.Part, max
 		s.eachInTurn(ctx, parts, maxDelay, now, turnOrder(parts), nil)
 		return hd, exp, nil
 	}
-	d, err := s.takeInTurn(ctx, parts, maxDelay, now)
+	d, err := s.takeInTurn(ctx, parts, maxDelay, now, false)
 	if err == nil && d.Allowed {
 		return hd, exp, nil
 	}

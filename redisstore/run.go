@@ -142,7 +142,7 @@ func (s *Store) runTakeAll(ctx context.Context, op *store.Op) {
 	if !ok {
 		var now int64
 		if now, err = s.at(op); err == nil {
-			d, err = s.takeAll(ctx, op.Parts, op.MaxDelay, now)
+			d, err = s.takeAll(ctx, op.Parts, op.MaxDelay, now, op.SummaryOnly)
 		}
 	}
 	s.answer(ctx, op, &d, err)

@@ -119,6 +119,11 @@ type Op struct {
 	// Parts make a Take or an Acquire a composite: all grant or nothing
 	// is spent. Their keys are distinct.
 	Parts []Part
+	// SummaryOnly says the caller of a composite Take reads only its
+	// summary: a store may leave the parts' Decisions unset where
+	// writing them costs more (redisstore's composites across Cluster
+	// slots, whose refusal would look at the parts it never reached).
+	SummaryOnly bool
 
 	// Decision is the answer; for a composite, the summary of the parts'
 	// (an Acquire's: the hold's folded with its parts').
