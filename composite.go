@@ -45,7 +45,7 @@ func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
 			err = storelink.Check(pt.Key, p, pt.Cost)
 		}
 		if err == nil && pt.Headroom != 0 {
-			err = storelink.CheckReserve(&p, pt.Cost, pt.Headroom)
+			err = storelink.CheckHeadroom(&p, pt.Cost, pt.Headroom)
 		}
 		if err != nil {
 			return storelink.PartError(i, pt.Key, err)

@@ -32,7 +32,7 @@ func (a *part) before(ak string, b *part, bk string) bool {
 // takeAll makes one decision for the composite of checked parts ps at
 // time now (µs since the epoch), writing it into *acc, which must be zero,
 // and each part's into ps[i].Decision (see model.TakeEach for what a part
-// reports). A part with headroom steps as algo.StepReserving. The entries
+// reports). A part with headroom steps as algo.StepHeadroom. The entries
 // of all parts are locked together, in one order (by hash, then key), so
 // the decision is atomic; a part that spends nothing on a key without an
 // entry steps a fresh state and stores nothing. Composites of up to 4
@@ -105,7 +105,7 @@ func (s *Store) stepParts(parts []part, ps []store.Part, maxDelay, now int64, ac
 			}
 		}
 		d := &each[i]
-		algo.StepReserving(&pt.p, &pt.st, now, ps[i].Cost, ps[i].Headroom, maxDelay, d)
+		algo.StepHeadroom(&pt.p, &pt.st, now, ps[i].Cost, ps[i].Headroom, maxDelay, d)
 		pt.freshAt = d.FreshAt
 		if i == 0 {
 			*acc = *d
@@ -126,7 +126,7 @@ func refusedParts(parts []part, ps []store.Part, maxDelay, now int64, acc *algo.
 			st = e.st
 		}
 		var d algo.Decision
-		algo.StepReserving(&parts[i].p, &st, now, 0, ps[i].Headroom, maxDelay, &d)
+		algo.StepHeadroom(&parts[i].p, &st, now, 0, ps[i].Headroom, maxDelay, &d)
 		looks = append(looks, d)
 		algo.RefusedPart(&each[i], &d)
 	}

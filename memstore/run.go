@@ -68,7 +68,7 @@ func (s *Store) runTake(op *store.Op, d *algo.Decision) error {
 	p := storelink.AlgoParams(&op.Limit)
 	switch {
 	case op.Headroom != 0:
-		return s.decideReserving(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay, s.at(op), d)
+		return s.decideHeadroom(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay, s.at(op), d)
 	case op.At == 0:
 		return s.decideNow(op.Key, &p, op.Cost, op.MaxDelay, d)
 	}

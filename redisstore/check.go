@@ -51,7 +51,7 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 		return fmt.Errorf("%w: max delay %dµs is negative", storelink.ErrInvalidLimit, maxDelay)
 	}
 	if headroom != 0 {
-		return storelink.CheckReserve(p, cost, headroom)
+		return storelink.CheckHeadroom(p, cost, headroom)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func (s *Store) runTake(ctx context.Context, op *store.Op) {
 	p := storelink.AlgoParams(&op.Limit)
 	var d algo.Decision
 	var err error
-	if s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && algo.Leasable(p.Kind) {
+	if s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && algo.Sliceable(p.Kind) {
 		d, err = s.slices.take(ctx, op.Key, &p, op.Cost, op.MaxDelay) // checks op where it must
 	} else if err = checkTake(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay); err == nil {
 		var now int64

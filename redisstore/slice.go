@@ -683,7 +683,7 @@ func (s *Store) Slicing() bool { return s.slices != nil }
 // the step and scripts/slice.lua; nil for the algorithms that take none.
 var sliceScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 	for _, k := range algo.Kinds() {
-		if !algo.Leasable(k) {
+		if !algo.Sliceable(k) {
 			continue
 		}
 		step := mustRead(stepFiles[k])

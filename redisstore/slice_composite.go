@@ -29,7 +29,7 @@ func (tab *sliceTable) takeAll(parts []store.Part) (d algo.Decision, ok bool) {
 	for i := range parts {
 		pt := &parts[i]
 		ps[i] = storelink.AlgoParams(&pt.Limit)
-		if !algo.Leasable(ps[i].Kind) || pt.Cost == 0 || pt.Headroom != 0 {
+		if !algo.Sliceable(ps[i].Kind) || pt.Cost == 0 || pt.Headroom != 0 {
 			return d, false // a query looks at the store, as a single one does; so does a class's part
 		}
 		es[i], order[i] = tab.entry(pt.Key), i

@@ -45,7 +45,7 @@ func conformSlice(t *testing.T, c redis.UniversalClient, traces, n int) {
 				states[q.Key] = st
 			}
 			lim := storetest.ModelLimit(q.Params)
-			if !algo.Leasable(q.Params.Kind) {
+			if !algo.Sliceable(q.Params.Kind) {
 				req := storelink.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
 				if _, err := storetest.TakeAt(ctx, rs, req, q.Now); err != nil {
 					t.Fatalf("request %d: %v", i, err)

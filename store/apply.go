@@ -95,11 +95,11 @@ func check(op *Op, states []State) error {
 }
 
 // take decides a Take of one limit on its state st (memstore's decide, and
-// decideReserving with Headroom).
+// decideHeadroom with Headroom).
 func take(op *Op, now int64, st *State) {
 	p := params(&op.Limit)
 	var d algo.Decision
-	algo.StepReserving(&p, &st.rate, now, op.Cost, op.Headroom, op.MaxDelay, &d)
+	algo.StepHeadroom(&p, &st.rate, now, op.Cost, op.Headroom, op.MaxDelay, &d)
 	if op.Cost > 0 && d.FreshAt != 0 { // 0: a refusal that left the state
 		st.wrote(d.FreshAt)
 	}
@@ -142,7 +142,7 @@ func takeAll(parts []Part, maxDelay, now int64, states []State, veto bool) (acc 
 		p := params(&parts[i].Limit)
 		steps[i] = states[i].rate
 		steps[i].Log = slices.Clone(steps[i].Log) // the step would reuse the array
-		algo.StepReserving(&p, &steps[i], now, parts[i].Cost, parts[i].Headroom, maxDelay, &each[i])
+		algo.StepHeadroom(&p, &steps[i], now, parts[i].Cost, parts[i].Headroom, maxDelay, &each[i])
 		if i == 0 {
 			acc = each[i]
 		} else {
@@ -176,7 +176,7 @@ func refused(parts []Part, maxDelay, now int64, states []State, acc *algo.Decisi
 	for i := range parts {
 		p := params(&parts[i].Limit)
 		st := states[i].rate // a query leaves it as it is
-		algo.StepReserving(&p, &st, now, 0, parts[i].Headroom, maxDelay, &looks[i])
+		algo.StepHeadroom(&p, &st, now, 0, parts[i].Headroom, maxDelay, &looks[i])
 		algo.RefusedPart(&each[i], &looks[i])
 	}
 	algo.Refused(acc, looks)

@@ -21,7 +21,7 @@ type Request struct {
 	// none).
 	MaxDelay int64
 	// Reserve is what the request leaves for higher classes
-	// (algo.StepReserving, SEMANTICS.md's "Headroom"): 0 ≤
+	// (algo.StepHeadroom, SEMANTICS.md's "Headroom"): 0 ≤
 	// Cost + Reserve ≤ Params.Capacity(); an op's or a part's Headroom.
 	Reserve int64
 }
@@ -71,9 +71,9 @@ func Check(key string, p algo.Params, cost int64) error {
 	return nil
 }
 
-// CheckReserve checks a reserve under valid params and a checked cost: not
+// CheckHeadroom checks a reserve under valid params and a checked cost: not
 // negative, and cost + reserve within the capacity.
-func CheckReserve(p *algo.Params, cost, reserve int64) error {
+func CheckHeadroom(p *algo.Params, cost, reserve int64) error {
 	switch {
 	case reserve < 0:
 		return fmt.Errorf("%w: reserve %d is negative", ErrInvalidCost, reserve)

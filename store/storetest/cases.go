@@ -21,7 +21,7 @@ func (c *checker) decide(ks *model.Keys, op store.Op) store.Decision {
 	if op.Kind == store.Refund {
 		d = m.Refund(op.Key, op.At, op.Cost, op.Window)
 	} else {
-		d = m.TakeReserving(op.Key, op.At, op.Cost, op.Headroom)
+		d = m.TakeHeadroom(op.Key, op.At, op.Cost, op.Headroom)
 	}
 	c.expect(describe(&got), got.Decision, want(d))
 	return got.Decision

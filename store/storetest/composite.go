@@ -35,7 +35,7 @@ func traceComposites(c *checker, n int) {
 }
 
 // traceCompositesHeadroom is traceComposites with half the parts leaving
-// random headroom (model.TakeEachReserving).
+// random headroom (model.TakeEachHeadroom).
 func traceCompositesHeadroom(c *checker, n int) { compositeTrace(c, n, true) }
 
 // oneUserBurst checks a composite of a per-user limit of 1 a minute and a
@@ -74,7 +74,7 @@ func compositeTrace(c *checker, n int, headroom bool) {
 		op, models, keys, costs, reserves := randomComposite(r, ks, now, headroom)
 		op = c.one(op)
 		each := make([]algo.Decision, len(op.Parts))
-		sum := model.TakeEachReserving(models, keys, costs, reserves, now, each)
+		sum := model.TakeEachHeadroom(models, keys, costs, reserves, now, each)
 		for j := range op.Parts {
 			if got, w := op.Parts[j].Decision, want(each[j]); got != w {
 				c.t.Fatalf("seed %d op %d (%s): part %d:\n got  %+v\n want %+v", seed, i, describe(&op), j, got, w)

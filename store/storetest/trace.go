@@ -58,7 +58,7 @@ func traceRates(c *checker, n int) {
 
 // traceHeadroom checks a random trace of takes whose limits change, each
 // leaving random headroom (from 0 to what its cost leaves of the
-// capacity): every decision equals the model's TakeReserving.
+// capacity): every decision equals the model's TakeHeadroom.
 func traceHeadroom(c *checker, n int) {
 	seed := testenv.Seed(c.t)
 	r := rand.New(rand.NewPCG(seed, 29))
@@ -99,7 +99,7 @@ func (c *checker) replay(seed uint64, tr []step) {
 			case q.isRefund:
 				d = m.Refund(q.key, q.at, q.cost, ops[j].Window)
 			default:
-				d = m.TakeReserving(q.key, q.at, q.cost, q.headroom)
+				d = m.TakeHeadroom(q.key, q.at, q.cost, q.headroom)
 				if q.cost > 0 {
 					windows[q.key] = ops[j].Decision.Window
 				}

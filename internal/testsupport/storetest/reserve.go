@@ -19,8 +19,8 @@ import (
 // Headroom over a store that decides by a clock the trace sets, and
 // through the store's Run as a single Take with Headroom at the trace's
 // times, on keys of its own ("r:" and the key): every decision equals the
-// model's, model.TakeEachReserving's for the composite and
-// Model.TakeReserving's for the single Take.
+// model's, model.TakeEachHeadroom's for the composite and
+// Model.TakeHeadroom's for the single Take.
 func ReserveTrace(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 29))
@@ -39,7 +39,7 @@ func ReserveTrace(t *testing.T, newStore NewStore, n int) {
 		}
 		// A one-part composite: a refusal leaves the key's state as it
 		// was, where a single take's stores it as the new limit reads it.
-		want := resultOf(model.TakeEachReserving([]*model.Model{ks.Model(ModelLimit(q.Params))}, []string{q.Key}, []int64{q.Cost}, []int64{reserve}, q.Now, make([]algo.Decision, 1)))
+		want := resultOf(model.TakeEachHeadroom([]*model.Model{ks.Model(ModelLimit(q.Params))}, []string{q.Key}, []int64{q.Cost}, []int64{reserve}, q.Now, make([]algo.Decision, 1)))
 		if got != want {
 			t.Fatalf("seed %d request %d (%s %v cost %d headroom %d at +%dµs): %+v, model %+v", seed, i, q.Key, l, q.Cost, reserve, q.Now-Base, got, want)
 		}
@@ -49,7 +49,7 @@ func ReserveTrace(t *testing.T, newStore NewStore, n int) {
 			t.Fatalf("seed %d request %d, through Run: %v", seed, i, err)
 		}
 		d.FreshAt = 0
-		wantD := rks.Model(ModelLimit(q.Params)).TakeReserving(key, q.Now, q.Cost, reserve)
+		wantD := rks.Model(ModelLimit(q.Params)).TakeHeadroom(key, q.Now, q.Cost, reserve)
 		if wantD.FreshAt = 0; d != wantD {
 			t.Fatalf("seed %d request %d (%s %v cost %d headroom %d at +%dµs), through Run: %+v, model %+v", seed, i, key, l, q.Cost, reserve, q.Now-Base, d, wantD)
 		}

@@ -623,7 +623,7 @@ func Each(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, fa
 // ReserveEach is Each whose parts have, half of them, a random headroom
 // (priority classes in composites), each composite made with or without
 // its parts' results at random: every summary and every part's result equals
-// model.TakeEachReserving's.
+// model.TakeEachHeadroom's.
 func ReserveEach(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, true) }
 
 // randomReserve is a random class's reserve, of at most left units: none
@@ -662,7 +662,7 @@ func eachTrace(t *testing.T, newStore NewStore, n int, reserves bool) {
 			t.Fatalf("seed %d request %d: %v", seed, i, err)
 		}
 		want := make([]algo.Decision, len(parts))
-		wantSum := model.TakeEachReserving(models, keys, costs, res, now, want)
+		wantSum := model.TakeEachHeadroom(models, keys, costs, res, now, want)
 		if reserves {
 			if sum != resultOf(wantSum) {
 				t.Fatalf("seed %d request %d at +%dµs %v: summary %+v, model %+v", seed, i, now-Base, parts, sum, wantSum)

@@ -18,19 +18,19 @@ func TestStepReservingByHand(t *testing.T) {
 	var s algo.State
 	for i := range 8 {
 		var d algo.Decision
-		algo.StepReserving(&p, &s, t0, 1, 2, algo.Never, &d)
+		algo.StepHeadroom(&p, &s, t0, 1, 2, algo.Never, &d)
 		if !d.Allowed || d.Remaining != int64(7-i) {
 			t.Fatalf("normal %d: %+v", i, d)
 		}
 	}
 	var d algo.Decision
-	algo.StepReserving(&p, &s, t0, 1, 2, algo.Never, &d)
+	algo.StepHeadroom(&p, &s, t0, 1, 2, algo.Never, &d)
 	if d.Allowed || d.Remaining != 0 || d.RetryAfter != 1_000_000 {
 		t.Fatalf("normal past its share: %+v, want refused, retry 1s (a third token)", d)
 	}
 	for i := range 2 {
 		d = algo.Decision{}
-		algo.StepReserving(&p, &s, t0, 1, 0, algo.Never, &d)
+		algo.StepHeadroom(&p, &s, t0, 1, 0, algo.Never, &d)
 		if !d.Allowed {
 			t.Fatalf("critical %d refused", i)
 		}
@@ -39,7 +39,7 @@ func TestStepReservingByHand(t *testing.T) {
 
 // TestStepReservingMatchesModel: random traces of requests of random
 // classes under every algorithm, limits changing now and then, through
-// StepReserving and the model's TakeReserving: every decision agrees.
+// StepHeadroom and the model's TakeHeadroom: every decision agrees.
 func TestStepReservingMatchesModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 28))
 	for trace := range 200 {
@@ -61,9 +61,9 @@ func TestStepReservingMatchesModel(t *testing.T) {
 			reserve := r.Int64N(c)
 			cost := r.Int64N(c - reserve + 1)
 			var d algo.Decision
-			algo.StepReserving(&p, states[key], now, cost, reserve, algo.Never, &d)
+			algo.StepHeadroom(&p, states[key], now, cost, reserve, algo.Never, &d)
 			m := ks.Model(model.Limit{Kind: p.Kind, Rate: p.Rate, Period: p.Period, Burst: p.Burst})
-			want := m.TakeReserving(key, now, cost, reserve)
+			want := m.TakeHeadroom(key, now, cost, reserve)
 			if !same(d, want) {
 				t.Fatalf("trace %d request %d (%v %+v, %s cost %d reserve %d at %d): got %+v, model %+v", trace, i, p.Kind, p, key, cost, reserve, now, d, want)
 			}

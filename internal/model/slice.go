@@ -8,11 +8,11 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// Leasable reports whether SEMANTICS.md's "Leases" lets a process hold a
+// Sliceable reports whether SEMANTICS.md's "Leases" lets a process hold a
 // slice of a key's budget under kind: the algorithms that can give units
 // back. The sliding window, sliding log and leaky bucket cannot, so they are
 // never leased.
-func Leasable(kind algo.Kind) bool {
+func Sliceable(kind algo.Kind) bool {
 	switch kind {
 	case algo.TokenBucket, algo.GCRA, algo.FixedWindow, algo.AlignedWindow:
 		return true
@@ -93,7 +93,7 @@ func (p *Process) expiry(lim Limit, now int64, d algo.Decision) int64 {
 // lease's.
 func (p *Process) Take(key string, lim Limit, now, cost, want int64) (d algo.Decision, local bool) {
 	m := p.ks.Model(lim)
-	if !Leasable(lim.Kind) {
+	if !Sliceable(lim.Kind) {
 		return m.Take(key, now, cost), false
 	}
 	p.expire(key, now)

@@ -4,10 +4,10 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// decideReserving is decide for a class with a reserve: one
-// algo.StepReserving under the key's entry lock. A refusal leaves the
+// decideHeadroom is decide for a class with a reserve: one
+// algo.StepHeadroom under the key's entry lock. A refusal leaves the
 // state, and its FreshAt, as they were.
-func (s *Store) decideReserving(key string, p *algo.Params, cost, reserve, maxDelay, now int64, d *algo.Decision) error {
+func (s *Store) decideHeadroom(key string, p *algo.Params, cost, reserve, maxDelay, now int64, d *algo.Decision) error {
 	if err := algo.CheckTime(now); err != nil {
 		return err
 	}
@@ -15,10 +15,10 @@ func (s *Store) decideReserving(key string, p *algo.Params, cost, reserve, maxDe
 	e := sh.lockEntry(h, key, now, cost > 0)
 	if e == nil {
 		var fresh algo.State
-		algo.StepReserving(p, &fresh, now, cost, reserve, maxDelay, d)
+		algo.StepHeadroom(p, &fresh, now, cost, reserve, maxDelay, d)
 		return nil
 	}
-	algo.StepReserving(p, &e.st, now, cost, reserve, maxDelay, d)
+	algo.StepHeadroom(p, &e.st, now, cost, reserve, maxDelay, d)
 	if cost > 0 && d.FreshAt != 0 { // 0: a refusal that left the state
 		e.freshAt = d.FreshAt
 	}
