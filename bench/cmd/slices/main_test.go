@@ -6,7 +6,7 @@ import (
 )
 
 func TestViolationsCountsOnlySpansOverTheBound(t *testing.T) {
-	// 10/s, burst 2, no lease: T = 100ms. Three decisions inside one ms
+	// 10/s, burst 2, no slices (L = 0): T = 100ms. Three decisions inside one ms
 	// break burst 2 + floor(1ms/100ms) = 2.
 	adm := []admission{{0, 10}, {20, 30}, {40, 50}}
 	if spans, worst := violations(adm, 10, 2, 0); spans == 0 || worst != 1 {

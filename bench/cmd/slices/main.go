@@ -1,11 +1,11 @@
-// Command leases measures redisstore's slices (WithSlices) on one hot key:
+// Command slices measures redisstore's slices (WithSlices) on one hot key:
 // several processes, each with many goroutines, deciding on one
-// redis-server, with and without leases, beside one process deciding in
+// redis-server, with and without slices, beside one process deciding in
 // memory, all in one run.
 //
-//	GOWORK=off go run ./cmd/leases [-procs 4] [-callers 64] [-duration 5s] [-life 1s] [-limit 20000]
-//	GOWORK=off go run ./cmd/leases -serve [-callers 64] [-duration 5s] [-life 1s]
-//	GOWORK=off go run ./cmd/leases -smoke [-serve]   # seconds: does it still run? (CI)
+//	GOWORK=off go run ./cmd/slices [-procs 4] [-callers 64] [-duration 5s] [-life 1s] [-limit 20000]
+//	GOWORK=off go run ./cmd/slices -serve [-callers 64] [-duration 5s] [-life 1s]
+//	GOWORK=off go run ./cmd/slices -smoke [-serve]   # seconds: does it still run? (CI)
 //
 // Above demand (a limit no load reaches) it reports the decisions per
 // second of all processes together and the Redis commands per decision
@@ -21,7 +21,7 @@
 //
 // With -serve it measures `sluice serve` instead (built from this working
 // tree, as cmd/rls does): one hot descriptor, in memory, over Redis, and
-// over Redis with --store-leases, each in turn, reporting the server's CPU
+// over Redis with --store-slices, each in turn, reporting the server's CPU
 // per call and Redis's script calls per call.
 //
 // The processes are this binary started again with -child; they start
@@ -65,7 +65,7 @@ type config struct {
 	serve          bool // measure sluice serve instead (runServe)
 	// child mode
 	child     bool
-	mode      string // leases, plain, memory
+	mode      string // slices, plain, memory
 	addr      string
 	startAt   int64 // unix µs
 	rate      int64 // units/s of the child's limit
@@ -76,15 +76,15 @@ type config struct {
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("leases", flag.ContinueOnError)
+	fs := flag.NewFlagSet("slices", flag.ContinueOnError)
 	fs.IntVar(&c.procs, "procs", 4, "processes sharing the key")
 	fs.IntVar(&c.callers, "callers", bench.Callers, "goroutines per process")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "measured time per run")
 	fs.DurationVar(&c.life, "life", time.Second, "a slice's life (WithSlices)")
 	fs.Int64Var(&c.limit, "limit", 20_000, "units per second of the below-demand run, shared by the processes")
-	fs.BoolVar(&c.serve, "serve", false, "measure `sluice serve` on one hot descriptor: in memory, over Redis, over Redis with --store-leases -life")
+	fs.BoolVar(&c.serve, "serve", false, "measure `sluice serve` on one hot descriptor: in memory, over Redis, over Redis with --store-slices -life")
 	fs.BoolVar(&c.child, "child", false, "internal: run as one process of a run")
-	fs.StringVar(&c.mode, "mode", "leases", "internal: leases, plain or memory")
+	fs.StringVar(&c.mode, "mode", "slices", "internal: slices, plain or memory")
 	fs.StringVar(&c.addr, "addr", "", "internal: the redis-server")
 	fs.Int64Var(&c.startAt, "start-at", 0, "internal: when to start (unix µs)")
 	fs.Int64Var(&c.rate, "rate", 0, "internal: the limit's units per second")
@@ -123,7 +123,7 @@ func main() {
 		}
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "leases:", err)
+		fmt.Fprintln(os.Stderr, "slices:", err)
 		os.Exit(1)
 	}
 }
@@ -144,7 +144,7 @@ func runChild(c *config, w io.Writer) error {
 		st = memstore.New()
 	} else {
 		opts := []redisstore.Option{redisstore.WithPrefix(c.keyPrefix)}
-		if c.mode == "leases" {
+		if c.mode == "slices" {
 			opts = append(opts, redisstore.WithSlices(c.life))
 		}
 		var err error
@@ -175,7 +175,7 @@ func runChild(c *config, w io.Writer) error {
 				res, err := l.Take(ctx, "hot", lim, 1)
 				if err != nil {
 					if failed.Add(1) == 1 {
-						fmt.Fprintln(os.Stderr, "leases child:", err)
+						fmt.Fprintln(os.Stderr, "slices child:", err)
 					}
 					continue
 				}
@@ -272,14 +272,14 @@ func runParent(c *config) error {
 	defer srv.Stop()
 	rc := redis.NewClient(bench.RedisOptions(srv.Addr))
 	defer rc.Close()
-	dir, err := os.MkdirTemp("", "sluice-leases-")
+	dir, err := os.MkdirTemp("", "sluice-slices-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	huge := int64(1_000_000_000) // per second: no load reaches it
 	var above []*run
-	for _, mode := range []string{"memory", "plain", "leases"} {
+	for _, mode := range []string{"memory", "plain", "slices"} {
 		procs := c.procs
 		if mode == "memory" {
 			procs = 1
@@ -291,7 +291,7 @@ func runParent(c *config) error {
 		above = append(above, r)
 	}
 	var below []*run
-	for _, mode := range []string{"plain", "leases"} {
+	for _, mode := range []string{"plain", "slices"} {
 		r, err := spawn(c, rc, srv.Addr, dir, mode, c.procs, c.limit, c.limit/10, true)
 		if err != nil {
 			return err
@@ -324,7 +324,7 @@ func spawn(c *config, rc *redis.Client, addr, dir, mode string, procs int, rate,
 		args := []string{"-child", "-mode", mode, "-addr", addr, "-start-at", strconv.FormatInt(startAt, 10),
 			"-rate", strconv.FormatInt(rate, 10), "-burst", strconv.FormatInt(burst, 10),
 			"-callers", strconv.Itoa(c.callers), "-duration", c.duration.String(), "-life", c.life.String(),
-			"-prefix", "leases:"}
+			"-prefix", "slices:"}
 		if record {
 			args = append(args, "-record", filepath.Join(dir, fmt.Sprintf("%s-%d.bin", mode, i)))
 		}
@@ -403,24 +403,24 @@ func violations(adm []admission, rate, burst int64, life time.Duration) (spans, 
 }
 
 func report(w io.Writer, c *config, above, below []*run) {
-	fmt.Fprintf(w, "One hot key, %d processes × %d goroutines on one redis-server (memory: one process), %v per run, lease life %v.\n\n", c.procs, c.callers, c.duration, c.life)
+	fmt.Fprintf(w, "One hot key, %d processes × %d goroutines on one redis-server (memory: one process), %v per run, slice life %v.\n\n", c.procs, c.callers, c.duration, c.life)
 	fmt.Fprintln(w, "Limit above demand:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| store | processes | decisions/s | from leases | Redis calls per decision |")
+	fmt.Fprintln(w, "| store | processes | decisions/s | from slices | Redis calls per decision |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
 	rates := map[string]float64{}
-	var callsLeased float64
+	var callsSliced float64
 	for _, r := range above {
 		d, _, local, secs := r.sum()
 		rates[r.name] = float64(d) / secs
 		calls := float64(r.commands) / float64(max(d, 1))
-		if r.name == "leases" {
-			callsLeased = calls
+		if r.name == "slices" {
+			callsSliced = calls
 		}
 		fmt.Fprintf(w, "| %s | %d | %.0f | %.1f%% | %.5f |\n", r.name, r.procs, rates[r.name], 100*float64(local)/float64(max(d, 1)), calls)
 	}
-	fmt.Fprintf(w, "\nLeases ÷ without: %.1f× (target ≥ 10×); leases ÷ one process in memory: %.2f (target ≥ 0.5); Redis calls per 100 decisions with leases: %.4f (target ≤ 1).\n\n",
-		rates["leases"]/rates["plain"], rates["leases"]/rates["memory"], 100*callsLeased)
+	fmt.Fprintf(w, "\nSlices ÷ without: %.1f× (target ≥ 10×); slices ÷ one process in memory: %.2f (target ≥ 0.5); Redis calls per 100 decisions with slices: %.4f (target ≤ 1).\n\n",
+		rates["slices"]/rates["plain"], rates["slices"]/rates["memory"], 100*callsSliced)
 	fmt.Fprintf(w, "Limit below demand: %d/s, burst %d, shared by %d processes:\n\n", c.limit, c.limit/10, c.procs)
 	fmt.Fprintln(w, "| store | decisions/s | admitted/s | % of limit | Redis calls per decision | spans over the bound |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")

@@ -22,7 +22,7 @@ type serveRun struct {
 
 // runServe measures `sluice serve` (built from this working tree) on one
 // hot descriptor (rls's value u0, 1,000,000/s: above demand): in memory,
-// over Redis, and over Redis with --store-leases, each in turn with
+// over Redis, and over Redis with --store-slices, each in turn with
 // c.callers callers over the h2 load generator; it reports calls/s, the
 // server's and Redis's CPU per call, and Redis script calls per call.
 func runServe(c *config, w io.Writer) error {
@@ -31,7 +31,7 @@ func runServe(c *config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "sluice-leases-serve-")
+	dir, err := os.MkdirTemp("", "sluice-slices-serve-")
 	if err != nil {
 		return err
 	}
@@ -56,11 +56,11 @@ func runServe(c *config, w io.Writer) error {
 	for _, k := range []struct{ name, store, kind string }{
 		{"memory", "memory", "memory"},
 		{"redis", "redis://" + srv.Addr, "redis"},
-		{"redis, leases " + c.life.String(), "redis://" + srv.Addr, "redis-leases"},
+		{"redis, slices " + c.life.String(), "redis://" + srv.Addr, "redis-slices"},
 	} {
 		var flags []string
-		if k.kind == "redis-leases" {
-			flags = []string{"--store-leases", c.life.String()}
+		if k.kind == "redis-slices" {
+			flags = []string{"--store-slices", c.life.String()}
 		}
 		s, err := rls.StartSluiceFlags(ctx, bin, dir, files, k.store, k.kind, flags, nil)
 		if err != nil {
@@ -113,10 +113,10 @@ func reportServe(w io.Writer, c *config, runs []serveRun) {
 			us(r.m.ServerCPU)/float64(calls), us(r.m.RedisCPU)/float64(calls), 100*float64(r.scripts)/float64(calls))
 	}
 	if len(runs) == 3 {
-		mem, lease := runs[0].m, runs[2].m
-		ratio := (us(lease.ServerCPU) / float64(max(lease.Calls, 1))) / (us(mem.ServerCPU) / float64(max(mem.Calls, 1)))
-		fmt.Fprintf(w, "\nServer CPU per call with leases ÷ in memory: %.2f (target ≤ 1.10); Redis calls per 100 calls with leases: %.3f (target ≤ 1).\n",
-			ratio, 100*float64(runs[2].scripts)/float64(max(lease.Calls, 1)))
+		mem, sliced := runs[0].m, runs[2].m
+		ratio := (us(sliced.ServerCPU) / float64(max(sliced.Calls, 1))) / (us(mem.ServerCPU) / float64(max(mem.Calls, 1)))
+		fmt.Fprintf(w, "\nServer CPU per call with slices ÷ in memory: %.2f (target ≤ 1.10); Redis calls per 100 calls with slices: %.3f (target ≤ 1).\n",
+			ratio, 100*float64(runs[2].scripts)/float64(max(sliced.Calls, 1)))
 	}
 }
 
