@@ -46,7 +46,7 @@ func (s *State) fresh() bool { return s.rate.Kind == 0 && s.holds.Len() == 0 }
 // ErrMalformedState is wrapped by the error of UnmarshalBinary on bytes
 // that are not a State's, and by Apply's when a store hands it a hold
 // set's State for a rate limit's key, or the reverse.
-var ErrMalformedState = errors.New("store: malformed state")
+var ErrMalformedState = errors.New("sluice: malformed store state")
 
 // The binary form's version and tags (see MarshalBinary).
 const (

@@ -33,7 +33,8 @@ type Store interface {
 
 // Clock is the time a Limiter and the stores of this module read and wait
 // by. A store that has one (memstore.WithClock) lends it to the Limiter
-// over it, so that a test sets its fake clock once, on the store.
+// over it by a method Clock() Clock, so that a test sets its fake clock
+// once, on the store.
 type Clock interface {
 	Now() time.Time
 	// Sleep waits for d or until ctx is done, whichever comes first, and
