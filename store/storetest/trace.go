@@ -7,8 +7,8 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/storelink"
-	shared "github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/traces"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -29,7 +29,7 @@ type step struct {
 // periods, costs from 0 to the capacity.
 func changedTrace(r *rand.Rand, n int) []step {
 	tr := make([]step, 0, n)
-	for _, q := range shared.ChangedTrace(r, n) {
+	for _, q := range traces.Changed(r, n) {
 		tr = append(tr, step{key: q.Key, limit: storelink.LimitOf(&q.Params), at: q.Now, cost: q.Cost})
 	}
 	return tr
