@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // At most 2 exports of an account run at once; each holds its slot while it
@@ -48,13 +49,39 @@ func ExampleLimiter_Extend() {
 	// true <nil> true
 }
 
-// TestHoldsOutside: a store from outside this module holds no concurrency
-// limits: an error wrapping errors.ErrUnsupported, never a lease.
+// TestHoldsOutside: a store known only by its interface holds leases when
+// it can (memstore behind a wrapper), alone and with rate parts, and
+// answers an error wrapping errors.ErrUnsupported, never a lease, when it
+// cannot (a store that holds no concurrency limits).
 func TestHoldsOutside(t *testing.T) {
-	lim := sluice.New(struct{ sluice.Store }{memstore.New()})
-	ls, err := lim.Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1)
-	if !errors.Is(err, sluice.ErrNoLeases) || !errors.Is(err, errors.ErrUnsupported) || ls.Allowed {
-		t.Fatalf("%+v %v, want ErrNoLeases", ls, err)
+	ctx := context.Background()
+	lim := sluice.New(struct{ store.Store }{memstore.New()})
+	if sluice.Paths(lim) {
+		t.Fatal("a wrapped memstore took memstore's direct path")
+	}
+	c := sluice.MaxConcurrent(1)
+	ls, err := lim.Acquire(ctx, "k", c, 1)
+	if err != nil || !ls.Allowed || ls.ID == 0 {
+		t.Fatalf("acquire through the interface: %+v %v", ls, err)
+	}
+	if again, err := lim.Acquire(ctx, "k", c, 1); err != nil || again.Allowed {
+		t.Fatalf("a second hold of a limit of 1: %+v %v, want refused", again, err)
+	}
+	if r, err := lim.Release(ctx, ls); err != nil || !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("release through the interface: %+v %v", r, err)
+	}
+	part := sluice.Part{Key: "budget", Limit: sluice.PerMinute(1), Cost: 1}
+	if ls, err := lim.Acquire(ctx, "k", c, 1, part); err != nil || !ls.Allowed {
+		t.Fatalf("acquire with a part through the interface: %+v %v", ls, err)
+	}
+	if r, err := lim.Take(ctx, "budget", part.Limit, 0); err != nil || r.Remaining != 0 {
+		t.Fatalf("the part's budget after the acquire: %+v %v, want spent", r, err)
+	}
+
+	none := sluice.New(newMapStore(newFakeClock()))
+	ls, err = none.Acquire(ctx, "k", c, 1)
+	if !errors.Is(err, errors.ErrUnsupported) || ls.Allowed {
+		t.Fatalf("a store that holds no leases: %+v %v, want an error wrapping errors.ErrUnsupported", ls, err)
 	}
 	var zero sluice.Limiter
 	if _, err := zero.Acquire(context.Background(), "k", sluice.MaxConcurrent(1), 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
@@ -80,7 +107,7 @@ func (fixedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx
 
 // A report takes a slot of 2 per account and a unit of 10 a minute, all or
 // nothing: the refused third neither holds a slot nor spends a unit.
-func ExampleLimiter_AcquireAll() {
+func ExampleLimiter_Acquire_parts() {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
@@ -88,7 +115,7 @@ func ExampleLimiter_AcquireAll() {
 	budget := []sluice.Part{{Key: "reports:acme", Limit: sluice.PerMinute(10), Cost: 1}}
 
 	for range 3 {
-		ls, _ := lim.AcquireAll(ctx, "reports:acme", slots, 1, budget)
+		ls, _ := lim.Acquire(ctx, "reports:acme", slots, 1, budget...)
 		fmt.Println(ls.Allowed, ls.Remaining)
 	}
 	// Output:
@@ -97,14 +124,14 @@ func ExampleLimiter_AcquireAll() {
 	// false 0
 }
 
-// TestConcurrencyReserve: a limit of 10 with 2 reserved for critical
-// requests: normal requests are refused once 8 are held, critical ones
+// TestConcurrencyHeadroom: a limit of 10 with a headroom of 2 kept for
+// critical requests: normal requests are refused once 8 are held, critical ones
 // use all 10, and a normal request's figures are its class's.
-func TestConcurrencyReserve(t *testing.T) {
+func TestConcurrencyHeadroom(t *testing.T) {
 	lim := sluice.New(memstore.New(memstore.WithClock(fixedClock{})))
 	ctx := context.Background()
 	critical := sluice.MaxConcurrent(10).WithLifetime(time.Minute)
-	normal := critical.Reserving(2)
+	normal := critical.WithHeadroom(2)
 	var held []sluice.Lease
 	for i := range 8 {
 		ls, err := lim.Acquire(ctx, "api", normal, 1)
@@ -127,19 +154,19 @@ func TestConcurrencyReserve(t *testing.T) {
 	if r, err := lim.Release(ctx, held[0]); err != nil || !r.Allowed || r.Remaining != 0 {
 		t.Fatalf("a normal release with 9 of 10 held: %+v %v, want 0 left for its class", r, err)
 	}
-	for _, bad := range []sluice.Concurrency{critical.Reserving(10), critical.Reserving(-1)} {
+	for _, bad := range []sluice.Concurrency{critical.WithHeadroom(10), critical.WithHeadroom(-1)} {
 		if _, err := lim.Acquire(ctx, "api", bad, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
-			t.Errorf("reserve %d: %v, want ErrInvalidLimit", bad.Reserve, err)
+			t.Errorf("headroom %d: %v, want ErrInvalidLimit", bad.Headroom, err)
 		}
 	}
-	if _, err := lim.Acquire(ctx, "api", critical.Reserving(5), 6); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+	if _, err := lim.Acquire(ctx, "api", critical.WithHeadroom(5), 6); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("6 units where a class may hold 5: %v, want ErrCostExceedsCapacity", err)
 	}
 }
 
 // TestConcurrencyInvalid: a limit that cannot be used is an error wrapping
 // ErrInvalidLimit from Validate, Acquire and Release alike, never a
-// decision; a reserve that would wrap the limit around is one of them.
+// decision; a headroom that would wrap the limit around is one of them.
 func TestConcurrencyInvalid(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	ctx := context.Background()
@@ -151,10 +178,10 @@ func TestConcurrencyInvalid(t *testing.T) {
 		{Limit: 3, Lifetime: 1500 * time.Nanosecond},
 		{Limit: 3, Lifetime: -time.Second},
 		{Limit: 3, Lifetime: (1<<50 + 1) * time.Microsecond},
-		{Limit: 3, Reserve: 3},
-		{Limit: 3, Reserve: -1},
-		{Limit: math.MinInt64, Reserve: math.MaxInt64 - 10},
-		{Limit: -5, Reserve: 2},
+		{Limit: 3, Headroom: 3},
+		{Limit: 3, Headroom: -1},
+		{Limit: math.MinInt64, Headroom: math.MaxInt64 - 10},
+		{Limit: -5, Headroom: 2},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); !errors.Is(err, sluice.ErrInvalidLimit) {
@@ -167,7 +194,7 @@ func TestConcurrencyInvalid(t *testing.T) {
 			t.Errorf("%+v: Release %+v %v, want ErrInvalidLimit", c, r, err)
 		}
 	}
-	for _, c := range []sluice.Concurrency{{Limit: 1}, {Limit: 1 << 50, Lifetime: time.Microsecond}, {Limit: 3, Reserve: 2, Lifetime: time.Hour}} {
+	for _, c := range []sluice.Concurrency{{Limit: 1}, {Limit: 1 << 50, Lifetime: time.Microsecond}, {Limit: 3, Headroom: 2, Lifetime: time.Hour}} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%+v: Validate %v, want nil", c, err)
 		}

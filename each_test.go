@@ -10,13 +10,15 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
-// TestTakeEachErrors: a TakeEach that cannot decide returns an error
-// wrapping its sentinel, spends nothing and zeroes each, whichever path it
-// takes (memstore's local engine up to 4 parts, its engine beyond, a Store
-// from outside the module, no store).
-func TestTakeEachErrors(t *testing.T) {
+// TestTakeAllEachErrors: a TakeAll asked for each part's result that
+// cannot decide returns an error wrapping its sentinel, spends nothing and
+// zeroes each, whichever path it takes (memstore's, called directly, its
+// parts pooled up to 4 and made beyond; a store from outside the module,
+// through the interface; no store).
+func TestTakeAllEachErrors(t *testing.T) {
 	ctx := context.Background()
 	l := sluice.PerMinute(5)
 	five := []sluice.Part{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 1}, {Key: "c", Limit: l, Cost: 1}, {Key: "d", Limit: l, Cost: 1}, {Key: "e", Limit: l, Cost: 1}}
@@ -43,7 +45,7 @@ func TestTakeEachErrors(t *testing.T) {
 			for i := range each {
 				each[i] = sluice.Result{Allowed: true, Remaining: 7}
 			}
-			r, err := lim.TakeEach(ctx, c.parts, each)
+			r, err := lim.TakeAll(ctx, c.parts, each)
 			if !errors.Is(err, c.want) || r != (sluice.Result{}) {
 				t.Errorf("%s, %s: %+v, %v; want an error wrapping %v", name, c.what, r, err, c.want)
 			}
@@ -57,37 +59,41 @@ func TestTakeEachErrors(t *testing.T) {
 		}
 		// Nothing was spent.
 		each := make([]sluice.Result, 5)
-		if r, err := lim.TakeEach(ctx, five, each); err != nil || !r.Allowed || r.Remaining != 4 || each[4].Remaining != 4 {
+		if r, err := lim.TakeAll(ctx, five, each); err != nil || !r.Allowed || r.Remaining != 4 || each[4].Remaining != 4 {
 			t.Errorf("%s: after the errors: %+v, %+v, %v", name, r, each, err)
 		}
 	}
-	_, err := sluice.New(nil).TakeEach(ctx, five[:1], make([]sluice.Result, 1))
+	_, err := sluice.New(nil).TakeAll(ctx, five[:1], make([]sluice.Result, 1))
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("over no store: %v", err)
 	}
 }
 
-// TestLinkedPaths: the stores of this module meet the Limiter's link in
-// full (their engine, and memstore's local path), and a type that embeds
-// one, whose methods may do more than the store's, is a Store from outside.
-func TestLinkedPaths(t *testing.T) {
+// TestPaths: a Limiter calls memstore's Run directly, and every other
+// store through the interface: redisstore's, one from outside, and a type
+// that embeds memstore's, whose Run may do more than the store's.
+func TestPaths(t *testing.T) {
 	rs, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rs.Close()
 	for name, c := range map[string]struct {
-		s             sluice.Store
-		linked, local bool
+		s      store.Store
+		direct bool
 	}{
-		"memstore":   {memstore.New(), true, true},
-		"redisstore": {rs, true, false},
-		"outside":    {newMapStore(newFakeClock()), false, false},
-		"embedding":  {struct{ *memstore.Store }{memstore.New()}, false, false},
-		"nil":        {(*memstore.Store)(nil), false, false},
+		"memstore":   {memstore.New(), true},
+		"redisstore": {rs, false},
+		"outside":    {newMapStore(newFakeClock()), false},
+		"embedding":  {struct{ *memstore.Store }{memstore.New()}, false},
+		"nil":        {nil, false},
 	} {
-		if linked, local := sluice.Paths(sluice.New(c.s)); linked != c.linked || local != c.local {
-			t.Errorf("%s: linked %v, local %v; want %v, %v", name, linked, local, c.linked, c.local)
+		if direct := sluice.Paths(sluice.New(c.s)); direct != c.direct {
+			t.Errorf("%s: memstore's direct path %v, want %v", name, direct, c.direct)
 		}
+	}
+	// A nil *memstore.Store is no store, as nil is.
+	if _, err := sluice.New((*memstore.Store)(nil)).Take(context.Background(), "k", sluice.PerSecond(1), 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Errorf("over a nil *memstore.Store: %v, want ErrStoreUnavailable", err)
 	}
 }

@@ -82,7 +82,7 @@ func ExampleLeakyBucket() {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
-	provider := sluice.PerSecond(20).WithBurst(3).Using(sluice.LeakyBucket)
+	provider := sluice.PerSecond(20).WithBurst(3).WithAlgorithm(sluice.LeakyBucket)
 
 	for i := 0; i < 5; i++ {
 		r, _ := lim.Take(ctx, "provider", provider, 1)
@@ -109,7 +109,7 @@ func ExampleLimiter_TakeAll() {
 		r, err := lim.TakeAll(ctx, []sluice.Part{
 			{Key: "req:acme", Limit: requests, Cost: 1},
 			{Key: "tok:acme", Limit: tokens, Cost: n},
-		})
+		}, nil)
 		if err != nil {
 			panic(err)
 		}
@@ -122,10 +122,10 @@ func ExampleLimiter_TakeAll() {
 	//   9000 tokens: allowed=true remaining=57 retry_after=0s
 }
 
-// The same LLM API through TakeEach: the same decisions, and each part's own
-// figures at the decision's instant, from the same store call: what a
+// The same LLM API, each part's result asked for: the same decisions, and
+// each part's own figures at the decision's instant, from the same store call: what a
 // RateLimit header per policy needs, and which policy refused.
-func ExampleLimiter_TakeEach() {
+func ExampleLimiter_TakeAll_each() {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
@@ -136,7 +136,7 @@ func ExampleLimiter_TakeEach() {
 	var each [2]sluice.Result
 	for _, n := range []int64{40_000, 50_000, 20_000} {
 		parts[0].Cost, parts[1].Cost = 1, n
-		r, err := lim.TakeEach(ctx, parts, each[:])
+		r, err := lim.TakeAll(ctx, parts, each[:])
 		if err != nil {
 			panic(err)
 		}
@@ -165,7 +165,7 @@ func ExampleLimit_changed() {
 	ctx := context.Background()
 	old := sluice.PerHour(10)
 	lim.Take(ctx, "user:42", old, 7)
-	r, _ := lim.Take(ctx, "user:42", old.Using(sluice.GCRA), 0)
+	r, _ := lim.Take(ctx, "user:42", old.WithAlgorithm(sluice.GCRA), 0)
 	fmt.Println("gcra sees", r.Remaining, "left")
 	r, _ = lim.Take(ctx, "user:42", old.WithBurst(20), 0)
 	fmt.Println("a burst of 20 leaves", r.Remaining)
@@ -206,7 +206,7 @@ func ExampleParseLimit() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(l.WithBurst(5).Using(sluice.GCRA))
+	fmt.Println(l.WithBurst(5).WithAlgorithm(sluice.GCRA))
 	_, err = sluice.ParseLimit("10/0s")
 	fmt.Println(err)
 	// Output:
@@ -215,24 +215,24 @@ func ExampleParseLimit() {
 }
 
 // A job takes an estimate of 10 units from a window of 10 a minute and
-// turns out to need 4: RefundTake gives 6 back to the window the take
-// counted in. A job that ran past the window's end has nothing to give back
+// turns out to need 4: Refund, given the take's Result, gives 6 back to
+// the window the take counted in. A job that ran past the window's end has nothing to give back
 // there: its units were spent in a window that has ended, and the next one
 // is not given room it never had.
-func ExampleLimiter_RefundTake() {
+func ExampleLimiter_Refund() {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
 	ctx := context.Background()
-	l := sluice.PerMinute(10).Using(sluice.AlignedWindow)
+	l := sluice.PerMinute(10).WithAlgorithm(sluice.AlignedWindow)
 
 	take, _ := lim.Take(ctx, "export", l, 10)
-	r, _ := lim.RefundTake(ctx, "export", l, 6, take)
+	r, _ := lim.Refund(ctx, "export", l, 6, take)
 	fmt.Println("same window:", r.Remaining, "left")
 
 	take, _ = lim.Take(ctx, "export", l, 6)
 	clock.now = clock.now.Add(time.Minute) // the job ran past the minute
 	next, _ := lim.Take(ctx, "export", l, 10)
-	r, _ = lim.RefundTake(ctx, "export", l, 6, take)
+	r, _ = lim.Refund(ctx, "export", l, 6, take)
 	fmt.Println("next window:", next.Allowed, r.Remaining, "left")
 	// Output:
 	// same window: 6 left

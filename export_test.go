@@ -1,8 +1,5 @@
 package sluice
 
-// Paths reports which of its paths l found for its store: the engine of a
-// store of this module, and memstore's local path.
-func Paths(l *Limiter) (linked, local bool) {
-	_, out := l.eng.(outside)
-	return l.eng != nil && !out, l.local != nil
-}
+// Paths reports which path l found for its store: memstore's, called
+// directly, or another's, through the interface.
+func Paths(l *Limiter) (local bool) { return l.mem != nil }

@@ -3,14 +3,15 @@ package sluice_test
 import (
 	"context"
 	"errors"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/memstore"
+	storeapi "github.com/sluice-go/sluice/store"
 )
 
 // A clock outside the range a step accepts (before the epoch, after 2^52 µs)
@@ -25,11 +26,11 @@ func TestInvalidTimeIsNeverAllowed(t *testing.T) {
 		ctx := context.Background()
 		for _, l := range []sluice.Limit{
 			sluice.PerSecond(10),
-			sluice.PerSecond(10).Using(sluice.GCRA),
-			sluice.PerSecond(10).WithBurst(3).Using(sluice.LeakyBucket),
-			sluice.PerSecond(10).Using(sluice.FixedWindow),
-			sluice.PerSecond(10).Using(sluice.SlidingWindow),
-			sluice.PerSecond(10).Using(sluice.SlidingLog),
+			sluice.PerSecond(10).WithAlgorithm(sluice.GCRA),
+			sluice.PerSecond(10).WithBurst(3).WithAlgorithm(sluice.LeakyBucket),
+			sluice.PerSecond(10).WithAlgorithm(sluice.FixedWindow),
+			sluice.PerSecond(10).WithAlgorithm(sluice.SlidingWindow),
+			sluice.PerSecond(10).WithAlgorithm(sluice.SlidingLog),
 		} {
 			check := func(op string, r sluice.Result, err error) {
 				t.Helper()
@@ -45,8 +46,11 @@ func TestInvalidTimeIsNeverAllowed(t *testing.T) {
 				check("Take", r, err)
 				r, err = lim.Wait(ctx, "k", l, cost)
 				check("Wait", r, err)
-				r, err = store.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: cost, MaxDelay: math.MaxInt64})
-				check("Store.Take", r, err)
+				p, _ := storelink.Params(l)
+				op := storetest.RunAt(ctx, store, 0, storetest.TakeOp(storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
+				if !errors.Is(op.Err, sluice.ErrInvalidTime) || op.Decision != (storeapi.Decision{}) {
+					t.Errorf("now %d, %s, Store.Run: %+v %v, want no decision and ErrInvalidTime", now, l.Algorithm, op.Decision, op.Err)
+				}
 			}
 			ok, err := lim.Allow(ctx, "k", l)
 			if ok || !errors.Is(err, sluice.ErrInvalidTime) {
@@ -58,7 +62,7 @@ func TestInvalidTimeIsNeverAllowed(t *testing.T) {
 			r, err = waitAll(lim, ctx, parts)
 			check("WaitAll", r, err)
 			if l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.GCRA {
-				r, err = lim.Refund(ctx, "k", l, 1)
+				r, err = lim.Refund(ctx, "k", l, 1, sluice.Result{})
 				check("Refund", r, err)
 			}
 		}
@@ -70,11 +74,11 @@ func TestInvalidTimeIsNeverAllowed(t *testing.T) {
 
 // takeAll and waitAll make the composite calls in one place.
 func takeAll(lim *sluice.Limiter, ctx context.Context, parts []sluice.Part) (sluice.Result, error) {
-	return lim.TakeAll(ctx, parts)
+	return lim.TakeAll(ctx, parts, nil)
 }
 
 func waitAll(lim *sluice.Limiter, ctx context.Context, parts []sluice.Part) (sluice.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
-	return lim.WaitAll(ctx, parts)
+	return lim.WaitAll(ctx, parts, nil)
 }

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -98,8 +99,8 @@ func PerHour(rate int64) Limit { return Per(rate, time.Hour) }
 // WithBurst returns l with Burst set to burst.
 func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 
-// Using returns l shaped by the algorithm a.
-func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
+// WithAlgorithm returns l shaped by the algorithm a.
+func (l Limit) WithAlgorithm(a Algorithm) Limit { l.Algorithm = a; return l }
 
 // String returns the limit in the form ParseLimit reads back: rate and
 // period, algorithm and burst, "10/1s token-bucket burst 50".
@@ -111,7 +112,7 @@ func (l Limit) String() string {
 // "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s), optionally
 // followed by an algorithm and "burst N", as Limit.String writes them:
 // "10/1s gcra burst 50". Without them it returns a token-bucket limit with a
-// burst of rate; WithBurst and Using set others too.
+// burst of rate; WithBurst and WithAlgorithm set others too.
 func ParseLimit(s string) (Limit, error) {
 	l, words, err := parseRate(s)
 	if err != nil {
@@ -212,11 +213,6 @@ func (l Limit) params() (algo.Params, error) {
 	return storelink.Params(l)
 }
 
-// limitOf is params' inverse, for a Store from outside this module.
-func limitOf(p *algo.Params) Limit {
-	return Limit{Algorithm: Algorithm(p.Kind), Rate: p.Rate, Period: time.Duration(p.Period) * time.Microsecond, Burst: p.Burst}
-}
-
 // Errors that callers can test for with errors.Is. Every error of a Limiter
 // or of a store of this module that is about one of these wraps it.
 var (
@@ -241,4 +237,8 @@ var (
 	// ErrStoreUnavailable: the store could not make the decision (a Redis that
 	// is gone, a deadline passed). Nothing is known to be spent.
 	ErrStoreUnavailable = storelink.ErrStoreUnavailable
+	// ErrDeadline: Wait could not admit the request (or, for LeakyBucket,
+	// let it proceed) before the context's deadline. It also matches
+	// context.DeadlineExceeded. Nothing was spent.
+	ErrDeadline = errors.New("sluice: would wait past the context's deadline")
 )

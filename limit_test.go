@@ -72,14 +72,14 @@ func TestLimitValidate(t *testing.T) {
 		{"zero rate", sluice.PerSecond(0), false},
 		{"negative rate", sluice.PerSecond(-3), false},
 		{"zero burst", sluice.PerSecond(10).WithBurst(0), false},
-		{"zero burst leaky", sluice.PerSecond(10).WithBurst(0).Using(sluice.LeakyBucket), true},
+		{"zero burst leaky", sluice.PerSecond(10).WithBurst(0).WithAlgorithm(sluice.LeakyBucket), true},
 		{"negative burst", sluice.PerSecond(10).WithBurst(-1), false},
 		{"sub-µs period", sluice.Per(1, 999*time.Nanosecond), false},
 		{"period not whole µs", sluice.Per(1, 1500*time.Nanosecond), false},
 		{"overflow", sluice.PerHour(1).WithBurst(1 << 30), false},
 		{"zero algorithm: the token bucket", sluice.Limit{Rate: 1, Period: time.Second, Burst: 1}, true},
 		{"unknown algorithm", sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, false},
-		{"each algorithm", sluice.PerMinute(100).Using(sluice.SlidingLog), true},
+		{"each algorithm", sluice.PerMinute(100).WithAlgorithm(sluice.SlidingLog), true},
 	} {
 		err := c.l.Validate()
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, sluice.ErrInvalidLimit)) {
@@ -175,10 +175,10 @@ func FuzzParseLimit(f *testing.F) {
 func TestLimitStringRoundTrip(t *testing.T) {
 	for _, l := range []sluice.Limit{
 		sluice.PerSecond(10).WithBurst(50),
-		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerMinute(20).WithBurst(0).Using(sluice.LeakyBucket),
-		sluice.Per(1000, 24*time.Hour).Using(sluice.AlignedWindow),
-		sluice.Per(3, 1500*time.Microsecond).Using(sluice.SlidingLog),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).WithAlgorithm(sluice.GCRA),
+		sluice.PerMinute(20).WithBurst(0).WithAlgorithm(sluice.LeakyBucket),
+		sluice.Per(1000, 24*time.Hour).WithAlgorithm(sluice.AlignedWindow),
+		sluice.Per(3, 1500*time.Microsecond).WithAlgorithm(sluice.SlidingLog),
 		{Rate: 5, Period: time.Second, Burst: 5}, // zero Algorithm
 	} {
 		got, err := sluice.ParseLimit(l.String())
@@ -222,7 +222,7 @@ func TestAlgorithmsAreKinds(t *testing.T) {
 func ExampleLimit_Capacity() {
 	l := sluice.PerSecond(10).WithBurst(50)
 	fmt.Println(l.Capacity(), l.Refill())
-	w := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	w := sluice.PerMinute(100).WithAlgorithm(sluice.FixedWindow)
 	fmt.Println(w.Capacity(), w.Refill())
 	// Output:
 	// 50 5s

@@ -56,8 +56,8 @@ func TestTakeErrors(t *testing.T) {
 		{"k", l, -1, sluice.ErrInvalidCost},
 		{"k", l, 6, sluice.ErrCostExceedsCapacity},
 		{"k", sluice.PerSecond(0), 1, sluice.ErrInvalidLimit},
-		{"k", l.Using(sluice.LeakyBucket).WithBurst(2), 4, sluice.ErrCostExceedsCapacity},
-		{"k", l.Using(sluice.FixedWindow), 11, sluice.ErrCostExceedsCapacity},
+		{"k", l.WithAlgorithm(sluice.LeakyBucket).WithBurst(2), 4, sluice.ErrCostExceedsCapacity},
+		{"k", l.WithAlgorithm(sluice.FixedWindow), 11, sluice.ErrCostExceedsCapacity},
 	} {
 		if _, err := lim.Take(ctx, c.key, c.l, c.cost); !errors.Is(err, c.want) {
 			t.Errorf("Take(%q, %v, %d) = %v, want %v", c.key, c.l, c.cost, err, c.want)
@@ -133,7 +133,7 @@ func TestWaitDeadline(t *testing.T) {
 func TestWaitLeakyBucket(t *testing.T) {
 	lim, clock := newLimiter()
 	ctx := context.Background()
-	l := sluice.Per(10, time.Second).WithBurst(4).Using(sluice.LeakyBucket) // T = 100ms
+	l := sluice.Per(10, time.Second).WithBurst(4).WithAlgorithm(sluice.LeakyBucket) // T = 100ms
 	for i := 0; i < 3; i++ {
 		r, err := lim.Wait(ctx, "payments", l, 1)
 		if err != nil || !r.Allowed {
@@ -184,7 +184,7 @@ func TestWaitAll(t *testing.T) {
 		{Key: "global", Limit: sluice.PerSecond(30), Cost: 1},
 	}
 	for i := 0; i < 3; i++ {
-		if r, err := lim.WaitAll(ctx, parts); err != nil || !r.Allowed {
+		if r, err := lim.WaitAll(ctx, parts, nil); err != nil || !r.Allowed {
 			t.Fatalf("WaitAll %d: %+v %v", i, r, err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestWaitAll(t *testing.T) {
 	}
 	dctx, cancel := context.WithDeadline(ctx, clock.Now().Add(100*time.Millisecond))
 	defer cancel()
-	if _, err := lim.WaitAll(dctx, parts); !errors.Is(err, sluice.ErrDeadline) {
+	if _, err := lim.WaitAll(dctx, parts, nil); !errors.Is(err, sluice.ErrDeadline) {
 		t.Fatalf("WaitAll past the deadline: %v", err)
 	}
 }

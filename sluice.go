@@ -1,8 +1,9 @@
 // Package sluice is a rate limiter: exact, fast, and the same in one process as
 // on a Redis/Valkey cluster.
 //
-// A Limiter spends budgets kept in a Store. Each call carries its Limit (rate
-// per period, burst, algorithm), so a changed limit needs no migration:
+// A Limiter spends budgets kept in a store (package store's contract). Each
+// call carries its Limit (rate per period, burst, algorithm), so a changed
+// limit needs no migration:
 //
 //	lim := sluice.New(memstore.New())
 //	res, err := lim.Take(ctx, "user:42", sluice.PerSecond(10).WithBurst(50), 1)
@@ -10,10 +11,11 @@
 //	if !res.Allowed { retry after res.RetryAfter }
 //
 // The algorithms (token bucket, GCRA, leaky bucket as a queue, fixed window,
-// sliding window, sliding log) are pure integer steps in package algo; their
-// exact semantics are in SEMANTICS.md. The stores, memstore (in process) and
-// redisstore (shared), keep the state and make each step atomic; for the same
-// trace they give the same decisions, to the microsecond.
+// aligned window, sliding window, sliding log) are pure integer steps; their
+// exact semantics are in SEMANTICS.md. The stores, memstore (in process),
+// redisstore (shared) and any store.Store written elsewhere, keep the state
+// and make each step atomic; for the same trace they give the same
+// decisions, to the microsecond (package store/storetest checks it).
 //
 // A Limiter is safe for concurrent use.
 package sluice
@@ -23,11 +25,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Result is the answer to one request.
@@ -53,167 +59,29 @@ type Result struct {
 	Degraded bool
 	// Window names, under FixedWindow and AlignedWindow, the window the
 	// decision counted in: its end, in µs since the Unix epoch by the
-	// store's clock. RefundTake gives units back only while the key is
-	// still in that window: units spent in a window that has ended are not
-	// given to the next. It is 0 under the other algorithms, where no
-	// window is open, and in a composite's summary of more than one part
-	// (TakeEach reports each part's).
+	// store's clock. Refund, given this Result, gives units back only
+	// while the key is still in that window: units spent in a window that
+	// has ended are not given to the next. It is 0 under the other
+	// algorithms, where no window is open, and in a composite's summary of
+	// more than one part (each part's own Result has its).
 	Window int64
 }
 
-// Request is one decision as a Limiter hands it to a Store, already
-// checked: Limit is valid and its Algorithm is never the zero value (the
-// token bucket is spelled TokenBucket), Key is not empty, and Cost is from 0
-// to the limit's capacity (for Refund: at least 0, under TokenBucket, GCRA,
-// FixedWindow or AlignedWindow). A composite names distinct keys.
-type Request struct {
-	Key   string
-	Limit Limit
-	Cost  int64
-	// MaxDelay bounds a LeakyBucket admission's Delay: a request whose turn
-	// would come later is refused, spending nothing, with a RetryAfter of
-	// math.MaxInt64. It is math.MaxInt64 (no bound) from Take; Wait sets it
-	// to the time left before the context's deadline.
-	MaxDelay time.Duration
-	// Window is, for Refund under FixedWindow or AlignedWindow, the
-	// Result.Window of the take whose units are given back: the store gives
-	// them back only while the key is in that window. 0 gives them back to
-	// the window the key is in.
-	Window int64
-}
+// Clock is the time a Limiter reads deadlines and sleeps by (see
+// store.Clock). Tests pass a fake one to their store (memstore.WithClock),
+// and a Limiter then waits by its store's clock.
+type Clock = store.Clock
 
-// Store keeps limiter state and makes each decision atomically. The stores
-// of this module are memstore (in process) and redisstore (Redis and
-// Valkey); a Limiter reaches them by a faster path of their own.
-//
-// To write another, keep an algo.State per key and apply algo.Step to it
-// atomically, under the limit the request carries:
-//
-//	p := algo.Params{Kind: algo.Kind(req.Limit.Algorithm), Rate: req.Limit.Rate,
-//		Period: req.Limit.Period.Microseconds(), Burst: req.Limit.Burst}
-//
-// at the store's time in µs since the epoch (algo.CheckTime bounds it),
-// with req.MaxDelay in µs (algo.Never for math.MaxInt64), and return the
-// decision's fields as a Result's durations. A Limiter checks every request
-// before a Store sees it.
-type Store interface {
-	// Take makes one decision for req and stores the resulting state.
-	Take(ctx context.Context, req Request) (Result, error)
-	// TakeAll makes one decision for a composite request, atomically: it
-	// passes only if every part grants, and a refusal changes no part (see
-	// Limiter.TakeAll for the Result). Limiter.TakeEach calls it, then Take
-	// with cost 0 on each part for the parts' figures.
-	TakeAll(ctx context.Context, reqs []Request) (Result, error)
-	// Refund gives req.Cost units back to req.Key (see algo.Refund).
-	Refund(ctx context.Context, req Request) (Result, error)
-	// Reset returns key to its fresh state.
-	Reset(ctx context.Context, key string) error
-}
-
-// outside is the Decider of a Store from outside this module: it hands the
-// requests over in the Store's terms.
-type outside struct{ s Store }
-
-var _ storelink.Decider = outside{}
-
-func publicRequest(r *storelink.Request) Request {
-	return Request{Key: r.Key, Limit: limitOf(&r.Params), Cost: r.Cost, MaxDelay: storelink.Duration(r.MaxDelay)}
-}
-
-func (o outside) Take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
-	r, err := o.s.Take(ctx, publicRequest(&req))
-	return storelink.Result(r), err
-}
-
-// TakeAll hands the parts over; a part with a reserve is ErrNoReserve,
-// since a Request carries none.
-func (o outside) TakeAll(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
-	pub := make([]Request, len(reqs))
-	for i := range reqs {
-		if reqs[i].Reserve != 0 {
-			return storelink.Result{}, ErrNoReserve
-		}
-		pub[i] = publicRequest(&reqs[i])
-	}
-	r, err := o.s.TakeAll(ctx, pub)
-	return storelink.Result(r), err
-}
-
-// TakeEach decides through the Store's TakeAll, which reports only the
-// summary, and then looks (cost 0, one Take each) at every part for its
-// figures: another instant than the decision's, a call each (see
-// Limiter.TakeEach).
-func (o outside) TakeEach(ctx context.Context, reqs []storelink.Request, each []storelink.Result) (storelink.Result, error) {
-	r, err := o.TakeAll(ctx, reqs)
-	if err != nil {
-		return storelink.Result{}, err
-	}
-	o.looks(ctx, reqs, r, each)
-	return r, nil
-}
-
-// looks writes into each the figures of every part of reqs after the
-// decision r, by a look at each (see TakeEach).
-func (o outside) looks(ctx context.Context, reqs []storelink.Request, r storelink.Result, each []storelink.Result) {
-	refusing := false
-	for i := range reqs {
-		look := publicRequest(&reqs[i])
-		look.Cost = 0
-		pe, err := o.s.Take(ctx, look)
-		e := storelink.Result(pe)
-		if err != nil {
-			e = r // the summary stands in for a part that could not be looked at
-		}
-		e.Allowed = r.Allowed || e.Remaining >= reqs[i].Cost
-		e.RetryAfter, e.Delay, e.Degraded = 0, 0, r.Degraded
-		if !e.Allowed {
-			e.RetryAfter, refusing = r.RetryAfter, true
-		}
-		each[i] = e
-	}
-	if !r.Allowed && !refusing {
-		// The looks came after traffic or time that let every part grant:
-		// the parts that spend are reported as the refusal's.
-		for i := range reqs {
-			if reqs[i].Cost > 0 {
-				each[i].Allowed, each[i].RetryAfter = false, r.RetryAfter
-			}
-		}
-	}
-}
-
-func (o outside) Refund(ctx context.Context, req storelink.Request, window int64) (storelink.Result, error) {
-	pr := publicRequest(&req)
-	pr.Window = window
-	r, err := o.s.Refund(ctx, pr)
-	return storelink.Result(r), err
-}
-
-func (o outside) Reset(ctx context.Context, key string) error { return o.s.Reset(ctx, key) }
-
-func (outside) Clock() storelink.Clock { return nil }
-
-// Clock is the time a Limiter and the stores of this module read and wait
-// by. Every package that reads time takes one through its own WithClock;
-// tests pass a fake one to the store (memstore.WithClock), and a Limiter
-// then waits by its store's clock.
-type Clock interface {
-	Now() time.Time
-	// Sleep waits for d or until ctx is done, whichever comes first, and
-	// returns ctx's error in the second case.
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-// Limiter makes decisions over a Store. Make one with New: the zero
+// Limiter makes decisions over a store. Make one with New: the zero
 // Limiter has no store, and its methods return an error wrapping
 // ErrStoreUnavailable.
 type Limiter struct {
-	eng   storelink.Decider
-	local storelink.Local // eng, when it is one (memstore's)
-	// holder is eng, when its store holds concurrency limits.
-	holder    storelink.Holder
-	holdLocal storelink.HoldLocal // holder, when it is one (memstore's)
-	clock     Clock
+	st store.Store
+	// mem is st when it is memstore's, which the Limiter calls directly
+	// so that its ops stay on the caller's stack: the same Run, not
+	// another path.
+	mem   *memstore.Store
+	clock Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
 	valid [8]atomic.Pointer[validLimit]
@@ -276,9 +144,9 @@ func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) 
 type Option func(*Limiter)
 
 // WithClock sets the clock Wait reads deadlines and sleeps by. The default
-// is the clock of a store of this module that was given one (as by
-// memstore.WithClock), so that a test sets its fake clock once, on the
-// store; otherwise it is the system clock.
+// is the clock of a store that was given one (as by memstore.WithClock),
+// so that a test sets its fake clock once, on the store; otherwise it is
+// the system clock.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // Clock returns the clock l reads deadlines and sleeps by: the one given by
@@ -292,28 +160,22 @@ func (l *Limiter) Clock() Clock {
 	return l.clock
 }
 
-// New returns a Limiter over store. Over a nil store, its methods return an
-// error wrapping ErrStoreUnavailable.
-func New(store Store, opts ...Option) *Limiter {
-	l := &Limiter{}
-	if s, ok := store.(storelink.Linked); ok {
-		if e := s.Engine(); e != nil && e.Store() == store {
-			l.eng = e
-		}
+// New returns a Limiter over st: memstore's, redisstore's, or any
+// store.Store. A store with a method Clock() store.Clock that returns a
+// clock lends it to the Limiter (see WithClock). Over a nil store, the
+// Limiter's methods return an error wrapping ErrStoreUnavailable.
+func New(st store.Store, opts ...Option) *Limiter {
+	l := &Limiter{st: st}
+	if m, ok := st.(*memstore.Store); ok && m == nil {
+		l.st = nil // a nil *memstore.Store is no store, as nil is
+	} else {
+		l.mem = m
 	}
-	if l.eng == nil && store != nil {
-		l.eng = outside{store}
-	}
-	l.local, _ = l.eng.(storelink.Local)
-	l.holder, _ = l.eng.(storelink.Holder)
-	l.holdLocal, _ = l.eng.(storelink.HoldLocal)
 	for _, o := range opts {
 		o(l)
 	}
-	if l.clock == nil && l.eng != nil {
-		if c := l.eng.Clock(); c != nil {
-			l.clock = c
-		}
+	if c, ok := l.st.(interface{ Clock() store.Clock }); ok && l.clock == nil {
+		l.clock = c.Clock()
 	}
 	if l.clock == nil {
 		l.clock = storelink.SystemClock{}
@@ -325,32 +187,40 @@ func New(store Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.params(lim)
-	if err == nil {
-		err = storelink.Check(key, p, cost)
-	}
+	p, err := l.check(key, lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
-	if l.local != nil {
-		remaining, retry, reset, delay, window, err := l.local.TakeLocal(key, p, cost)
-		if err != nil {
-			return Result{}, err // never Allowed with an error
-		}
-		return Result{
-			Allowed:    retry == 0,
-			Remaining:  remaining,
-			RetryAfter: storelink.Duration(retry),
-			ResetAfter: storelink.Duration(reset),
-			Delay:      storelink.Duration(delay),
-			Window:     window,
-		}, nil
+	var ops [1]store.Op
+	takeOp(&ops[0], key, &p, cost, store.Never)
+	l.run(ctx, ops[:])
+	return answer(&ops[0])
+}
+
+// takeOp makes op a Take of cost units of key under p.
+func takeOp(op *store.Op, key string, p *algo.Params, cost, maxDelay int64) {
+	op.Kind, op.Key, op.Limit, op.Cost, op.MaxDelay = store.Take, key, storelink.LimitOf(p), cost, maxDelay
+}
+
+// answer is op's answer as a Result, or its error.
+func answer(op *store.Op) (Result, error) {
+	if err := op.Err; err != nil {
+		return Result{}, err // never Allowed with an error
 	}
-	if l.eng == nil {
-		return Result{}, errNoStore
+	return resultOf(&op.Decision), nil
+}
+
+// resultOf is d as a Result.
+func resultOf(d *store.Decision) Result {
+	return Result{
+		Allowed:    d.Allowed,
+		Remaining:  d.Remaining,
+		RetryAfter: storelink.Duration(d.RetryAfter),
+		ResetAfter: storelink.Duration(d.ResetAfter),
+		Delay:      storelink.Duration(d.Delay),
+		Degraded:   d.Degraded,
+		Window:     d.Window,
 	}
-	r, err := l.eng.Take(ctx, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
-	return Result(r), err
 }
 
 // Allow is Take with cost 1, reporting only whether the request passed.
@@ -358,11 +228,6 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error
 	r, err := l.Take(ctx, key, lim, 1)
 	return r.Allowed, err
 }
-
-// ErrDeadline is returned by Wait when the request could not be admitted (or,
-// for LeakyBucket, proceed) before the context's deadline. It also matches
-// context.DeadlineExceeded. Nothing was spent.
-var ErrDeadline = errors.New("sluice: would wait past the context's deadline")
 
 // Wait blocks until cost units for key pass under lim, and for LeakyBucket
 // until the admitted request's delay has passed. When the context's deadline
@@ -376,12 +241,12 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 	if err != nil {
 		return Result{}, err
 	}
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
+	var ops [1]store.Op
 	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
-		r, err := l.eng.Take(ctx, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: maxDelay})
-		return Result(r), err
+		ops[0] = store.Op{}
+		takeOp(&ops[0], key, &p, cost, maxDelay)
+		l.run(ctx, ops[:])
+		return answer(&ops[0])
 	})
 }
 
@@ -390,6 +255,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 // context's deadline, in µs. single says take decides one key, so that a
 // LeakyBucket refusal's ResetAfter is the delay its turn would need.
 func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int64) (Result, error)) (Result, error) {
+	if l.st == nil {
+		return Result{}, errNoStore
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			// Canceled: take nothing. A deadline is read on l.clock below.
@@ -397,7 +265,7 @@ func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int6
 				return Result{}, err
 			}
 		}
-		maxDelay := algo.Never
+		maxDelay := store.Never
 		left := time.Duration(math.MaxInt64)
 		if dl, ok := ctx.Deadline(); ok {
 			left = dl.Sub(l.clock.Now())
@@ -431,254 +299,19 @@ func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int6
 	}
 }
 
-// Part is one limit of a composite request: Cost units spent on Key under
-// Limit. Each part has its own cost ("1 request and 850 tokens"); a part of
-// Cost 0 only looks, as Take with cost 0 does.
+// Refund gives units back to key under lim, for work whose real cost
+// turned out lower than what was taken (an LLM call's tokens). It never
+// creates capacity beyond the burst. TokenBucket and GCRA lower the
+// bucket's level; FixedWindow and AlignedWindow lower the count of a
+// window, never below 0; the others return an error wrapping ErrNoRefund.
 //
-// Reserve makes the part a lower class's, as TakeReserving does for one
-// limit: the part passes only if Cost + Reserve units could pass, and
-// spends only Cost; its Remaining is the class's (less Reserve, at least
-// 0). Cost + Reserve over the limit's capacity is an error
-// (ErrCostExceedsCapacity); 0 is no reserve. A store from outside this
-// module cannot keep one (ErrNoReserve).
-type Part struct {
-	Key     string
-	Limit   Limit
-	Cost    int64
-	Reserve int64
-}
-
-// appendRequests checks the parts of a composite request and appends their
-// requests (MaxDelay algo.Never) to dst. The error says which part is wrong,
-// or that two parts name one key (ErrDuplicateKey).
-func (l *Limiter) appendRequests(dst []storelink.Request, parts []Part) ([]storelink.Request, error) {
-	n := len(dst)
-	for i := range parts {
-		pt := &parts[i]
-		p, err := l.checkPart(i, pt)
-		if err != nil {
-			return dst[:n], err
-		}
-		dst = append(dst, storelink.Request{}) // set the fields: copying a Request costs more
-		r := &dst[len(dst)-1]
-		r.Key, r.Params, r.Cost, r.MaxDelay, r.Reserve = pt.Key, p, pt.Cost, algo.Never, pt.Reserve
-	}
-	if err := distinct(parts); err != nil {
-		return dst[:n], err
-	}
-	return dst, nil
-}
-
-// checkPart checks part i of a composite and returns its limit's params;
-// the error says which part is wrong.
-func (l *Limiter) checkPart(i int, pt *Part) (algo.Params, error) {
-	p, err := l.partParams(pt.Limit)
-	if err == nil {
-		err = storelink.Check(pt.Key, p, pt.Cost)
-	}
-	if err == nil && pt.Reserve != 0 {
-		err = storelink.CheckReserve(&p, pt.Cost, pt.Reserve)
-	}
-	if err != nil {
-		return p, storelink.PartError(i, pt.Key, err)
-	}
-	return p, nil
-}
-
-// distinct is storelink.CheckComposite for parts.
-func distinct(parts []Part) error {
-	return storelink.CheckComposite(parts, func(p *Part) string { return p.Key })
-}
-
-// TakeAll asks whether every part may spend its cost (a global budget and a
-// per-chat one, say) and spends on all only if all grant: a refusal spends
-// nothing anywhere.
-//
-// Admitted, Remaining is the smallest of the parts' after spending,
-// ResetAfter and Delay the largest. Refused, nothing was spent, so Remaining
-// and ResetAfter describe the unspent parts (the smallest and the largest of
-// a look at each), Delay is 0, and RetryAfter is the largest of the refusing
-// parts'.
-func (l *Limiter) TakeAll(ctx context.Context, parts []Part) (Result, error) {
-	if l.local != nil && len(parts) <= storelink.MaxLocalParts {
-		// The requests are built here, on the stack, and handed over by
-		// value: a slice passed through the interface would escape.
-		var buf [storelink.MaxLocalParts]storelink.Request
-		if _, err := l.appendRequests(buf[:0], parts); err != nil {
-			return Result{}, err
-		}
-		r, err := l.local.TakeAllLocal(buf, len(parts))
-		return Result(r), err
-	}
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
-	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
-	if err != nil {
-		return Result{}, err
-	}
-	r, err := l.eng.TakeAll(ctx, reqs)
-	return Result(r), err
-}
-
-// TakeEach is TakeAll that also reports each part's own result, taken at
-// the decision's instant in the same store call, in each[i] (part i's):
-// len(each) must be len(parts). It makes the same decision as TakeAll and
-// returns the same summary, which is the fold of each: Allowed when all
-// are, the smallest Remaining, the largest RetryAfter, ResetAfter and
-// Delay.
-//
-// Admitted, each[i] is part i's result after spending its cost: Allowed,
-// its own Remaining, ResetAfter and Delay. Refused, nothing was spent, so
-// each[i] describes part i as it is (its Remaining and ResetAfter, Delay 0),
-// and each[i].Allowed reports whether part i alone would have granted its
-// cost at that instant: the parts that would not (at least one) carry
-// their own RetryAfter, the others 0. So the parts whose Allowed is false
-// are the ones that refused.
-//
-// On the error's side, each is zeroed. A Limiter over memstore makes
-// composites of up to 4 parts without allocating. Two cases have no single
-// instant, documented in SEMANTICS.md: a Redis Cluster composite whose keys
-// are in different slots (taken in turn and given back; the parts after a
-// refusing one are looked at afterwards and report Allowed), and a Store
-// from outside this module, whose TakeAll reports only the summary: each
-// part is then looked at (cost 0) after the decision, one Take a part, and
-// a refused part is one whose look's Remaining is below its cost (when the
-// looks show none, every part that spends), with the summary's RetryAfter.
-func (l *Limiter) TakeEach(ctx context.Context, parts []Part, each []Result) (Result, error) {
-	if len(each) != len(parts) {
-		return Result{}, fmt.Errorf("%w: TakeEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
-	}
-	if l.local != nil && len(parts) <= storelink.MaxLocalParts {
-		var buf [storelink.MaxLocalParts]storelink.Request // see TakeAll
-		_, err := l.appendRequests(buf[:0], parts)
-		if err == nil {
-			var r storelink.Result
-			var all [storelink.MaxLocalParts]storelink.Result
-			if r, all, err = l.local.TakeEachLocal(buf, len(parts)); err == nil {
-				for i := range each {
-					each[i] = Result(all[i])
-				}
-				return Result(r), nil
-			}
-		}
-		clear(each)
-		return Result{}, err
-	}
-	clear(each)
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
-	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
-	if err != nil {
-		return Result{}, err
-	}
-	// The engine writes into a slice of its own, so that each, which
-	// passing through the interface would move to the heap, stays where
-	// the caller made it.
-	out := make([]storelink.Result, len(parts))
-	r, err := l.eng.TakeEach(ctx, reqs, out)
-	if err == nil {
-		for i := range each {
-			each[i] = Result(out[i])
-		}
-	}
-	return Result(r), err
-}
-
-// WaitAll is Wait for a composite request: it blocks until every part grants
-// at once, and returns at once with ErrDeadline, spending nothing, when that
-// cannot happen before the context's deadline.
-func (l *Limiter) WaitAll(ctx context.Context, parts []Part) (Result, error) {
-	return l.waitParts(ctx, parts, func(reqs []storelink.Request) (storelink.Result, error) {
-		return l.eng.TakeAll(ctx, reqs)
-	})
-}
-
-// WaitEach is WaitAll that also writes part i's result into each[i]
-// (len(each) == len(parts)), as TakeEach does, from the last decision made:
-// the one that admitted the request, or the last one that refused it (when
-// WaitEach returns ErrDeadline, or the context's error while it waited
-// after a refusal), whose parts with Allowed false are the ones that
-// refused. each is zeroed when no decision was made (the deadline had
-// passed, an invalid part, a store error). Over a Store from outside this
-// module, each part is looked at (cost 0) once, after the last decision.
-func (l *Limiter) WaitEach(ctx context.Context, parts []Part, each []Result) (Result, error) {
-	if len(each) != len(parts) {
-		return Result{}, fmt.Errorf("%w: WaitEach needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
-	}
-	clear(each)
-	out := make([]storelink.Result, len(parts)) // see TakeEach
-	o, isOutside := l.eng.(outside)
-	var decided []storelink.Request // the last decision's requests, once one was made
-	r, err := l.waitParts(ctx, parts, func(reqs []storelink.Request) (r storelink.Result, err error) {
-		if isOutside {
-			r, err = o.TakeAll(ctx, reqs)
-		} else {
-			r, err = l.eng.TakeEach(ctx, reqs, out)
-		}
-		decided = nil
-		if err == nil {
-			decided = reqs
-		}
-		return r, err
-	})
-	if decided == nil {
-		return r, err
-	}
-	if isOutside {
-		o.looks(ctx, decided, storelink.Result(r), out)
-	}
-	for i := range each {
-		each[i] = Result(out[i])
-	}
-	return r, err
-}
-
-// waitParts checks parts and waits until decide, which makes one decision
-// on their requests (MaxDelay set to the time left), admits them (see
-// wait). r is the last decision's whenever one was made.
-func (l *Limiter) waitParts(ctx context.Context, parts []Part, decide func(reqs []storelink.Request) (storelink.Result, error)) (r Result, err error) {
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
-	reqs, err := l.appendRequests(make([]storelink.Request, 0, len(parts)), parts)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.wait(ctx, false, func(maxDelay int64) (Result, error) {
-		for i := range reqs {
-			reqs[i].MaxDelay = maxDelay
-		}
-		r, err := decide(reqs)
-		return Result(r), err
-	})
-}
-
-// Refund gives units back to key under lim, for work whose real cost turned
-// out lower than what was taken (an LLM call's tokens). It never creates
-// capacity beyond the burst. TokenBucket and GCRA lower the bucket's level;
-// FixedWindow and AlignedWindow lower the count of the window the key is in
-// now, never below 0 (a window that has ended has nothing to give back, and
-// a count brought to 0 leaves the key fresh); the others return an error
-// wrapping ErrNoRefund.
-//
-// To give back units of a take that may have been spent in an earlier
-// window, use RefundTake: Refund would give them to the current one.
-func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
-	return l.refund(ctx, key, lim, units, 0)
-}
-
-// RefundTake is Refund for units that the take whose Result is take spent:
-// under FixedWindow and AlignedWindow they are given back only while the key
-// is still in the window take counted in (take.Window), so that units spent
-// in a window that has ended never become room in the next. Under the
-// bucket algorithms it is Refund.
-func (l *Limiter) RefundTake(ctx context.Context, key string, lim Limit, units int64, take Result) (Result, error) {
-	return l.refund(ctx, key, lim, units, take.Window)
-}
-
-func (l *Limiter) refund(ctx context.Context, key string, lim Limit, units, window int64) (Result, error) {
+// take is the Result of the take whose units come back: under FixedWindow
+// and AlignedWindow they are given back only while the key is still in the
+// window take counted in (take.Window), so that units spent in a window
+// that has ended never become room in the next. A refund that returns no
+// take's units (envoy's negative hits) passes the zero Result, and gives
+// them to the window the key is in now.
+func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64, take Result) (Result, error) {
 	p, err := l.params(lim)
 	if err == nil {
 		err = storelink.CheckRefund(key, &p, units)
@@ -686,11 +319,11 @@ func (l *Limiter) refund(ctx context.Context, key string, lim Limit, units, wind
 	if err != nil {
 		return Result{}, err
 	}
-	if l.eng == nil {
-		return Result{}, errNoStore
-	}
-	r, err := l.eng.Refund(ctx, storelink.Request{Key: key, Params: p, Cost: units, MaxDelay: algo.Never}, window)
-	return Result(r), err
+	var ops [1]store.Op
+	op := &ops[0]
+	op.Kind, op.Key, op.Limit, op.Cost, op.Window = store.Refund, key, storelink.LimitOf(&p), units, take.Window
+	l.run(ctx, ops[:])
+	return answer(op)
 }
 
 // Reset returns key to its fresh state.
@@ -698,8 +331,65 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
-	if l.eng == nil {
-		return errNoStore
+	var ops [1]store.Op
+	ops[0].Kind, ops[0].Key = store.Reset, key
+	l.run(ctx, ops[:])
+	return ops[0].Err
+}
+
+// run hands ops to the store. Ops a Limiter builds live on its stack:
+// memstore's Run keeps nothing of them, and any other store is handed
+// copies (see runCopies).
+func (l *Limiter) run(ctx context.Context, ops []store.Op) {
+	if l.mem != nil {
+		l.mem.Run(ctx, ops)
+		return
 	}
-	return l.eng.Reset(ctx, key)
+	if l.st == nil {
+		for i := range ops {
+			ops[i].Err = errNoStore
+		}
+		return
+	}
+	runCopies(ctx, l.st, ops)
+}
+
+// opBufs keeps the copies runCopies hands a store.
+var opBufs = sync.Pool{New: func() any { return new([1]store.Op) }}
+
+// runCopies runs copies of ops on st, a store known only by its interface,
+// and writes their answers back: ops, which passing through the interface
+// would move to the heap, stay where the caller made them. The keys are
+// copied too, since the compiler cannot tell a key from a part.
+//
+//go:noinline
+func runCopies(ctx context.Context, st store.Store, ops []store.Op) {
+	var cp []store.Op
+	if len(ops) == 1 { // the Limiter's own: one op, from a pool
+		buf := opBufs.Get().(*[1]store.Op)
+		defer func() { *buf = [1]store.Op{}; opBufs.Put(buf) }()
+		cp = buf[:]
+	} else {
+		cp = make([]store.Op, len(ops))
+	}
+	for i := range ops {
+		o, c := &ops[i], &cp[i]
+		c.Kind, c.At, c.Key, c.Limit, c.Cost, c.Headroom = o.Kind, o.At, strings.Clone(o.Key), o.Limit, o.Cost, o.Headroom
+		c.MaxDelay, c.Window, c.Concurrency, c.ID, c.Degraded, c.SummaryOnly = o.MaxDelay, o.Window, o.Concurrency, o.ID, o.Degraded, o.SummaryOnly
+		if len(o.Parts) > 0 {
+			c.Parts = make([]store.Part, len(o.Parts))
+			for j := range o.Parts {
+				p, q := &o.Parts[j], &c.Parts[j]
+				q.Key, q.Limit, q.Cost, q.Headroom = strings.Clone(p.Key), p.Limit, p.Cost, p.Headroom
+			}
+		}
+	}
+	st.Run(ctx, cp)
+	for i := range ops {
+		o, c := &ops[i], &cp[i]
+		o.Decision, o.Expiry, o.Err = c.Decision, c.Expiry, c.Err
+		for j := range o.Parts {
+			o.Parts[j].Decision = c.Parts[j].Decision
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 func TestWaitLeakyPastDeadlineMessage(t *testing.T) {
 	lim, clock := newLimiter()
 	ctx := context.Background()
-	l := sluice.Per(10, time.Second).WithBurst(8).Using(sluice.LeakyBucket) // T = 100ms
+	l := sluice.Per(10, time.Second).WithBurst(8).WithAlgorithm(sluice.LeakyBucket) // T = 100ms
 	for i := 0; i < 5; i++ {
 		if r, err := lim.Take(ctx, "payments", l, 1); err != nil || !r.Allowed {
 			t.Fatalf("Take %d: %+v, %v", i, r, err)
@@ -40,7 +40,7 @@ func TestWaitLeakyPastDeadlineMessage(t *testing.T) {
 	}
 	// A composite does not know which part's turn it waits for: no duration.
 	parts := []sluice.Part{{Key: "payments", Limit: l, Cost: 1}, {Key: "global", Limit: sluice.PerSecond(100), Cost: 1}}
-	_, err = lim.WaitAll(dctx, parts)
+	_, err = lim.WaitAll(dctx, parts, nil)
 	if !errors.Is(err, sluice.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitAll = %v, want ErrDeadline and context.DeadlineExceeded", err)
 	}
@@ -66,8 +66,8 @@ func TestWaitDoneContextSpendsNothing(t *testing.T) {
 	}{{canceled, context.Canceled}, {expired, context.DeadlineExceeded}} {
 		for _, l := range []sluice.Limit{
 			sluice.PerSecond(10),
-			sluice.PerSecond(10).WithBurst(3).Using(sluice.LeakyBucket),
-			sluice.PerSecond(10).Using(sluice.SlidingLog),
+			sluice.PerSecond(10).WithBurst(3).WithAlgorithm(sluice.LeakyBucket),
+			sluice.PerSecond(10).WithAlgorithm(sluice.SlidingLog),
 		} {
 			lim, clock := newLimiter()
 			if c.want == context.DeadlineExceeded {
@@ -82,7 +82,7 @@ func TestWaitDoneContextSpendsNothing(t *testing.T) {
 			if !errors.Is(err, c.want) || r != (sluice.Result{}) {
 				t.Errorf("%s: Wait on a done context = %+v, %v; want the zero Result and %v", l.Algorithm, r, err, c.want)
 			}
-			r, err = lim.WaitAll(c.ctx, []sluice.Part{{Key: "k", Limit: l, Cost: 1}})
+			r, err = lim.WaitAll(c.ctx, []sluice.Part{{Key: "k", Limit: l, Cost: 1}}, nil)
 			if !errors.Is(err, c.want) || r != (sluice.Result{}) {
 				t.Errorf("%s: WaitAll on a done context = %+v, %v; want the zero Result and %v", l.Algorithm, r, err, c.want)
 			}
@@ -96,12 +96,11 @@ func TestWaitDoneContextSpendsNothing(t *testing.T) {
 	}
 }
 
-// WaitEach gives each part's figures from the last decision: the admitting
+// WaitAll gives each part's figures from the last decision: the admitting
 // one, or after ErrDeadline the last refusal, where the part that refused
 // has Allowed false and the other true (and spent nothing); no decision
-// leaves each zeroed. The same over a Store from outside the module, whose
-// figures come from looks.
-func TestWaitEach(t *testing.T) {
+// leaves each zeroed. The same over a store from outside the module.
+func TestWaitAllEach(t *testing.T) {
 	for name, mk := range map[string]func() (*sluice.Limiter, *fakeClock){
 		"memstore": newLimiter,
 		"outside": func() (*sluice.Limiter, *fakeClock) {
@@ -115,13 +114,13 @@ func TestWaitEach(t *testing.T) {
 			bg := context.Background()
 			parts := []sluice.Part{{Key: "tight", Limit: sluice.PerHour(1), Cost: 1}, {Key: "loose", Limit: sluice.PerSecond(10).WithBurst(5), Cost: 1}}
 			each := make([]sluice.Result, 2)
-			r, err := lim.WaitEach(bg, parts, each)
+			r, err := lim.WaitAll(bg, parts, each)
 			if err != nil || !r.Allowed || !each[0].Allowed || !each[1].Allowed || each[0].Remaining != 0 || each[1].Remaining != 4 {
 				t.Fatalf("admitted: %+v, %v; each %+v", r, err, each)
 			}
 			ctx, cancel := context.WithDeadline(bg, clock.Now().Add(time.Minute))
 			defer cancel()
-			r, err = lim.WaitEach(ctx, parts, each)
+			r, err = lim.WaitAll(ctx, parts, each)
 			if !errors.Is(err, sluice.ErrDeadline) || r.Allowed {
 				t.Fatalf("past the deadline: %+v, %v", r, err)
 			}
@@ -133,10 +132,10 @@ func TestWaitEach(t *testing.T) {
 			}
 			past, cancel2 := context.WithDeadline(bg, clock.Now().Add(-time.Second))
 			defer cancel2()
-			if _, err := lim.WaitEach(past, parts, each); !errors.Is(err, sluice.ErrDeadline) || each[0] != (sluice.Result{}) || each[1] != (sluice.Result{}) {
+			if _, err := lim.WaitAll(past, parts, each); !errors.Is(err, sluice.ErrDeadline) || each[0] != (sluice.Result{}) || each[1] != (sluice.Result{}) {
 				t.Errorf("a deadline already passed: %v, each %+v; want ErrDeadline and each zeroed", err, each)
 			}
-			if _, err := lim.WaitEach(bg, parts, each[:1]); !errors.Is(err, sluice.ErrInvalidLimit) {
+			if _, err := lim.WaitAll(bg, parts, each[:1]); !errors.Is(err, sluice.ErrInvalidLimit) {
 				t.Errorf("one result for two parts: %v, want ErrInvalidLimit", err)
 			}
 		})

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // The test binary's redis-server: started on first use (or taken from
@@ -288,7 +289,7 @@ func BenchmarkComposite(b *testing.B) {
 					}
 					if kind == "composite" {
 						o = func(i int) (bool, error) {
-							res, err := lim.TakeAll(ctx, parts[i%Keys])
+							res, err := lim.TakeAll(ctx, parts[i%Keys], nil)
 							return res.Allowed, err
 						}
 					}
@@ -357,4 +358,4 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 }
 
-func memstoreNew() sluice.Store { return memstore.New() }
+func memstoreNew() store.Store { return memstore.New() }

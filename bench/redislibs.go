@@ -282,7 +282,7 @@ func measureRoundTrips(ctx context.Context, admin *redis.Client, addr string, n 
 		var r sluice.Result
 		var err error
 		if m.composite {
-			r, err = lim.TakeAll(ctx, []sluice.Part{{Key: ChatKey(i % Keys), Limit: ChatLimit, Cost: 1}, {Key: GlobalKey, Limit: GlobalLimit, Cost: 1}})
+			r, err = lim.TakeAll(ctx, []sluice.Part{{Key: ChatKey(i % Keys), Limit: ChatLimit, Cost: 1}, {Key: GlobalKey, Limit: GlobalLimit, Cost: 1}}, nil)
 		} else {
 			r, err = lim.Take(ctx, "rt:"+strconv.Itoa(i%Keys), ChatLimit, 1)
 		}

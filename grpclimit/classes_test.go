@@ -26,8 +26,8 @@ func critical(ctx context.Context, _ string) bool {
 // reserve, r what its class may still spend). Alone (a take with a
 // reserve) and beside another policy (a composite whose part keeps it).
 func TestPriorityClasses(t *testing.T) {
-	api := grpclimit.Policy{Name: "api", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Reserve: 3, Critical: critical}
-	user := grpclimit.Policy{Name: "user", Limit: sluice.PerMinute(100).Using(sluice.FixedWindow), Key: grpclimit.Static("u")}
+	api := grpclimit.Policy{Name: "api", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("all"), Headroom: 3, Critical: critical}
+	user := grpclimit.Policy{Name: "user", Limit: sluice.PerMinute(100).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("u")}
 	for name, ps := range map[string][]grpclimit.Policy{"alone": {api}, "composite": {api, user}} {
 		t.Run(name, func(t *testing.T) {
 			conn := serve(t, mustNew(t, frozen(), ps), &echoServer{})
@@ -82,7 +82,7 @@ type criticalKey struct{}
 // with its class's wait, and a critical call takes the reserve.
 func TestClientClasses(t *testing.T) {
 	c, err := grpclimit.NewClient(frozen(), []grpclimit.Policy{{
-		Name: "upstream", Limit: sluice.PerHour(3), Reserve: 1,
+		Name: "upstream", Limit: sluice.PerHour(3), Headroom: 1,
 		Critical: func(ctx context.Context, _ string) bool { return ctx.Value(criticalKey{}) != nil },
 	}})
 	if err != nil {

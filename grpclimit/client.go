@@ -71,7 +71,7 @@ func (c *Client) newCall(ctx context.Context, cc *grpc.ClientConn) *call {
 }
 
 // UnaryClientInterceptor paces unary calls: before each call it waits
-// (sluice.Limiter.WaitEach) until every policy admits it, bounded by the
+// (sluice.Limiter.WaitAll) until every policy admits it, bounded by the
 // call's context. A call that cannot be admitted before its deadline fails
 // at once with ResourceExhausted, carrying RetryInfo and QuotaFailure as a
 // Server's refusal does, without being sent and spending nothing. A store
@@ -147,7 +147,7 @@ func (c *Client) pace(cl *call, method string, pols []*policy, msg any) error {
 	for i := range ps {
 		parts[i] = ps[i].Sluice()
 	}
-	res, err := c.lim.WaitEach(cl, parts, each)
+	res, err := c.lim.WaitAll(cl, parts, each)
 	lat := time.Since(start)
 	switch {
 	case err == nil && res.Degraded:

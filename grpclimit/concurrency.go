@@ -29,7 +29,7 @@ type ConcurrencyPolicy struct {
 	// the observed Events (CheckName's rules, as a Policy's).
 	Name string
 	// Limit is the concurrency limit, its leases' lifetime, and what it
-	// keeps for critical calls: with Limit.Reserve, a call Critical does
+	// keeps for critical calls: with Limit.Headroom, a call Critical does
 	// not pick holds a slot only while the reserve stays free after it.
 	Limit sluice.Concurrency
 	// Key returns the key a call holds its slot under; nil is PeerIP(). A
@@ -37,7 +37,7 @@ type ConcurrencyPolicy struct {
 	Key KeyFunc
 	// Units is what each call holds; 0 means 1.
 	Units int64
-	// Critical picks the calls that may use Limit.Reserve too; nil picks
+	// Critical picks the calls that may use Limit.Headroom too; nil picks
 	// none.
 	Critical func(ctx context.Context, method string) bool
 }

@@ -155,13 +155,13 @@ func ExampleNewConcurrent() {
 	// Output: serving
 }
 
-// TestConcurrentReserve: a limit of 2 with 1 kept (Limit.Reserve) for the
+// TestConcurrentHeadroom: a limit of 2 with 1 kept (Limit.Headroom) for the
 // calls Critical picks: an ordinary stream holds the one slot it may use,
 // so an ordinary unary call is refused, while a critical one (by its
 // method) still gets the reserved slot.
-func TestConcurrentReserve(t *testing.T) {
+func TestConcurrentHeadroom(t *testing.T) {
 	c, err := grpclimit.NewConcurrent(sluice.New(memstore.New()), grpclimit.ConcurrencyPolicy{
-		Name: "api", Limit: sluice.MaxConcurrent(2).Reserving(1), Key: grpclimit.Metadata("tenant"),
+		Name: "api", Limit: sluice.MaxConcurrent(2).WithHeadroom(1), Key: grpclimit.Metadata("tenant"),
 		Critical: func(_ context.Context, method string) bool { return method == "/s/Pay" },
 	})
 	if err != nil {

@@ -20,13 +20,13 @@
 //	)
 //
 // A Server's enforced policies are decided as one composite
-// (sluice.Limiter.TakeEach): a call goes on only if every policy grants, and
+// (sluice.Limiter.TakeAll): a call goes on only if every policy grants, and
 // a refusal spends nothing on any of them. Shadow policies (Policy.Shadow)
 // are decided as a composite of their own after the enforced one, whatever
 // its outcome: they spend as if enforced, their refusals are only counted
 // (Stats, WithObserver), and they never refuse a call. WithSkip lets calls
 // through uncounted (SkipMethods: health checks). A policy may keep part
-// of its limit for critical calls (Policy.Reserve, Policy.Critical): the
+// of its limit for critical calls (Policy.Headroom, Policy.Critical): the
 // others are refused once the key's usage passes their share, and each
 // call's rate-limit metadata is its class's.
 //
@@ -74,7 +74,7 @@
 //
 // The composite reports each policy's own result at the decision's instant
 // (in the same store call), so a refusal names exactly the policies that
-// could not grant. A Client's pacing (Limiter.WaitEach) likewise names the
+// could not grant. A Client's pacing (Limiter.WaitAll) likewise names the
 // policies that refused its last decision before the deadline (every policy
 // when the deadline left no time for one). A cost that no policy could ever
 // admit fails with InvalidArgument.
@@ -139,7 +139,7 @@
 //		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor()),
 //	)
 //
-// A Client waits before each call (sluice.Limiter.WaitEach) until every
+// A Client waits before each call (sluice.Limiter.WaitAll) until every
 // policy admits it, bounded by the call's context: a call whose deadline
 // would pass first fails at once with ResourceExhausted (RetryInfo and
 // QuotaFailure, as above) without being sent, spending nothing. PerMessage
@@ -150,8 +150,8 @@
 //
 // WithObserver reports one observe.Event per policy for each decision
 // (each call, or each message under PerMessage): Source "grpc" on a Server,
-// with Latency the store call's duration (the composite TakeEach); Source
-// "grpc-client" on a Client, with Latency the whole WaitEach, waiting
+// with Latency the store call's duration (the composite TakeAll); Source
+// "grpc-client" on a Client, with Latency the whole WaitAll, waiting
 // included. The outcomes are those of Stats: a refused composite reports
 // Denied for the policies that refused it and nothing for those that would
 // have granted; a shadow policy's refusal is ShadowDenied; an admitted

@@ -110,8 +110,8 @@ func readFields(t *testing.T, md metadata.MD) (map[string]figs, []string) {
 func TestMetadataParsesAsRFC9651(t *testing.T) {
 	s := mustNew(t, frozen(), []grpclimit.Policy{
 		{Name: "50% off", Limit: sluice.PerMinute(2).WithBurst(3)},
-		{Name: "huge", Limit: sluice.Per(1<<50, time.Second).Using(sluice.FixedWindow), Key: grpclimit.Static("all")},
-		{Name: "window", Limit: sluice.Per(30, 90*time.Second).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Shadow: true},
+		{Name: "huge", Limit: sluice.Per(1<<50, time.Second).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("all")},
+		{Name: "window", Limit: sluice.Per(30, 90*time.Second).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("all"), Shadow: true},
 	}, grpclimit.WithShadowHeaders())
 	conn := serve(t, s, &echoServer{})
 	var md metadata.MD

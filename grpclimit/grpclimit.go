@@ -61,17 +61,17 @@ type Policy struct {
 	// interceptor's WithStreamMode), PerCall or PerMessage. A unary call
 	// spends once, whatever the mode.
 	Stream StreamMode
-	// Reserve keeps units of Limit for critical calls (priority classes,
-	// reserved capacity): a call Critical does not pick passes only while
-	// Reserve units would stay after its cost
-	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// Headroom keeps units of Limit for critical calls (priority classes,
+	// headroom): a call Critical does not pick passes only while
+	// Headroom units would stay after its cost
+	// (a Part with Headroom: sluice.Part), so it is refused once the key's usage
 	// passes its share; a critical one may use the whole limit. Both spend
 	// from one budget. The rate-limit metadata a call gets is its class's:
-	// q is the limit's capacity less Reserve, r what its class may still
-	// spend. 0 keeps nothing; Reserve must leave at least Cost to the
+	// q is the limit's capacity less Headroom, r what its class may still
+	// spend. 0 keeps nothing; Headroom must leave at least Cost to the
 	// others.
-	Reserve int64
-	// Critical picks the calls that may use Reserve (a health check, a
+	Headroom int64
+	// Critical picks the calls that may use Headroom (a health check, a
 	// paying customer's calls); nil picks none.
 	Critical func(ctx context.Context, method string) bool
 }
@@ -86,9 +86,9 @@ type policy struct {
 	perMsg   bool
 }
 
-// reserveFor is what a call of method leaves for higher classes under p.
-func (p *policy) reserveFor(ctx context.Context, method string) int64 {
-	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(ctx, method))
+// headroomFor is what a call of method leaves for higher classes under p.
+func (p *policy) headroomFor(ctx context.Context, method string) int64 {
+	return p.HeadroomFor(p.Headroom == 0 || p.Critical != nil && p.Critical(ctx, method))
 }
 
 // Stats holds one policy's counts since its Server or Client was made, one
@@ -127,7 +127,7 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 			mode = c.mode
 		}
 		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, Critical: p.Critical, perMsg: mode == PerMessage}
-		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional}
+		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional}
 		if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
 			return nil, fmt.Errorf("grpclimit: %w", err)
 		}
@@ -178,7 +178,7 @@ var ErrNoDecision = errors.New("grpclimit: no admitted call in this context")
 // and shadow, each message included), never more than it spent there: for a
 // handler that learns the real cost afterwards (taken 100, used 30: Refund
 // 70). Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
-// give units back (Limiter.RefundTake); the others are left as they are and
+// give units back (Limiter.Refund); the others are left as they are and
 // named in the error (wrapping algo.ErrNoRefund). A window policy gives
 // back only while its key is still in the window the call spent in.
 // ctx is the handler's context (a stream's: its Context()).
@@ -227,7 +227,7 @@ func gather(cl *call, method string, pols []*policy, msg any, out []policycore.P
 			}
 			cost = c
 		}
-		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost, Reserve: p.reserveFor(cl, method)})
+		out = append(out, policycore.Part{Rule: &p.Rule, Key: p.KeyPrefix + k, Cost: cost, Headroom: p.headroomFor(cl, method)})
 	}
 	return out, nil
 }
@@ -256,7 +256,7 @@ type figures struct {
 }
 
 // figuresOf returns each policy's figures from its part's own result at the
-// decision (sluice.Limiter.TakeEach).
+// decision (sluice.Limiter.TakeAll).
 func figuresOf(ps []policycore.Part, each []sluice.Result) []figures {
 	out := make([]figures, len(ps))
 	for i, p := range ps {

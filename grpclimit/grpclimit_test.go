@@ -187,10 +187,10 @@ func details(t *testing.T, err error) (time.Duration, []string) {
 func TestRefusalCarriesRetryInfoAndQuotaFailure(t *testing.T) {
 	for _, lim := range []sluice.Limit{
 		sluice.PerMinute(3),
-		sluice.Per(3, 7*time.Second).Using(sluice.GCRA).WithBurst(2),
-		sluice.Per(3, time.Minute).Using(sluice.FixedWindow),
-		sluice.Per(3, time.Minute).Using(sluice.SlidingLog),
-		sluice.Per(7, 3*time.Second).Using(sluice.SlidingWindow),
+		sluice.Per(3, 7*time.Second).WithAlgorithm(sluice.GCRA).WithBurst(2),
+		sluice.Per(3, time.Minute).WithAlgorithm(sluice.FixedWindow),
+		sluice.Per(3, time.Minute).WithAlgorithm(sluice.SlidingLog),
+		sluice.Per(7, 3*time.Second).WithAlgorithm(sluice.SlidingWindow),
 	} {
 		t.Run(lim.String(), func(t *testing.T) {
 			l := frozen()
@@ -239,8 +239,8 @@ func TestDraft11Metadata(t *testing.T) {
 	s := mustNew(t, frozen(), []grpclimit.Policy{
 		{Name: "per-ip", Limit: sluice.PerMinute(100)},
 		{Name: "per-user", Limit: sluice.PerSecond(10).WithBurst(50), Key: grpclimit.Metadata("x-user")},
-		{Name: "leaky", Limit: sluice.PerSecond(4).WithBurst(3).Using(sluice.LeakyBucket), Key: grpclimit.Static("all"), Cost: 0},
-		{Name: "window", Limit: sluice.Per(30, 90*time.Second).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Shadow: true},
+		{Name: "leaky", Limit: sluice.PerSecond(4).WithBurst(3).WithAlgorithm(sluice.LeakyBucket), Key: grpclimit.Static("all"), Cost: 0},
+		{Name: "window", Limit: sluice.Per(30, 90*time.Second).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("all"), Shadow: true},
 	}, grpclimit.WithShadowHeaders())
 	conn := serve(t, s, &echoServer{})
 	var md metadata.MD
@@ -714,7 +714,7 @@ func (c *sleepClock) Sleep(ctx context.Context, d time.Duration) error {
 func TestLeakyBucketDelays(t *testing.T) {
 	clock := &sleepClock{}
 	s := mustNew(t, frozen(), []grpclimit.Policy{
-		{Name: "provider", Limit: sluice.PerSecond(10).WithBurst(3).Using(sluice.LeakyBucket), Key: grpclimit.Static("all")},
+		{Name: "provider", Limit: sluice.PerSecond(10).WithBurst(3).WithAlgorithm(sluice.LeakyBucket), Key: grpclimit.Static("all")},
 	}, grpclimit.WithClock(clock))
 	es := &echoServer{}
 	conn := serve(t, s, es)
@@ -740,7 +740,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 
 func TestLeakyTurnAfterDeadline(t *testing.T) {
 	s := mustNew(t, frozen(), []grpclimit.Policy{
-		{Name: "provider", Limit: sluice.PerSecond(1).WithBurst(5).Using(sluice.LeakyBucket), Key: grpclimit.Static("all")},
+		{Name: "provider", Limit: sluice.PerSecond(1).WithBurst(5).WithAlgorithm(sluice.LeakyBucket), Key: grpclimit.Static("all")},
 	}, grpclimit.WithClock(&sleepClock{}))
 	es := &echoServer{}
 	conn := serve(t, s, es)
@@ -779,8 +779,8 @@ func TestBadConfiguration(t *testing.T) {
 		"bad limit":      {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.Limit{Rate: 1}}}, nil},
 		"negative cost":  {lim, []grpclimit.Policy{{Name: "a", Limit: ok, Cost: -1}}, nil},
 		"cost too big":   {lim, []grpclimit.Policy{{Name: "a", Limit: ok, Cost: 2}}, nil},
-		"reserve < 0":    {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.PerSecond(5), Reserve: -1}}, nil},
-		"reserve it all": {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.PerSecond(5), Reserve: 5}}, nil},
+		"reserve < 0":    {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.PerSecond(5), Headroom: -1}}, nil},
+		"reserve it all": {lim, []grpclimit.Policy{{Name: "a", Limit: sluice.PerSecond(5), Headroom: 5}}, nil},
 		"stream mode":    {lim, []grpclimit.Policy{{Name: "a", Limit: ok, Stream: 9}}, nil},
 		"ipv6 prefix":    {lim, []grpclimit.Policy{{Name: "a", Limit: ok}}, []grpclimit.Option{grpclimit.WithIPv6Prefix(0)}},
 		"proxy prefix":   {lim, []grpclimit.Policy{{Name: "a", Limit: ok}}, []grpclimit.Option{grpclimit.WithTrustedProxies(netip.Prefix{})}},
@@ -887,7 +887,7 @@ func TestObserverOnRefusal(t *testing.T) {
 func TestRefundAcrossWindowEnd(t *testing.T) {
 	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)), sluice.WithClock(storelink.SystemClock{}))
-	s := mustNew(t, lim, []grpclimit.Policy{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Key: grpclimit.Static("all"), Cost: 10}})
+	s := mustNew(t, lim, []grpclimit.Policy{{Name: "window", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Key: grpclimit.Static("all"), Cost: 10}})
 	es := &echoServer{}
 	conn := serve(t, s, es)
 	var first atomic.Bool

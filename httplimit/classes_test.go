@@ -21,7 +21,7 @@ func critical(r *http.Request) bool { return r.Header.Get("X-Critical") != "" }
 // what its class may still spend). Alone (one policy: a take with a
 // reserve) and beside another policy (a composite whose part keeps it).
 func TestPriorityClasses(t *testing.T) {
-	api := httplimit.Policy{Name: "api", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Reserve: 3, Critical: critical, Key: httplimit.Static("all")}
+	api := httplimit.Policy{Name: "api", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Headroom: 3, Critical: critical, Key: httplimit.Static("all")}
 	for _, tc := range []struct {
 		name     string
 		policies []httplimit.Policy
@@ -30,7 +30,7 @@ func TestPriorityClasses(t *testing.T) {
 		other func(n int) (string, string)
 	}{
 		{"alone", []httplimit.Policy{api}, nil},
-		{"composite", []httplimit.Policy{api, {Name: "user", Limit: sluice.PerMinute(100).Using(sluice.FixedWindow)}},
+		{"composite", []httplimit.Policy{api, {Name: "user", Limit: sluice.PerMinute(100).WithAlgorithm(sluice.FixedWindow)}},
 			func(n int) (string, string) {
 				return `, "user";r=` + strconv.Itoa(100-n) + `;t=60`, `, "user";q=100;w=60`
 			}},
@@ -88,7 +88,7 @@ func TestTransportClasses(t *testing.T) {
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	client := newTransport(t, lim, []httplimit.Policy{
-		{Name: "global", Limit: sluice.PerSecond(1).WithBurst(3), Key: httplimit.Static("all"), Reserve: 1, Critical: critical},
+		{Name: "global", Limit: sluice.PerSecond(1).WithBurst(3), Key: httplimit.Static("all"), Headroom: 1, Critical: critical},
 	}, httplimit.WithHoldClock(sc))
 	for _, crit := range []bool{false, false, false, true, true, false} {
 		req, _ := http.NewRequest("GET", srv.URL, nil)

@@ -23,8 +23,8 @@ type ConcurrencyPolicy struct {
 	// observed Events (CheckName's rules, as a Policy's).
 	Name string
 	// Limit is the concurrency limit, its leases' lifetime, and the units
-	// it keeps for critical requests (Limit.Reserve, reserved capacity): a
-	// request Critical does not pick holds a slot only while the reserve
+	// it keeps for critical requests (Limit.Headroom, headroom): a
+	// request Critical does not pick holds a slot only while the headroom
 	// stays free after it.
 	Limit sluice.Concurrency
 	// Key returns the key a request holds its slot under; nil is
@@ -33,7 +33,7 @@ type ConcurrencyPolicy struct {
 	Key KeyFunc
 	// Units is what each request holds; 0 means 1.
 	Units int64
-	// Critical picks the requests that may use Limit.Reserve too (a health
+	// Critical picks the requests that may use Limit.Headroom too (a health
 	// check, a paying customer's checkout); nil picks none.
 	Critical func(r *http.Request) bool
 }

@@ -182,13 +182,13 @@ func ExampleNewConcurrent() {
 	// 200 report built
 }
 
-// TestConcurrentReserve: 3 slots with 1 kept for critical requests: two
+// TestConcurrentHeadroom: 3 slots with 1 kept for critical requests: two
 // ordinary requests run, a third waits its turn with 429, and a critical
 // one still gets the reserved slot.
-func TestConcurrentReserve(t *testing.T) {
+func TestConcurrentHeadroom(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	c, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{
-		Name: "api", Limit: sluice.MaxConcurrent(3).Reserving(1), Key: httplimit.Header("X-Account"),
+		Name: "api", Limit: sluice.MaxConcurrent(3).WithHeadroom(1), Key: httplimit.Header("X-Account"),
 		Critical: func(r *http.Request) bool { return r.URL.Path == "/checkout" },
 	})
 	if err != nil {
@@ -219,7 +219,7 @@ func TestConcurrentReserve(t *testing.T) {
 	<-started // the reserved slot
 	close(release)
 	wg.Wait()
-	if _, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{Name: "x", Limit: sluice.MaxConcurrent(3).Reserving(3)}); err == nil {
+	if _, err := httplimit.NewConcurrent(lim, httplimit.ConcurrencyPolicy{Name: "x", Limit: sluice.MaxConcurrent(3).WithHeadroom(3)}); err == nil {
 		t.Fatal("a reserve of the whole limit: no error")
 	}
 }

@@ -37,8 +37,8 @@ type PolicyResult struct {
 	// Cost is what the request spends, or would have.
 	Cost int64
 	// Quota and Window are RateLimit-Policy's q and w (whole seconds). A
-	// request of a lower class (Policy.Reserve) has its class's q: the
-	// limit's capacity less the reserve.
+	// request of a lower class (Policy.Headroom) has its class's q: the
+	// limit's capacity less the headroom.
 	Quota, Window int64
 	// Remaining is RateLimit's r, and Reset its t (whole seconds).
 	Remaining, Reset int64

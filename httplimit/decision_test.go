@@ -120,7 +120,7 @@ func TestSingleDecisionOfNoCost(t *testing.T) {
 // still parse.
 func TestHeadersStayStructuredIntegers(t *testing.T) {
 	lim := frozenLimiter(newClock())
-	huge := sluice.Per(1<<50, time.Second).Using(sluice.FixedWindow)
+	huge := sluice.Per(1<<50, time.Second).WithAlgorithm(sluice.FixedWindow)
 	m := mustNew(t, lim, []httplimit.Policy{{Name: "p", Limit: huge}})
 	w := httptest.NewRecorder()
 	m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))

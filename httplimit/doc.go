@@ -16,7 +16,7 @@
 // # Policies and composites
 //
 // A Middleware's enforced policies are decided as one composite
-// (sluice.Limiter.TakeEach): a request passes only if every policy grants,
+// (sluice.Limiter.TakeAll): a request passes only if every policy grants,
 // and a refusal spends nothing on any of them. The answer names the
 // policies that refused. Shadow policies (Policy.Shadow) are decided as a
 // composite of their own, after the enforced one, whatever its outcome: they
@@ -25,7 +25,7 @@
 // each route's handler in a Middleware of its own, with any router.
 //
 // A policy may keep part of its limit for critical requests
-// (Policy.Reserve, Policy.Critical): the others are refused once the key's
+// (Policy.Headroom, Policy.Critical): the others are refused once the key's
 // usage passes their share, and each request's headers are its class's.
 //
 // # Keys
@@ -107,7 +107,7 @@
 // key is the server's business.
 //
 // Each policy's r and t are its own at the decision's instant: the
-// composite is decided with sluice.Limiter.TakeEach, which reports every
+// composite is decided with sluice.Limiter.TakeAll, which reports every
 // part's figures from the same store call (one script on Redis). A refusal
 // by a composite of several policies names exactly the policies that could
 // not grant the request's cost.

@@ -50,7 +50,7 @@ func second[T any](_ T, err error) error { return err }
 // and a refusal.
 func TestFieldsParseAsRFC9651(t *testing.T) {
 	lim := frozenLimiter(newClock())
-	huge := sluice.Per(1<<50, time.Second).Using(sluice.FixedWindow) // 16 digits
+	huge := sluice.Per(1<<50, time.Second).WithAlgorithm(sluice.FixedWindow) // 16 digits
 	ps := []httplimit.Policy{
 		{Name: "50% off", Limit: sluice.PerMinute(2).WithBurst(3)},
 		{Name: "huge", Limit: huge, Key: httplimit.Static("all")},

@@ -700,7 +700,7 @@ func TestRefund(t *testing.T) {
 	})
 	m2 := mustNew(t, lim, []httplimit.Policy{
 		{Name: "bucket", Limit: sluice.PerHour(1).WithBurst(10), Cost: 4},
-		{Name: "window", Limit: sluice.Per(10, time.Hour).Using(sluice.SlidingWindow), Cost: 4},
+		{Name: "window", Limit: sluice.Per(10, time.Hour).WithAlgorithm(sluice.SlidingWindow), Cost: 4},
 	})
 	srv2 := httptest.NewServer(m2.Handler(h2))
 	defer srv2.Close()
@@ -854,9 +854,9 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"zero limit", lim, []httplimit.Policy{{Name: "a"}}, nil},
 		{"cost over capacity", lim, []httplimit.Policy{{Name: "a", Limit: ok, Cost: 2}}, nil},
 		{"negative cost", lim, []httplimit.Policy{{Name: "a", Limit: ok, Cost: -1}}, nil},
-		{"negative reserve", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Reserve: -1}}, nil},
-		{"reserve of it all", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Reserve: 5, CostFunc: costHeader}}, nil},
-		{"reserve over cost", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Cost: 3, Reserve: 3}}, nil},
+		{"negative reserve", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Headroom: -1}}, nil},
+		{"reserve of it all", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Headroom: 5, CostFunc: costHeader}}, nil},
+		{"reserve over cost", lim, []httplimit.Policy{{Name: "a", Limit: sluice.PerMinute(5), Cost: 3, Headroom: 3}}, nil},
 		{"status 200", lim, []httplimit.Policy{{Name: "a", Limit: ok}}, []httplimit.Option{httplimit.WithStatus(200)}},
 		{"ipv6 prefix 0", lim, []httplimit.Policy{{Name: "a", Limit: ok}}, []httplimit.Option{httplimit.WithIPv6Prefix(0)}},
 		{"ipv6 prefix 129", lim, []httplimit.Policy{{Name: "a", Limit: ok}}, []httplimit.Option{httplimit.WithIPv6Prefix(129)}},
@@ -903,7 +903,7 @@ func TestHeadersOfSeveralPolicies(t *testing.T) {
 	c := newClock()
 	lim := frozenLimiter(c)
 	bucket := sluice.PerMinute(6).WithBurst(5)
-	logL := sluice.Per(3, 10*time.Second).Using(sluice.SlidingLog)
+	logL := sluice.Per(3, 10*time.Second).WithAlgorithm(sluice.SlidingLog)
 	m := mustNew(t, lim, []httplimit.Policy{
 		{Name: "bucket", Limit: bucket},
 		{Name: "log", Limit: logL, Key: httplimit.Static("all")},
@@ -1118,8 +1118,8 @@ func TestWithoutDecisionContext(t *testing.T) {
 // keeps its one result) and a composite of two.
 func TestRefundAcrossWindowEnd(t *testing.T) {
 	for _, ps := range [][]httplimit.Policy{
-		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.FixedWindow), Cost: 10}},
-		{{Name: "window", Limit: sluice.PerMinute(10).Using(sluice.AlignedWindow), Cost: 10},
+		{{Name: "window", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow), Cost: 10}},
+		{{Name: "window", Limit: sluice.PerMinute(10).WithAlgorithm(sluice.AlignedWindow), Cost: 10},
 			{Name: "bucket", Limit: sluice.PerSecond(1000).WithBurst(1000)}},
 	} {
 		c := newClock()

@@ -209,7 +209,7 @@ func TestObserverLeakyWait(t *testing.T) {
 	c := newClock()
 	obs := newTally(t)
 	m := mustNew(t, frozenLimiter(c), []httplimit.Policy{
-		{Name: "leaky", Limit: sluice.PerSecond(10).WithBurst(5).Using(sluice.LeakyBucket), Key: httplimit.Static("x")},
+		{Name: "leaky", Limit: sluice.PerSecond(10).WithBurst(5).WithAlgorithm(sluice.LeakyBucket), Key: httplimit.Static("x")},
 	}, httplimit.WithObserver(obs), httplimit.WithClock(c))
 	srv := httptest.NewServer(m.Handler(echo))
 	defer srv.Close()

@@ -41,16 +41,16 @@ type Policy struct {
 	// always optional, and a shadow policy's cost that cannot be read
 	// leaves it out (counted in Stats.Errors): it never answers.
 	Optional bool
-	// Reserve keeps units of Limit for critical requests (priority
-	// classes, reserved capacity): a request Critical does not pick passes
-	// only while Reserve units would stay after its cost
-	// (sluice.Limiter.TakeReserving), so it is refused once the key's usage
+	// Headroom keeps units of Limit for critical requests (priority
+	// classes, headroom): a request Critical does not pick passes
+	// only while Headroom units would stay after its cost
+	// (a Part with Headroom: sluice.Part), so it is refused once the key's usage
 	// passes its share; a critical one may use the whole limit. Both spend
 	// from one budget. Its RateLimit fields are its class's: q is the
-	// limit's capacity less Reserve, r what its class may still spend. 0
-	// keeps nothing; Reserve must leave at least Cost to the others.
-	Reserve int64
-	// Critical picks the requests that may use Reserve (a health check, a
+	// limit's capacity less Headroom, r what its class may still spend. 0
+	// keeps nothing; Headroom must leave at least Cost to the others.
+	Headroom int64
+	// Critical picks the requests that may use Headroom (a health check, a
 	// paying customer's checkout); nil picks none.
 	Critical func(r *http.Request) bool
 }
@@ -147,7 +147,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 // with its defaults: cost 1, the key defaultKey().
 func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (*policy, error) {
 	pol := &policy{
-		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Reserve: p.Reserve, Shadow: p.Shadow, Optional: p.Optional},
+		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional},
 		Key:      p.Key,
 		CostFunc: p.CostFunc,
 		Critical: p.Critical,
@@ -162,9 +162,9 @@ func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (
 	return pol, nil
 }
 
-// reserveFor is what r leaves for higher classes under p.
-func (p *policy) reserveFor(r *http.Request) int64 {
-	return p.ReserveFor(p.Reserve == 0 || p.Critical != nil && p.Critical(r))
+// headroomFor is what r leaves for higher classes under p.
+func (p *policy) headroomFor(r *http.Request) int64 {
+	return p.HeadroomFor(p.Headroom == 0 || p.Critical != nil && p.Critical(r))
 }
 
 // Stats is what one policy decided since the Middleware was made.

@@ -16,7 +16,7 @@ var ErrNoDecision = errors.New("httplimit: no admitted request in this context")
 // (enforced and shadow), never more than it spent there: for a handler that
 // learns the real cost afterwards (taken 100, used 30: Refund 70). Only
 // TokenBucket, GCRA, FixedWindow and AlignedWindow policies can give units
-// back (Limiter.RefundTake); the others are left as they are and named in
+// back (Limiter.Refund); the others are left as they are and named in
 // the error (wrapping algo.ErrNoRefund). A window policy gives back only
 // while its key is still in the window the request spent in: a handler that
 // ran across the window's end has nothing to give back there.

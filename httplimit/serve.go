@@ -134,7 +134,7 @@ func (m *Middleware) parts(out []policycore.Part, w http.ResponseWriter, r *http
 			}
 			cost = c
 		}
-		out = append(out, policycore.Part{Rule: &p.Rule, Key: skey, Cost: cost, Reserve: p.reserveFor(r)})
+		out = append(out, policycore.Part{Rule: &p.Rule, Key: skey, Cost: cost, Headroom: p.headroomFor(r)})
 	}
 	return out, true
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // Transport is an http.RoundTripper for outbound calls that keeps to an
-// upstream's limits: before each request it waits (sluice.Limiter.WaitEach)
+// upstream's limits: before each request it waits (sluice.Limiter.WaitAll)
 // until every policy admits it, bounded by the request's context; and when
 // the upstream answers 429 or 503 with a Retry-After, the request's host is
 // held until then for every Transport that shares the store (every replica
@@ -48,7 +48,7 @@ type Transport struct {
 	clock    sluice.Clock
 	hold     sluice.Limit
 	obs      observe.Observer
-	leaky    bool // a policy is a LeakyBucket: WaitEach bounds its turn by the deadline
+	leaky    bool // a policy is a LeakyBucket: WaitAll bounds its turn by the deadline
 }
 
 // TransportOption configures a Transport.
@@ -204,7 +204,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				cost = c
 			}
-			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Reserve: p.reserveFor(req)})
+			parts = append(parts, sluice.Part{Key: p.KeyPrefix + key, Limit: p.Limit, Cost: cost, Headroom: p.headroomFor(req)})
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}
@@ -245,20 +245,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // take waits until every part grants. Unless a leaky bucket's turn must be
-// bounded by the deadline (which WaitEach does) or the context has ended, it
-// first decides once with TakeAll, whose latency is the store's; WaitEach
+// bounded by the deadline (which WaitAll does) or the context has ended, it
+// first decides once with TakeAll, whose latency is the store's; WaitAll
 // waits out a refusal, and each holds the parts' figures of its last
 // decision (nil when TakeAll admitted). wait is how long the request waited
 // after that first decision, on the hold's clock (WithHoldClock: the
 // Limiter's).
 func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, each []sluice.Result, lat, wait time.Duration, err error) {
-	// WaitEach reads the deadline on the Limiter's clock, and takes nothing
+	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
 	// from a context that has ended: the first decision is left to it then.
 	_, bounded := ctx.Deadline()
 	fast := ctx.Err() == nil && !(t.leaky && bounded)
 	if fast {
 		start := time.Now()
-		res, err = t.lim.TakeAll(ctx, parts)
+		res, err = t.lim.TakeAll(ctx, parts, nil)
 		lat = time.Since(start)
 		if err != nil {
 			return res, nil, lat, 0, err
@@ -272,8 +272,8 @@ func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.R
 	}
 	start, waitStart := time.Now(), t.clock.Now()
 	each = make([]sluice.Result, len(parts))
-	res, err = t.lim.WaitEach(ctx, parts, each)
-	if !fast { // WaitEach's time is the store's and the wait's together
+	res, err = t.lim.WaitAll(ctx, parts, each)
+	if !fast { // WaitAll's time is the store's and the wait's together
 		lat = time.Since(start)
 	} else {
 		wait = max(t.clock.Now().Sub(waitStart), 0) // on the clock the Limiter waits by

@@ -103,14 +103,14 @@ func BenchmarkCompositeOneKey(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := lim.TakeAll(ctx, parts); err != nil {
+		if _, err := lim.TakeAll(ctx, parts, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// BenchmarkCompositeEach is BenchmarkCompositeOneKey through TakeEach,
-// whose parts' results land in an array on the caller's stack: admitted,
+// BenchmarkCompositeEach is BenchmarkCompositeOneKey asking for each
+// part's result, which lands in an array on the caller's stack: admitted,
 // and refused (the global part spent, so each refusal looks at both).
 func BenchmarkCompositeEach(b *testing.B) {
 	for _, c := range []struct {
@@ -136,7 +136,7 @@ func BenchmarkCompositeEach(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var each [4]sluice.Result
-				if _, err := lim.TakeEach(ctx, parts, each[:len(parts)]); err != nil {
+				if _, err := lim.TakeAll(ctx, parts, each[:len(parts)]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -152,7 +152,7 @@ func BenchmarkHoldAt(b *testing.B) {
 		for _, n := range []int{1, 10_000} { // side by side, for their ratio
 			b.Run(fmt.Sprintf("op=%s/holds=%d", op, n), func(b *testing.B) {
 				b.ReportAllocs()
-				storetest.HoldAtBench(b, memstore.New().Engine().(storelink.Holder), "k", n, op, nil)
+				storetest.HoldAtBench(b, memstore.New(), "k", n, op, nil)
 			})
 		}
 	}

@@ -4,32 +4,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 func TestCompositeOneUserBurst(t *testing.T) {
 	s := memstore.New()
-	storetest.OneUserBurst(t, s.Engine().TakeAllAt, "")
-	storetest.OneUserBurstEach(t, s.Engine().TakeEachAt, "each:")
+	storetest.OneUserBurst(t, storetest.AllAt(s), "")
+	storetest.OneUserBurstEach(t, storetest.EachAt(s), "each:")
 }
 
 func TestCompositeRandom(t *testing.T) {
 	s := memstore.New()
-	storetest.RandomComposites(t, s.Engine().TakeAllAt, s.Engine().TakeEachAt, "", 60, 200)
+	storetest.RandomComposites(t, storetest.AllAt(s), storetest.EachAt(s), "", 60, 200)
 }
 
 // TestSuite runs the checks every store must pass.
 func TestSuite(t *testing.T) {
-	storetest.Run(t, func(_ *testing.T, c sluice.Clock) sluice.Store {
+	storetest.Run(t, func(_ *testing.T, c store.Clock) store.Store {
 		if c == nil {
 			return memstore.New()
 		}
@@ -41,22 +42,23 @@ func TestTakeAllErrors(t *testing.T) {
 	lim := sluice.New(memstore.New())
 	ctx := context.Background()
 	l := sluice.PerSecond(1)
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 1}, {Key: "a", Limit: l, Cost: 1}}); !errors.Is(err, sluice.ErrDuplicateKey) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 1}, {Key: "a", Limit: l, Cost: 1}}, nil); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate key: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
+	if _, err := lim.TakeAll(ctx, nil, nil); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("no parts: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 2}, {Key: "b", Limit: sluice.PerSecond(10), Cost: 2}}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "a", Limit: l, Cost: 2}, {Key: "b", Limit: sluice.PerSecond(10), Cost: 2}}, nil); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("cost over one part's capacity: %v", err)
 	}
-	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "", Limit: l, Cost: 1}}); !errors.Is(err, sluice.ErrEmptyKey) {
+	if _, err := lim.TakeAll(ctx, []sluice.Part{{Key: "", Limit: l, Cost: 1}}, nil); !errors.Is(err, sluice.ErrEmptyKey) {
 		t.Errorf("empty key: %v", err)
 	}
 }
 
-// TestLimiterPathsAgree: the Limiter's hot paths (TakeLocal, TakeAllLocal)
-// decide as TakeAt and TakeAllAt do, on random composites over a few keys.
+// TestLimiterPathsAgree: the Limiter's path (its checks, then Run at the
+// store's clock, the ops on its stack) decides as Run does at the time it
+// is given, on random composites over a few keys, errors included.
 func TestLimiterPathsAgree(t *testing.T) {
 	now := int64(1_764_000_000_000_000)
 	lim := sluice.New(memstore.New(memstore.WithClock(storelink.MicroClock(func() int64 { return now }))))
@@ -64,9 +66,9 @@ func TestLimiterPathsAgree(t *testing.T) {
 	ctx := context.Background()
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(5),
-		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerSecond(4).Using(sluice.SlidingLog),
-		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).WithAlgorithm(sluice.GCRA),
+		sluice.PerSecond(4).WithAlgorithm(sluice.SlidingLog),
+		sluice.PerSecond(2).WithBurst(3).WithAlgorithm(sluice.LeakyBucket),
 	}
 	rng := rand.New(rand.NewPCG(testenv.SeedOr(t, 1), 2))
 	seen := map[string]int{}
@@ -80,23 +82,20 @@ func TestLimiterPathsAgree(t *testing.T) {
 			parts[j] = sluice.Part{Key: fmt.Sprintf("k%d", perm[j]), Limit: limits[perm[j]%len(limits)], Cost: rng.Int64N(4)}
 		}
 		cost := parts[0].Cost
-		pub := make([]sluice.Request, len(parts))
-		for j, pt := range parts {
-			pub[j] = sluice.Request{Key: pt.Key, Limit: pt.Limit, Cost: pt.Cost, MaxDelay: math.MaxInt64}
-		}
-		reqs, err := storelink.CheckedParts(pub)
+		single := n == 1 && rng.IntN(2) == 0
+		reqs, err := checked(parts, single)
 		var got, want sluice.Result
 		var gotErr, wantErr error
-		if n == 1 && rng.IntN(2) == 0 {
+		if single {
 			got, gotErr = lim.Take(ctx, parts[0].Key, parts[0].Limit, cost)
-			if _, err = storelink.Checked(&pub[0]); err == nil {
-				d, e := ref.Engine().TakeAt(ctx, reqs[0], now)
+			if err == nil {
+				d, e := storetest.TakeAt(ctx, ref, reqs[0], now)
 				want, wantErr = sluice.Result(storelink.ResultOf(&d)), e
 			}
 		} else {
-			got, gotErr = lim.TakeAll(ctx, parts)
+			got, gotErr = lim.TakeAll(ctx, parts, nil)
 			if err == nil {
-				d, e := ref.Engine().TakeAllAt(ctx, reqs, now)
+				d, e := storetest.AllAt(ref)(ctx, reqs, now)
 				want, wantErr = sluice.Result(storelink.ResultOf(&d)), e
 			}
 		}
@@ -120,6 +119,25 @@ func TestLimiterPathsAgree(t *testing.T) {
 	}
 }
 
+// checked checks parts as a Limiter does, a part's error naming its part
+// unless single (a Take), and returns them as requests.
+func checked(parts []sluice.Part, single bool) ([]storelink.Request, error) {
+	reqs := make([]storelink.Request, len(parts))
+	for j, pt := range parts {
+		p, err := storelink.Params(pt.Limit)
+		if err == nil {
+			err = storelink.Check(pt.Key, p, pt.Cost)
+		}
+		if err != nil && single {
+			return nil, err
+		} else if err != nil {
+			return nil, storelink.PartError(j, pt.Key, err)
+		}
+		reqs[j] = storelink.Request{Key: pt.Key, Params: p, Cost: pt.Cost, MaxDelay: algo.Never}
+	}
+	return reqs, nil
+}
+
 // TestZeroAllocs: a decision on a key that exists, alone or in a composite
 // of up to 4 parts, allocates nothing.
 func TestZeroAllocs(t *testing.T) {
@@ -133,19 +151,19 @@ func TestZeroAllocs(t *testing.T) {
 	refused := []sluice.Part{{Key: "e", Limit: l, Cost: 1}, {Key: "f", Limit: sluice.PerHour(1), Cost: 1}}
 	for name, f := range map[string]func(){
 		"Take":         func() { lim.Take(ctx, "user:1", l, 1) },
-		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2]) },
-		"TakeAll of 4": func() { lim.TakeAll(ctx, parts) },
-		"TakeEach of 2": func() {
-			var each [4]sluice.Result // on the stack: TakeEach keeps it there
-			lim.TakeEach(ctx, parts[:2], each[:2])
+		"TakeAll of 2": func() { lim.TakeAll(ctx, parts[:2], nil) },
+		"TakeAll of 4": func() { lim.TakeAll(ctx, parts, nil) },
+		"TakeAll of 2, each": func() {
+			var each [4]sluice.Result // on the stack: TakeAll keeps it there
+			lim.TakeAll(ctx, parts[:2], each[:2])
 		},
-		"TakeEach of 4": func() {
+		"TakeAll of 4, each": func() {
 			var each [4]sluice.Result
-			lim.TakeEach(ctx, parts, each[:])
+			lim.TakeAll(ctx, parts, each[:])
 		},
-		"TakeEach refused": func() {
+		"TakeAll refused, each": func() {
 			var each [2]sluice.Result
-			lim.TakeEach(ctx, refused, each[:])
+			lim.TakeAll(ctx, refused, each[:])
 		},
 	} {
 		f()
@@ -158,7 +176,7 @@ func TestZeroAllocs(t *testing.T) {
 	for n := int64(2); n < 40; n++ {
 		lim := sluice.New(memstore.New())
 		parts := []sluice.Part{{Key: "a", Limit: sluice.PerSecond(1_000_000), Cost: 1}, {Key: "b", Limit: sluice.PerSecond(1_000_000 + n), Cost: 1}}
-		if a := testing.AllocsPerRun(100, func() { lim.TakeAll(ctx, parts) }); a != 0 {
+		if a := testing.AllocsPerRun(100, func() { lim.TakeAll(ctx, parts, nil) }); a != 0 {
 			t.Errorf("TakeAll of limits %v and %v: %v allocations per decision, want 0", parts[0].Limit, parts[1].Limit, a)
 		}
 	}

@@ -1,11 +1,11 @@
 package memstore
 
 import (
-	"context"
+	"strings"
 	"sync"
 
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
 // holdShard holds the hold sets of the keys whose hash picks it, under
@@ -50,42 +50,6 @@ func (s *Store) holdShard(key string) (*holdShard, uint64) {
 	return &s.holds[(h>>40)&s.mask], h
 }
 
-var (
-	_ storelink.Holder    = (*engine)(nil)
-	_ storelink.HoldLocal = (*engine)(nil)
-)
-
-// HoldLocal is Hold for the Limiter's hot path: scalars in and out, no
-// HoldOp or HoldResult to build and copy.
-func (e *engine) HoldLocal(op int64, key string, c algo.Concurrency, units, id int64) (allowed bool, remaining, retryAfter, resetAfter, expiry int64, err error) {
-	s := e.store()
-	var d algo.Decision
-	expiry, err = s.holdStep(op, key, &c, units, id, s.now(), &d)
-	return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, expiry, err
-}
-
-// Hold runs op at the store's clock time.
-func (e *engine) Hold(_ context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
-	s := e.store()
-	return s.hold(&op, s.now())
-}
-
-// HoldAt runs op at now (µs since the epoch).
-func (e *engine) HoldAt(_ context.Context, op storelink.HoldOp, now int64) (storelink.HoldResult, error) {
-	return e.store().hold(&op, now)
-}
-
-// hold runs one checked hold operation at now.
-func (s *Store) hold(op *storelink.HoldOp, now int64) (storelink.HoldResult, error) {
-	var r storelink.HoldResult
-	exp, err := s.holdStep(op.Op, op.Key, &op.Limit, op.Units, op.ID, now, &r.Decision)
-	if err != nil {
-		return storelink.HoldResult{}, err
-	}
-	r.Expiry = exp
-	return r, nil
-}
-
 // holdStep runs one checked hold operation at now under its shard's
 // lock, writing the decision into *d (zero).
 func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, now int64, d *algo.Decision) (int64, error) {
@@ -107,7 +71,9 @@ func (s *Store) holdStep(op int64, key string, c *algo.Concurrency, units, id, n
 		set = sh.insert(h, key, now)
 	}
 	exp, err := algo.HoldStep(c, &set.held, op, now, units, id, d)
-	set.freshAt = d.FreshAt
+	if err == nil { // an id in use changed nothing, and its FreshAt is 0
+		set.freshAt = d.FreshAt
+	}
 	sh.mu.Unlock()
 	return exp, err
 }
@@ -123,7 +89,7 @@ func (sh *holdShard) insert(h uint64, key string, now int64) *holdSet {
 		sh.sweep(now)
 		sh.sweepAt = max(minSweep, 2*(len(sh.sets)+1))
 	}
-	set := &holdSet{key: key, next: sh.sets[h]}
+	set := &holdSet{key: strings.Clone(key), next: sh.sets[h]} // see shard.insert
 	sh.sets[h] = set
 	return set
 }
@@ -153,6 +119,25 @@ func (sh *holdShard) sweep(now int64) {
 	}
 }
 
+// drop removes the hold set of key, whose hash is h, if there is one
+// (sh.mu held).
+func (sh *holdShard) drop(h uint64, key string) {
+	var prev *holdSet
+	for set := sh.sets[h]; set != nil; prev, set = set, set.next {
+		switch {
+		case set.key != key:
+			continue
+		case prev != nil:
+			prev.next = set.next
+		case set.next != nil:
+			sh.sets[h] = set.next
+		default:
+			delete(sh.sets, h)
+		}
+		return
+	}
+}
+
 // sweepHolds drops the hold sets that hold nothing at now.
 func (s *Store) sweepHolds(now int64) {
 	for i := range s.holds {
@@ -179,59 +164,44 @@ func (s *Store) holdKeys() int {
 	return n
 }
 
-// HoldAll runs the acquire op with the rate parts reqs at the store's
-// clock time.
-func (e *engine) HoldAll(_ context.Context, op storelink.HoldOp, reqs []storelink.Request, each []algo.Decision) (storelink.HoldResult, error) {
-	s := e.store()
-	return s.holdAll(&op, reqs, s.now(), each)
-}
-
-// HoldAllAt runs the acquire op with the rate parts reqs at now.
-func (e *engine) HoldAllAt(_ context.Context, op storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
-	return e.store().holdAll(&op, reqs, now, each)
-}
-
 // holdAll decides a hold and rate parts as one: under the hold shard's
 // lock (taken before any entry lock, which no rate decision holds while it
 // takes a hold lock), the hold is acquired; the parts are then decided
 // together, refused outright when the hold did not fit, and the hold is
 // given back when they refuse. A hold shard's lock covers every acquire
 // of the key, so no one sees the hold in between.
-func (s *Store) holdAll(op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
-	var r storelink.HoldResult
+func (s *Store) holdAll(key string, c *algo.Concurrency, units, id int64, ps []store.Part, maxDelay, now int64, d *algo.Decision) (int64, error) {
 	if err := algo.CheckTime(now); err != nil {
-		return r, err
+		return 0, err
 	}
-	sh, h := s.holdShard(op.Key)
+	sh, h := s.holdShard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	set := sh.find(h, op.Key)
+	set := sh.find(h, key)
 	if set == nil {
-		set = sh.insert(h, op.Key, now)
+		set = sh.insert(h, key, now)
 	}
-	d := &r.Decision
-	exp, err := algo.HoldStep(&op.Limit, &set.held, algo.OpAcquire, now, op.Units, op.ID, d)
+	exp, err := algo.HoldStep(c, &set.held, algo.OpAcquire, now, units, id, d)
 	if err != nil {
-		return storelink.HoldResult{}, err
+		return 0, err
 	}
 	var acc algo.Decision
-	if err := s.takeAllUnless(reqs, now, &acc, each, !d.Allowed); err != nil {
+	if err := s.takeAll(ps, maxDelay, now, &acc, !d.Allowed); err != nil {
 		if exp > 0 {
-			algo.HoldStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+			algo.HoldStep(c, &set.held, algo.OpRelease, now, 0, id, d)
 		}
-		return storelink.HoldResult{}, err
+		return 0, err
 	}
-	if len(reqs) > 0 && !acc.Allowed && d.Allowed {
+	if !acc.Allowed && d.Allowed {
 		// The parts refused: the hold is given back, and reports a look
 		// (a query) that says it alone would have granted.
 		if exp > 0 {
-			algo.HoldStep(&op.Limit, &set.held, algo.OpRelease, now, 0, op.ID, d)
+			algo.HoldStep(c, &set.held, algo.OpRelease, now, 0, id, d)
 		}
 		*d = algo.Decision{}
-		algo.HoldStep(&op.Limit, &set.held, algo.OpAcquire, now, 0, op.ID, d)
+		algo.HoldStep(c, &set.held, algo.OpAcquire, now, 0, id, d)
 		exp = 0
 	}
 	set.freshAt = d.FreshAt
-	r.Expiry = exp
-	return r, nil
+	return exp, nil
 }

@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -9,9 +10,10 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // TestHoldZeroAllocs: an acquire and its release on a key that has had a
@@ -67,6 +69,52 @@ func TestHoldSweep(t *testing.T) {
 	}
 	if ls, err := lim.Acquire(ctx, "b", c, 1); err != nil || !ls.Allowed {
 		t.Fatalf("b after the sweep: %+v %v", ls, err)
+	}
+}
+
+// TestHoldIDInUseKeepsHolds: an acquire refused because its id is held
+// changes nothing, not even when the set may be swept: a sweep after it
+// keeps the hold, and a second one is refused under a limit of 1.
+func TestHoldIDInUseKeepsHolds(t *testing.T) {
+	s := memstore.New(memstore.WithClock(testenv.NewClock()))
+	c := store.Concurrency{Limit: 1, Lifetime: 60_000_000}
+	run := func(id int64) *store.Op {
+		ops := []store.Op{{Kind: store.Acquire, Key: "k", Concurrency: c, Cost: 1, ID: id}}
+		s.Run(context.Background(), ops)
+		return &ops[0]
+	}
+	if op := run(7); op.Err != nil || !op.Decision.Allowed {
+		t.Fatalf("first: %+v", op)
+	}
+	if op := run(7); !errors.Is(op.Err, store.ErrIDInUse) {
+		t.Fatalf("same id: %v, want ErrIDInUse", op.Err)
+	}
+	s.Sweep()
+	if op := run(8); op.Err != nil || op.Decision.Allowed {
+		t.Fatalf("a second hold under a limit of 1 after a sweep: %+v", op)
+	}
+}
+
+// TestResetDropsHolds: Reset returns a key to its fresh state, its holds
+// included (store.Reset).
+func TestResetDropsHolds(t *testing.T) {
+	s := memstore.New(memstore.WithClock(testenv.NewClock()))
+	lim := sluice.New(s)
+	ctx := context.Background()
+	c := sluice.MaxConcurrent(1)
+	for _, key := range []string{"a", "b"} {
+		if ls, err := lim.Acquire(ctx, key, c, 1); err != nil || !ls.Allowed {
+			t.Fatalf("%s: %+v %v", key, ls, err)
+		}
+	}
+	if err := lim.Reset(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ls, _ := lim.Acquire(ctx, "a", c, 1); !ls.Allowed {
+		t.Fatalf("a after its reset: %+v, want allowed", ls)
+	}
+	if ls, _ := lim.Acquire(ctx, "b", c, 1); ls.Allowed {
+		t.Fatalf("b, not reset: %+v, want refused", ls)
 	}
 }
 
@@ -168,23 +216,26 @@ func TestHoldZeroAllocsAtScale(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	h := memstore.New().Engine().(storelink.Holder)
+	s := memstore.New()
 	ctx := context.Background()
 	now, next := int64(1_764_000_000_000_000), int64(1)
 	c := algo.Concurrency{Limit: 10_001, Lifetime: 10_000}
-	run := func(op, units, id int64, allowed bool) {
-		r, err := h.HoldAt(ctx, storelink.HoldOp{Op: op, Key: "k", Limit: c, Units: units, ID: id}, now)
-		if err != nil || r.Decision.Allowed != allowed {
-			t.Fatalf("op %d of %d at %d: %+v %v", op, id, now, r, err)
+	ops := make([]store.Op, 1)
+	run := func(kind store.Kind, units, id int64, allowed bool) {
+		ops[0] = storetest.HoldOp(kind, "k", c, units, id)
+		ops[0].At = now
+		s.Run(ctx, ops)
+		if op := &ops[0]; op.Err != nil || op.Decision.Allowed != allowed {
+			t.Fatalf("op %d of %d at %d: %+v %v", kind, id, now, op.Decision, op.Err)
 		}
 	}
 	for range 9_999 {
-		run(algo.OpAcquire, 1, next, true)
+		run(store.Acquire, 1, next, true)
 		next++
 		now++
 	}
 	const ext = 1 << 40 // extended by the Extend case, so held throughout
-	run(algo.OpAcquire, 1, ext, true)
+	run(store.Acquire, 1, ext, true)
 	now++
 	for _, tc := range []struct {
 		name string
@@ -193,17 +244,17 @@ func TestHoldZeroAllocsAtScale(t *testing.T) {
 		// One hold comes back (the oldest: the clock moves on a µs) and one
 		// is acquired: the key keeps 10,000.
 		{"Acquire", func() {
-			run(algo.OpAcquire, 1, next, true)
+			run(store.Acquire, 1, next, true)
 			next++
 			now++
 		}},
 		{"Acquire+Release", func() {
-			run(algo.OpAcquire, 1, next, true)
-			run(algo.OpRelease, 0, next, true)
+			run(store.Acquire, 1, next, true)
+			run(store.Release, 0, next, true)
 			next++
 		}},
-		{"Extend", func() { run(algo.OpExtend, 0, ext, true) }},
-		{"refused Acquire", func() { run(algo.OpAcquire, 3, next, false) }}, // 9,999 or more held
+		{"Extend", func() { run(store.Extend, 0, ext, true) }},
+		{"refused Acquire", func() { run(store.Acquire, 3, next, false) }}, // 9,999 or more held
 	} {
 		tc.f()
 		if n := testing.AllocsPerRun(1000, tc.f); n != 0 {

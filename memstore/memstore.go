@@ -16,10 +16,9 @@
 //
 //	lim := sluice.New(memstore.New())
 //
-// A Limiter reaches the store by a path of its own, on requests it has
-// checked. The store's Take, TakeAll and Refund are the sluice.Store
-// interface, for code that holds a sluice.Store; they check every request
-// they are given.
+// The store implements store.Store: its one method, Run, decides the ops a
+// Limiter has checked, at their At or at the store's clock. A Limiter calls
+// it directly, its ops on its own stack.
 //
 // Its clock is the monotonic clock, anchored to the wall clock when the process
 // starts (read from the CPU's time-stamp counter where the kernel trusts it,
@@ -34,29 +33,25 @@
 package memstore
 
 import (
-	"context"
 	"hash/maphash"
 	"runtime"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/fastclock"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
-// Store is an in-memory sluice.Store. The zero value is not usable; call New.
+// Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
 	shards []shard
 	mask   uint64
 	seed   maphash.Seed
 	now    func() int64
-	clock  sluice.Clock // nil: the system's
+	clock  store.Clock // nil: the system's
 	// holds keeps the concurrency limits' hold sets (concurrency.go), as
 	// many shards as shards.
 	holds []holdShard
 }
-
-var _ sluice.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -65,7 +60,7 @@ type Option func(*Store)
 // a sluice.Limiter over the store then reads deadlines and sleeps by c too
 // (unless it was given a clock of its own with sluice.WithClock). Tests pass
 // a fake clock.
-func WithClock(c sluice.Clock) Option {
+func WithClock(c store.Clock) Option {
 	return func(s *Store) {
 		if c == nil {
 			return
@@ -118,18 +113,6 @@ func (s *Store) locate(key string) (*shard, uint64) {
 	return &s.shards[(h>>40)&s.mask], h
 }
 
-// Take makes one decision for req at the store's clock time. It checks req
-// as a sluice.Limiter does.
-func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	r, err := storelink.Checked(&req)
-	if err != nil {
-		return sluice.Result{}, err
-	}
-	var d algo.Decision
-	err = s.decide(r.Key, &r.Params, r.Cost, r.MaxDelay, s.now(), &d)
-	return sluice.Result(storelink.ResultOf(&d)), err
-}
-
 // decide is the hot path: one step under the key's entry lock, written into
 // *d (building and copying structs costs more here than the arithmetic).
 func (s *Store) decide(key string, p *algo.Params, cost, maxDelay, now int64, d *algo.Decision) error {
@@ -178,33 +161,21 @@ func (s *Store) decideFound(sh *shard, h uint64, e *entry, key string, p *algo.P
 	return nil
 }
 
-// Refund gives req.Cost units back to req.Key (see algo.Refund). It checks
-// req as a sluice.Limiter does.
-func (s *Store) Refund(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	r, window, err := storelink.CheckedRefund(&req)
-	if err != nil {
-		return sluice.Result{}, err
-	}
-	d, err := s.refund(&r, window)
-	return sluice.Result(storelink.ResultOf(&d)), err
-}
-
-// refund gives req.Cost units back to req.Key at the store's clock time, a
-// window's only to the window that ends at window (0: any).
-func (s *Store) refund(req *storelink.Request, window int64) (algo.Decision, error) {
-	now := s.now()
+// refund gives units back to key under p at now, a window's only to the
+// window that ends at window (0: any).
+func (s *Store) refund(key string, p *algo.Params, units, window, now int64) (algo.Decision, error) {
 	if err := algo.CheckTime(now); err != nil {
 		return algo.Decision{}, err
 	}
-	sh, h := s.locate(req.Key)
-	e := sh.lockEntry(h, req.Key, now, false)
+	sh, h := s.locate(key)
+	e := sh.lockEntry(h, key, now, false)
 	if e == nil {
 		var fresh algo.State
-		return algo.Refund(&req.Params, &fresh, now, req.Cost, window)
+		return algo.Refund(p, &fresh, now, units, window)
 	}
 	defer e.mu.Unlock()
 	before := e.st
-	d, err := algo.Refund(&req.Params, &e.st, now, req.Cost, window)
+	d, err := algo.Refund(p, &e.st, now, units, window)
 	if err == nil && !sameFields(&before, &e.st) {
 		// A refund that left the state as it was (a window's refund on a
 		// state holding nothing) keeps its FreshAt, as a query does.
@@ -220,17 +191,20 @@ func sameFields(a, b *algo.State) bool {
 		len(a.Log) == len(b.Log) && (len(a.Log) == 0 || &a.Log[0] == &b.Log[0])
 }
 
-// Reset returns key to its fresh state.
-func (s *Store) Reset(_ context.Context, key string) error {
+// reset returns key to its fresh state: its rate limit's and its holds.
+func (s *Store) reset(key string) {
 	sh, h := s.locate(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if sl, e := sh.tab.Load().lookup(h, key, false); e != nil {
 		e.mu.Lock()
 		sh.drop(sl, e)
 		e.mu.Unlock()
 	}
-	return nil
+	sh.mu.Unlock()
+	hs, h := s.holdShard(key)
+	hs.mu.Lock()
+	hs.drop(h, key)
+	hs.mu.Unlock()
 }
 
 // Sweep drops every key whose state is equivalent to fresh at the store's

@@ -2,7 +2,7 @@ package memstore_test
 
 import (
 	"context"
-	"math"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 )
@@ -32,11 +33,11 @@ func request(key string, l sluice.Limit, cost int64) storelink.Request {
 func TestConcurrentExact(t *testing.T) {
 	for _, l := range []sluice.Limit{
 		sluice.PerHour(1).WithBurst(1000),
-		sluice.PerHour(1000).Using(sluice.FixedWindow),
-		sluice.PerHour(1000).Using(sluice.SlidingLog),
-		sluice.PerHour(1000).Using(sluice.SlidingWindow),
-		sluice.PerHour(1).WithBurst(1000).Using(sluice.GCRA),
-		sluice.PerHour(1).WithBurst(999).Using(sluice.LeakyBucket),
+		sluice.PerHour(1000).WithAlgorithm(sluice.FixedWindow),
+		sluice.PerHour(1000).WithAlgorithm(sluice.SlidingLog),
+		sluice.PerHour(1000).WithAlgorithm(sluice.SlidingWindow),
+		sluice.PerHour(1).WithBurst(1000).WithAlgorithm(sluice.GCRA),
+		sluice.PerHour(1).WithBurst(999).WithAlgorithm(sluice.LeakyBucket),
 	} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			var clock atomic.Int64
@@ -86,7 +87,7 @@ func TestOneOffKeysAreDropped(t *testing.T) {
 	for i := 0; i < n; i++ {
 		now += 10 // 100,000 new keys a second, each fresh again after 100ms
 		req.Key = "one-off:" + strconv.Itoa(i)
-		if _, err := s.Engine().TakeAt(context.Background(), req, now); err != nil {
+		if _, err := storetest.TakeAt(context.Background(), s, req, now); err != nil {
 			t.Fatal(err)
 		}
 		if i%50_000 == 0 {
@@ -140,7 +141,7 @@ func TestQueryOfAnotherAlgorithmKeepsState(t *testing.T) {
 	l := sluice.PerHour(5)
 	lim.Take(ctx, "k", l, 5)
 	for _, a := range []sluice.Algorithm{sluice.SlidingLog, sluice.FixedWindow, sluice.AlignedWindow} {
-		lim.Take(ctx, "k", sluice.PerSecond(5).Using(a), 0)
+		lim.Take(ctx, "k", sluice.PerSecond(5).WithAlgorithm(a), 0)
 	}
 	now += 2_000_000
 	s.Sweep()
@@ -161,8 +162,8 @@ func TestQueryStoresNothing(t *testing.T) {
 
 func TestBadTime(t *testing.T) {
 	s := memstore.New()
-	if _, err := s.Engine().TakeAt(context.Background(), request("k", sluice.PerSecond(1), 1), -5); err == nil {
-		t.Fatal("a negative time must be an error")
+	if _, err := storetest.TakeAt(context.Background(), s, request("k", sluice.PerSecond(1), 1), -5); !errors.Is(err, sluice.ErrInvalidTime) {
+		t.Fatalf("a negative time: %v, want an error wrapping ErrInvalidTime", err)
 	}
 }
 
@@ -185,7 +186,7 @@ func TestMemoryPerKey(t *testing.T) {
 		req := request("", sluice.PerMinute(10), 1)
 		for _, k := range keys {
 			req.Key = k
-			s.Engine().TakeAt(context.Background(), req, base)
+			storetest.TakeAt(context.Background(), s, req, base)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -209,7 +210,6 @@ func TestConcurrentChurn(t *testing.T) {
 	lim := sluice.New(s)
 	ctx := context.Background()
 	hot := sluice.PerHour(1).WithBurst(500)
-	hotReq := sluice.Request{Limit: hot, Cost: 1, MaxDelay: math.MaxInt64}
 	cold := sluice.PerSecond(1_000_000).WithBurst(2) // fresh again 2µs after a take
 	const hotKeys, rounds = 8, 5000
 	var admitted [hotKeys]atomic.Int64
@@ -224,9 +224,7 @@ func TestConcurrentChurn(t *testing.T) {
 				if g%3 == 0 {
 					// A composite of two hot keys: both or neither.
 					k2 := (k + 1 + i%(hotKeys-1)) % hotKeys
-					a, b := hotReq, hotReq
-					a.Key, b.Key = "hot:"+strconv.Itoa(k), "hot:"+strconv.Itoa(k2)
-					r, err := s.TakeAll(ctx, []sluice.Request{a, b})
+					r, err := lim.TakeAll(ctx, []sluice.Part{{Key: "hot:" + strconv.Itoa(k), Limit: hot, Cost: 1}, {Key: "hot:" + strconv.Itoa(k2), Limit: hot, Cost: 1}}, nil)
 					if err != nil {
 						t.Error(err)
 						return
@@ -258,7 +256,7 @@ func TestConcurrentChurn(t *testing.T) {
 				case g == 2 && i%50 == 0:
 					s.Sweep()
 				case g == 2 && i%7 == 0:
-					if err := s.Reset(ctx, key); err != nil {
+					if err := lim.Reset(ctx, key); err != nil {
 						t.Error(err)
 						return
 					}

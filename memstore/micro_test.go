@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 func BenchmarkStep(b *testing.B) {
@@ -21,14 +22,14 @@ func BenchmarkStep(b *testing.B) {
 }
 
 func BenchmarkTakeAtFixed(b *testing.B) {
-	st := memstore.New().Engine()
+	st := memstore.New()
 	ctx := context.Background()
-	p := algo.Params{Kind: algo.TokenBucket, Rate: 1e6, Period: 1e6, Burst: 1000}
-	now := int64(1_764_000_000_000_000)
-	req := storelink.Request{Key: "user:1", Params: p, Cost: 1, MaxDelay: algo.Never}
+	op := store.Op{Kind: store.Take, Key: "user:1", Limit: store.Limit{Algorithm: uint8(algo.TokenBucket), Rate: 1e6, Period: 1e6, Burst: 1000}, Cost: 1, MaxDelay: store.Never, At: 1_764_000_000_000_000}
+	var ops [1]store.Op
 	for b.Loop() {
-		now++
-		st.TakeAt(ctx, req, now)
+		op.At++
+		ops[0] = op
+		st.Run(ctx, ops[:])
 	}
 }
 

@@ -3,6 +3,7 @@ package memstore
 import (
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -171,7 +172,9 @@ func (sh *shard) insert(h uint64, key string, now int64) *entry {
 	if 2*(sh.used+1) > len(t.slots) {
 		t = sh.rebuild(max(minTable, pow2(2*(sh.n+1))))
 	}
-	e := &entry{key: key}
+	// A copy of the key: the store keeps nothing of the ops it is handed
+	// (store.Store), so that a Limiter's stay on its stack.
+	e := &entry{key: strings.Clone(key)}
 	t.put(h, e)
 	sh.n++
 	sh.used++

@@ -47,7 +47,7 @@ func (c *fakeClock) at(d time.Duration) {
 type maker func(t *testing.T, l sluice.Limit, opts ...Option) Queue
 
 func leaky(rate int64, period time.Duration, burst int64) sluice.Limit {
-	return sluice.Per(rate, period).WithBurst(burst).Using(sluice.LeakyBucket)
+	return sluice.Per(rate, period).WithBurst(burst).WithAlgorithm(sluice.LeakyBucket)
 }
 
 func runBehaviours(t *testing.T, mk maker) {

@@ -17,7 +17,7 @@ import (
 func ExampleMemory() {
 	clock := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	start := clock.now
-	q, err := queue.NewMemory(sluice.PerSecond(2).WithBurst(2).Using(sluice.LeakyBucket),
+	q, err := queue.NewMemory(sluice.PerSecond(2).WithBurst(2).WithAlgorithm(sluice.LeakyBucket),
 		queue.WithClock(clock))
 	if err != nil {
 		panic(err)
@@ -56,7 +56,7 @@ func ExampleMemory() {
 // the queue on a Redis of their own).
 func ExampleRedis() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	q, err := queue.NewRedis(client, "payments", sluice.PerSecond(20).WithBurst(1000).Using(sluice.LeakyBucket),
+	q, err := queue.NewRedis(client, "payments", sluice.PerSecond(20).WithBurst(1000).WithAlgorithm(sluice.LeakyBucket),
 		queue.WithVisibilityTimeout(time.Minute), queue.WithPrefix("myapp:queue:"))
 	if err != nil {
 		panic(err)

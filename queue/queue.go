@@ -241,7 +241,7 @@ func newConfig(limit sluice.Limit, opts []Option) (algo.Params, config, error) {
 	case err != nil:
 		return p, c, err
 	case p.Kind != algo.LeakyBucket:
-		return p, c, fmt.Errorf("%w: a queue needs a leaky-bucket limit, got %s (use limit.Using(sluice.LeakyBucket))", sluice.ErrInvalidLimit, limit.Algorithm)
+		return p, c, fmt.Errorf("%w: a queue needs a leaky-bucket limit, got %s (use limit.WithAlgorithm(sluice.LeakyBucket))", sluice.ErrInvalidLimit, limit.Algorithm)
 	case c.visibility < time.Microsecond:
 		return p, c, fmt.Errorf("queue: visibility timeout %v is under 1µs", c.visibility)
 	case c.poll <= 0:

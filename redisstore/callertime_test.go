@@ -36,15 +36,15 @@ func TestInvalidCallerTime(t *testing.T) {
 					t.Errorf("%s %s: %+v, %v; want the zero Result and ErrInvalidTime", name, op, r, err)
 				}
 			}
-			r, err := st.Take(ctx, pub(req))
+			r, err := take(ctx, st, req)
 			check("Take", r, err)
-			r, err = st.TakeAll(ctx, pubs([]storelink.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}}))
+			r, err = takeAll(ctx, st, []storelink.Request{req, {Key: "j", Params: tb, Cost: 1, MaxDelay: algo.Never}})
 			check("TakeAll", r, err)
-			r, err = st.Refund(ctx, pub(req))
+			r, err = refund(ctx, st, req)
 			check("Refund", r, err)
 			r, err = sluice.New(st).Take(ctx, "k", sluice.PerSecond(5), 1)
 			check("Limiter.Take", r, err)
-			if n, err := client.Exists(ctx, st.Key("k"), st.Key("j")).Result(); err != nil || n != 0 {
+			if n, err := client.Exists(ctx, redisstore.RateKey(st, "k"), redisstore.RateKey(st, "j")).Result(); err != nil || n != 0 {
 				t.Errorf("%s: %d keys written (%v), want none", name, n, err)
 			}
 			st.Close()

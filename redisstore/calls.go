@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/store"
 )
 
 // The argument layouts of the store's scripts are written here and nowhere
@@ -58,13 +59,13 @@ type single struct {
 // admission may carry (µs, -1 for none).
 type limit struct{ kind, rate, period, burst, maxDelay int64 }
 
-// limitOf returns p, with the bound maxDelay (µs, algo.Never for none), as
+// limitOf returns l, with the bound maxDelay (µs, store.Never for none), as
 // the scripts read it.
-func limitOf(p *algo.Params, maxDelay int64) limit {
-	if maxDelay == algo.Never {
+func limitOf(l *store.Limit, maxDelay int64) limit {
+	if maxDelay == store.Never {
 		maxDelay = -1
 	}
-	return limit{int64(p.Kind), p.Rate, p.Period, p.Burst, maxDelay}
+	return limit{int64(l.Algorithm), l.Rate, l.Period, l.Burst, maxDelay}
 }
 
 // compositeClass is the class (redisrun.Merger) of the composites; a single
@@ -214,10 +215,10 @@ func (s *scriptSet) compositeCall(n int, now, margin int64) *redisrun.Call {
 }
 
 // addPart adds to c, made by compositeCall, a part on key under l, of cost
-// units, leaving reserve units for higher classes.
-func addPart(c *redisrun.Call, key string, l limit, cost, reserve int64) {
+// units, leaving headroom units to higher classes.
+func addPart(c *redisrun.Call, key string, l limit, cost, headroom int64) {
 	c.Keys = append(c.Keys, key)
-	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, cost, l.maxDelay, reserve)
+	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, cost, l.maxDelay, headroom)
 }
 
 // mergeComposites returns one composite script call for the composites of
@@ -271,7 +272,8 @@ func (s *scriptSet) refundCall(key string, l limit, units, now, margin, window i
 	}
 }
 
-// resetCall returns the reset script's call, which deletes key.
-func (s *scriptSet) resetCall(key string) *redisrun.Call {
-	return &redisrun.Call{Script: s.reset, Keys: []string{key}}
+// resetCall returns the reset script's call, which deletes keys (of one
+// group: see redisrun.Router).
+func (s *scriptSet) resetCall(keys ...string) *redisrun.Call {
+	return &redisrun.Call{Script: s.reset, Keys: keys}
 }

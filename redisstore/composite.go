@@ -6,128 +6,36 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
-// TakeAll makes one decision for a composite request (see sluice.Store).
-//
-// When every key is in one group (always on a single node; on a cluster,
-// keys that share a {hash tag}; on a Ring, keys its hash puts on one shard) it is one atomic script: every part is stepped
-// and all are written only if all grant. Where the keys are apart no script
-// can see them all, so the parts are taken one at a time and when one
-// refuses the parts already taken are given back (Refund). That never
-// admits over any limit. Its weakness: between a part's take and its
-// give-back a concurrent request on that key may be refused that would have
-// passed; a process dying in between (or a give-back that fails) leaves
-// those units spent; and sliding-window, sliding-log and leaky-bucket parts
-// cannot be given back. So the parts that can be given back (token-bucket,
-// gcra, fixed-window, aligned-window) go first, in the order given (put the
-// narrowest first: it refuses most, and a refusal there costs nothing), and
-// the others after them; with two or more parts that cannot be given back,
-// all but the last can lose units to a later refusal. A refusal on this path
-// reports the parts it reached (the ones after the refusing part are not
-// looked at). A fixed-window part given back keeps one difference: its take
-// may have opened a new window (its end set by that take), which the refund
-// leaves open with its count lowered. It never holds more than rate per
-// window and windows never overlap, but the window's phase differs from one
-// no decision touched (an aligned window has no such difference).
-func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request) (sluice.Result, error) {
-	rs, err := storelink.CheckedParts(reqs)
-	if err != nil {
-		return sluice.Result{}, err
+// takeAll makes one composite decision at now (-1: the server's TIME) and
+// writes each part's decision into it (see model.TakeEach). When every key
+// is in one group (always on a single node; on a cluster, keys that share a
+// {hash tag}; on a Ring, keys its hash puts on one shard) it is one atomic
+// script; else the parts are taken in turn and given back (takeInTurn;
+// docs/stores.md, "Composites across slots").
+func (s *Store) takeAll(ctx context.Context, parts []store.Part, maxDelay, now int64, summaryOnly bool) (algo.Decision, error) {
+	if !s.together(parts) {
+		return s.takeInTurn(ctx, parts, maxDelay, now, summaryOnly)
 	}
-	r, err := s.takeAllNow(ctx, rs)
-	return sluice.Result(r), err
-}
-
-// takeAllNow is TakeAll on checked requests (by TakeAll, or by the Limiter
-// before it calls the engine).
-func (s *Store) takeAllNow(ctx context.Context, reqs []storelink.Request) (storelink.Result, error) {
-	if s.leases != nil {
-		if r, ok := s.leases.takeAll(reqs, nil); ok {
-			return r, nil
-		}
-	}
-	now, err := s.clock()
-	if err != nil {
-		return storelink.Result{}, err
-	}
-	d, err := s.takeAll(ctx, reqs, now, nil)
-	return s.settle(&d, err, func() (storelink.Result, error) { return s.local.TakeAll(ctx, reqs) })
-}
-
-// takeEachNow is takeAllNow that also writes each part's result into
-// each[i] (see sluice.Limiter.TakeEach), from the same call. Under the
-// failure policy, FailOpen admits every part and FailLocal reports the
-// fallback's parts, all Degraded.
-func (s *Store) takeEachNow(ctx context.Context, reqs []storelink.Request, each []storelink.Result) (storelink.Result, error) {
-	if s.leases != nil {
-		if r, ok := s.leases.takeAll(reqs, each); ok {
-			return r, nil
-		}
-	}
-	now, err := s.clock()
-	if err != nil {
-		return storelink.Result{}, err
-	}
-	ds := make([]algo.Decision, len(reqs))
-	d, err := s.takeAll(ctx, reqs, now, ds)
-	r, serr := s.settle(&d, err, func() (storelink.Result, error) {
-		return s.local.TakeEach(ctx, reqs, each)
-	})
-	switch {
-	case serr != nil:
-		clear(each)
-	case err == nil:
-		for i := range ds {
-			each[i] = storelink.ResultOf(&ds[i])
-		}
-	default: // decided by the failure policy
-		for i := range each {
-			if s.policy == FailOpen {
-				each[i] = storelink.Result{Allowed: true}
-			}
-			each[i].Degraded = true
-		}
-	}
-	return r, serr
-}
-
-// takeAll makes one composite decision at now (-1: the server's TIME) and,
-// unless each is nil, writes each part's decision into each[i] (each as
-// long as reqs; see model.TakeEach).
-func (s *Store) takeAll(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error) {
-	if !s.together(reqs) {
-		return s.takeInTurn(ctx, reqs, now, each)
-	}
-	c := scripts.compositeCall(len(reqs), now, s.margin)
-	for i := range reqs {
-		r := &reqs[i]
-		addPart(c, s.prefix+r.Key, limitOf(&r.Params, r.MaxDelay), r.Cost, r.Reserve)
+	c := scripts.compositeCall(len(parts), now, s.margin)
+	for i := range parts {
+		pt := &parts[i]
+		addPart(c, s.rateKey(pt.Key), limitOf(&pt.Limit, maxDelay), pt.Cost, pt.Headroom)
 	}
 	if err := s.composite(ctx, c); err != nil {
 		return algo.Decision{}, err
 	}
-	if len(c.Reply) != width*len(reqs) {
+	if len(c.Reply) != width*len(parts) {
 		return algo.Decision{}, fmt.Errorf("%w: composite script replied %v", redisrun.ErrBadReply, c.Reply)
 	}
-	var acc algo.Decision
-	for i := range reqs {
-		d, err := decisionOf(c.Reply[width*i:width*(i+1)], c.Keys[i])
-		if err != nil {
-			return algo.Decision{}, err
-		}
-		if each != nil {
-			each[i] = d
-		}
-		if i == 0 {
-			acc = d
-		} else {
-			algo.Combine(&acc, d)
-		}
+	acc, err := readParts(parts, c.Reply, c.Keys, true)
+	if err != nil {
+		return algo.Decision{}, err
 	}
 	if !acc.Allowed {
 		// Refused, the script replied a look for every part that granted
@@ -135,55 +43,39 @@ func (s *Store) takeAll(ctx context.Context, reqs []storelink.Request, now int64
 		// looks: what is left of algo.Refused is that nothing waits, and
 		// that no window was spent in.
 		acc.Delay, acc.Window = 0, 0
-		for i := range each {
-			algo.RefusedPart(&each[i], &each[i])
-		}
 	}
 	return acc, nil
 }
 
-// takeInTurn takes the parts one at a time and gives back the ones taken when
-// a later one refuses. Unless each is nil, it writes each part's decision
-// into each[i]: on a refusal, a part given back reports the look its refund
-// replied, a part that could not be given back what it spent, and a part
-// after the refusing one, not reached, a look made afterwards (all
-// allowed: none of them refused).
-func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error) {
-	order := turnOrder(reqs)
+// takeInTurn takes the parts one at a time and gives back the ones taken
+// when a later one refuses, writing each part's decision into it: on a
+// refusal, a part given back reports the look its refund replied, a part
+// that could not be given back what it spent, and a part after the refusing
+// one, not reached, a look made afterwards (all allowed: none of them
+// refused). summaryOnly spares those looks: the parts' decisions are then
+// left as they are (store.Op.SummaryOnly).
+func (s *Store) takeInTurn(ctx context.Context, parts []store.Part, maxDelay, now int64, summaryOnly bool) (algo.Decision, error) {
+	order := turnOrder(parts)
 	var acc algo.Decision
-	taken := make([]algo.Decision, 0, len(reqs))
+	taken := make([]algo.Decision, 0, len(parts))
 	for i, oi := range order {
-		r := reqs[oi]
-		d, err := s.decidePart(ctx, r, now)
+		pt := &parts[oi]
+		d, err := s.decidePart(ctx, pt.Key, &pt.Limit, pt.Cost, pt.Headroom, maxDelay, now)
 		if err != nil || !d.Allowed {
-			// Give back what can be; the refusal then reports the parts
-			// taken as they are afterwards (a refund replies a look), the
-			// ones not given back as spent, and the refusing part's own
-			// look. The parts after it were not reached.
-			looks := taken
-			for j, oj := range order[:i] {
-				if t := reqs[oj]; t.Cost > 0 && storelink.Refundable(t.Params.Kind) {
-					if l, rerr := s.refund(context.WithoutCancel(ctx), t, now, taken[j].Window); rerr == nil {
-						l.Remaining = max(0, l.Remaining-t.Reserve) // the class's, as a look's
-						looks[j] = l
-					}
-				}
-			}
+			looks := s.giveBackTaken(ctx, parts, order[:i], taken, now)
 			if err != nil {
 				return algo.Decision{}, err
 			}
 			looks = append(looks, d)
 			acc = d
 			algo.Refused(&acc, looks)
-			if each != nil {
-				s.eachInTurn(ctx, reqs, now, order, looks, each)
+			if !summaryOnly {
+				s.eachInTurn(ctx, parts, maxDelay, now, order, looks)
 			}
 			return acc, nil
 		}
 		taken = append(taken, d)
-		if each != nil {
-			each[oi] = d
-		}
+		parts[oi].Decision = storelink.DecisionOf(&d)
 		if i == 0 {
 			acc = d
 		} else {
@@ -193,12 +85,31 @@ func (s *Store) takeInTurn(ctx context.Context, reqs []storelink.Request, now in
 	return acc, nil
 }
 
+// giveBackTaken gives back what can be of the parts taken (order[k]'s
+// decision taken[k]) before a refusal, and returns what each reports:
+// a part given back the look its refund replied, one that could not be
+// given back what it spent.
+func (s *Store) giveBackTaken(ctx context.Context, parts []store.Part, order []int, taken []algo.Decision, now int64) []algo.Decision {
+	looks := taken
+	for j, oj := range order {
+		t := &parts[oj]
+		if t.Cost == 0 || !storelink.Refundable(algo.Kind(t.Limit.Algorithm)) {
+			continue
+		}
+		if l, err := s.refund(context.WithoutCancel(ctx), t.Key, &t.Limit, t.Cost, now, taken[j].Window); err == nil {
+			l.Remaining = max(0, l.Remaining-t.Headroom) // the class's, as a look's
+			looks[j] = l
+		}
+	}
+	return looks
+}
+
 // eachInTurn writes the parts' decisions of a refusal on takeInTurn's path:
 // reached[k] is the decision of the part taken k-th (order[k]), as the
 // refusal reports it, the last one the refusing part's; the parts after it
 // are looked at (cost 0), a failed look leaving a part allowed with no
 // figures.
-func (s *Store) eachInTurn(ctx context.Context, reqs []storelink.Request, now int64, order []int, reached []algo.Decision, each []algo.Decision) {
+func (s *Store) eachInTurn(ctx context.Context, parts []store.Part, maxDelay, now int64, order []int, reached []algo.Decision) {
 	for k, oi := range order {
 		var d algo.Decision
 		if k < len(reached) {
@@ -207,62 +118,61 @@ func (s *Store) eachInTurn(ctx context.Context, reqs []storelink.Request, now in
 				d.Allowed = true // given back (a refund replies a look), or spent
 			}
 		} else {
-			look := reqs[oi]
-			look.Cost = 0
+			pt := &parts[oi]
 			var err error
-			if d, err = s.decidePart(context.WithoutCancel(ctx), look, now); err != nil {
+			if d, err = s.decidePart(context.WithoutCancel(ctx), pt.Key, &pt.Limit, 0, pt.Headroom, maxDelay, now); err != nil {
 				d = algo.Decision{}
 			}
 			d.Allowed = true
 		}
 		algo.RefusedPart(&d, &d)
-		each[oi] = d
+		parts[oi].Decision = storelink.DecisionOf(&d)
 	}
 }
 
-// decidePart decides one part of a composite on its own: through the
-// reserve script (reserve.lua) when it leaves units for higher classes.
-func (s *Store) decidePart(ctx context.Context, r storelink.Request, now int64) (algo.Decision, error) {
-	if r.Reserve > 0 {
-		return s.reserving(ctx, &r, r.Reserve, now)
+// decidePart decides cost units of key under lim on their own, leaving
+// headroom units to higher classes (headroom.lua) when it is not 0.
+func (s *Store) decidePart(ctx context.Context, key string, lim *store.Limit, cost, headroom, maxDelay, now int64) (algo.Decision, error) {
+	if headroom > 0 {
+		return s.withHeadroom(ctx, key, lim, cost, headroom, maxDelay, now)
 	}
-	return s.decide(ctx, r, now)
+	return s.decide(ctx, key, lim, cost, maxDelay, now)
 }
 
-// turnOrder returns the order in which takeInTurn takes the parts reqs:
+// turnOrder returns the order in which takeInTurn takes the parts:
 // order[i] is the part taken i-th, those that can be given back first.
-func turnOrder(reqs []storelink.Request) []int {
-	order := make([]int, len(reqs))
+func turnOrder(parts []store.Part) []int {
+	order := make([]int, len(parts))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(refundRank(reqs[a].Params.Kind), refundRank(reqs[b].Params.Kind))
+		return cmp.Compare(refundRank(&parts[a].Limit), refundRank(&parts[b].Limit))
 	})
 	return order
 }
 
 // refundRank orders the parts of a cross-slot composite: those that can be
 // given back first.
-func refundRank(k algo.Kind) int {
-	if storelink.Refundable(k) {
+func refundRank(l *store.Limit) int {
+	if storelink.Refundable(algo.Kind(l.Algorithm)) {
 		return 0
 	}
 	return 1
 }
 
-// together reports whether one script may name every request's key: one
-// key, or keys the client puts in one group (see redisrun.Router).
-func (s *Store) together(reqs []storelink.Request) bool {
-	if len(reqs) == 1 {
+// together reports whether one script may name every part's key: one key,
+// or keys the client puts in one group (see redisrun.Router).
+func (s *Store) together(parts []store.Part) bool {
+	if len(parts) == 1 {
 		return true
 	}
-	g, ok := s.group(s.prefix + reqs[0].Key)
+	g, ok := s.group(s.rateKey(parts[0].Key))
 	if !ok {
 		return false
 	}
-	for _, r := range reqs[1:] {
-		if h, ok := s.group(s.prefix + r.Key); !ok || h != g {
+	for i := range parts[1:] {
+		if h, ok := s.group(s.rateKey(parts[1+i].Key)); !ok || h != g {
 			return false
 		}
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice/redisstore"
 )
 
-// takeAllAt returns a store's TakeAllAt (its Engine's) under a fresh
+// takeAllAt returns a store's TakeAllAt (through Run) under a fresh
 // key prefix.
 func takeAllAt(t *testing.T, c redis.UniversalClient) storetest.TakeAllAt {
 	take, _ := takeAllAtPrefix(t, c)
@@ -33,7 +33,7 @@ func takeAllAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt
 	return take, prefix
 }
 
-// takeEachAt returns a store's TakeEachAt (its Engine's) under a
+// takeEachAt returns a store's TakeEachAt (through Run) under a
 // fresh key prefix.
 func takeEachAt(t *testing.T, c redis.UniversalClient) storetest.TakeEachAt {
 	_, each, _ := takeAtPrefix(t, c)
@@ -46,7 +46,7 @@ func takeAtPrefix(t *testing.T, c redis.UniversalClient) (storetest.TakeAllAt, s
 	prefix := fmt.Sprintf("composite:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	t.Cleanup(func() { s.Close() })
-	return s.Engine().TakeAllAt, s.Engine().TakeEachAt, prefix
+	return storetest.AllAt(s), storetest.EachAt(s), prefix
 }
 
 func TestCompositeStandalone(t *testing.T) {
@@ -99,11 +99,11 @@ func TestChangedLimits(t *testing.T) {
 	}
 }
 
-// TestTakeEachFailurePolicy: with Redis gone, TakeEach reports the failure
+// TestEachFailurePolicy: with Redis gone, each part reports the failure
 // policy's parts: FailOpen admits every part, FailLocal reports its
 // fallback's (which part refused, as memstore would), all Degraded;
 // FailClosed returns the error with each zeroed.
-func TestTakeEachFailurePolicy(t *testing.T) {
+func TestEachFailurePolicy(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestTakeEachFailurePolicy(t *testing.T) {
 		lim := sluice.New(st)
 		for i := range 2 {
 			each := []sluice.Result{{Remaining: -1}, {Remaining: -1}}
-			r, err := lim.TakeEach(ctx, parts, each)
+			r, err := lim.TakeAll(ctx, parts, each)
 			var want []sluice.Result
 			switch policy {
 			case redisstore.FailClosed:
@@ -170,7 +170,7 @@ func TestEachCrossSlot(t *testing.T) {
 	c := redistest.SharedCluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
-	mem := memstore.New().Engine()
+	mem := storetest.EachAt(memstore.New())
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 3_600_000_000, Burst: 2}
 	parts := []storelink.Request{
@@ -190,14 +190,15 @@ func TestEachCrossSlot(t *testing.T) {
 	}
 }
 
-// TestReserveCrossSlot: on a cluster, the parts of a composite across slots
-// keep their reserves when taken in turn (reserve.lua), and a part given
-// back reports its class's figures: they equal memstore's atomic step.
-func TestReserveCrossSlot(t *testing.T) {
+// TestHeadroomCrossSlot: on a cluster, the parts of a composite across
+// slots keep their headroom when taken in turn (headroom.lua), and a part
+// given back reports its class's figures: they equal memstore's atomic
+// step.
+func TestHeadroomCrossSlot(t *testing.T) {
 	c := redistest.SharedCluster(t).Client()
 	_, each, storePrefix := takeAtPrefix(t, c)
 	prefix := apart(storePrefix, "")
-	mem := memstore.New().Engine()
+	mem := storetest.EachAt(memstore.New())
 	window := algo.Params{Kind: algo.FixedWindow, Rate: 1, Period: 60_000_000}
 	bucket := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 60_000_000, Burst: 4}
 	parts := []storelink.Request{
@@ -213,7 +214,7 @@ func TestReserveCrossSlot(t *testing.T) {
 		{0, "user:1", false},          // the window refuses; the bucket, taken first, is given back
 		{61_000_000, "user:1", true},  // a new window, the bucket full again
 		{62_000_000, "user:2", true},  // 3 left: 1 + the 2 kept pass
-		{63_000_000, "user:3", false}, // 2 left: the reserve refuses, the window is not reached
+		{63_000_000, "user:3", false}, // 2 left: the headroom refuses, the window is not reached
 	} {
 		parts[1].Key = prefix + step.user
 		sameAsMemory(t, i, each, mem, parts, storetest.Base+step.at, step.allowed)
@@ -257,14 +258,14 @@ func TestWindowGivenBackCrossSlot(t *testing.T) {
 // sameAsMemory takes parts at now through each (a store's composite in
 // turn) and through mem's atomic step, and fails step i unless both decide
 // alike, allowed as said, with the same parts' figures.
-func sameAsMemory(t *testing.T, i int, each storetest.TakeEachAt, mem storelink.Engine, parts []storelink.Request, now int64, allowed bool) {
+func sameAsMemory(t *testing.T, i int, each, mem storetest.TakeEachAt, parts []storelink.Request, now int64, allowed bool) {
 	t.Helper()
 	got, want := make([]algo.Decision, len(parts)), make([]algo.Decision, len(parts))
 	d, err := each(t.Context(), parts, now, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := mem.TakeEachAt(t.Context(), parts, now, want)
+	md, err := mem(t.Context(), parts, now, want)
 	if err != nil {
 		t.Fatal(err)
 	}

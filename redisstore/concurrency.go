@@ -2,13 +2,13 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
 // holdScript runs one hold operation (scripts/concurrency_main.lua) over
@@ -21,97 +21,108 @@ var holdScript = redisrun.NewScript(redisrun.LuaHelpers + mustRead("prelude.lua"
 // acquire names a hold id still held (algo.ErrHoldID).
 const holdIDInUse = -2
 
-var _ storelink.Holder = (*engine)(nil)
+// A hold is one hold operation as the scripts take it: op is
+// algo.OpAcquire, OpRelease or OpExtend.
+type hold struct {
+	op    int64
+	key   string
+	c     algo.Concurrency
+	units int64
+	id    int64
+}
 
-// HoldKey returns the Redis key that keeps the holds of key's concurrency
+// holdOf is op's hold operation.
+func holdOf(op *store.Op) hold {
+	return hold{op: storelink.HoldOpOf(op.Kind), key: op.Key, c: algo.Concurrency(op.Concurrency), units: op.Cost, id: op.ID}
+}
+
+// holdKey is the Redis key that keeps the holds of key's concurrency
 // limit, a sorted set (scripts/concurrency.lua): the store's prefix,
 // "hold:", then key, so that a rate limit and a concurrency limit of one
 // key are two states (and, with a {hash tag} in key, in one cluster slot).
-func (s *Store) HoldKey(key string) string { return s.prefix + "hold:" + key }
+func (s *Store) holdKey(key string) string { return s.prefix + "hold:" + key }
 
-// Hold runs op at the server's time (or the caller's, WithClock), under
-// the store's failure policy: an acquire Redis cannot answer is FailOpen's
-// grant (held nowhere) or FailLocal's hold in the local store; a release
-// or extension of such a hold goes where it is. A release or extension of
-// a hold kept in Redis that cannot reach it is an error: the hold comes
-// back by itself at the end of its lifetime.
-func (e *engine) Hold(ctx context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
-	s := (*Store)(e)
+// runHold decides an Acquire (with its parts, if any: its answer is then
+// the hold's folded with the parts'), a Release or an Extend. The failure
+// policy answers an acquire Redis cannot: FailOpen's
+// grant holds nothing anywhere, FailLocal's holds in the local store, and
+// a release or extension of such a hold (op.Degraded) goes where it is. A
+// release or extension of a hold kept in Redis that cannot reach it is an
+// error: the hold comes back by itself at the end of its lifetime.
+func (s *Store) runHold(ctx context.Context, op *store.Op) {
 	if op.Degraded {
-		return s.degradedHold(ctx, op)
+		s.degradedHold(ctx, op)
+		return
 	}
-	now, err := s.clock()
+	now, err := s.at(op)
 	if err != nil {
-		return storelink.HoldResult{}, err
+		op.Err = err
+		return
 	}
-	r, err := s.hold(ctx, &op, now)
-	if err == nil || op.Op != algo.OpAcquire || !errors.Is(err, sluice.ErrStoreUnavailable) {
-		return r, err
+	h := holdOf(op)
+	var d algo.Decision
+	var exp int64
+	if op.Kind == store.Acquire && len(op.Parts) > 0 {
+		if d, exp, err = s.holdAll(ctx, &h, op.Parts, op.MaxDelay, now); err == nil {
+			for i := range op.Parts {
+				algo.Combine(&d, storelink.AlgoDecision(&op.Parts[i].Decision))
+			}
+		}
+	} else {
+		d, exp, err = s.hold(ctx, &h, now)
 	}
-	switch s.policy {
-	case FailOpen:
-		r = storelink.HoldResult{Degraded: true}
-		r.Decision.Allowed = true
-		return r, nil
-	case FailLocal:
-		return s.degradedHold(ctx, op)
+	if err != nil && op.Kind != store.Acquire {
+		op.Err = err
+		return
 	}
-	return r, err
+	s.answer(ctx, op, &d, err)
+	if err == nil {
+		op.Expiry = exp
+	}
 }
 
-// HoldAt runs op at now (µs since the epoch), with no failure policy.
-func (e *engine) HoldAt(ctx context.Context, op storelink.HoldOp, now int64) (storelink.HoldResult, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return storelink.HoldResult{}, err // wraps sluice.ErrInvalidTime; a negative now would read as TIME
+// degradedHold runs op, the release or extension of a hold the failure
+// policy granted, where the policy keeps it: in the local store under
+// FailLocal; under FailOpen nowhere (not held).
+func (s *Store) degradedHold(ctx context.Context, op *store.Op) {
+	if s.local == nil {
+		op.Decision = store.Decision{Degraded: true}
+		return
 	}
-	return (*Store)(e).hold(ctx, &op, now)
+	s.runLocal(ctx, op)
 }
 
-// degradedHold runs op where the failure policy holds its holds: in the
-// local store under FailLocal; under FailOpen nowhere (allowed, nothing
-// held).
-func (s *Store) degradedHold(ctx context.Context, op storelink.HoldOp) (storelink.HoldResult, error) {
-	local, ok := s.local.(storelink.Holder)
-	if s.policy != FailLocal || !ok {
-		r := storelink.HoldResult{Degraded: true}
-		r.Decision.Allowed = op.Op == algo.OpAcquire
-		return r, nil
-	}
-	op.Degraded = false
-	r, err := local.Hold(ctx, op)
-	r.Degraded = true
-	return r, err
-}
-
-// hold runs op at now (-1: the server's TIME) in one script call, sent
+// hold runs h at now (-1: the server's TIME) in one script call, sent
 // through the store's runner (batched with the calls around it), and sorts
-// its error as a decision's.
-func (s *Store) hold(ctx context.Context, op *storelink.HoldOp, now int64) (storelink.HoldResult, error) {
-	key := s.HoldKey(op.Key)
+// its error as a decision's: its decision and the hold's expiry.
+func (s *Store) hold(ctx context.Context, h *hold, now int64) (algo.Decision, int64, error) {
+	key := s.holdKey(h.key)
 	c := &redisrun.Call{
 		Script: holdScript,
 		Keys:   []string{key},
-		Args:   []any{op.Op, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, now, s.margin},
+		Args:   []any{h.op, h.c.Limit, h.c.Lifetime, h.units, h.id, now, s.margin},
 	}
 	if err := s.call(ctx, c); err != nil {
-		if op.Op == algo.OpAcquire && op.Units > 0 && mayHold(err) {
-			s.giveBackHold(op)
+		if h.op == algo.OpAcquire && h.units > 0 && mayHold(err) {
+			s.giveBackHold(h)
 		}
-		return storelink.HoldResult{}, err
+		return algo.Decision{}, 0, err
 	}
 	r := c.Reply
 	switch {
 	case len(r) != width:
-		return storelink.HoldResult{}, fmt.Errorf("%w: hold script replied %v", redisrun.ErrBadReply, r)
+		return algo.Decision{}, 0, fmt.Errorf("%w: hold script replied %v", redisrun.ErrBadReply, r)
 	case r[0] == holdIDInUse:
-		return storelink.HoldResult{}, algo.ErrHoldID
+		return algo.Decision{}, 0, algo.ErrHoldID
 	case r[0] < 0:
-		return storelink.HoldResult{}, holdFailure(r[1], key)
+		return algo.Decision{}, 0, holdFailure(r[1], key)
 	}
-	return storelink.HoldResult{
-		Decision: algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3]},
-		Expiry:   r[4],
-	}, nil
+	return holdDecision(r), r[4], nil
+}
+
+// holdDecision reads the decision of a hold script's reply r.
+func holdDecision(r []int64) algo.Decision {
+	return algo.Decision{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3]}
 }
 
 // holdFailure is the error of a hold operation on key that the script
@@ -145,156 +156,128 @@ var holdAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + mustR
 
 // allSteps is every algorithm's step script.
 func allSteps() string {
-	var src string
+	var src strings.Builder
 	for _, k := range algo.Kinds() {
-		src += mustRead(stepFiles[k])
+		src.WriteString(mustRead(stepFiles[k]))
 	}
-	return src
+	return src.String()
 }
 
-// HoldAll runs the acquire op with the rate parts reqs at the server's
-// time (or the caller's), under the failure policy: FailOpen grants all
-// (the hold kept nowhere), FailLocal decides in the local store.
-func (e *engine) HoldAll(ctx context.Context, op storelink.HoldOp, reqs []storelink.Request, each []algo.Decision) (storelink.HoldResult, error) {
-	s := (*Store)(e)
-	now, err := s.clock()
-	if err != nil {
-		return storelink.HoldResult{}, err
-	}
-	r, err := s.holdAll(ctx, &op, reqs, now, each)
-	if err == nil || !errors.Is(err, sluice.ErrStoreUnavailable) {
-		return r, err
-	}
-	switch s.policy {
-	case FailOpen:
-		r = storelink.HoldResult{Degraded: true}
-		r.Decision.Allowed = true
-		for i := range each {
-			each[i] = algo.Decision{Allowed: true}
-		}
-		return r, nil
-	case FailLocal:
-		r, err := s.local.(storelink.Holder).HoldAll(ctx, op, reqs, each)
-		r.Degraded = true
-		return r, err
-	}
-	return r, err
-}
-
-// HoldAllAt runs the acquire op with the rate parts reqs at now, with no
-// failure policy.
-func (e *engine) HoldAllAt(ctx context.Context, op storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
-	if err := algo.CheckTime(now); err != nil {
-		return storelink.HoldResult{}, err
-	}
-	return (*Store)(e).holdAll(ctx, &op, reqs, now, each)
-}
-
-// holdAll decides the acquire op with the rate parts reqs at now (-1:
-// the server's TIME): in one call of the hold composite script when every
-// key is in one group (a cluster slot), else in turn (holdInTurn).
-func (s *Store) holdAll(ctx context.Context, op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
-	key := s.HoldKey(op.Key)
+// holdAll decides the acquire h with the rate parts at now (-1: the
+// server's TIME), writing each part's decision into it: in one call of the
+// hold composite script when every key is in one group (a cluster slot),
+// else in turn (holdInTurn).
+func (s *Store) holdAll(ctx context.Context, h *hold, parts []store.Part, maxDelay, now int64) (algo.Decision, int64, error) {
+	key := s.holdKey(h.key)
 	g, ok := s.group(key)
-	for i := range reqs {
-		if h, ok2 := s.group(s.prefix + reqs[i].Key); !ok || !ok2 || h != g {
-			return s.holdInTurn(ctx, op, reqs, now, each)
+	for i := range parts {
+		if h2, ok2 := s.group(s.rateKey(parts[i].Key)); !ok || !ok2 || h2 != g {
+			return s.holdInTurn(ctx, h, parts, maxDelay, now)
 		}
 	}
-	keys := make([]string, 1, 1+len(reqs))
+	keys := make([]string, 1, 1+len(parts))
 	keys[0] = key
-	args := make([]any, 0, 7+7*len(reqs))
-	args = append(args, s.margin, now, op.Limit.Limit, op.Limit.Lifetime, op.Units, op.ID, len(reqs))
-	for i := range reqs {
-		r := &reqs[i]
-		k := s.prefix + r.Key
-		keys = append(keys, k)
-		l := limitOf(&r.Params, r.MaxDelay)
-		args = append(args, l.kind, l.rate, l.period, l.burst, r.Cost, l.maxDelay, r.Reserve)
-	}
-	if err := s.ready(ctx); err != nil {
-		return storelink.HoldResult{}, err
+	args := make([]any, 0, 7+7*len(parts))
+	args = append(args, s.margin, now, h.c.Limit, h.c.Lifetime, h.units, h.id, len(parts))
+	for i := range parts {
+		pt := &parts[i]
+		keys = append(keys, s.rateKey(pt.Key))
+		l := limitOf(&pt.Limit, maxDelay)
+		args = append(args, l.kind, l.rate, l.period, l.burst, pt.Cost, l.maxDelay, pt.Headroom)
 	}
 	c := &redisrun.Call{Script: holdAllScript, Keys: keys, Args: args}
 	if err := s.call(ctx, c); err != nil {
-		if op.Units > 0 && mayHold(err) {
-			s.giveBackHold(op) // the rate parts it may have spent stay spent, as a take's
+		if h.units > 0 && mayHold(err) {
+			s.giveBackHold(h) // the rate parts it may have spent stay spent, as a take's
 		}
-		return storelink.HoldResult{}, err
+		return algo.Decision{}, 0, err
 	}
 	rep := c.Reply
 	switch {
 	case len(rep) == width && rep[0] == holdIDInUse:
-		return storelink.HoldResult{}, algo.ErrHoldID
-	case len(rep) != width*(1+len(reqs)):
-		return storelink.HoldResult{}, fmt.Errorf("%w: hold composite script replied %v", redisrun.ErrBadReply, rep)
+		return algo.Decision{}, 0, algo.ErrHoldID
+	case len(rep) != width*(1+len(parts)):
+		return algo.Decision{}, 0, fmt.Errorf("%w: hold composite script replied %v", redisrun.ErrBadReply, rep)
 	case rep[0] < 0:
-		return storelink.HoldResult{}, holdAllFailure(rep[1], keys)
+		return algo.Decision{}, 0, holdAllFailure(rep[1], keys)
 	}
-	for i := range reqs {
-		d, err := decisionOf(rep[width*(i+1):width*(i+2)], keys[i+1])
-		if err != nil {
-			return storelink.HoldResult{}, err
-		}
-		each[i] = d
+	if _, err := readParts(parts, rep[width:], keys[1:], rep[0] == 1); err != nil {
+		return algo.Decision{}, 0, err
 	}
-	allowed := rep[0] == 1
-	for i := range each {
-		allowed = allowed && each[i].Allowed
-	}
-	if !allowed {
-		for i := range each {
-			algo.RefusedPart(&each[i], &each[i])
-		}
-	}
-	return storelink.HoldResult{
-		Decision: algo.Decision{Allowed: rep[0] == 1, Remaining: rep[1], RetryAfter: rep[2], ResetAfter: rep[3]},
-		Expiry:   rep[4],
-	}, nil
+	return holdDecision(rep), rep[4], nil
 }
 
-// holdInTurn decides the acquire op with the rate parts reqs when no
-// script sees all their keys (a Redis Cluster, keys in two slots), as
-// takeInTurn decides a rate composite: the hold first (a refusal there
-// takes nothing, and a hold can always be given back whole), then the
-// parts in turn. When a part refuses or fails, the parts taken are given
-// back (takeInTurn) and the hold released, so a refusal holds and spends
-// nothing once the give-back is done (SEMANTICS.md, "A lease in a
-// composite"). The hold of a refusal reports a look: the release's
-// figures (none when the release failed), allowed, as a query that would
-// have granted. A release that cannot reach Redis leaves the hold to come
-// back at the end of its lifetime.
-func (s *Store) holdInTurn(ctx context.Context, op *storelink.HoldOp, reqs []storelink.Request, now int64, each []algo.Decision) (storelink.HoldResult, error) {
+// readParts writes into parts their decisions from rep, the script's reply
+// for them (width values each; keys their Redis keys), and returns their
+// fold (algo.Combine). Unless granted (the rest of the composite allowed)
+// and every part allowed, they report as a refusal's parts do
+// (algo.RefusedPart).
+func readParts(parts []store.Part, rep []int64, keys []string, granted bool) (algo.Decision, error) {
+	var acc algo.Decision
+	for i := range parts {
+		d, err := decisionOf(rep[width*i:width*(i+1)], keys[i])
+		if err != nil {
+			return algo.Decision{}, err
+		}
+		parts[i].Decision = storelink.DecisionOf(&d)
+		if i == 0 {
+			acc = d
+		} else {
+			algo.Combine(&acc, d)
+		}
+	}
+	if !granted || !acc.Allowed {
+		for i := range parts {
+			d := storelink.AlgoDecision(&parts[i].Decision)
+			algo.RefusedPart(&d, &d)
+			parts[i].Decision = storelink.DecisionOf(&d)
+		}
+	}
+	return acc, nil
+}
+
+// holdInTurn decides the acquire h with the rate parts when no script sees
+// all their keys (a Redis Cluster, keys in two slots), as takeInTurn
+// decides a rate composite: the hold first (a refusal there takes nothing,
+// and a hold can always be given back whole), then the parts in turn. When
+// a part refuses or fails, the parts taken are given back (takeInTurn) and
+// the hold released, so a refusal holds and spends nothing once the
+// give-back is done (SEMANTICS.md, "A lease in a composite"). The hold of a
+// refusal reports a look: the release's figures (none when the release
+// failed), allowed, as a query that would have granted. A release that
+// cannot reach Redis leaves the hold to come back at the end of its
+// lifetime.
+func (s *Store) holdInTurn(ctx context.Context, h *hold, parts []store.Part, maxDelay, now int64) (algo.Decision, int64, error) {
 	if err := s.ready(ctx); err != nil {
-		return storelink.HoldResult{}, err
+		return algo.Decision{}, 0, err
 	}
-	h, err := s.hold(ctx, op, now)
+	hd, exp, err := s.hold(ctx, h, now)
 	if err != nil {
-		return storelink.HoldResult{}, err // algo.ErrHoldID among them: nothing was taken
+		return algo.Decision{}, 0, err // algo.ErrHoldID among them: nothing was taken
 	}
-	if !h.Decision.Allowed {
+	if !hd.Allowed {
 		// The parts are not reached: each reports a look, allowed, as
 		// takeInTurn's parts after a refusal do.
-		s.eachInTurn(ctx, reqs, now, turnOrder(reqs), nil, each)
-		return h, nil
+		s.eachInTurn(ctx, parts, maxDelay, now, turnOrder(parts), nil)
+		return hd, exp, nil
 	}
-	d, err := s.takeInTurn(ctx, reqs, now, each)
+	d, err := s.takeInTurn(ctx, parts, maxDelay, now, false)
 	if err == nil && d.Allowed {
-		return h, nil
+		return hd, exp, nil
 	}
-	if h.Expiry == 0 && err == nil { // a query (0 units): nothing to release, and h is the look
-		return storelink.HoldResult{Decision: algo.Decision{Allowed: true, Remaining: h.Decision.Remaining, ResetAfter: h.Decision.ResetAfter}}, nil
+	if exp == 0 && err == nil { // a query (0 units): nothing to release, and hd is the look
+		return algo.Decision{Allowed: true, Remaining: hd.Remaining, ResetAfter: hd.ResetAfter}, 0, nil
 	}
-	rel := storelink.HoldOp{Op: algo.OpRelease, Key: op.Key, Limit: op.Limit, ID: op.ID}
-	r, rerr := s.hold(context.WithoutCancel(ctx), &rel, now)
+	rel := hold{op: algo.OpRelease, key: h.key, c: h.c, id: h.id}
+	r, _, rerr := s.hold(context.WithoutCancel(ctx), &rel, now)
 	if err != nil {
-		return storelink.HoldResult{}, err
+		return algo.Decision{}, 0, err
 	}
-	look := storelink.HoldResult{Decision: algo.Decision{Allowed: true}}
+	look := algo.Decision{Allowed: true}
 	if rerr == nil {
-		look.Decision.Remaining, look.Decision.ResetAfter = r.Decision.Remaining, r.Decision.ResetAfter
+		look.Remaining, look.ResetAfter = r.Remaining, r.ResetAfter
 	} else if mayHold(rerr) {
-		s.giveBackHold(op)
+		s.giveBackHold(h)
 	}
-	return look, nil
+	return look, 0, nil
 }

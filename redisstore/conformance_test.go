@@ -85,9 +85,9 @@ func conform(t *testing.T, c redis.UniversalClient, traces, n int) {
 			prefix := fmt.Sprintf("l%d:t%d:", li, ti)
 			for i, q := range randomTrace(r, p, n) {
 				req := storelink.Request{Key: prefix + q.key, Params: p, Cost: q.cost, MaxDelay: algo.Never}
-				want, _ := ms.Engine().TakeAt(ctx, req, q.now)
+				want, _ := storetest.TakeAt(ctx, ms, req, q.now)
 				want.FreshAt = 0
-				got, err := rs.Engine().TakeAt(ctx, req, q.now)
+				got, err := storetest.TakeAt(ctx, rs, req, q.now)
 				if err != nil {
 					t.Fatalf("%+v request %d: %v", p, i, err)
 				}
@@ -138,9 +138,9 @@ func conformChanged(t *testing.T, c redis.UniversalClient, traces, n int) {
 		trace := storetest.ChangedTrace(r, n)
 		for i, q := range trace {
 			req := storelink.Request{Key: prefix + q.Key, Params: q.Params, Cost: q.Cost, MaxDelay: algo.Never}
-			want, _ := ms.Engine().TakeAt(ctx, req, q.Now)
+			want, _ := storetest.TakeAt(ctx, ms, req, q.Now)
 			want.FreshAt = 0
-			got, err := rs.Engine().TakeAt(ctx, req, q.Now)
+			got, err := storetest.TakeAt(ctx, rs, req, q.Now)
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}

@@ -10,10 +10,12 @@
 // together, so no key is left without one, and gives a TTL to any key it
 // finds without.
 //
-// Time is the server's TIME by default, so application servers with skewed
-// clocks agree; WithClock decides at the caller's clock instead (managed
-// services that refuse TIME in scripts, replays, tests), and a
-// sluice.Limiter over the store then waits by that clock too.
+// A Store is a store.Store: pass it to sluice.New. Time is the server's
+// TIME by default, so application servers with skewed clocks agree;
+// WithClock decides at the caller's clock instead (managed services that
+// refuse TIME in scripts, replays, tests), and a sluice.Limiter over the
+// store then waits by that clock too. An op that carries its own time
+// (store.Op.At, as replays set it) is decided at that time.
 //
 // Concurrent decisions are batched into pipelines (one round trip for many
 // decisions), and the single decisions of a batch that may share a script
@@ -28,9 +30,10 @@
 // failover client), any; on a Redis Cluster (ClusterClient), keys of one
 // hash slot; on a Ring, keys the Ring puts on one shard. Another
 // UniversalClient is taken to keep each key apart: its decisions are never
-// merged, and a composite of several keys is taken part by part (see
-// Store.TakeAll), as is a composite whose keys are not in one slot or shard,
-// with or without a hold (sluice.Limiter.AcquireAll: the hold first).
+// merged, and a composite of several keys is taken part by part and given
+// back on a refusal (docs/stores.md, "Composites across slots"), as is a
+// composite whose keys are not in one slot or shard, with or without a hold
+// (an Acquire with parts: the hold first).
 // A Ring moves keys when a shard goes down or comes back; limits then
 // restart on the keys that moved.
 //
@@ -41,7 +44,7 @@
 // CLUSTERDOWN, MASTERDOWN, READONLY after a failover, TRYAGAIN, BUSY) the
 // failure policy decides: FailClosed returns ErrStoreUnavailable, FailOpen
 // allows, FailLocal decides with an in-process memstore until Redis is back;
-// a decision made by the policy is flagged Result.Degraded. Everything else
+// a decision made by the policy is flagged Degraded. Everything else
 // is returned as an error, never turned into an admission: the caller's own
 // context that ended (its error, context.Canceled or
 // context.DeadlineExceeded; a context ended before the call sends nothing),
@@ -66,10 +69,11 @@
 // the script ran) is one the store cannot know the outcome of. go-redis sends
 // such a command again (after an EOF, a reset or a timeout: MaxRetries 3 by
 // default; a cluster client whatever its MaxRetries, a pipeline whole), so
-// the script may run twice and spend twice. SendOnce (SendOnceCluster,
-// SendOnceRing, SendOnceFailover) sets a client up so that such a failure is reported as
-// ErrReplyLost, which go-redis does not retry: the decision fails (the
-// failure policy applies), and what its one run spent stays spent. go-redis
+// the script may run twice and spend twice. SendOnce sets a client's
+// options up (a Client's, a cluster's, a Ring's, a Sentinel client's) so
+// that such a failure is reported as ErrReplyLost, which go-redis does not
+// retry: the decision fails (the failure policy applies), and what its one
+// run spent stays spent. go-redis
 // still retries what never reached Redis (a dial, a wait for a pooled
 // connection) and what Redis refused unrun (MOVED, ASK, READONLY, LOADING,
 // TRYAGAIN). MaxRetries -1 alone keeps a redis.Client from sending anything

@@ -12,9 +12,9 @@ import (
 )
 
 // BenchmarkEach is a composite of two parts whose caller needs each part's
-// figures, on one standalone server: TakeEach (one script) against TakeAll
-// and a look at each part (what the middleware did before), admitted and
-// refused.
+// figures, on one standalone server: TakeAll with each (one script)
+// against TakeAll and a look at each part (what the middleware did
+// before), admitted and refused.
 func BenchmarkEach(b *testing.B) {
 	c := redistest.Shared(b).Client()
 	for _, refused := range []bool{false, true} {
@@ -22,7 +22,7 @@ func BenchmarkEach(b *testing.B) {
 		if refused {
 			global = sluice.PerHour(1)
 		}
-		for _, way := range []string{"TakeEach", "TakeAll+looks"} {
+		for _, way := range []string{"TakeAll(each)", "TakeAll+looks"} {
 			b.Run(fmt.Sprintf("refused=%v/%s", refused, way), func(b *testing.B) {
 				s := newGoRedis(b, c, redisstore.WithPrefix(fmt.Sprintf("bench:%d:", time.Now().UnixNano())))
 				defer s.Close()
@@ -35,13 +35,13 @@ func BenchmarkEach(b *testing.B) {
 				each := make([]sluice.Result, len(parts))
 				b.ReportAllocs()
 				for b.Loop() {
-					if way == "TakeEach" {
-						if _, err := lim.TakeEach(ctx, parts, each); err != nil {
+					if way == "TakeAll(each)" {
+						if _, err := lim.TakeAll(ctx, parts, each); err != nil {
 							b.Fatal(err)
 						}
 						continue
 					}
-					if _, err := lim.TakeAll(ctx, parts); err != nil {
+					if _, err := lim.TakeAll(ctx, parts, nil); err != nil {
 						b.Fatal(err)
 					}
 					for i, p := range parts {

@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
-// Errors that callers can test for with errors.Is. None of them is an
-// outage: the failure policy does not apply to them, and the decision they
-// report spent nothing.
+// Errors that callers can test for with errors.Is. But for ErrReplyLost,
+// none of them is an outage: the failure policy does not apply to them, and
+// the decision they report spent nothing.
 var (
 	// ErrClosed: the store was closed (Close).
 	ErrClosed = errors.New("redisstore: store closed")
@@ -39,36 +37,20 @@ var (
 	// maxmemory-policy (CONFIG refused, as on managed services, or a
 	// Client that cannot send CONFIG GET).
 	ErrConfigUnreadable = errors.New("redisstore: cannot read Redis's maxmemory-policy")
+	// ErrReplyLost: the decision's connection broke or timed out after the
+	// decision was sent, so it may have run and spent, and its reply is
+	// lost. It comes wrapped in store.ErrStoreUnavailable (the failure
+	// policy applies), from a client set up by SendOnce.
+	ErrReplyLost = redisrun.ErrReplyLost
 )
-
-// settle turns a decision, or the error that kept Redis from making it, into
-// the caller's answer: the failure policy applies to an outage
-// (sluice.ErrStoreUnavailable) only; local decides in process.
-func (s *Store) settle(d *algo.Decision, err error, local func() (storelink.Result, error)) (storelink.Result, error) {
-	if err == nil {
-		return storelink.ResultOf(d), nil
-	}
-	if !errors.Is(err, sluice.ErrStoreUnavailable) {
-		return storelink.Result{}, err
-	}
-	switch s.policy {
-	case FailOpen:
-		return storelink.Result{Allowed: true, Degraded: true}, nil
-	case FailLocal:
-		r, lerr := local()
-		r.Degraded = true
-		return r, lerr
-	}
-	return storelink.Result{}, err
-}
 
 // failed sorts the error of a call made for a caller whose context is ctx:
 // the caller's context that ended is returned as its own error, an error
 // that waiting will not cure as itself (with what to do), and an outage
-// wrapped in sluice.ErrStoreUnavailable, for the failure policy.
+// wrapped in store.ErrStoreUnavailable, for the failure policy.
 func (s *Store) failed(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, redisrun.ErrBadReply), errors.Is(err, sluice.ErrStoreUnavailable):
+	case errors.Is(err, ErrClosed), errors.Is(err, redisrun.ErrBadReply), errors.Is(err, store.ErrStoreUnavailable):
 		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("redisstore: the caller's context ended: %w", ctx.Err())
@@ -102,8 +84,8 @@ func permanent(err error, serverTime bool) error {
 }
 
 func unavailable(err error) error {
-	if errors.Is(err, sluice.ErrStoreUnavailable) {
+	if errors.Is(err, store.ErrStoreUnavailable) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+	return fmt.Errorf("%w: %w", store.ErrStoreUnavailable, err)
 }

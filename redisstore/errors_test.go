@@ -36,7 +36,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 	cc := &countingClient{Client: redisrun.GoRedis(srv.Client())}
 	st := newStore(t, cc, redisstore.WithPrefix("poison:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
-	if err := srv.Client().HSet(ctx, st.Key("k0"), "owner", "another program").Err(); err != nil {
+	if err := srv.Client().HSet(ctx, redisstore.RateKey(st, "k0"), "owner", "another program").Err(); err != nil {
 		t.Fatal(err)
 	}
 	const goroutines, perG, burst = 32, 60, 10
@@ -50,7 +50,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for range perG {
-				r, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := take(ctx, st, storelink.Request{Key: fmt.Sprintf("k%d", g), Params: p, Cost: 1, MaxDelay: algo.Never})
 				if err != nil {
 					errs[g].Add(1)
 					if g != 0 || !errors.Is(err, redisstore.ErrForeignKey) || !strings.Contains(err.Error(), "poison:k0") {
@@ -82,7 +82,7 @@ func TestPoisonedKeyInBatch(t *testing.T) {
 	if cc.merged.Load() == 0 {
 		t.Errorf("no decisions were merged: the test did not exercise a batch")
 	}
-	if typ, err := srv.Client().Type(ctx, st.Key("k0")).Result(); err != nil || typ != "hash" {
+	if typ, err := srv.Client().Type(ctx, redisstore.RateKey(st, "k0")).Result(); err != nil || typ != "hash" {
 		t.Errorf("the foreign key is now %q (%v), want the hash left alone", typ, err)
 	}
 	t.Logf("%d merged scripts", cc.merged.Load())
@@ -95,7 +95,7 @@ func TestPoisonedComposite(t *testing.T) {
 	ctx := context.Background()
 	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix("pc:"), redisstore.WithFailurePolicy(redisstore.FailOpen), patient)
 	defer st.Close()
-	if err := srv.Client().LPush(ctx, st.Key("bad"), "x").Err(); err != nil {
+	if err := srv.Client().LPush(ctx, redisstore.RateKey(st, "bad"), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	p := algo.Params{Kind: algo.GCRA, Rate: 1, Period: hour, Burst: 5}
@@ -108,10 +108,10 @@ func TestPoisonedComposite(t *testing.T) {
 				if g > 0 {
 					second = fmt.Sprintf("other%d", g)
 				}
-				r, err := st.TakeAll(ctx, pubs([]storelink.Request{
+				r, err := takeAll(ctx, st, []storelink.Request{
 					{Key: fmt.Sprintf("user%d", g), Params: p, Cost: 1, MaxDelay: algo.Never},
 					{Key: second, Params: p, Cost: 1, MaxDelay: algo.Never},
-				}))
+				})
 				switch {
 				case g == 0 && errors.Is(err, redisstore.ErrForeignKey):
 					badErrs.Add(1)
@@ -136,7 +136,7 @@ func TestPoisonedComposite(t *testing.T) {
 	if goodAdmitted.Load() != 15*5 {
 		t.Errorf("healthy composites admitted %d, want %d", goodAdmitted.Load(), 15*5)
 	}
-	if n, err := srv.Client().Exists(ctx, st.Key("user0")).Result(); err != nil || n != 0 {
+	if n, err := srv.Client().Exists(ctx, redisstore.RateKey(st, "user0")).Result(); err != nil || n != 0 {
 		t.Errorf("the poisoned composite's healthy part was written (exists %d, %v)", n, err)
 	}
 }
@@ -158,15 +158,15 @@ func TestCancelledContextIsNotAnOutage(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			for i := range 10 {
-				r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := take(ctx, st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 				if !errors.Is(err, context.Canceled) || r.Allowed || r.Degraded {
 					t.Fatalf("call %d: %+v, %v; want context.Canceled, not allowed", i, r, err)
 				}
-				if _, err := st.TakeAll(ctx, pubs([]storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, context.Canceled) {
+				if _, err := takeAll(ctx, st, []storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}}); !errors.Is(err, context.Canceled) {
 					t.Fatalf("TakeAll %d: %v, want context.Canceled", i, err)
 				}
 			}
-			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 			if err != nil || !r.Allowed || r.Degraded {
 				t.Fatalf("after the cancelled calls: %+v, %v; want the unit still there", r, err)
 			}
@@ -261,17 +261,17 @@ func TestACLWithoutTime(t *testing.T) {
 		}
 		st := newGoRedis(t, c, opts...)
 		for i := range 5 {
-			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 			if !errors.Is(err, redisstore.ErrNoPermission) || !strings.Contains(err.Error(), "WithClock") || r.Allowed {
 				t.Fatalf("batched=%v call %d: %+v, %v; want ErrNoPermission naming WithClock, not allowed", batched, i, r, err)
 			}
 			if i == 0 {
 				t.Logf("batched=%v: %v", batched, err)
 			}
-			_, err = st.TakeAll(context.Background(), pubs([]storelink.Request{
+			_, err = takeAll(context.Background(), st, []storelink.Request{
 				{Key: "a", Params: p, Cost: 1, MaxDelay: algo.Never},
 				{Key: "b", Params: p, Cost: 1, MaxDelay: algo.Never},
-			}))
+			})
 			if !errors.Is(err, redisstore.ErrNoPermission) {
 				t.Fatalf("TakeAll: %v, want ErrNoPermission", err)
 			}
@@ -281,7 +281,7 @@ func TestACLWithoutTime(t *testing.T) {
 	st := newGoRedis(t, c, redisstore.WithPrefix("callertime:"), redisstore.WithClock(storelink.SystemClock{}))
 	defer st.Close()
 	for i := range 4 {
-		r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		r, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 		if err != nil || r.Allowed != (i < 3) {
 			t.Fatalf("WithClock call %d: %+v, %v", i, r, err)
 		}
@@ -314,7 +314,7 @@ func TestOutOfMemory(t *testing.T) {
 		for g := range 16 {
 			wg.Go(func() {
 				for range 5 {
-					r, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never}))
+					r, err := take(ctx, st, storelink.Request{Key: fmt.Sprintf("k%d", g%4), Params: p, Cost: 1, MaxDelay: algo.Never})
 					switch {
 					case errors.Is(err, redisstore.ErrOutOfMemory):
 						oom.Add(1)
@@ -335,7 +335,7 @@ func TestOutOfMemory(t *testing.T) {
 			t.Errorf("batched=%v: %d admitted, %d ErrOutOfMemory of 80, other error %v", batched, admitted.Load(), oom.Load(), other.Load())
 		}
 		for k := range 4 {
-			if n, _ := admin.Exists(ctx, st.Key(fmt.Sprintf("k%d", k))).Result(); n != 0 {
+			if n, _ := admin.Exists(ctx, redisstore.RateKey(st, fmt.Sprintf("k%d", k))).Result(); n != 0 {
 				t.Errorf("batched=%v: k%d was written", batched, k)
 			}
 		}
@@ -412,14 +412,14 @@ func TestClosedStore(t *testing.T) {
 		st := newGoRedis(t, c, opts...)
 		st.Close()
 		start := time.Now()
-		r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		r, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 		if !errors.Is(err, redisstore.ErrClosed) || r.Allowed {
 			t.Errorf("batched=%v: %+v, %v; want ErrClosed", batched, r, err)
 		}
-		if _, err := st.TakeAll(context.Background(), pubs([]storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}})); !errors.Is(err, redisstore.ErrClosed) {
+		if _, err := takeAll(context.Background(), st, []storelink.Request{{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}}); !errors.Is(err, redisstore.ErrClosed) {
 			t.Errorf("TakeAll: %v", err)
 		}
-		if err := st.Reset(context.Background(), "k"); !errors.Is(err, redisstore.ErrClosed) {
+		if err := reset(context.Background(), st, "k"); !errors.Is(err, redisstore.ErrClosed) {
 			t.Errorf("Reset: %v", err)
 		}
 		if d := time.Since(start); d > 100*time.Millisecond {
@@ -431,7 +431,7 @@ func TestClosedStore(t *testing.T) {
 	// server ends by its timeout.
 	st := newGoRedis(t, c, redisstore.WithTimeout(3*time.Second), redisstore.WithBatching(1))
 	take := func() error {
-		_, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		_, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 		return err
 	}
 	first := make(chan error, 1)
@@ -461,8 +461,8 @@ func TestClosedStore(t *testing.T) {
 	}
 }
 
-// Invalid requests from outside (a zero limit, a negative cost, a cost over
-// capacity, an empty key, duplicate parts) are errors, never panics.
+// Invalid ops from outside a Limiter (a zero limit, a negative cost, a cost
+// over capacity, an empty key, duplicate parts) are errors, never panics.
 func TestUncheckedRequests(t *testing.T) {
 	st := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("unchecked:%d:", time.Now().UnixNano())))
 	defer st.Close()
@@ -477,24 +477,24 @@ func TestUncheckedRequests(t *testing.T) {
 		"negative burst":    {Key: "k", Params: algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1, Burst: -1}, Cost: 0},
 		"negative maxdelay": {Key: "k", Params: good, Cost: 1, MaxDelay: -5},
 	} {
-		if _, err := st.Take(ctx, pub(req)); err == nil {
+		if _, err := take(ctx, st, req); err == nil {
 			t.Errorf("Take %s: no error", name)
 		}
-		if _, err := st.TakeAll(ctx, []sluice.Request{pub(req)}); err == nil {
+		if _, err := takeAll(ctx, st, []storelink.Request{req}); err == nil {
 			t.Errorf("TakeAll %s: no error", name)
 		}
 	}
-	if _, err := st.TakeAll(ctx, nil); err == nil {
+	if _, err := takeAll(ctx, st, nil); err == nil {
 		t.Error("TakeAll of no parts: no error")
 	}
-	dup := pub(storelink.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never})
-	if _, err := st.TakeAll(ctx, []sluice.Request{dup, dup}); !errors.Is(err, sluice.ErrDuplicateKey) {
+	dup := storelink.Request{Key: "k", Params: good, Cost: 1, MaxDelay: algo.Never}
+	if _, err := takeAll(ctx, st, []storelink.Request{dup, dup}); !errors.Is(err, sluice.ErrDuplicateKey) {
 		t.Errorf("duplicate parts: %v", err)
 	}
-	if _, err := st.Refund(ctx, pub(storelink.Request{Key: "k", Cost: 1})); err == nil {
+	if _, err := refund(ctx, st, storelink.Request{Key: "k", Cost: 1}); err == nil {
 		t.Error("Refund with zero params: no error")
 	}
-	if err := st.Reset(ctx, ""); err == nil {
+	if err := reset(ctx, st, ""); err == nil {
 		t.Error("Reset of an empty key: no error")
 	}
 }
@@ -506,14 +506,14 @@ func TestRefundForeignKey(t *testing.T) {
 	ctx := context.Background()
 	st := newGoRedis(t, srv.Client(), redisstore.WithPrefix("rf:"))
 	defer st.Close()
-	if err := srv.Client().SAdd(ctx, st.Key("k"), "x").Err(); err != nil {
+	if err := srv.Client().SAdd(ctx, redisstore.RateKey(st, "k"), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	if _, err := st.Refund(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})); !errors.Is(err, redisstore.ErrForeignKey) {
+	if _, err := refund(ctx, st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}); !errors.Is(err, redisstore.ErrForeignKey) {
 		t.Errorf("Refund: %v, want ErrForeignKey", err)
 	}
-	if typ, _ := srv.Client().Type(ctx, st.Key("k")).Result(); typ != "set" {
+	if typ, _ := srv.Client().Type(ctx, redisstore.RateKey(st, "k")).Result(); typ != "set" {
 		t.Errorf("the foreign key is now a %q", typ)
 	}
 }
@@ -535,7 +535,7 @@ func TestReadOnlyReplicaIsAnOutage(t *testing.T) {
 				opts = append(opts, redisstore.WithoutBatching())
 			}
 			st := newGoRedis(t, replica.Client(), opts...)
-			r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := take(ctx, st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 			switch policy {
 			case redisstore.FailClosed:
 				if !errors.Is(err, sluice.ErrStoreUnavailable) {

@@ -51,7 +51,7 @@ func ExampleNew() {
 //
 // Compiled, not run: it needs a Redis Cluster at 127.0.0.1:7000-7002
 // (TestCompositeCluster checks what it shows on a cluster of its own).
-func ExampleStore_TakeAll() {
+func Example_composite() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}})
 	defer rdb.Close()
 	store, err := redisstore.New(rdb)
@@ -64,20 +64,20 @@ func ExampleStore_TakeAll() {
 	res, err := lim.TakeAll(context.Background(), []sluice.Part{
 		{Key: "{tenant:7}:user:42", Limit: sluice.PerSecond(5), Cost: 1},
 		{Key: "{tenant:7}:all", Limit: sluice.PerSecond(100), Cost: 1},
-	})
+	}, nil)
 	fmt.Println(res.Allowed, err)
 }
 
 // A global budget every instance of a service hits at once is decided from
-// slices leased to each instance: in memory, never over the limit by more
+// slices of it each instance takes: in memory, never over the limit by more
 // than a second of refill in any span.
 //
 // Compiled, not run: it needs a Redis at 127.0.0.1:6379
-// (TestLeaseBoundWithRedis checks the bound on a Redis of its own).
-func ExampleWithLeases() {
+// (TestSliceBoundWithRedis checks the bound on a Redis of its own).
+func ExampleWithSlices() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.WithLeases(time.Second))
+	store, err := redisstore.New(rdb, redisstore.WithSlices(time.Second))
 	if err != nil {
 		fmt.Println("bad options:", err)
 		return
@@ -90,6 +90,6 @@ func ExampleWithLeases() {
 			return
 		}
 	}
-	st := store.LeaseStats()
+	st := store.SliceStats()
 	fmt.Println(st.Local+st.Store > 0, st.Held >= 0)
 }

@@ -11,3 +11,9 @@ func NewOver(c redisrun.Client, opts ...Option) (*Store, error) { return newStor
 
 // ScriptFor returns the single-decision script of algorithm k.
 func ScriptFor(k algo.Kind) *redisrun.Script { return scripts.single[k] }
+
+// RateKey returns the Redis key that holds key's rate state.
+func RateKey(s *Store, key string) string { return s.rateKey(key) }
+
+// HoldKey returns the Redis key that holds key's holds.
+func HoldKey(s *Store, key string) string { return s.holdKey(key) }

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -124,7 +125,7 @@ func flushUnderLoad(t *testing.T, st *redisstore.Store, flush func(ctx context.C
 		}
 	}
 	take := func(i int, cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(storelink.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never}))
+		return take(ctx, st, storelink.Request{Key: keyOf(i), Params: ps[i/keysPer], Cost: cost, MaxDelay: algo.Never})
 	}
 
 	stop := make(chan struct{})
@@ -312,8 +313,8 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 	}
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 3}
-	take := func(st *redisstore.Store, key string) (sluice.Result, error) {
-		return st.Take(ctx, pub(storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
+	takeKey := func(st *redisstore.Store, key string) (sluice.Result, error) {
+		return take(ctx, st, storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
 	}
 
 	// Background load: two workers per store, each on its own keys.
@@ -331,7 +332,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 					default:
 					}
 					o := outcome{store: name, start: time.Now()}
-					o.res, o.err = take(st, fmt.Sprintf("load:%d:%d", w, i%50))
+					o.res, o.err = takeKey(st, fmt.Sprintf("load:%d:%d", w, i%50))
 					o.end = time.Now()
 					mu.Lock()
 					seen = append(seen, o)
@@ -357,7 +358,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		for range probes {
 			pwg.Go(func() {
 				start := time.Now()
-				res, err := take(st, "outage")
+				res, err := takeKey(st, "outage")
 				d := time.Since(start)
 				mu.Lock()
 				probeMax = max(probeMax, d)
@@ -392,7 +393,7 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		// Poll with queries, which spend nothing even when a reply comes
 		// too late.
 		for {
-			res, err := st.Take(ctx, pub(storelink.Request{Key: "recover", Params: lim, MaxDelay: algo.Never}))
+			res, err := take(ctx, st, storelink.Request{Key: "recover", Params: lim, MaxDelay: algo.Never})
 			if fromRedis(res, err) {
 				break
 			}
@@ -408,13 +409,13 @@ func restartMidLoad(t *testing.T, policy redisstore.FailurePolicy) {
 		// The server came back empty, and nothing of the outage reached
 		// it: the outage's key is fresh in Redis, whatever the local
 		// fallback holds for it.
-		res, err := take(st, "outage")
+		res, err := takeKey(st, "outage")
 		if !fromRedis(res, err) || !res.Allowed || res.Remaining != lim.Burst-1 {
 			t.Errorf("%s: first decision on the outage's key after the restart %+v, %v; want Redis's, allowed with %d remaining",
 				name, res, err, lim.Burst-1)
 		}
-		if n, err := inspect.Exists(ctx, st.Key("outage")).Result(); err != nil || n != 1 {
-			t.Errorf("%s: EXISTS %s after recovery = %d, %v; want 1", name, st.Key("outage"), n, err)
+		if n, err := inspect.Exists(ctx, redisstore.RateKey(st, "outage")).Result(); err != nil || n != 1 {
+			t.Errorf("%s: EXISTS %s after recovery = %d, %v; want 1", name, redisstore.RateKey(st, "outage"), n, err)
 		}
 	}
 	t.Logf("%s: outage of %v (calls in it took at most %v); Redis decided again %v after it answered PING",
@@ -552,7 +553,7 @@ func TestHungServer(t *testing.T) {
 					var slowest atomic.Int64
 					check := func(key string) {
 						start := time.Now()
-						res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never}))
+						res, err := take(ctx, st, storelink.Request{Key: key, Params: lim, Cost: 1, MaxDelay: algo.Never})
 						d := time.Since(start)
 						for {
 							old := slowest.Load()
@@ -619,7 +620,7 @@ func TestStalledServerChargesOnlyCallsInFlight(t *testing.T) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 1000}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
+		return take(ctx, st, storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never})
 	}
 	if _, err := take(1); err != nil { // scripts loaded, connections open
 		t.Fatal(err)
@@ -682,12 +683,12 @@ func TestFailLocalUsesCallerTime(t *testing.T) {
 	for i, step := range []int64{0, 0, 0, 1_000_000, 0, 250_000, 2_000_000, 0} {
 		now.Add(step)
 		req := storelink.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}
-		got, err := st.Take(ctx, pub(req))
+		got, err := take(ctx, st, req)
 		if err != nil || !got.Degraded {
 			t.Fatalf("call %d: %+v, %v; want a degraded local decision", i, got, err)
 		}
-		d, _ := ref.Engine().TakeAt(ctx, req, now.Load())
-		want := sluice.Result(storelink.ResultOf(&d))
+		d, _ := storetest.TakeAt(ctx, ref, req, now.Load())
+		want := resultOf(new(storelink.DecisionOf(&d)))
 		want.Degraded = true
 		if got != want {
 			t.Errorf("call %d at caller time +%dµs: local fallback decided %+v, want %+v (the decision at the caller's time)",
@@ -733,7 +734,7 @@ func queuedCall(t *testing.T, batched, ctxDeadlines bool) {
 	ctx := context.Background()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
 	take := func(cost int64) (sluice.Result, error) {
-		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never}))
+		return take(ctx, st, storelink.Request{Key: "k", Params: lim, Cost: cost, MaxDelay: algo.Never})
 	}
 
 	blocked := make(chan error, 1)
@@ -782,7 +783,7 @@ func TestCancelledWhileQueuedNotSent(t *testing.T) {
 	defer st.Close()
 	lim := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 10}
 	take := func(ctx context.Context) (sluice.Result, error) {
-		return st.Take(ctx, pub(storelink.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never}))
+		return take(ctx, st, storelink.Request{Key: "k", Params: lim, Cost: 1, MaxDelay: algo.Never})
 	}
 	blocked := make(chan error, 1)
 	go func() { blocked <- client.Do(context.Background(), "BLPOP", "cancelq:nothing", "0.5").Err() }()

@@ -59,7 +59,7 @@ func fipsChild(t *testing.T, addr string) {
 					t.Fatal(err)
 				}
 			}
-			r, err := st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+			r, err := take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 			if err != nil || r.Allowed != (i < 2) {
 				t.Fatalf("fips child: batched=%v call %d: %+v, %v", batched, i, r, err)
 			}

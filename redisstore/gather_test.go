@@ -71,7 +71,7 @@ func TestGatherWhileInFlight(t *testing.T) {
 	for g := range callers {
 		wg.Go(func() {
 			for range each {
-				res, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprint(g), Params: lim, Cost: 1, MaxDelay: algo.Never}))
+				res, err := take(ctx, st, storelink.Request{Key: fmt.Sprint(g), Params: lim, Cost: 1, MaxDelay: algo.Never})
 				if err == nil && !res.Allowed {
 					err = fmt.Errorf("caller %d refused with %d left", g, res.Remaining)
 				}
@@ -88,7 +88,7 @@ func TestGatherWhileInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	for g := range callers {
-		res, err := st.Take(ctx, pub(storelink.Request{Key: fmt.Sprint(g), Params: lim, Cost: 0, MaxDelay: algo.Never}))
+		res, err := take(ctx, st, storelink.Request{Key: fmt.Sprint(g), Params: lim, Cost: 0, MaxDelay: algo.Never})
 		if err != nil || res.Remaining != 0 {
 			t.Fatalf("caller %d's key: %+v, %v; want its %d units spent", g, res, err, each)
 		}

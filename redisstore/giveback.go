@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
 // A failed acquire may still hold: a call that timed out, or whose reply
@@ -67,23 +67,24 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 // while it was on its way. An error Redis answered (OOM, a foreign key, no
 // permission) or a closed store ran nothing.
 func mayHold(err error) bool {
-	return errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, store.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// giveBackHold releases, in the background, the hold op's acquire may have
-// taken though it failed (see above).
-func (s *Store) giveBackHold(op *storelink.HoldOp) {
+// giveBackHold releases, in the background, the hold the acquire h may
+// have taken though it failed (see above).
+func (s *Store) giveBackHold(h *hold) {
 	g := s.gb
 	select {
 	case g.slots <- struct{}{}:
 	default:
 		g.dropped.Add(1)
 		s.logGiveBack(slog.LevelWarn, "a failed acquire's hold is not given back: too many give-backs in flight; it comes back by itself at the end of its lifetime",
-			op, nil)
+			h, nil)
 		return
 	}
-	rel := storelink.HoldOp{Op: algo.OpRelease, Key: op.Key, Limit: op.Limit, ID: op.ID}
-	until := time.Now().Add(time.Duration(op.Limit.Lifetime) * time.Microsecond)
+	// The key is copied: the store keeps nothing of the ops it is handed.
+	rel := hold{op: algo.OpRelease, key: strings.Clone(h.key), c: h.c, id: h.id}
+	until := time.Now().Add(time.Duration(h.c.Lifetime) * time.Microsecond)
 	g.wg.Add(1)
 	go func() {
 		defer func() { <-g.slots; g.wg.Done() }()
@@ -94,7 +95,7 @@ func (s *Store) giveBackHold(op *storelink.HoldOp) {
 // releaseUntil releases rel's hold: at once, once more a timeout later
 // when it found nothing (the acquire may not have run yet), and again,
 // waits doubling, while Redis fails and the hold would still be held.
-func (s *Store) releaseUntil(rel *storelink.HoldOp, until time.Time) {
+func (s *Store) releaseUntil(rel *hold, until time.Time) {
 	g := s.gb
 	wait, foundNone := time.Duration(0), false
 	for {
@@ -132,23 +133,23 @@ func (s *Store) releaseUntil(rel *storelink.HoldOp, until time.Time) {
 }
 
 // releaseOnce sends rel once, within the store's timeout.
-func (s *Store) releaseOnce(rel *storelink.HoldOp) (released bool, err error) {
+func (s *Store) releaseOnce(rel *hold) (released bool, err error) {
 	now, err := s.clock()
 	if err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	r, err := s.hold(ctx, rel, now)
-	return r.Decision.Allowed, err
+	d, _, err := s.hold(ctx, rel, now)
+	return d.Allowed, err
 }
 
 // logGiveBack logs a give-back's news, when the store has a logger.
-func (s *Store) logGiveBack(level slog.Level, msg string, op *storelink.HoldOp, err error) {
+func (s *Store) logGiveBack(level slog.Level, msg string, h *hold, err error) {
 	if s.log == nil {
 		return
 	}
-	attrs := []any{"key", op.Key, "lease", op.ID}
+	attrs := []any{"key", h.key, "lease", h.id}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}

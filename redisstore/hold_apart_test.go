@@ -26,19 +26,19 @@ func TestHoldAllApart(t *testing.T) {
 	prefix := fmt.Sprintf("holdapart:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, c, redisstore.WithPrefix(prefix))
 	defer st.Close()
-	if redisrun.Slot(st.HoldKey("job")) == redisrun.Slot(prefix+"rate") {
+	if redisrun.Slot(redisstore.HoldKey(st, "job")) == redisrun.Slot(prefix+"rate") {
 		t.Fatal("the hold and the rate part share a slot")
 	}
 	lim := sluice.New(st)
 	ctx := context.Background()
 	one := sluice.MaxConcurrent(1)
 	rate := []sluice.Part{{Key: "rate", Limit: sluice.PerHour(2), Cost: 1}}
-	first, err := lim.AcquireAll(ctx, "job", one, 1, rate)
+	first, err := lim.Acquire(ctx, "job", one, 1, rate...)
 	if err != nil || !first.Allowed || first.ID == 0 || first.Remaining != 0 {
 		t.Fatalf("keys in two slots: %+v %v, want held", first, err)
 	}
 	// Refused by the hold: the rate part is not reached, and spends nothing.
-	if ls, err := lim.AcquireAll(ctx, "job", one, 1, rate); err != nil || ls.Allowed || ls.ID != 0 || ls.RetryAfter == 0 {
+	if ls, err := lim.Acquire(ctx, "job", one, 1, rate...); err != nil || ls.Allowed || ls.ID != 0 || ls.RetryAfter == 0 {
 		t.Fatalf("the hold held: %+v %v, want a refusal", ls, err)
 	}
 	if _, err := lim.Release(ctx, first); err != nil {
@@ -46,21 +46,21 @@ func TestHoldAllApart(t *testing.T) {
 	}
 	// The second unit of the rate, then a refusal by the rate part: the
 	// hold taken first is released.
-	second, err := lim.AcquireAll(ctx, "job", one, 1, rate)
+	second, err := lim.Acquire(ctx, "job", one, 1, rate...)
 	if err != nil || !second.Allowed {
 		t.Fatalf("the second unit: %+v %v", second, err)
 	}
 	if _, err := lim.Release(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	if ls, err := lim.AcquireAll(ctx, "job", one, 1, rate); err != nil || ls.Allowed || ls.ID != 0 || ls.RetryAfter == 0 {
+	if ls, err := lim.Acquire(ctx, "job", one, 1, rate...); err != nil || ls.Allowed || ls.ID != 0 || ls.RetryAfter == 0 {
 		t.Fatalf("the rate spent: %+v %v, want a refusal", ls, err)
 	}
 	if ls, err := lim.Acquire(ctx, "job", one, 1); err != nil || !ls.Allowed {
 		t.Fatalf("the refused composite kept the hold: %+v %v", ls, err)
 	}
 	tagged := []sluice.Part{{Key: "{u}rate", Limit: sluice.PerMinute(1), Cost: 1}}
-	if ls, err := lim.AcquireAll(ctx, "{u}job", one, 1, tagged); err != nil || !ls.Allowed || ls.ID == 0 {
+	if ls, err := lim.Acquire(ctx, "{u}job", one, 1, tagged...); err != nil || !ls.Allowed || ls.ID == 0 {
 		t.Fatalf("keys with one hash tag: %+v %v", ls, err)
 	}
 }
@@ -90,11 +90,11 @@ func TestHoldAllApartError(t *testing.T) {
 	}
 	// The hold and the first part on one node, in two slots; the part to
 	// fail on another node.
-	alive := node(st.HoldKey("job"))
+	alive := node(redisstore.HoldKey(st, "job"))
 	key := func(base string, there bool) string {
 		for i := 0; ; i++ {
 			k := fmt.Sprintf("%s%d", base, i)
-			if (node(prefix+k) == alive) == there && redisrun.Slot(prefix+k) != redisrun.Slot(st.HoldKey("job")) {
+			if (node(prefix+k) == alive) == there && redisrun.Slot(prefix+k) != redisrun.Slot(redisstore.HoldKey(st, "job")) {
 				return k
 			}
 		}
@@ -119,7 +119,7 @@ func TestHoldAllApartError(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := sluice.Part{Key: "list", Limit: sluice.PerHour(1), Cost: 1}
-	if ls, err := lim.AcquireAll(ctx, "job", one, 1, []sluice.Part{spent, bad}); err == nil || ls.Allowed {
+	if ls, err := lim.Acquire(ctx, "job", one, 1, spent, bad); err == nil || ls.Allowed {
 		t.Fatalf("a part of another type: %+v %v, want an error", ls, err)
 	}
 	nothingHeld("a part of another type")
@@ -131,14 +131,14 @@ func TestHoldAllApartError(t *testing.T) {
 	}
 	_ = down.Do(ctx, "SHUTDOWN", "NOSAVE").Err() // the connection drops as the node exits
 	gone := sluice.Part{Key: far, Limit: sluice.PerHour(1), Cost: 1}
-	if ls, err := lim.AcquireAll(ctx, "job", one, 1, []sluice.Part{spent, gone}); !errors.Is(err, sluice.ErrStoreUnavailable) || ls.Allowed {
+	if ls, err := lim.Acquire(ctx, "job", one, 1, spent, gone); !errors.Is(err, sluice.ErrStoreUnavailable) || ls.Allowed {
 		t.Fatalf("a part on a stopped node: %+v %v, want ErrStoreUnavailable", ls, err)
 	}
 	nothingHeld("a part on a stopped node")
 	// Under FailOpen the error, after the give-back, is the policy's grant.
 	open := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithFailurePolicy(redisstore.FailOpen))
 	defer open.Close()
-	if ls, err := sluice.New(open).AcquireAll(ctx, "job", one, 1, []sluice.Part{spent, gone}); err != nil || !ls.Allowed || !ls.Degraded || ls.ID != 0 {
+	if ls, err := sluice.New(open).Acquire(ctx, "job", one, 1, spent, gone); err != nil || !ls.Allowed || !ls.Degraded || ls.ID != 0 {
 		t.Fatalf("FailOpen, a part on a stopped node: %+v %v, want its grant", ls, err)
 	}
 	nothingHeld("FailOpen's grant")
@@ -161,9 +161,9 @@ func TestHoldAllApartLoad(t *testing.T) {
 	ctx := context.Background()
 	const n = 3
 	conc := sluice.MaxConcurrent(n).WithLifetime(time.Minute)
-	tight := sluice.Part{Key: "tight", Limit: sluice.PerHour(40), Cost: 1}                  // refills one unit in 90s
-	wide := sluice.Part{Key: "wide", Limit: sluice.PerHour(60).Using(sluice.GCRA), Cost: 1} // one in 60s
-	parts := []sluice.Part{wide, tight}                                                     // wide first: once tight is spent, each refusal gives back a unit of wide
+	tight := sluice.Part{Key: "tight", Limit: sluice.PerHour(40), Cost: 1}                          // refills one unit in 90s
+	wide := sluice.Part{Key: "wide", Limit: sluice.PerHour(60).WithAlgorithm(sluice.GCRA), Cost: 1} // one in 60s
+	parts := []sluice.Part{wide, tight}                                                             // wide first: once tight is spent, each refusal gives back a unit of wide
 	var inFlight, most, admitted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -172,7 +172,7 @@ func TestHoldAllApartLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 40 {
-				ls, err := lim.AcquireAll(ctx, "job", conc, 1, parts)
+				ls, err := lim.Acquire(ctx, "job", conc, 1, parts...)
 				if err != nil {
 					errs <- fmt.Errorf("goroutine %d: %w", g, err)
 					return

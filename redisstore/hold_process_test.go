@@ -59,7 +59,7 @@ func TestHoldsAcrossProcesses(t *testing.T) {
 }
 
 // TestHoldsApartAcrossProcesses is TestHoldsAcrossProcesses on a Redis
-// Cluster, each acquire joined to a rate part (AcquireAll) whose key is on
+// Cluster, each acquire joined to a rate part (Acquire with parts) whose key is on
 // another master than the hold's, so that redisstore takes them in turn
 // (holdInTurn): the hold, then the part, the hold released when the part
 // refuses. A child killed between the steps leaves its hold to come back
@@ -84,14 +84,14 @@ func TestHoldsApartAcrossProcesses(t *testing.T) {
 	client := cl.Client()
 	prefix := fmt.Sprintf("holdapartproc:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, client, redisstore.WithPrefix(prefix))
-	hold := st.HoldKey(holdKey)
+	hold := redisstore.HoldKey(st, holdKey)
 	st.Close()
 	rateKey := keyOnAnotherNode(t, client, prefix, hold)
 	if redisrun.Slot(hold) == redisrun.Slot(prefix+rateKey) {
 		t.Fatal("the hold and the rate part share a slot")
 	}
 	cfg := holdConfig{Addrs: cl.Addrs(), Prefix: prefix, Lifetime: 1500 * time.Millisecond, Work: apartWork,
-		Parts: []sluice.Part{{Key: rateKey, Limit: sluice.Per(apartRate, apartWindow).Using(sluice.FixedWindow), Cost: 1}}}
+		Parts: []sluice.Part{{Key: rateKey, Limit: sluice.Per(apartRate, apartWindow).WithAlgorithm(sluice.FixedWindow), Cost: 1}}}
 	runHolds(t, client, cfg, 3*time.Second)
 }
 
@@ -343,7 +343,7 @@ const (
 type holdConfig struct {
 	Addr  string   // a server's address, or
 	Addrs []string // a cluster's masters'
-	// Parts are the rate parts each acquire is joined to (AcquireAll).
+	// Parts are the rate parts each acquire is joined to (Acquire with parts).
 	Parts    []sluice.Part
 	Prefix   string
 	Lifetime time.Duration
@@ -491,7 +491,7 @@ func TestHoldChild(t *testing.T) {
 				firstErr.CompareAndSwap(nil, &s)
 			}
 			for time.Now().Before(stop) {
-				ls, err := lim.AcquireAll(ctx, holdKey, c, 1, cfg.Parts) // Acquire when there are none
+				ls, err := lim.Acquire(ctx, holdKey, c, 1, cfg.Parts...) // Acquire when there are none
 				if err != nil {
 					fail(err)
 					continue

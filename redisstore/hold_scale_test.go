@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
@@ -38,7 +37,7 @@ func TestHoldLuaEqualsGoAtScale(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 34))
 			st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdscale:%d:", time.Now().UnixNano())))
 			defer st.Close()
-			rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
+			rs, ms := holder{st}, holder{memstore.New()}
 			ctx := context.Background()
 			now := int64(1_764_000_000_000_000)
 			var ids []int64
@@ -50,7 +49,7 @@ func TestHoldLuaEqualsGoAtScale(t *testing.T) {
 					now += 1000 + r.Int64N(3000)
 				}
 				ones := r.IntN(2) == 0
-				op := storelink.HoldOp{Op: algo.OpAcquire, Key: "mixed", Limit: algo.Concurrency{Limit: 60 + r.Int64N(100), Lifetime: 1 + r.Int64N(4000)}}
+				op := holdOp{Op: algo.OpAcquire, Key: "mixed", Limit: algo.Concurrency{Limit: 60 + r.Int64N(100), Lifetime: 1 + r.Int64N(4000)}}
 				if ones {
 					op.Key = "ones"
 				}
@@ -88,13 +87,13 @@ func TestHoldLuaEqualsGoAtScale(t *testing.T) {
 // pipelines them.
 func fillHolds(t *testing.T, st *redisstore.Store, key string, n int, now, lifetime int64) {
 	t.Helper()
-	h := st.Engine().(storelink.Holder)
+	h := holder{st}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
 		wg.Go(func() {
 			for i := g; i < n; i += 8 {
-				op := storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: algo.Concurrency{Limit: 1 << 40, Lifetime: lifetime}, Units: 1, ID: int64(i + 1)}
+				op := holdOp{Op: algo.OpAcquire, Key: key, Limit: algo.Concurrency{Limit: 1 << 40, Lifetime: lifetime}, Units: 1, ID: int64(i + 1)}
 				if r, err := h.HoldAt(context.Background(), op, now+int64(i)); err != nil || !r.Decision.Allowed {
 					errs <- fmt.Errorf("hold %d: %+v %v", i+1, r, err)
 					return
@@ -138,7 +137,7 @@ type scaleStep struct {
 
 // holdCommands runs op at now on h, which must be allowed or not as
 // allowed says, and returns the commands its script ran on c's server.
-func holdCommands(t *testing.T, c *redis.Client, h storelink.Holder, op storelink.HoldOp, now int64, allowed bool) map[string]int {
+func holdCommands(t *testing.T, c *redis.Client, h holder, op holdOp, now int64, allowed bool) map[string]int {
 	ctx := context.Background()
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -164,12 +163,12 @@ func TestHoldsScale(t *testing.T) {
 	ctx := context.Background()
 	st := newGoRedis(t, c, redisstore.WithPrefix("scale:"))
 	defer st.Close()
-	h := st.Engine().(storelink.Holder)
+	h := holder{st}
 	const big, life = 10_000, int64(1_000_000)
 	now := int64(1_764_000_000_000_000)
 	fillHolds(t, st, "one", 1, now, life)
 	fillHolds(t, st, "many", big, now, life)
-	if enc := c.ObjectEncoding(ctx, st.HoldKey("many")).Val(); enc != "skiplist" {
+	if enc := c.ObjectEncoding(ctx, redisstore.HoldKey(st, "many")).Val(); enc != "skiplist" {
 		t.Fatalf("the 10,000 holds' sorted set is a %s, want a skiplist", enc)
 	}
 	now += big
@@ -187,14 +186,14 @@ func TestHoldsScale(t *testing.T) {
 		for _, s := range steps {
 			id, limit := s.id, max(big+s.over, s.units, 1)
 			if key == "one" { // a key of 1 hold, id 1, before each step
-				c.Del(ctx, st.HoldKey(key))
+				c.Del(ctx, redisstore.HoldKey(st, key))
 				fillHolds(t, st, key, 1, now-big, life)
 				id, limit = max(big+1, s.id), max(1+s.over, s.units, 1)
 				if s.op != algo.OpAcquire {
 					id = 1
 				}
 			}
-			op := storelink.HoldOp{Op: s.op, Key: key, Limit: algo.Concurrency{Limit: limit, Lifetime: s.lifetime}, Units: s.units, ID: id}
+			op := holdOp{Op: s.op, Key: key, Limit: algo.Concurrency{Limit: limit, Lifetime: s.lifetime}, Units: s.units, ID: id}
 			per[k] = append(per[k], holdCommands(t, c, h, op, now, s.over >= 0))
 			now++
 		}
@@ -231,9 +230,9 @@ func TestHoldOutOfMemory(t *testing.T) {
 	ctx := context.Background()
 	st := newGoRedis(t, c, redisstore.WithPrefix("holdoom:"), patient)
 	defer st.Close()
-	rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
+	rs, ms := holder{st}, holder{memstore.New()}
 	now := int64(1_764_000_000_000_000)
-	both := func(op storelink.HoldOp) (storelink.HoldResult, error) {
+	both := func(op holdOp) (holdResult, error) {
 		got, gerr := rs.HoldAt(ctx, op, now)
 		want, werr := ms.HoldAt(ctx, op, now)
 		want.Decision.FreshAt = 0
@@ -243,19 +242,19 @@ func TestHoldOutOfMemory(t *testing.T) {
 		return got, nil
 	}
 	for id := range int64(6) { // holds 1 and 2 come back first; 3 holds 2 units
-		both(storelink.HoldOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100 + 100*min(id, 2)}, Units: 1 + id%3/2*1, ID: id + 1})
+		both(holdOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100 + 100*min(id, 2)}, Units: 1 + id%3/2*1, ID: id + 1})
 	}
-	both(storelink.HoldOp{Op: algo.OpAcquire, Key: "all", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 2, ID: 1})
+	both(holdOp{Op: algo.OpAcquire, Key: "all", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 2, ID: 1})
 	now += 150 // hold 1 has come back, and every hold of "all"
-	before := c.ZRangeWithScores(ctx, st.HoldKey("k"), 0, -1).Val()
-	beforeAll := c.ZRangeWithScores(ctx, st.HoldKey("all"), 0, -1).Val()
+	before := c.ZRangeWithScores(ctx, redisstore.HoldKey(st, "k"), 0, -1).Val()
+	beforeAll := c.ZRangeWithScores(ctx, redisstore.HoldKey(st, "all"), 0, -1).Val()
 	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range []storelink.HoldOp{
+	for _, op := range []holdOp{
 		{Op: algo.OpAcquire, Key: "all", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 2},
 		{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 50},
 		{Op: algo.OpRelease, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, ID: 3},
@@ -268,17 +267,17 @@ func TestHoldOutOfMemory(t *testing.T) {
 	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if after := c.ZRangeWithScores(ctx, st.HoldKey("k"), 0, -1).Val(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := c.ZRangeWithScores(ctx, redisstore.HoldKey(st, "k"), 0, -1).Val(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("the refused writes changed the key: %v, was %v", after, before)
 	}
-	if after := c.ZRangeWithScores(ctx, st.HoldKey("all"), 0, -1).Val(); fmt.Sprint(after) != fmt.Sprint(beforeAll) {
+	if after := c.ZRangeWithScores(ctx, redisstore.HoldKey(st, "all"), 0, -1).Val(); fmt.Sprint(after) != fmt.Sprint(beforeAll) {
 		t.Fatalf("the refused acquire on a key whose holds all came back changed it: %v, was %v", after, beforeAll)
 	}
-	both(storelink.HoldOp{Op: algo.OpAcquire, Key: "all", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 2})
-	both(storelink.HoldOp{Op: algo.OpRelease, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, ID: 3})
-	both(storelink.HoldOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 50})
+	both(holdOp{Op: algo.OpAcquire, Key: "all", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 2})
+	both(holdOp{Op: algo.OpRelease, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, ID: 3})
+	both(holdOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 1, ID: 50})
 	now += 200 // every hold but 50 has come back
-	both(storelink.HoldOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 0, ID: 51})
+	both(holdOp{Op: algo.OpAcquire, Key: "k", Limit: algo.Concurrency{Limit: 20, Lifetime: 100}, Units: 0, ID: 51})
 }
 
 // TestHoldOldLayout: a hold key of the layout before the sorted set (one
@@ -291,14 +290,14 @@ func TestHoldOldLayout(t *testing.T) {
 	prefix := fmt.Sprintf("holdold:%d:", time.Now().UnixNano())
 	st := newGoRedis(t, c, redisstore.WithPrefix(prefix))
 	defer st.Close()
-	h := st.Engine().(storelink.Holder)
+	h := holder{st}
 	old := "\x08" + strings.Repeat("\x01\x00\x00\x00\x00\x00\x00\x00", 2) + "\x00\x10\xa5\xd4\xe8\x00\x00\x00"
-	c.Set(ctx, st.HoldKey("old"), old, time.Minute)
-	c.ZAdd(ctx, st.HoldKey("zset"), redis.Z{Score: 5, Member: "a"})
-	c.Expire(ctx, st.HoldKey("zset"), time.Minute)
+	c.Set(ctx, redisstore.HoldKey(st, "old"), old, time.Minute)
+	c.ZAdd(ctx, redisstore.HoldKey(st, "zset"), redis.Z{Score: 5, Member: "a"})
+	c.Expire(ctx, redisstore.HoldKey(st, "zset"), time.Minute)
 	for _, key := range []string{"old", "zset"} {
 		for op := algo.OpAcquire; op <= algo.OpExtend; op++ {
-			o := storelink.HoldOp{Op: op, Key: key, Limit: algo.Concurrency{Limit: 5, Lifetime: 1000}, Units: 1, ID: 1}
+			o := holdOp{Op: op, Key: key, Limit: algo.Concurrency{Limit: 5, Lifetime: 1000}, Units: 1, ID: 1}
 			if op != algo.OpAcquire {
 				o.Units = 0
 			}
@@ -309,7 +308,7 @@ func TestHoldOldLayout(t *testing.T) {
 			}
 		}
 	}
-	if c.Get(ctx, st.HoldKey("old")).Val() != old || c.ZCard(ctx, st.HoldKey("zset")).Val() != 1 {
+	if c.Get(ctx, redisstore.HoldKey(st, "old")).Val() != old || c.ZCard(ctx, redisstore.HoldKey(st, "zset")).Val() != 1 {
 		t.Error("a foreign key was written")
 	}
 }
@@ -317,7 +316,7 @@ func TestHoldOldLayout(t *testing.T) {
 // TestHoldKeyBraces: on a cluster, a hold key whose prefix or key carries
 // braces (a {hash tag} in either, a brace left open, an empty tag) is one
 // sorted set in its own slot, whatever the braces make of it; with a tag
-// shared by a rate part's key, AcquireAll is one script on one slot.
+// shared by a rate part's key, an Acquire with parts is one script on one slot.
 func TestHoldKeyBraces(t *testing.T) {
 	t.Parallel()
 	c := redistest.SharedCluster(t).Client()
@@ -332,11 +331,11 @@ func TestHoldKeyBraces(t *testing.T) {
 		st := newGoRedis(t, c, redisstore.WithPrefix(tc.prefix))
 		lim := sluice.New(st)
 		one := sluice.MaxConcurrent(1)
-		ls, err := lim.AcquireAll(ctx, tc.key, one, 1, []sluice.Part{{Key: tc.part, Limit: sluice.PerHour(5), Cost: 1}})
+		ls, err := lim.Acquire(ctx, tc.key, one, 1, sluice.Part{Key: tc.part, Limit: sluice.PerHour(5), Cost: 1})
 		if err != nil || !ls.Allowed {
 			t.Fatalf("%+v: %+v %v", tc, ls, err)
 		}
-		if typ := c.Type(ctx, st.HoldKey(tc.key)).Val(); typ != "zset" {
+		if typ := c.Type(ctx, redisstore.HoldKey(st, tc.key)).Val(); typ != "zset" {
 			t.Errorf("%+v: the hold key is a %q, want a zset", tc, typ)
 		}
 		if again, err := lim.Acquire(ctx, tc.key, one, 1); err != nil || again.Allowed {
@@ -345,7 +344,7 @@ func TestHoldKeyBraces(t *testing.T) {
 		if r, err := lim.Release(ctx, ls); err != nil || !r.Allowed {
 			t.Errorf("%+v: release: %+v %v", tc, r, err)
 		}
-		if n := c.Exists(ctx, st.HoldKey(tc.key)).Val(); n != 0 {
+		if n := c.Exists(ctx, redisstore.HoldKey(st, tc.key)).Val(); n != 0 {
 			t.Errorf("%+v: the hold key outlived its last hold", tc)
 		}
 		st.Close()
@@ -363,10 +362,10 @@ func TestHoldBulkDrop(t *testing.T) {
 	ctx := context.Background()
 	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdbulk:%d:", time.Now().UnixNano())))
 	defer st.Close()
-	rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
+	rs, ms := holder{st}, holder{memstore.New()}
 	now := int64(1_764_000_000_000_000)
 	lim := algo.Concurrency{Limit: 5000, Lifetime: 1000}
-	both := func(op storelink.HoldOp) {
+	both := func(op holdOp) {
 		t.Helper()
 		got, gerr := rs.HoldAt(ctx, op, now)
 		want, werr := ms.HoldAt(ctx, op, now)
@@ -381,18 +380,18 @@ func TestHoldBulkDrop(t *testing.T) {
 	}{{1, true}, {2, true}, {1, false}, {2, false}} {
 		key := fmt.Sprintf("k%d%v", tc.units, tc.held)
 		for id := range int64(1000) {
-			both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: tc.units, ID: id + 1})
+			both(holdOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: tc.units, ID: id + 1})
 		}
 		if tc.held {
-			both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: algo.Concurrency{Limit: 5000, Lifetime: 5000}, Units: 1, ID: 5000})
+			both(holdOp{Op: algo.OpAcquire, Key: key, Limit: algo.Concurrency{Limit: 5000, Lifetime: 5000}, Units: 1, ID: 5000})
 		}
 		now += 1000 // all but hold 5000 have come back
-		both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: 1, ID: 900})
-		if n := c.ZCard(ctx, st.HoldKey(key)).Val(); n > 4 {
+		both(holdOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: 1, ID: 900})
+		if n := c.ZCard(ctx, redisstore.HoldKey(st, key)).Val(); n > 4 {
 			t.Errorf("%+v: %d members after the holds came back, want HELD and the holds held", tc, n)
 		}
-		both(storelink.HoldOp{Op: algo.OpRelease, Key: key, Limit: lim, ID: 5000})
-		both(storelink.HoldOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: 0, ID: 1})
+		both(holdOp{Op: algo.OpRelease, Key: key, Limit: lim, ID: 5000})
+		both(holdOp{Op: algo.OpAcquire, Key: key, Limit: lim, Units: 0, ID: 1})
 		now++
 	}
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
@@ -41,7 +40,7 @@ func TestHoldKeyTTL(t *testing.T) {
 	if err != nil || !long.Allowed {
 		t.Fatal(long, err)
 	}
-	key := st.HoldKey("k")
+	key := redisstore.HoldKey(st, "k")
 	if key != prefix+"hold:k" {
 		t.Fatalf("HoldKey %q", key)
 	}
@@ -71,9 +70,9 @@ func TestHoldForeignKey(t *testing.T) {
 	defer st.Close()
 	lim := sluice.New(st)
 	ctx := context.Background()
-	c.Set(ctx, st.HoldKey("s"), "hello", time.Minute)
-	c.HSet(ctx, st.HoldKey("h"), "a", 1)
-	c.Expire(ctx, st.HoldKey("h"), time.Minute)
+	c.Set(ctx, redisstore.HoldKey(st, "s"), "hello", time.Minute)
+	c.HSet(ctx, redisstore.HoldKey(st, "h"), "a", 1)
+	c.Expire(ctx, redisstore.HoldKey(st, "h"), time.Minute)
 	// A rate state at the hold key: the rate limit of key "hold:r".
 	if _, err := lim.Take(ctx, "hold:r", sluice.PerMinute(5), 1); err != nil {
 		t.Fatal(err)
@@ -84,7 +83,7 @@ func TestHoldForeignKey(t *testing.T) {
 			t.Errorf("acquire on %q: %+v %v, want ErrForeignKey", k, ls, err)
 		}
 	}
-	if c.Get(ctx, st.HoldKey("s")).Val() != "hello" {
+	if c.Get(ctx, redisstore.HoldKey(st, "s")).Val() != "hello" {
 		t.Error("the foreign value was overwritten")
 	}
 }
@@ -151,13 +150,13 @@ func TestHoldLuaEqualsGo(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 26))
 			st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("holdlua:%d:", time.Now().UnixNano())))
 			defer st.Close()
-			rs, ms := st.Engine().(storelink.Holder), memstore.New().Engine().(storelink.Holder)
+			rs, ms := holder{st}, holder{memstore.New()}
 			ctx := context.Background()
 			now := int64(1_764_000_000_000_000)
 			var ids []int64
 			for i := range 600 {
 				now += r.Int64N(30) - 6 // sometimes back
-				op := storelink.HoldOp{Op: algo.OpAcquire, Key: []string{"x", "y"}[r.IntN(2)], Limit: algo.Concurrency{Limit: 1 + r.Int64N(4), Lifetime: 1 + r.Int64N(60)}}
+				op := holdOp{Op: algo.OpAcquire, Key: []string{"x", "y"}[r.IntN(2)], Limit: algo.Concurrency{Limit: 1 + r.Int64N(4), Lifetime: 1 + r.Int64N(60)}}
 				if k := r.IntN(3); k > 0 && len(ids) > 0 {
 					op.Op, op.ID = int64(k)+1, ids[r.IntN(len(ids))]
 				} else {
@@ -233,9 +232,9 @@ func BenchmarkHoldAt(b *testing.B) {
 				defer st.Close()
 				b.ReportAllocs()
 				var before float64
-				storetest.HoldAtBench(b, st.Engine().(storelink.Holder), "k", n, op, func() { before = evalUsec(b, c) })
+				storetest.HoldAtBench(b, st, "k", n, op, func() { before = evalUsec(b, c) })
 				b.ReportMetric((evalUsec(b, c)-before)/float64(b.N), "server-µs/op")
-				c.Del(ctx, st.HoldKey("k"))
+				c.Del(ctx, redisstore.HoldKey(st, "k"))
 			})
 		}
 	}

@@ -126,7 +126,7 @@ func (lc lostClients) cluster(retries int, once bool) func(t *testing.T, l *lose
 			o.MaxRetries = retries
 			o.Dialer = l.dial(plainDial)
 			if once {
-				redisstore.SendOnceCluster(o)
+				redisstore.SendOnce(o)
 			}
 		})
 	}
@@ -137,7 +137,7 @@ func (lc lostClients) ring(once bool) func(t *testing.T, l *loser) redis.Univers
 	return func(t *testing.T, l *loser) redis.UniversalClient {
 		o := &redis.RingOptions{Addrs: map[string]string{"a": lc.srv.Addr()}, DisableIdentity: true, Dialer: l.dial(plainDial)}
 		if once {
-			redisstore.SendOnceRing(o)
+			redisstore.SendOnce(o)
 		}
 		r := redis.NewRing(o)
 		t.Cleanup(func() { _ = r.Close() })
@@ -159,7 +159,7 @@ func spentAfterLostReply(t *testing.T, c redis.UniversalClient, l *loser, batche
 	defer st.Close()
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 6}
 	take := func() (sluice.Result, error) {
-		return st.Take(context.Background(), pub(storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never}))
+		return take(context.Background(), st, storelink.Request{Key: "k", Params: p, Cost: 1, MaxDelay: algo.Never})
 	}
 	if r, err := take(); err != nil || !r.Allowed {
 		t.Fatalf("first take: %+v, %v", r, err)
@@ -261,15 +261,15 @@ func lostPipelineRound(t *testing.T, c redis.UniversalClient, l *loser) (twice i
 	st := newGoRedis(t, c, redisstore.WithPrefix(fmt.Sprintf("lostp:%d:", time.Now().UnixNano())), redisstore.WithTimeout(5*time.Second))
 	defer st.Close()
 	const keys = 32
-	req := func(i int) sluice.Request {
+	req := func(i int) storelink.Request {
 		kind := algo.TokenBucket
 		if i%2 == 1 {
 			kind = algo.GCRA
 		}
-		return pub(storelink.Request{Key: fmt.Sprintf("k%d", i), Params: algo.Params{Kind: kind, Rate: 1, Period: hour, Burst: 6}, Cost: 1, MaxDelay: algo.Never})
+		return storelink.Request{Key: fmt.Sprintf("k%d", i), Params: algo.Params{Kind: kind, Rate: 1, Period: hour, Burst: 6}, Cost: 1, MaxDelay: algo.Never}
 	}
 	for i := range keys {
-		if _, err := st.Take(context.Background(), req(i)); err != nil {
+		if _, err := take(context.Background(), st, req(i)); err != nil {
 			t.Fatalf("first take: %v", err)
 		}
 	}
@@ -279,7 +279,7 @@ func lostPipelineRound(t *testing.T, c redis.UniversalClient, l *loser) (twice i
 	for i := range keys {
 		wg.Go(func() {
 			<-start
-			_, _ = st.Take(context.Background(), req(i))
+			_, _ = take(context.Background(), st, req(i))
 		})
 	}
 	close(start)
@@ -288,7 +288,7 @@ func lostPipelineRound(t *testing.T, c redis.UniversalClient, l *loser) (twice i
 	for i := range keys {
 		left := 0
 		for ; ; left++ {
-			r, err := st.Take(context.Background(), req(i))
+			r, err := take(context.Background(), st, req(i))
 			if err != nil {
 				t.Fatalf("take after the round: %v", err)
 			}
@@ -332,7 +332,7 @@ func TestSendOnceDialers(t *testing.T) {
 	o := &redis.Options{}
 	redisstore.SendOnce(o)
 	fo := &redis.FailoverOptions{}
-	redisstore.SendOnceFailover(fo)
+	redisstore.SendOnce(fo)
 	for name, dial := range map[string]func(context.Context, string, string) (net.Conn, error){"SendOnce": o.Dialer, "SendOnceFailover": fo.Dialer} {
 		c, err := dial(context.Background(), "tcp", ln.Addr().String())
 		if err != nil {
@@ -362,7 +362,7 @@ func TestSendOnceClusterRedirects(t *testing.T) {
 	client := func() *redisstore.Store {
 		c := cl.NewClient(t, func(o *redis.ClusterOptions) {
 			o.ContextTimeoutEnabled = true
-			redisstore.SendOnceCluster(o)
+			redisstore.SendOnce(o)
 		})
 		st := newGoRedis(t, c, redisstore.WithPrefix("mv:"), redisstore.WithTimeout(5*time.Second))
 		t.Cleanup(func() { _ = st.Close() })
@@ -376,7 +376,7 @@ func TestSendOnceClusterRedirects(t *testing.T) {
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: 5}
 	take := func(st *redisstore.Store, cost, want int64) {
 		t.Helper()
-		r, err := st.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
+		r, err := take(ctx, st, storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never})
 		if err != nil || !r.Allowed || r.Remaining != want {
 			t.Fatalf("take %d: %+v, %v; want allowed with %d left", cost, r, err, want)
 		}

@@ -155,7 +155,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 // against the same composites sent one call each: the same replies, part by
 // part. Random composites of one to three parts over a few keys (a key twice
 // in one composite now and then), every algorithm, costs 0..capacity+1,
-// reserves now and then, at the caller's time.
+// headroom now and then, at the caller's time.
 func TestCompositesMergedMatchAlone(t *testing.T) {
 	client := redisrun.GoRedis(redistest.Shared(t).Client())
 	ctx := context.Background()
@@ -187,11 +187,11 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 				cost := r.Int64N(p.Capacity() + 2)
 				a.Keys = append(a.Keys, fmt.Sprintf("comp:%d:a:%s", run, key))
 				m.Keys = append(m.Keys, fmt.Sprintf("comp:%d:m:%s", run, key))
-				reserve := int64(0) // a lower class's part now and then
+				headroom := int64(0) // a lower class's part now and then
 				if r.IntN(3) == 0 {
-					reserve = r.Int64N(p.Capacity() + 1)
+					headroom = r.Int64N(p.Capacity() + 1)
 				}
-				args := []any{int64(p.Kind), p.Rate, p.Period, p.Burst, cost, int64(-1), reserve}
+				args := []any{int64(p.Kind), p.Rate, p.Period, p.Burst, cost, int64(-1), headroom}
 				a.Args = append(a.Args, args...)
 				m.Args = append(m.Args, args...)
 			}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store"
 )
 
 // FailurePolicy says what a decision does when Redis cannot be reached or
@@ -15,7 +15,7 @@ type FailurePolicy uint8
 const (
 	// FailClosed returns an error wrapping sluice.ErrStoreUnavailable.
 	FailClosed FailurePolicy = iota
-	// FailOpen allows the request, flagged Degraded.
+	// FailOpen allows the request, flagged Degraded, and holds nothing.
 	FailOpen
 	// FailLocal decides with an in-process memstore for the outage, flagged
 	// Degraded: each process then limits on its own.
@@ -76,7 +76,7 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // processes whose clocks disagree disagree on the limit: a process ahead
 // sees more refill, one behind sees less, by the skew between them.
 // c must not be nil.
-func WithClock(c sluice.Clock) Option {
+func WithClock(c store.Clock) Option {
 	return func(s *Store) {
 		if c == nil {
 			s.optErr = append(s.optErr, errors.New("WithClock(nil): no clock"))

@@ -59,7 +59,7 @@ func routeHammer(t *testing.T, st *redisstore.Store, goroutines, perG, keys int,
 		wg.Go(func() {
 			for i := range perG {
 				k := (g + i) % keys
-				r, err := st.Take(context.Background(), pub(storelink.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never}))
+				r, err := take(context.Background(), st, storelink.Request{Key: fmt.Sprintf("u%d", k), Params: p, Cost: 1, MaxDelay: algo.Never})
 				if err != nil {
 					if errs.Add(1) == 1 {
 						first.Store(err.Error())
@@ -102,7 +102,7 @@ func checkOneShard(t *testing.T, st *redisstore.Store, shards []*redis.Client, k
 	t.Helper()
 	ctx := context.Background()
 	for k := range keys {
-		key := st.Key(fmt.Sprintf("u%d", k))
+		key := redisstore.RateKey(st, fmt.Sprintf("u%d", k))
 		var on []*redis.Client
 		for _, c := range shards {
 			n, err := c.Exists(ctx, key).Result()
@@ -165,10 +165,10 @@ func compositeSerial(t *testing.T, st *redisstore.Store, users, n int, global in
 	all := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: global}
 	var admitted int64
 	for i := range n {
-		r, err := st.TakeAll(context.Background(), pubs([]storelink.Request{
+		r, err := takeAll(context.Background(), st, []storelink.Request{
 			{Key: fmt.Sprintf("user:%d", i%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 			{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
-		}))
+		})
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -190,10 +190,10 @@ func compositeHammer(t *testing.T, st *redisstore.Store, users, perG int, global
 	for g := range 32 {
 		wg.Go(func() {
 			for i := range perG {
-				r, err := st.TakeAll(context.Background(), pubs([]storelink.Request{
+				r, err := takeAll(context.Background(), st, []storelink.Request{
 					{Key: fmt.Sprintf("user:%d", (g+i)%users), Params: user, Cost: 1, MaxDelay: algo.Never},
 					{Key: "global", Params: all, Cost: 1, MaxDelay: algo.Never},
-				}))
+				})
 				switch {
 				case err != nil:
 					if errs.Add(1) == 1 {

@@ -4,9 +4,9 @@ import (
 	"embed"
 	"fmt"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/store"
 )
 
 //go:embed scripts/*.lua
@@ -103,7 +103,7 @@ func failure(code int64, key string) error {
 	case codeNoTime:
 		return fmt.Errorf("%w: TIME, in the script for %q: give the store the caller's time (WithClock), or grant +time", ErrNoPermission, key)
 	case codeNotWritable:
-		return fmt.Errorf("%w: Redis refused the write of %q (a replica, loading, or failing to persist)", sluice.ErrStoreUnavailable, key)
+		return fmt.Errorf("%w: Redis refused the write of %q (a replica, loading, or failing to persist)", store.ErrStoreUnavailable, key)
 	}
 	return fmt.Errorf("redisstore: the script failed on %q (code %d)", key, code)
 }

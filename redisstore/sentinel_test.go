@@ -26,14 +26,14 @@ func TestSentinel(t *testing.T) {
 	s := redistest.Sentinel(t)
 	c := s.NewClient(t, func(o *redis.FailoverOptions) {
 		o.ContextTimeoutEnabled = true
-		redisstore.SendOnceFailover(o)
+		redisstore.SendOnce(o)
 	})
 	st := newGoRedis(t, c, redisstore.WithTimeout(2*time.Second))
 	defer st.Close()
 	ctx := context.Background()
 	take := func(key string, burst, cost int64) (sluice.Result, error) {
 		p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: hour, Burst: burst}
-		return st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+		return take(ctx, st, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 	}
 	const burst = 20
 	var allowed atomic.Int32

@@ -10,24 +10,24 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
-// Store is a sluice.Store in Redis or Valkey.
+// Store is a store.Store in Redis or Valkey: pass it to sluice.New.
 type Store struct {
 	client  redisrun.Client
 	prefix  string
 	timeout time.Duration
 	margin  int64 // µs
 	policy  FailurePolicy
-	local   storelink.Engine // FailLocal's fallback: a memstore's
-	clk     sluice.Clock     // WithClock's, or nil
-	now     func() int64     // clk's time in µs; nil: the server's TIME
-	run     *redisrun.Runner[decision]
+	local   *memstore.Store // FailLocal's fallback
+	clk     store.Clock     // WithClock's, or nil
+	now     func() int64    // clk's time in µs; nil: the server's TIME
+	runner  *redisrun.Runner[decision]
 	batchN  int
 	// group is the client's redisrun.Router.Group: the keys that one script
 	// may name together.
@@ -35,16 +35,16 @@ type Store struct {
 	closed atomic.Bool
 	// optErr collects the options that cannot work, for New.
 	optErr []error
-	// leaseLife is WithLeases's, and leases its table (nil without).
-	leaseLife time.Duration
-	leases    *leases
+	// sliceLife is WithSlices's, and slices its table (nil without).
+	sliceLife time.Duration
+	slices    *sliceTable
 	// gb gives back the holds failed acquires may have left (giveback.go);
 	// log is WithLogger's.
 	gb  *givebacks
 	log *slog.Logger
 }
 
-var _ sluice.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // New returns a Store over a go-redis client: a single node, a Sentinel
 // failover client, a Cluster or a Ring (see the package's Routing). It does
@@ -74,15 +74,15 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, errors.Join(s.optErr...))
 	}
 	if s.policy == FailLocal {
-		// The fallback decides at the same time as the store: the caller's
-		// when WithClock gave it, else this process's clock.
-		s.local = memstore.New(memstore.WithClock(s.clk)).Engine()
+		// The fallback decides at the same time as the store: the op's, else
+		// the caller's clock when WithClock gave it, else this process's.
+		s.local = memstore.New(memstore.WithClock(s.clk))
 	}
 	s.gb = newGivebacks()
 	s.group = redisrun.GroupOf(client)
-	s.run = redisrun.NewRunner[decision](client, s.batchN, s.timeout, scripts, ErrClosed)
-	if s.leaseLife > 0 {
-		s.leases = newLeases(s)
+	s.runner = redisrun.NewRunner[decision](client, s.batchN, s.timeout, scripts, ErrClosed)
+	if s.sliceLife > 0 {
+		s.slices = newSliceTable(s)
 	}
 	return s, nil
 }
@@ -90,70 +90,57 @@ func newStore(client redisrun.Client, opts ...Option) (*Store, error) {
 // Close stops the store's batching goroutines; every call made after it
 // returns ErrClosed at once, and so do the calls still waiting to be sent.
 // It waits for the pipelines already on their way (at most the store's
-// timeout). With WithLeases it first gives back what its slices hold, and
+// timeout). With WithSlices it first gives back what its slices hold, and
 // it ends the give-backs of failed acquires' holds (which then come back by
 // themselves at the end of their lifetime). It does not close the client.
 func (s *Store) Close() error {
-	if s.leases != nil {
-		s.leases.close()
+	if s.slices != nil {
+		s.slices.close()
 	}
 	s.gb.close()
 	s.closed.Store(true)
-	s.run.Close()
+	s.runner.Close()
 	return nil
 }
 
-// Key returns the Redis key that holds key's state.
-func (s *Store) Key(key string) string { return s.prefix + key }
-
-// Take makes one decision for req, at the server's time unless the store was
-// given the caller's. The failure policy applies only when Redis cannot be
-// reached or does not answer in time: a context that ends first returns its
-// error, and an error that waiting will not cure (ErrForeignKey,
-// ErrOutOfMemory, ErrNoPermission, ErrClosed, an invalid request) is
-// returned as it is.
-func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	r, err := storelink.Checked(&req)
-	if err != nil {
-		return sluice.Result{}, err
+// Clock returns the clock WithClock gave, or nil (the store decides at the
+// server's TIME, which a Limiter cannot sleep by): a sluice.Limiter over
+// the store reads deadlines and sleeps by it.
+func (s *Store) Clock() store.Clock {
+	if s.clk == nil {
+		return nil // not a non-nil interface holding a nil one
 	}
-	res, err := s.take(ctx, r)
-	return sluice.Result(res), err
+	return s.clk
 }
 
-// take is Take on a checked request (by Take, or by the Limiter before it
-// calls the engine). FailLocal's fallback decides the same request. With
-// WithLeases a leasable request of cost > 0 goes through the leases.
-func (s *Store) take(ctx context.Context, req storelink.Request) (storelink.Result, error) {
-	if s.leases != nil && req.Cost > 0 && algo.Leasable(req.Params.Kind) {
-		return s.leases.take(ctx, req)
-	}
-	return s.takeInStore(ctx, req)
-}
+// rateKey is the Redis key that holds key's rate state.
+func (s *Store) rateKey(key string) string { return s.prefix + key }
 
-// takeInStore is take in Redis, without leases.
-func (s *Store) takeInStore(ctx context.Context, req storelink.Request) (storelink.Result, error) {
-	now, err := s.clock()
-	if err != nil {
-		return storelink.Result{}, err
-	}
-	d, err := s.decide(ctx, req, now)
-	return s.settle(&d, err, func() (storelink.Result, error) { return s.local.Take(ctx, req) })
-}
-
-// clock is the time a decision is made at: the caller's, or -1 for the
-// server's TIME. A caller's time a step does not accept is an error wrapping
-// sluice.ErrInvalidTime, which no failure policy turns into a decision (a
-// negative one would otherwise read as "use TIME" in the scripts).
+// clock is the time a decision is made at when its op names none: the
+// caller's, or -1 for the server's TIME. A caller's time a step does not
+// accept is an error wrapping store.ErrInvalidTime, which no failure policy
+// turns into a decision (a negative one would otherwise read as "use TIME"
+// in the scripts).
 func (s *Store) clock() (int64, error) {
 	if s.now == nil {
 		return -1, nil
 	}
 	now := s.now()
 	if err := algo.CheckTime(now); err != nil {
-		return 0, fmt.Errorf("caller time: %w", err) // wraps sluice.ErrInvalidTime
+		return 0, fmt.Errorf("caller time: %w", err) // wraps store.ErrInvalidTime
 	}
 	return now, nil
+}
+
+// at is the time op is decided at: its At, else the store's (clock).
+func (s *Store) at(op *store.Op) (int64, error) {
+	if op.At == 0 {
+		return s.clock()
+	}
+	if err := algo.CheckTime(op.At); err != nil {
+		return 0, err // wraps store.ErrInvalidTime; a negative At would read as TIME
+	}
+	return op.At, nil
 }
 
 // ready returns why no call may be sent now: the store is closed, or the
@@ -165,20 +152,20 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// decide makes one decision at now (-1: the server's TIME), applying no
-// failure policy.
-func (s *Store) decide(ctx context.Context, req storelink.Request, now int64) (algo.Decision, error) {
+// decide makes one decision on key at now (-1: the server's TIME),
+// batched with the decisions around it, applying no failure policy.
+func (s *Store) decide(ctx context.Context, key string, lim *store.Limit, cost, maxDelay, now int64) (algo.Decision, error) {
 	if err := s.ready(ctx); err != nil {
 		return algo.Decision{}, err
 	}
 	d := decision{one: single{
-		key:    s.prefix + req.Key,
-		lim:    limitOf(&req.Params, req.MaxDelay),
-		cost:   req.Cost,
+		key:    s.rateKey(key),
+		lim:    limitOf(lim, maxDelay),
+		cost:   cost,
 		now:    now,
 		margin: s.margin,
 	}}
-	err := s.run.Decide(ctx, &d)
+	err := s.runner.Decide(ctx, &d)
 	if err == nil {
 		err = d.err
 	}
@@ -188,6 +175,16 @@ func (s *Store) decide(ctx context.Context, req storelink.Request, now int64) (a
 	return decisionOf(d.reply[:], d.one.key)
 }
 
+// decideNow is decide at the store's time, under p.
+func (s *Store) decideNow(ctx context.Context, key string, p *algo.Params, cost int64) (algo.Decision, error) {
+	now, err := s.clock()
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	lim := storelink.LimitOf(p)
+	return s.decide(ctx, key, &lim, cost, store.Never, now)
+}
+
 // composite sends c, a composite call (scriptSet.compositeCall), within the
 // store's timeout and sorts its error (failed): c's reply is then in
 // c.Reply.
@@ -195,7 +192,7 @@ func (s *Store) composite(ctx context.Context, c *redisrun.Call) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	err := s.run.Decide(ctx, &decision{comp: c})
+	err := s.runner.Decide(ctx, &decision{comp: c})
 	if err == nil {
 		err = c.Err
 	}
@@ -211,7 +208,7 @@ func (s *Store) call(ctx context.Context, c *redisrun.Call) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	if err := s.run.Run(ctx, c); err != nil {
+	if err := s.runner.Run(ctx, c); err != nil {
 		return s.failed(ctx, err)
 	}
 	return nil

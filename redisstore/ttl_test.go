@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -145,7 +146,7 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 					cost = min(cost, 1)
 				}
 				start := time.Now()
-				res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+				res, err := take(ctx, st, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 				stop := time.Now()
 				if err != nil {
 					t.Errorf("%s: %v", key, err)
@@ -246,7 +247,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 			key := p.Kind.String()
 			req := storelink.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
 			start := time.Now()
-			res, err := st.Take(ctx, pub(req))
+			res, err := take(ctx, st, req)
 			stop := time.Now()
 			if err != nil || !res.Allowed {
 				t.Fatalf("%+v, %v", res, err)
@@ -258,7 +259,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 			polls := 0
 			for {
 				b := time.Now()
-				n, err := c.Exists(ctx, st.Key(key)).Result()
+				n, err := c.Exists(ctx, redisstore.RateKey(st, key)).Result()
 				a := time.Now()
 				if err != nil {
 					t.Fatal(err)
@@ -278,7 +279,7 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			// What follows is a fresh key's decision.
-			got, err := st.Take(ctx, pub(req))
+			got, err := take(ctx, st, req)
 			if err != nil || !got.Allowed || got.Remaining != res.Remaining {
 				t.Errorf("after expiry: %+v, %v; want a fresh key's %+v", got, err, res)
 			}
@@ -322,11 +323,11 @@ func TestTTLRepair(t *testing.T) {
 					p.Burst = 2
 				}
 				key := k.String() + ":" + v.name
-				rk := st.Key(key)
+				rk := redisstore.RateKey(st, key)
 				take := func(cost int64) (sluice.Result, time.Time, time.Time) {
 					t.Helper()
 					start := time.Now()
-					res, err := st.Take(ctx, pub(storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never}))
+					res, err := take(ctx, st, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -400,17 +401,17 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 				back++
 			}
 			req := storelink.Request{Key: x, Params: p, Cost: cost, MaxDelay: algo.Never}
-			got, err := st.Engine().TakeAt(ctx, req, now)
+			got, err := storetest.TakeAt(ctx, st, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = y
-			want, err := st.Engine().TakeAt(ctx, req, at)
+			want, err := storetest.TakeAt(ctx, st, req, at)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Key = x
-			mem, _ := ms.Engine().TakeAt(ctx, req, now)
+			mem, _ := storetest.TakeAt(ctx, ms, req, now)
 			mem.FreshAt = 0
 			if got != want || got != mem {
 				t.Fatalf("%+v step %d, cost %d at %d (stored time %d):\n at the earlier time %+v\n at the stored time %+v\n memstore %+v",
@@ -434,7 +435,7 @@ func TestClockBackwardsTokenBucket(t *testing.T) {
 	p := algo.Params{Kind: algo.TokenBucket, Rate: 1, Period: 1_000_000, Burst: 5}
 	take := func(cost int64) sluice.Result {
 		t.Helper()
-		res, err := cs.Take(ctx, pub(storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never}))
+		res, err := take(ctx, cs, storelink.Request{Key: "k", Params: p, Cost: cost, MaxDelay: algo.Never})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,11 +493,11 @@ func TestClockBackwardsConformance(t *testing.T) {
 			}
 			key := fmt.Sprintf("l%d:k%d", li, r.IntN(2))
 			req := storelink.Request{Key: key, Params: p, Cost: r.Int64N(p.Capacity() + 1), MaxDelay: algo.Never}
-			got, err := st.Engine().TakeAt(ctx, req, now)
+			got, err := storetest.TakeAt(ctx, st, req, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := ms.Engine().TakeAt(ctx, req, now)
+			want, _ := storetest.TakeAt(ctx, ms, req, now)
 			want.FreshAt = 0
 			if got != want {
 				t.Fatalf("%+v request %d (cost %d at %d):\n redis  %+v\n memory %+v", p, i, req.Cost, now-base, got, want)

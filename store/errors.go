@@ -1,8 +1,9 @@
 package store
 
 import (
+	"errors"
+
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
 )
 
 // The errors a store puts in an Op's Err (wrapped, with its reason), which
@@ -11,7 +12,7 @@ var (
 	// ErrStoreUnavailable is a store that could not be reached or did
 	// not answer: the op changed nothing (or, a take's reply lost,
 	// nothing the store will keep; see redisstore).
-	ErrStoreUnavailable = storelink.ErrStoreUnavailable
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 	// ErrInvalidTime is an At (or a store's clock) outside the range the
 	// steps keep exact.
 	ErrInvalidTime = algo.ErrInvalidTime

@@ -33,7 +33,8 @@ type Store interface {
 
 // Clock is the time a Limiter and the stores of this module read and wait
 // by. A store that has one (memstore.WithClock) lends it to the Limiter
-// over it, so that a test sets its fake clock once, on the store.
+// over it by a method Clock() Clock, so that a test sets its fake clock
+// once, on the store.
 type Clock interface {
 	Now() time.Time
 	// Sleep waits for d or until ctx is done, whichever comes first, and
@@ -119,8 +120,14 @@ type Op struct {
 	// Parts make a Take or an Acquire a composite: all grant or nothing
 	// is spent. Their keys are distinct.
 	Parts []Part
+	// SummaryOnly says the caller of a composite Take reads only its
+	// summary: a store may leave the parts' Decisions unset where
+	// writing them costs more (redisstore's composites across Cluster
+	// slots, whose refusal would look at the parts it never reached).
+	SummaryOnly bool
 
-	// Decision is the answer; for a composite, the summary of the parts'.
+	// Decision is the answer; for a composite, the summary of the parts'
+	// (an Acquire's: the hold's folded with its parts').
 	Decision Decision
 	// Expiry is when an Acquire's or an Extend's hold comes back by
 	// itself (µs since the epoch); 0 when nothing is held.

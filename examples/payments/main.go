@@ -19,7 +19,7 @@ import (
 )
 
 // provider is the payment provider's limit; up to 200 payments may wait.
-var provider = sluice.PerSecond(20).WithBurst(200).Using(sluice.LeakyBucket)
+var provider = sluice.PerSecond(20).WithBurst(200).WithAlgorithm(sluice.LeakyBucket)
 
 // Run pushes n payments at once, drains them with workers goroutines calling
 // call for each, and returns when all are acknowledged.

@@ -50,7 +50,7 @@ func TestPayments(t *testing.T) {
 
 // A queue that is full refuses with the time after which a push would fit.
 func TestPaymentsQueueFull(t *testing.T) {
-	q, err := queue.NewMemory(sluice.PerSecond(20).WithBurst(3).Using(sluice.LeakyBucket))
+	q, err := queue.NewMemory(sluice.PerSecond(20).WithBurst(3).WithAlgorithm(sluice.LeakyBucket))
 	if err != nil {
 		t.Fatal(err)
 	}

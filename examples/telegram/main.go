@@ -62,7 +62,7 @@ func (s *Sender) Step(ctx context.Context, now time.Time) (time.Time, error) {
 		r, err := s.lim.TakeAll(ctx, []sluice.Part{
 			{Key: fmt.Sprintf("chat:%d", m.Chat), Limit: perChat, Cost: 1}, // the narrow limit first
 			{Key: "global", Limit: global, Cost: 1},
-		})
+		}, nil)
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -91,18 +91,18 @@ func TakeAll(models []*Model, keys []string, costs []int64, now int64) algo.Deci
 // So the summary is each's fold: Allowed all of theirs, Remaining the
 // smallest, ResetAfter and Delay the largest, RetryAfter the largest.
 func TakeEach(models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
-	return TakeEachReserving(models, keys, costs, nil, now, each)
+	return TakeEachHeadroom(models, keys, costs, nil, now, each)
 }
 
-// TakeEachReserving is TakeEach whose part i leaves reserves[i] units for
-// higher classes (nil: none), as TakeReserving states it for one limit
+// TakeEachHeadroom is TakeEach whose part i leaves reserves[i] units for
+// higher classes (nil: none), as TakeHeadroom states it for one limit
 // (SEMANTICS.md, "Reserved capacity"): part i alone grants only if
 // costs[i] + reserves[i] units would pass, and then spends costs[i]; its
 // Remaining, and its look's in a refusal, are the class's (less the
 // reserve, at least 0); a part that would not grant reports the RetryAfter
 // of costs[i] + reserves[i]. The composite passes only if every part
 // grants, and a refusal spends nothing.
-func TakeEachReserving(models []*Model, keys []string, costs, reserves []int64, now int64, each []algo.Decision) algo.Decision {
+func TakeEachHeadroom(models []*Model, keys []string, costs, reserves []int64, now int64, each []algo.Decision) algo.Decision {
 	saved := make([]*keyState, len(models))
 	had := make([]bool, len(models))
 	for i, m := range models {
@@ -113,7 +113,7 @@ func TakeEachReserving(models []*Model, keys []string, costs, reserves []int64, 
 	alone := make([]algo.Decision, len(models))
 	allowed := true
 	for i, m := range models {
-		alone[i] = m.TakeReserving(keys[i], now, costs[i], reserveOf(reserves, i))
+		alone[i] = m.TakeHeadroom(keys[i], now, costs[i], reserveOf(reserves, i))
 		allowed = allowed && alone[i].Allowed
 	}
 	if allowed {
@@ -129,7 +129,7 @@ func TakeEachReserving(models []*Model, keys []string, costs, reserves []int64, 
 	}
 	looks := make([]algo.Decision, len(models))
 	for i, m := range models {
-		d := m.TakeReserving(keys[i], now, 0, reserveOf(reserves, i))
+		d := m.TakeHeadroom(keys[i], now, 0, reserveOf(reserves, i))
 		looks[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if !alone[i].Allowed {
 			looks[i].RetryAfter = alone[i].RetryAfter

@@ -116,7 +116,7 @@ func (ls *Holds) Held(key string, t int64) int64 { return ls.held(key, t) }
 // part alone would have granted, with its own RetryAfter when it would not.
 // The summary is the fold of the hold's and the parts' (Fold). Part i
 // leaves reserves[i] units for higher classes (nil: none), as
-// TakeEachReserving states it.
+// TakeEachHeadroom states it.
 func AcquireEach(ls *Holds, key string, limit, lifetime, units, id int64, models []*Model, keys []string, costs, reserves []int64, now int64, each []algo.Decision) algo.Decision {
 	saved := make([]*keyState, len(models))
 	had := make([]bool, len(models))
@@ -129,7 +129,7 @@ func AcquireEach(ls *Holds, key string, limit, lifetime, units, id int64, models
 	allowed := units == 0 || ls.held(key, now)+units <= limit
 	holdAlone := allowed
 	for i, m := range models {
-		alone[i] = m.TakeReserving(keys[i], now, costs[i], reserveOf(reserves, i))
+		alone[i] = m.TakeHeadroom(keys[i], now, costs[i], reserveOf(reserves, i))
 		allowed = allowed && alone[i].Allowed
 	}
 	if allowed {
@@ -142,7 +142,7 @@ func AcquireEach(ls *Holds, key string, limit, lifetime, units, id int64, models
 		} else {
 			delete(m.keys, keys[i])
 		}
-		d := m.TakeReserving(keys[i], now, 0, reserveOf(reserves, i))
+		d := m.TakeHeadroom(keys[i], now, 0, reserveOf(reserves, i))
 		each[i] = algo.Decision{Allowed: alone[i].Allowed, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if !alone[i].Allowed {
 			each[i].RetryAfter = alone[i].RetryAfter

@@ -31,15 +31,15 @@ func TestHoldsByHand(t *testing.T) {
 	}
 }
 
-// TakeReserving by hand: a fixed window of 5 with 2 reserved.
+// TakeHeadroom by hand: a fixed window of 5 with 2 reserved.
 func TestTakeReservingByHand(t *testing.T) {
 	m := model.New(algo.FixedWindow, 5, 1000, 0)
 	for i := range 3 {
-		if d := m.TakeReserving("k", 0, 1, 2); !d.Allowed || d.Remaining != int64(2-i) {
+		if d := m.TakeHeadroom("k", 0, 1, 2); !d.Allowed || d.Remaining != int64(2-i) {
 			t.Fatalf("normal %d: %+v", i, d)
 		}
 	}
-	if d := m.TakeReserving("k", 10, 1, 2); d.Allowed || d.RetryAfter != 990 || d.Remaining != 0 {
+	if d := m.TakeHeadroom("k", 10, 1, 2); d.Allowed || d.RetryAfter != 990 || d.Remaining != 0 {
 		t.Fatalf("normal past its share: %+v", d)
 	}
 	if d := m.Take("k", 10, 2); !d.Allowed || d.Remaining != 0 {
@@ -47,7 +47,7 @@ func TestTakeReservingByHand(t *testing.T) {
 	}
 }
 
-// TakeEachReserving by hand: a global fixed window of 5 with 2 reserved,
+// TakeEachHeadroom by hand: a global fixed window of 5 with 2 reserved,
 // beside a tenant's window of 2 with none. The reserve refuses the global
 // part once 3 are spent, and a refusal by the tenant's part spends
 // nothing on the global one.
@@ -56,7 +56,7 @@ func TestTakeEachReservingByHand(t *testing.T) {
 	models := []*model.Model{global, tenant}
 	each := make([]algo.Decision, 2)
 	take := func(user string, reserve int64) algo.Decision {
-		return model.TakeEachReserving(models, []string{"g", user}, []int64{1, 1}, []int64{reserve, 0}, 0, each)
+		return model.TakeEachHeadroom(models, []string{"g", user}, []int64{1, 1}, []int64{reserve, 0}, 0, each)
 	}
 	for i, user := range []string{"a", "a"} {
 		if d := take(user, 2); !d.Allowed || each[0].Remaining != int64(2-i) {

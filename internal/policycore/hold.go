@@ -15,7 +15,7 @@ import (
 // refusal; Acquire, Release and the events are here.
 type Hold struct {
 	Name string
-	// Limit's Reserve is kept for critical requests: the others hold a
+	// Limit's Headroom is kept for critical requests: the others hold a
 	// slot only while it stays free after them.
 	Limit     sluice.Concurrency
 	Units     int64  // at least 1
@@ -43,21 +43,21 @@ func (h *Hold) Check(prefix string) error {
 	case h.Units == 0:
 		h.Units = 1
 	}
-	if h.Units > h.Limit.Limit-h.Limit.Reserve {
-		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a reserve of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Limit.Reserve)
+	if h.Units > h.Limit.Limit-h.Limit.Headroom {
+		return fmt.Errorf("concurrency policy %q: %d units exceed what a request may hold (%d, less a headroom of %d): nothing could pass", h.Name, h.Units, h.Limit.Limit, h.Limit.Headroom)
 	}
 	h.KeyPrefix = KeyPrefix(prefix, h.Name)
 	return nil
 }
 
 // Acquire asks for the lease of the request whose key is key (critical: it
-// may use the reserve), and reports the outcome: held (Allowed), refused
+// may use the headroom), and reports the outcome: held (Allowed), refused
 // (Denied), a failure policy's grant (Degraded) or an error.
 func (h *Hold) Acquire(ctx context.Context, key string, critical bool) (sluice.Lease, error) {
 	start := time.Now()
 	c := h.Limit
 	if critical {
-		c.Reserve = 0
+		c.Headroom = 0
 	}
 	ls, err := h.Lim.Acquire(ctx, h.KeyPrefix+key, c, h.Units)
 	o := observe.Allowed
@@ -86,7 +86,7 @@ func (h *Hold) Release(ctx context.Context, ls sluice.Lease) {
 }
 
 // Run runs work holding a lease for key (critical: it may use the
-// reserve), released however work ends (it
+// headroom), released however work ends (it
 // returns or panics; the panic goes on once the lease is given back). It
 // returns the refused lease when no slot is free (work did not run), and
 // the Limiter's error.

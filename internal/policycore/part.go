@@ -11,12 +11,12 @@ import (
 
 // Part is one policy's share of a request: its rule, the store key (the
 // rule's KeyPrefix and the request's key), what the request spends and
-// what it leaves for higher classes (Rule.ReserveFor).
+// what it leaves for higher classes (Rule.HeadroomFor).
 type Part struct {
-	Rule    *Rule
-	Key     string
-	Cost    int64
-	Reserve int64
+	Rule     *Rule
+	Key      string
+	Cost     int64
+	Headroom int64
 }
 
 // RequestKey is the request's key, without the store prefix.
@@ -25,11 +25,11 @@ func (p *Part) RequestKey() string { return p.Key[len(p.Rule.KeyPrefix):] }
 // Quota is the draft-11 q of the request's class: the rule's Q less what
 // the request leaves for higher classes, so that RateLimit's r (the
 // class's Remaining) never exceeds it.
-func (p *Part) Quota() int64 { return p.Rule.Q - p.Reserve }
+func (p *Part) Quota() int64 { return p.Rule.Q - p.Headroom }
 
 // Sluice is p as a part of a composite on the Limiter.
 func (p *Part) Sluice() sluice.Part {
-	return sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost, Reserve: p.Reserve}
+	return sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost, Headroom: p.Headroom}
 }
 
 // Record counts outcome o for each part's rule and reports it to obs (nil
@@ -78,7 +78,7 @@ func RefusedNames(ps []Part, each []sluice.Result) []string {
 	return out
 }
 
-// Take decides ps as one composite on lim (sluice.Limiter.TakeEach) and
+// Take decides ps as one composite on lim (sluice.Limiter.TakeAll) and
 // writes each part's own result at the decision into each[i] (each may be
 // nil when ps is one part). With timed, it returns how long the store
 // took; without, it reads no clock.
@@ -90,22 +90,20 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 	var res sluice.Result
 	var err error
 	switch {
-	case len(ps) == 1 && ps[0].Reserve > 0: // a lower class's
-		res, err = lim.TakeReserving(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost, ps[0].Reserve)
-	case len(ps) == 1: // a composite of one is a Take, without the parts
+	case len(ps) == 1 && ps[0].Headroom == 0: // a composite of one is a Take, without the parts
 		res, err = lim.Take(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost)
-	default:
+		if each != nil {
+			each[0] = res
+		}
+	default: // a lower class's part (Headroom) or more than one part
 		buf := sluiceParts.Get().(*[2]sluice.Part)
 		sp := buf[:0]
 		for i := range ps {
 			sp = append(sp, ps[i].Sluice())
 		}
-		res, err = lim.TakeEach(ctx, sp, each)
+		res, err = lim.TakeAll(ctx, sp, each)
 		*buf = [2]sluice.Part{} // hold no keys in the pool
 		sluiceParts.Put(buf)
-	}
-	if len(ps) == 1 && each != nil {
-		each[0] = res
 	}
 	var lat time.Duration
 	if timed {
@@ -116,5 +114,5 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 
 // sluiceParts lends Take room for two parts: a []sluice.Part escapes (the
 // Limiter hands it to its store, an interface), and the Limiter keeps no
-// reference to it once TakeEach returns.
+// reference to it once TakeAll returns.
 var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}

@@ -41,7 +41,7 @@ func AppendCharges(cs []Charge, ps []Part, each []sluice.Result) []Charge {
 
 // Refund gives up to units back to each charge of cs of the policy named
 // name (every charge when name is ""), never more than the charge spent in
-// all, through lim.RefundTake in the window the units were spent in. It
+// all, through lim.Refund in the window the units were spent in. It
 // reports whether name named a charge, and the errors of the charges that
 // could not give back (an algorithm that cannot, wrapping
 // algo.ErrNoRefund; a store error), each naming its policy.
@@ -58,11 +58,11 @@ func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, 
 			continue
 		}
 		found = true
-		n := c.reserve(units)
+		n := c.claim(units)
 		if n <= 0 {
 			continue
 		}
-		if _, err := lim.RefundTake(ctx, c.Key, c.Rule.Limit, n, sluice.Result{Window: c.Window}); err != nil {
+		if _, err := lim.Refund(ctx, c.Key, c.Rule.Limit, n, sluice.Result{Window: c.Window}); err != nil {
 			c.refunded.Add(-n)
 			errs = append(errs, fmt.Errorf("policy %q: %w", c.Rule.Name, err))
 		}
@@ -70,9 +70,9 @@ func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, 
 	return found, errors.Join(errs...)
 }
 
-// reserve takes up to units from what c has left to give back, and
+// claim takes up to units from what c has left to give back, and
 // returns how many it took.
-func (c *Charge) reserve(units int64) int64 {
+func (c *Charge) claim(units int64) int64 {
 	for {
 		done := c.refunded.Load()
 		n := min(units, c.Cost-done)

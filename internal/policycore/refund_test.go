@@ -39,8 +39,8 @@ func TestTakeAndRefund(t *testing.T) {
 	c := testenv.NewClock()
 	lim := sluice.New(memstore.New(memstore.WithClock(c)))
 	tb := rule(t, "tb", sluice.PerMinute(10))
-	win := rule(t, "win", sluice.PerMinute(10).Using(sluice.FixedWindow))
-	slog := rule(t, "slog", sluice.PerMinute(10).Using(sluice.SlidingLog))
+	win := rule(t, "win", sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow))
+	slog := rule(t, "slog", sluice.PerMinute(10).WithAlgorithm(sluice.SlidingLog))
 	ps := []policycore.Part{
 		{Rule: tb, Key: tb.KeyPrefix + "k", Cost: 4}, {Rule: win, Key: win.KeyPrefix + "k", Cost: 4},
 		{Rule: slog, Key: slog.KeyPrefix + "k", Cost: 4}, {Rule: tb, Key: tb.KeyPrefix + "free"},

@@ -17,10 +17,10 @@ type Rule struct {
 	Name  string
 	Limit sluice.Limit
 	Cost  int64 // what a request spends when no cost function decides; at least 1
-	// Reserve is kept for critical requests (priority classes): the others
-	// pass only while Reserve units would stay after them (see
-	// sluice.Limiter.TakeReserving). 0 ≤ Reserve < Q.
-	Reserve   int64
+	// Headroom is kept for critical requests (priority classes): the
+	// others pass only while Headroom units would stay after them (see
+	// sluice.Part.Headroom). 0 ≤ Headroom < Q.
+	Headroom  int64
 	Shadow    bool
 	Optional  bool
 	KeyPrefix string // KeyPrefix(the door's prefix, Name)
@@ -43,7 +43,7 @@ type Checker struct {
 }
 
 // Check checks r, the next policy, as its door's Policy gave it (Name,
-// Limit, Cost, Reserve, Shadow, Optional), and fills in the rest: a Cost of 0 is 1,
+// Limit, Cost, Headroom, Shadow, Optional), and fills in the rest: a Cost of 0 is 1,
 // KeyPrefix, Q and W. costFunc says that a function reads each request's
 // cost, so that Cost need not fit the limit's capacity. The error names
 // the policy; the door says where it comes from.
@@ -75,21 +75,21 @@ func (c *Checker) Check(r *Rule, costFunc bool) error {
 		return fmt.Errorf("policy %q: cost %d exceeds the limit's capacity %d: no %s could pass", r.Name, r.Cost, r.Q, c.Noun)
 	}
 	switch {
-	case r.Reserve < 0:
-		return fmt.Errorf("policy %q: negative reserve %d", r.Name, r.Reserve)
-	case r.Reserve >= r.Q || (!costFunc && r.Cost+r.Reserve > r.Q):
-		return fmt.Errorf("policy %q: a reserve of %d leaves less than one %s's cost of the capacity %d to the other classes", r.Name, r.Reserve, c.Noun, r.Q)
+	case r.Headroom < 0:
+		return fmt.Errorf("policy %q: negative headroom %d", r.Name, r.Headroom)
+	case r.Headroom >= r.Q || (!costFunc && r.Cost+r.Headroom > r.Q):
+		return fmt.Errorf("policy %q: a headroom of %d leaves less than one %s's cost of the capacity %d to the other classes", r.Name, r.Headroom, c.Noun, r.Q)
 	}
 	return nil
 }
 
-// ReserveFor is what a request leaves for higher classes under r: nothing
-// when it is critical, else r's Reserve.
-func (r *Rule) ReserveFor(critical bool) int64 {
+// HeadroomFor is what a request leaves for higher classes under r:
+// nothing when it is critical, else r's Headroom.
+func (r *Rule) HeadroomFor(critical bool) int64 {
 	if critical {
 		return 0
 	}
-	return r.Reserve
+	return r.Headroom
 }
 
 // CheckCost is the cost a policy's cost function returned: c, or an error

@@ -21,14 +21,14 @@ func TestChecker(t *testing.T) {
 	if ok.Cost != 1 || ok.KeyPrefix != "door:per-ip:" || ok.Q != 50 || ok.W != 5 {
 		t.Errorf("checked rule: cost %d, prefix %q, q %d, w %d; want 1, door:per-ip:, 50, 5", ok.Cost, ok.KeyPrefix, ok.Q, ok.W)
 	}
-	classes := policycore.Rule{Name: "classes", Limit: sluice.PerMinute(100), Reserve: 20}
+	classes := policycore.Rule{Name: "classes", Limit: sluice.PerMinute(100), Headroom: 20}
 	if err := (&policycore.Checker{Noun: "call"}).Check(&classes, false); err != nil {
 		t.Fatal(err)
 	}
-	normal := policycore.Part{Rule: &classes, Reserve: classes.ReserveFor(false)}
-	critical := policycore.Part{Rule: &classes, Reserve: classes.ReserveFor(true)}
-	if normal.Quota() != 80 || critical.Quota() != 100 || normal.Sluice().Reserve != 20 || critical.Sluice().Reserve != 0 {
-		t.Errorf("classes: q %d and %d, reserves %d and %d; want 80 and 100, 20 and 0", normal.Quota(), critical.Quota(), normal.Sluice().Reserve, critical.Sluice().Reserve)
+	normal := policycore.Part{Rule: &classes, Headroom: classes.HeadroomFor(false)}
+	critical := policycore.Part{Rule: &classes, Headroom: classes.HeadroomFor(true)}
+	if normal.Quota() != 80 || critical.Quota() != 100 || normal.Sluice().Headroom != 20 || critical.Sluice().Headroom != 0 {
+		t.Errorf("classes: q %d and %d, headrooms %d and %d; want 80 and 100, 20 and 0", normal.Quota(), critical.Quota(), normal.Sluice().Headroom, critical.Sluice().Headroom)
 	}
 	bigCost := policycore.Rule{Name: "bytes", Limit: sluice.PerMinute(100), Cost: 1000}
 	if err := check.Check(&bigCost, true); err != nil {
@@ -44,8 +44,8 @@ func TestChecker(t *testing.T) {
 		{&policycore.Rule{Name: "zero"}, `policy "zero": sluice: invalid limit`},
 		{&policycore.Rule{Name: "neg", Limit: sluice.PerSecond(1), Cost: -1}, `policy "neg": negative cost -1`},
 		{&policycore.Rule{Name: "big", Limit: sluice.PerSecond(2), Cost: 3}, `policy "big": cost 3 exceeds the limit's capacity 2: no call could pass`},
-		{&policycore.Rule{Name: "rneg", Limit: sluice.PerSecond(2), Reserve: -1}, `policy "rneg": negative reserve -1`},
-		{&policycore.Rule{Name: "rbig", Limit: sluice.PerSecond(5), Cost: 2, Reserve: 4}, `policy "rbig": a reserve of 4 leaves less than one call's cost`},
+		{&policycore.Rule{Name: "rneg", Limit: sluice.PerSecond(2), Headroom: -1}, `policy "rneg": negative headroom -1`},
+		{&policycore.Rule{Name: "rbig", Limit: sluice.PerSecond(5), Cost: 2, Headroom: 4}, `policy "rbig": a headroom of 4 leaves less than one call's cost`},
 	} {
 		err := check.Check(tc.r, false)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

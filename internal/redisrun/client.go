@@ -146,7 +146,7 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 		return
 	}
 	cmds := make([]redis.Cmder, len(calls))
-	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
 			cmds[i] = scriptCmd(ctx, c, g.digest(ctx, c.Script, evalOnly))
 			_ = p.Process(ctx, cmds[i])
@@ -155,7 +155,7 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 	})
 	var missing []int
 	for i, cmd := range cmds {
-		read(calls[i], cmd)
+		readPiped(calls[i], cmd, err)
 		if g.retry(calls[i].Err) {
 			missing = append(missing, i)
 		}
@@ -163,7 +163,7 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 	if len(missing) == 0 {
 		return
 	}
-	g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, i := range missing {
 			cmds[i] = scriptCmd(ctx, calls[i], "")
 			_ = p.Process(ctx, cmds[i])
@@ -171,7 +171,19 @@ func (g *goRedis) Run(ctx context.Context, calls []*Call) {
 		return nil
 	})
 	for _, i := range missing {
-		read(calls[i], cmds[i])
+		readPiped(calls[i], cmds[i], err)
+	}
+}
+
+// readPiped is read for a command of a pipeline that failed with err (nil:
+// none): a command left with neither a reply nor an error of its own (a
+// dial that failed on go-redis's last try leaves the pipeline's commands
+// so) has err. Every script replies an array, so a command that ran has a
+// reply.
+func readPiped(c *Call, cmd redis.Cmder, err error) {
+	read(c, cmd)
+	if err != nil && c.Err == nil && c.Reply == nil && c.Values == nil {
+		c.Err = err
 	}
 }
 

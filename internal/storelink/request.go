@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Request is one checked decision as a store of this module receives it:
@@ -19,10 +20,9 @@ type Request struct {
 	// MaxDelay bounds a LeakyBucket admission's delay, in µs (algo.Never for
 	// none).
 	MaxDelay int64
-	// Reserve is what a composite's part leaves for higher classes
-	// (algo.StepReserving, SEMANTICS.md's "Reserved capacity"): 0 ≤
-	// Cost + Reserve ≤ Params.Capacity(). It is 0 but in composites; a
-	// single request with a reserve goes through Reserver.
+	// Reserve is what the request leaves for higher classes
+	// (algo.StepHeadroom, SEMANTICS.md's "Headroom"): 0 ≤
+	// Cost + Reserve ≤ Params.Capacity(); an op's or a part's Headroom.
 	Reserve int64
 }
 
@@ -35,7 +35,7 @@ var (
 	ErrCostExceedsCapacity = errors.New("sluice: cost exceeds capacity")
 	ErrInvalidCost         = errors.New("sluice: invalid cost")
 	ErrEmptyKey            = errors.New("sluice: empty key")
-	ErrStoreUnavailable    = errors.New("sluice: store unavailable")
+	ErrStoreUnavailable    = store.ErrStoreUnavailable
 	ErrDuplicateKey        = errors.New("sluice: a composite names a key twice")
 )
 
@@ -71,9 +71,9 @@ func Check(key string, p algo.Params, cost int64) error {
 	return nil
 }
 
-// CheckReserve checks a reserve under valid params and a checked cost: not
+// CheckHeadroom checks a reserve under valid params and a checked cost: not
 // negative, and cost + reserve within the capacity.
-func CheckReserve(p *algo.Params, cost, reserve int64) error {
+func CheckHeadroom(p *algo.Params, cost, reserve int64) error {
 	switch {
 	case reserve < 0:
 		return fmt.Errorf("%w: reserve %d is negative", ErrInvalidCost, reserve)

@@ -8,8 +8,8 @@
 -- ARGV     TTL margin (µs), the number of requests, then per request: now
 --          (µs, -1 for the server's TIME, read once for the script), its
 --          number of limits, then per limit: kind, rate, period (µs), burst,
---          cost, max delay (µs, -1 for none), reserve (units the part
---          leaves for higher classes: class.lua)
+--          cost, max delay (µs, -1 for none), headroom (units the part
+--          leaves to higher classes: class.lua)
 -- reply    per request, one decision per limit (see decision in the
 --          prelude), flattened; in a refused request, a part that granted
 --          reports a look (cost 0) at its key, since nothing was spent, and

@@ -7,7 +7,7 @@
 -- ARGV     TTL margin (µs), now (µs, -1 for the server's TIME), the hold's
 --          limit, lifetime (µs), units and id, the number of parts, then
 --          per part: kind, rate, period (µs), burst, cost, max delay (µs,
---          -1 for none), reserve (class.lua)
+--          -1 for none), headroom (class.lua)
 -- reply    the hold's decision (as concurrency_main.lua's), then one
 --          decision per part (see decision in the prelude), flattened; in a
 --          refusal, a part that granted reports a look, and the hold, if

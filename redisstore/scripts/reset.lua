@@ -1,2 +1,2 @@
--- reset: forgets the key.
-return {redis.call('DEL', KEYS[1])}
+-- reset: forgets the keys (a key's rate state, its holds).
+return {redis.call('DEL', unpack(KEYS))}

@@ -17,16 +17,16 @@ import (
 // reaches), so each server decides one hot key.
 const (
 	hotValue = "u0"
-	// leasesStore names sluice serve over Redis with --store-leases.
-	leasesStore = "redis-leases"
-	// Issue 24's targets for sluice serve over Redis with leases on one
+	// slicesStore names sluice serve over Redis with --store-slices.
+	slicesStore = "redis-slices"
+	// Issue 24's targets for sluice serve over Redis with slices on one
 	// hot descriptor.
-	targetLeaseCPU   = 1.10 // server CPU per call at most this multiple of sluice's in memory
-	targetLeaseCalls = 1.0  // Redis commands per 100 calls at most this
+	targetSliceCPU   = 1.10 // server CPU per call at most this multiple of sluice's in memory
+	targetSliceCalls = 1.0  // Redis commands per 100 calls at most this
 )
 
 // hotServers are the servers -hot runs unless -servers names others.
-var hotServers = []string{"envoy", "sluice-memory", "sluice-leases"}
+var hotServers = []string{"envoy", "sluice-memory", "sluice-slices"}
 
 // flagSet reports whether the command line set the flag name.
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -60,7 +60,7 @@ func measureHot(ctx context.Context, c *config, rs *bench.RedisServer, s *rls.Se
 
 // reportHot prints the -hot run as Markdown on stdout: a row per server
 // and load generator, added up over the rounds, then issue 24's targets
-// for sluice over Redis with leases against sluice in memory, with each
+// for sluice over Redis with slices against sluice in memory, with each
 // round's ratio.
 func reportHot(ctx context.Context, c *config, modDir, redisAddr string, files rls.ConfigFiles, r *results) {
 	fmt.Printf("# RLS v3 services on one hot descriptor\n\n")
@@ -78,23 +78,23 @@ func reportHot(ctx context.Context, c *config, modDir, redisAddr string, files r
 	fmt.Println()
 	for _, m := range r.total {
 		mem := peer(r.total, m.Generator, "sluice", "memory")
-		if m.Store != leasesStore || mem == nil {
+		if m.Store != slicesStore || mem == nil {
 			continue
 		}
 		var each []string
 		for _, row := range r.rounds {
-			each = append(each, cpuRatio(peer(row, m.Generator, "sluice", leasesStore), peer(row, m.Generator, "sluice", "memory")))
+			each = append(each, cpuRatio(peer(row, m.Generator, "sluice", slicesStore), peer(row, m.Generator, "sluice", "memory")))
 		}
 		cpu := cpuRatio(m, mem)
-		fmt.Printf("Targets, sluice over Redis with leases (load generator %s): server CPU/call ÷ sluice in memory %s (≤ %.2f: %s; rounds %s), Redis commands per 100 calls %.3f (≤ %.0f: %s).\n",
-			m.Generator, cpu, targetLeaseCPU, verdict(cpu != "n/a" && ratioOf(m, mem) <= targetLeaseCPU), strings.Join(each, " "),
-			per100Value(m), targetLeaseCalls, verdict(per100Value(m) <= targetLeaseCalls))
+		fmt.Printf("Targets, sluice over Redis with slices (load generator %s): server CPU/call ÷ sluice in memory %s (≤ %.2f: %s; rounds %s), Redis commands per 100 calls %.3f (≤ %.0f: %s).\n",
+			m.Generator, cpu, targetSliceCPU, verdict(cpu != "n/a" && ratioOf(m, mem) <= targetSliceCPU), strings.Join(each, " "),
+			per100Value(m), targetSliceCalls, verdict(per100Value(m) <= targetSliceCalls))
 	}
 	fmt.Println()
 	fmt.Printf("envoyproxy/ratelimit: %s, environment %s (defaults otherwise).\n", moduleVersion(ctx, modDir, "github.com/envoyproxy/ratelimit"),
 		strings.Join(append(rls.EnvoyEnv(redisAddr, files), c.envoyEnv...), " "))
-	fmt.Printf("sluice: `sluice %s` (sluice-leases adds `--store-leases %v`)%s.\n",
-		strings.Join(rls.SluiceArgs(files.File, "redis://"+redisAddr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), c.leaseLife, envSuffix(c.sluiceEnv))
+	fmt.Printf("sluice: `sluice %s` (sluice-slices adds `--store-slices %v`)%s.\n",
+		strings.Join(rls.SluiceArgs(files.File, "redis://"+redisAddr+" | memory", "127.0.0.1:P", "127.0.0.1:Q"), " "), c.sliceLife, envSuffix(c.sluiceEnv))
 }
 
 // peer returns the measurement in ms of the server name over store with

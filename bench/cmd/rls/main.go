@@ -8,7 +8,7 @@
 //	go run ./cmd/rls [-duration 20s | -calls N] [-warmup 2s] [-rounds 1] [-callers 64] [-conns 4]
 //	                 [-client h2|grpc|h2,grpc] [-servers envoy,sluice-redis,sluice-memory]
 //	                 [-envoy-env K=V]... [-sluice-env K=V]... [-cpuprofile FILE]
-//	go run ./cmd/rls -hot [-lease-life 1s] [-duration 20s] [-rounds 1] [-servers envoy,sluice-memory,sluice-leases]
+//	go run ./cmd/rls -hot [-slice-life 1s] [-duration 20s] [-rounds 1] [-servers envoy,sluice-memory,sluice-slices]
 //	go run ./cmd/rls -smoke [-hot]   # seconds: does it still run? (CI)
 //
 // It builds both servers with `go build` into a temporary directory, starts
@@ -26,8 +26,8 @@
 // With -hot every call carries one hot descriptor (the value u0, 1,000,000/s:
 // above demand) instead of the 10,000 values, and the servers are, unless
 // -servers names others, envoyproxy/ratelimit, sluice serve in memory and
-// sluice serve over Redis with --store-leases (-lease-life; the server
-// "sluice-leases", which -servers also offers without -hot). Redis's
+// sluice serve over Redis with --store-slices (-slice-life; the server
+// "sluice-slices", which -servers also offers without -hot). Redis's
 // counters are reset after each warm-up, and the table adds the commands
 // Redis ran per 100 calls and each server's CPU per call against sluice's
 // in memory: issue 24's target for a hot descriptor.
@@ -72,14 +72,14 @@ type config struct {
 	cpuprofile       string
 	hot              bool          // one hot descriptor (hot.go)
 	smoke            bool          // -smoke: brief, and every server must build
-	leaseLife        time.Duration // sluice-leases' --store-leases
+	sliceLife        time.Duration // sluice-slices' --store-slices
 }
 
 // allServers are the servers run by default, knownServers those -servers
 // takes.
 var (
 	allServers   = []string{"envoy", "sluice-redis", "sluice-memory"}
-	knownServers = append(slices.Clone(allServers), "sluice-leases")
+	knownServers = append(slices.Clone(allServers), "sluice-slices")
 )
 
 func parseFlags(args []string) (*config, error) {
@@ -98,7 +98,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (binaries, config, server logs)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the load generator (this process) over the measured runs to `file`")
 	fs.BoolVar(&c.hot, "hot", false, "one hot descriptor (u0, 1,000,000/s) instead of 10,000 values, the servers "+strings.Join(hotServers, ",")+" unless -servers names others; adds Redis commands per 100 calls and CPU per call ÷ sluice in memory")
-	fs.DurationVar(&c.leaseLife, "lease-life", time.Second, "the --store-leases of the server sluice-leases")
+	fs.DurationVar(&c.sliceLife, "slice-life", time.Second, "the --store-slices of the server sluice-slices: a slice's life")
 	fs.BoolVar(&c.smoke, "smoke", false, "a run of seconds that checks the command still works, not a measurement (CI runs it): -calls 2000 -warmup 200ms -rounds 1 unless given, and a server that does not build is an error")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -116,8 +116,8 @@ func parseFlags(args []string) (*config, error) {
 	if c.duration <= 0 && c.calls <= 0 {
 		return nil, errors.New("-duration or -calls must be positive")
 	}
-	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 || c.leaseLife <= 0 {
-		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative, -lease-life positive")
+	if c.rounds < 1 || c.callers < 1 || c.conns < 1 || c.warmup < 0 || c.sliceLife <= 0 {
+		return nil, errors.New("-rounds, -callers and -conns must be at least 1, -warmup not negative, -slice-life positive")
 	}
 	for g := range strings.SplitSeq(*clients, ",") {
 		if !slices.Contains(rls.Generators, rls.Generator(g)) {
@@ -248,7 +248,7 @@ func build(ctx context.Context, c *config, modDir, dir string) (binaries, error)
 			b.envoy = ""
 		}
 	}
-	if c.want("sluice-redis") || c.want("sluice-memory") || c.want("sluice-leases") {
+	if c.want("sluice-redis") || c.want("sluice-memory") || c.want("sluice-slices") {
 		logf("building %s", rls.SluicePackage)
 		if b.sluice, err = rls.BuildSluice(ctx, modDir, dir); err != nil {
 			if c.smoke {
@@ -303,9 +303,9 @@ func start(ctx context.Context, c *config, bins binaries, dir, redisAddr string,
 			return err
 		}
 	}
-	if bins.sluice != "" && c.want("sluice-leases") {
-		flags := []string{"--store-leases", c.leaseLife.String()}
-		if err := add(rls.StartSluiceFlags(ctx, bins.sluice, dir, files, "redis://"+redisAddr, leasesStore, flags, c.sluiceEnv)); err != nil {
+	if bins.sluice != "" && c.want("sluice-slices") {
+		flags := []string{"--store-slices", c.sliceLife.String()}
+		if err := add(rls.StartSluiceFlags(ctx, bins.sluice, dir, files, "redis://"+redisAddr, slicesStore, flags, c.sluiceEnv)); err != nil {
 			return err
 		}
 	}

@@ -22,12 +22,12 @@ func TestParseFlags(t *testing.T) {
 	if c, err := parseFlags([]string{"-client", "grpc,h2,grpc"}); err != nil || len(c.clients) != 2 || c.clients[0] != rls.GRPC {
 		t.Errorf("-client grpc,h2,grpc: %v, %v", c, err)
 	}
-	if c, err := parseFlags([]string{"-hot"}); err != nil || !c.hot || strings.Join(c.servers, ",") != "envoy,sluice-memory,sluice-leases" || c.leaseLife != time.Second {
+	if c, err := parseFlags([]string{"-hot"}); err != nil || !c.hot || strings.Join(c.servers, ",") != "envoy,sluice-memory,sluice-slices" || c.sliceLife != time.Second {
 		t.Errorf("-hot: %+v, %v", c, err)
 	}
-	if c, err := parseFlags([]string{"-hot", "-servers", "sluice-leases,sluice-memory", "-lease-life", "100ms"}); err != nil ||
-		strings.Join(c.servers, ",") != "sluice-leases,sluice-memory" || c.leaseLife != 100*time.Millisecond {
-		t.Errorf("-hot -servers sluice-leases,sluice-memory -lease-life 100ms: %+v, %v", c, err)
+	if c, err := parseFlags([]string{"-hot", "-servers", "sluice-slices,sluice-memory", "-slice-life", "100ms"}); err != nil ||
+		strings.Join(c.servers, ",") != "sluice-slices,sluice-memory" || c.sliceLife != 100*time.Millisecond {
+		t.Errorf("-hot -servers sluice-slices,sluice-memory -slice-life 100ms: %+v, %v", c, err)
 	}
 	if c, err := parseFlags(nil); err != nil || c.hot || strings.Join(c.servers, ",") != "envoy,sluice-redis,sluice-memory" {
 		t.Errorf("defaults: %+v, %v", c, err)
@@ -39,7 +39,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-smoke -calls 50: %+v, %v", c, err)
 	}
 	for _, bad := range [][]string{
-		{"-lease-life", "0s"},
+		{"-slice-life", "0s"},
 		{"-servers", "nginx"},
 		{"-duration", "0s"},
 		{"-rounds", "0"},

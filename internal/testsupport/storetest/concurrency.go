@@ -31,13 +31,13 @@ func Holds(t *testing.T, newStore NewStore) {
 	t.Run("Classes", func(t *testing.T) { HoldClasses(t, sluice.New(newStore(t, nil))) })
 }
 
-// HoldClasses checks reserved capacity: under a limit of 5 with 2 kept for
+// HoldClasses checks headroom: under a limit of 5 with 2 kept for
 // critical requests, normal ones hold at most 3 and critical ones the rest,
 // whichever class came first.
 func HoldClasses(t *testing.T, lim *sluice.Limiter) {
 	ctx := context.Background()
 	critical := sluice.MaxConcurrent(5).WithLifetime(time.Hour)
-	normal := critical.Reserving(2)
+	normal := critical.WithHeadroom(2)
 	grant := func(c sluice.Concurrency, n int) int {
 		got := 0
 		for range n {
@@ -63,18 +63,18 @@ func HoldClasses(t *testing.T, lim *sluice.Limiter) {
 }
 
 // HoldComposite checks a random trace of n composites of a hold and rate
-// parts (Limiter.AcquireAll), half of the parts with a random reserve,
-// among releases, against the model
-// (model.AcquireEach): every summary equals the fold of the model's parts,
+// parts (Limiter.Acquire with parts), half of the parts with a random
+// headroom, among releases, against the model (model.AcquireEach): every
+// summary equals the fold of the model's parts,
 // and the hold is held exactly when the model holds it. The keys share a
 // {hash tag}, so that a cluster decides each composite in one script.
 func HoldComposite(t *testing.T, newStore NewStore, n int) {
 	rates := []sluice.Limit{
 		sluice.PerSecond(20).WithBurst(3),
-		sluice.PerSecond(5).Using(sluice.FixedWindow),
-		sluice.PerSecond(8).Using(sluice.SlidingLog),
-		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerSecond(4).Using(sluice.SlidingWindow),
+		sluice.PerSecond(5).WithAlgorithm(sluice.FixedWindow),
+		sluice.PerSecond(8).WithAlgorithm(sluice.SlidingLog),
+		sluice.PerSecond(10).WithBurst(2).WithAlgorithm(sluice.GCRA),
+		sluice.PerSecond(4).WithAlgorithm(sluice.SlidingWindow),
 	}
 	holdComposite(t, newStore, n, "{u}", rates)
 }
@@ -95,8 +95,8 @@ func HoldComposite(t *testing.T, newStore NewStore, n int) {
 func HoldCompositeApart(t *testing.T, newStore NewStore, n int) {
 	rates := []sluice.Limit{
 		sluice.PerSecond(20).WithBurst(3),
-		sluice.PerSecond(5).Using(sluice.AlignedWindow),
-		sluice.PerSecond(10).WithBurst(2).Using(sluice.GCRA),
+		sluice.PerSecond(5).WithAlgorithm(sluice.AlignedWindow),
+		sluice.PerSecond(10).WithBurst(2).WithAlgorithm(sluice.GCRA),
 	}
 	holdComposite(t, newStore, n, "", rates)
 }
@@ -143,11 +143,11 @@ func holdComposite(t *testing.T, newStore NewStore, n int, tag string, rates []s
 			p, _ := storelink.Params(l)
 			cost := r.Int64N(p.Capacity() + 1)
 			reserve := randomReserve(r, p.Capacity()-cost)
-			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost, Reserve: reserve})
+			parts = append(parts, sluice.Part{Key: partKeys[k], Limit: l, Cost: cost, Headroom: reserve})
 			models = append(models, ks.Model(ModelLimit(p)))
 			keys, costs, reserves = append(keys, partKeys[k]), append(costs, cost), append(reserves, reserve)
 		}
-		got, err := lim.AcquireAll(ctx, job, c, units, parts)
+		got, err := lim.Acquire(ctx, job, c, units, parts...)
 		if err != nil {
 			t.Fatalf("seed %d op %d: %v", seed, i, err)
 		}

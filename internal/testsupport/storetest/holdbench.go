@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/storelink"
+	"github.com/sluice-go/sluice/store"
 )
 
 // HoldOps are the operations HoldAtBench measures.
 var HoldOps = []string{"acquire", "release", "extend"}
 
 // HoldAtBench measures one hold operation op on a key of h that holds
-// holds holds (the store's HoldAt, at times it gives), so that a store's
+// holds holds (through st's Run, at times it gives), so that a store's
 // benchmarks at 1 hold and at 10,000 compare the same work
 // (docs/performance.md, "Holds at scale"):
 //
@@ -29,26 +29,28 @@ var HoldOps = []string{"acquire", "release", "extend"}
 //
 // Every operation must be allowed. The key is filled before b's timer
 // starts (b.Loop); then filled, if not nil, is called.
-func HoldAtBench(b *testing.B, h storelink.Holder, key string, holds int, op string, filled func()) {
+func HoldAtBench(b *testing.B, st store.Store, key string, holds int, op string, filled func()) {
 	ctx := context.Background()
 	now := int64(1_764_000_000_000_000)
 	life := int64(holds)
 	if op != "acquire" {
 		life = int64(time.Hour / time.Microsecond)
 	}
-	hold := storelink.HoldOp{Key: key, Limit: algo.Concurrency{Limit: 1 << 40, Lifetime: life}}
-	run := func(o, units, id int64) {
-		hold.Op, hold.Units, hold.ID = o, units, id
-		r, err := h.HoldAt(ctx, hold, now)
-		if err != nil || !r.Decision.Allowed {
-			b.Fatalf("op %d of hold %d at %d: %+v %v", o, id, now, r, err)
+	c := algo.Concurrency{Limit: 1 << 40, Lifetime: life}
+	ops := make([]store.Op, 1)
+	run := func(kind store.Kind, units, id int64) {
+		ops[0] = HoldOp(kind, key, c, units, id)
+		ops[0].At = now
+		st.Run(ctx, ops)
+		if o := &ops[0]; o.Err != nil || !o.Decision.Allowed {
+			b.Fatalf("op %d of hold %d at %d: %+v %v", kind, id, now, o.Decision, o.Err)
 		}
 	}
 	ids := make([]int64, holds) // the holds, oldest first from ids[i%holds]
 	next := int64(1)
 	for i := range ids {
 		ids[i] = next
-		run(algo.OpAcquire, 1, next)
+		run(store.Acquire, 1, next)
 		next++
 		now++
 	}
@@ -59,13 +61,13 @@ func HoldAtBench(b *testing.B, h storelink.Holder, key string, holds int, op str
 	for b.Loop() {
 		switch op {
 		case "acquire":
-			run(algo.OpAcquire, 1, next)
+			run(store.Acquire, 1, next)
 		case "release":
-			run(algo.OpRelease, 0, ids[i])
+			run(store.Release, 0, ids[i])
 			ids[i] = next
-			run(algo.OpAcquire, 1, next)
+			run(store.Acquire, 1, next)
 		case "extend":
-			run(algo.OpExtend, 0, ids[i])
+			run(store.Extend, 0, ids[i])
 		}
 		next++
 		now++

@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,17 +18,20 @@ import (
 	"github.com/sluice-go/sluice/internal/model"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/internal/testsupport/traces"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Base is a time near the present, in µs since the epoch.
-const Base = int64(1_764_000_000_000_000)
+const Base = traces.Base
 
-// TakeAllAt makes one composite decision at time now (an Engine's
-// TakeAllAt).
+// TakeAllAt makes one composite decision at time now (AllAt builds one
+// from a store).
 type TakeAllAt func(ctx context.Context, reqs []storelink.Request, now int64) (algo.Decision, error)
 
 // TakeEachAt makes one composite decision at time now and writes each
-// part's into each[i] (each as long as reqs; see model.TakeEach).
+// part's into each[i] (each as long as reqs; see model.TakeEach). EachAt
+// builds one from a store.
 type TakeEachAt func(ctx context.Context, reqs []storelink.Request, now int64, each []algo.Decision) (algo.Decision, error)
 
 func req(key string, l sluice.Limit, cost int64) storelink.Request {
@@ -119,14 +121,14 @@ func RandomComposites(t *testing.T, take TakeAllAt, each TakeEachAt, prefix stri
 	r := rand.New(rand.NewPCG(seed, 11))
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(4),
-		sluice.PerSecond(3).WithBurst(4).Using(sluice.GCRA),
-		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerSecond(5).WithBurst(3).Using(sluice.LeakyBucket),
-		sluice.PerSecond(6).Using(sluice.FixedWindow),
-		sluice.Per(6, 2*time.Second).Using(sluice.FixedWindow),
-		sluice.PerSecond(4).Using(sluice.AlignedWindow),
-		sluice.PerSecond(5).Using(sluice.SlidingWindow),
-		sluice.PerSecond(4).Using(sluice.SlidingLog),
+		sluice.PerSecond(3).WithBurst(4).WithAlgorithm(sluice.GCRA),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).WithAlgorithm(sluice.GCRA),
+		sluice.PerSecond(5).WithBurst(3).WithAlgorithm(sluice.LeakyBucket),
+		sluice.PerSecond(6).WithAlgorithm(sluice.FixedWindow),
+		sluice.Per(6, 2*time.Second).WithAlgorithm(sluice.FixedWindow),
+		sluice.PerSecond(4).WithAlgorithm(sluice.AlignedWindow),
+		sluice.PerSecond(5).WithAlgorithm(sluice.SlidingWindow),
+		sluice.PerSecond(4).WithAlgorithm(sluice.SlidingLog),
 	}
 	decisions, refused := 0, 0
 	for ti := 0; ti < traces; ti++ {
@@ -223,25 +225,25 @@ func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 	ctx := context.Background()
 	for _, l := range []sluice.Limit{
 		sluice.PerMinute(60).WithBurst(100),
-		sluice.PerMinute(60).WithBurst(100).Using(sluice.GCRA),
-		sluice.Per(100, time.Hour).Using(sluice.FixedWindow),
-		sluice.Per(100, time.Hour).Using(sluice.AlignedWindow),
+		sluice.PerMinute(60).WithBurst(100).WithAlgorithm(sluice.GCRA),
+		sluice.Per(100, time.Hour).WithAlgorithm(sluice.FixedWindow),
+		sluice.Per(100, time.Hour).WithAlgorithm(sluice.AlignedWindow),
 	} {
 		a := l.Algorithm
 		key := prefix + "llm:" + a.String()
-		if r, err := lim.Refund(ctx, key, l, 30); err != nil || r.Remaining != 100 {
+		if r, err := lim.Refund(ctx, key, l, 30, sluice.Result{}); err != nil || r.Remaining != 100 {
 			t.Fatalf("%s: refund on a fresh key: %+v %v", a, r, err)
 		}
 		// Take an estimate of 80 tokens, use 30: give 50 back.
 		if r, _ := lim.Take(ctx, key, l, 80); !r.Allowed || r.Remaining != 20 {
 			t.Fatalf("%s: take: %+v", a, r)
 		}
-		r, err := lim.Refund(ctx, key, l, 50)
+		r, err := lim.Refund(ctx, key, l, 50, sluice.Result{})
 		if err != nil || r.Remaining != 70 {
 			t.Fatalf("%s: refund: %+v %v", a, r, err)
 		}
 		// A refund never creates capacity beyond the burst (the rate).
-		if r, _ := lim.Refund(ctx, key, l, 1000); r.Remaining != 100 {
+		if r, _ := lim.Refund(ctx, key, l, 1000, sluice.Result{}); r.Remaining != 100 {
 			t.Fatalf("%s: refund past the burst: %+v", a, r)
 		}
 		if r, _ := lim.Take(ctx, key, l, 100); !r.Allowed {
@@ -251,24 +253,24 @@ func Refund(t *testing.T, lim *sluice.Limiter, prefix string) {
 			t.Fatalf("%s: refund created capacity", a)
 		}
 	}
-	_, err := lim.Refund(ctx, prefix+"w", sluice.PerMinute(5).Using(sluice.SlidingWindow), 1)
+	_, err := lim.Refund(ctx, prefix+"w", sluice.PerMinute(5).WithAlgorithm(sluice.SlidingWindow), 1, sluice.Result{})
 	if !errors.Is(err, algo.ErrNoRefund) {
 		t.Fatalf("refund on a sliding window: %v", err)
 	}
 }
 
 // LateRefund checks that units a window spent are not given back to the
-// next one: 10 of 10 taken in one window, 10 in the next, then RefundTake
-// of the first take's 10 gives nothing (the next window still admits no
-// more), where Refund, which names no window, gives them to the current
-// one. A refund that brings the count to 0 leaves the key fresh.
+// next one: 10 of 10 taken in one window, 10 in the next, then a Refund
+// naming the first take gives its 10 back to nothing (the next window
+// still admits no more), where a Refund that names no take (the zero
+// Result) gives them to the current one. A refund that brings the count to 0 leaves the key fresh.
 func LateRefund(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
 	clock := new(setClock)
 	lim := sluice.New(newStore(t, clock))
 	for _, l := range []sluice.Limit{
-		sluice.PerMinute(10).Using(sluice.FixedWindow),
-		sluice.PerMinute(10).Using(sluice.AlignedWindow),
+		sluice.PerMinute(10).WithAlgorithm(sluice.FixedWindow),
+		sluice.PerMinute(10).WithAlgorithm(sluice.AlignedWindow),
 	} {
 		a := l.Algorithm
 		key := "late:" + a.String()
@@ -284,77 +286,26 @@ func LateRefund(t *testing.T, newStore NewStore) {
 			t.Fatalf("%s: take in the next window %+v %v", a, next, err)
 		}
 		clock.us.Store(start + 61_000_000)
-		if r, err := lim.RefundTake(ctx, key, l, 10, first); err != nil || r.Remaining != 0 {
+		if r, err := lim.Refund(ctx, key, l, 10, first); err != nil || r.Remaining != 0 {
 			t.Fatalf("%s: late refund of the first window's units: %+v %v; want none given back", a, r, err)
 		}
 		if r, _ := lim.Take(ctx, key, l, 1); r.Allowed {
 			t.Fatalf("%s: the next window admitted 11 of 10 after a late refund", a)
 		}
-		if r, err := lim.RefundTake(ctx, key, l, 4, next); err != nil || r.Remaining != 4 {
+		if r, err := lim.Refund(ctx, key, l, 4, next); err != nil || r.Remaining != 4 {
 			t.Fatalf("%s: refund of 4 to the take's own window: %+v %v", a, r, err)
 		}
-		if r, err := lim.Refund(ctx, key, l, 6); err != nil || r.Remaining != 10 || r.ResetAfter != 0 {
+		if r, err := lim.Refund(ctx, key, l, 6, sluice.Result{}); err != nil || r.Remaining != 10 || r.ResetAfter != 0 {
 			t.Fatalf("%s: refund of the last 6: %+v %v; want the key fresh", a, r, err)
 		}
 	}
 }
 
-// A TraceReq is one request of a trace whose limits change.
-type TraceReq struct {
-	Key       string
-	Params    algo.Params
-	Now, Cost int64
-}
+// A TraceReq is one request of a trace whose limits change (traces.Req).
+type TraceReq = traces.Req
 
-// ChangedTrace draws n requests over three keys, each under one of a few
-// limits of every algorithm: a key often stays under one limit for a while,
-// then moves to another (a new rate, period or burst, or another algorithm,
-// as a rolling deploy does). Gaps run from zero to a few periods, costs from
-// 0 to the capacity.
-func ChangedTrace(r *rand.Rand, n int) []TraceReq {
-	kinds := algo.Kinds()
-	shapes := [][2]int64{{3, 1_000_000}, {7, 100_000}, {1, 60_000_000}, {5, 1_000_000}, {4, 2_000_000}, {13, 1000}}
-	var limits []algo.Params
-	for range 3 + r.IntN(4) {
-		k := kinds[r.IntN(len(kinds))]
-		sh := shapes[r.IntN(len(shapes))]
-		if len(limits) > 0 && r.IntN(2) == 0 { // a variant of a limit drawn before
-			q := limits[r.IntN(len(limits))]
-			if r.IntN(2) == 0 {
-				k = q.Kind
-			} else {
-				sh = [2]int64{q.Rate, q.Period}
-			}
-		}
-		burst := 1 + r.Int64N(6)
-		if k == algo.LeakyBucket {
-			burst--
-		}
-		limits = append(limits, algo.Params{Kind: k, Rate: sh[0], Period: sh[1], Burst: burst})
-	}
-	cur := map[string]algo.Params{}
-	tr := make([]TraceReq, n)
-	now := Base + r.Int64N(1_000_000)
-	for i := range tr {
-		key := "k" + strconv.Itoa(r.IntN(3))
-		p, ok := cur[key]
-		if !ok || r.IntN(6) == 0 {
-			p = limits[r.IntN(len(limits))]
-			cur[key] = p
-		}
-		switch r.IntN(4) {
-		case 0: // same instant
-		case 1:
-			now += r.Int64N(p.Period/p.Rate + 2)
-		case 2:
-			now += r.Int64N(p.Period + 1)
-		default:
-			now += r.Int64N(3*p.Period + 1)
-		}
-		tr[i] = TraceReq{Key: key, Params: p, Now: now, Cost: r.Int64N(p.Capacity() + 1)}
-	}
-	return tr
-}
+// ChangedTrace is traces.Changed.
+func ChangedTrace(r *rand.Rand, n int) []TraceReq { return traces.Changed(r, n) }
 
 // ModelLimit is p as the model states it.
 func ModelLimit(p algo.Params) model.Limit {
@@ -374,7 +325,7 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 	for i := 0; i < 100; i++ {
 		l := tb
 		if i%2 == 1 {
-			l = tb.Using(sluice.GCRA)
+			l = tb.WithAlgorithm(sluice.GCRA)
 		}
 		r, err := lim.Take(ctx, prefix+"deploy", l, 1)
 		if err != nil {
@@ -390,7 +341,7 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
 		key := prefix + "burst:" + a.String()
-		l := sluice.PerHour(10).Using(a)
+		l := sluice.PerHour(10).WithAlgorithm(a)
 		if r, _ := lim.Take(ctx, key, l, 10); !r.Allowed {
 			t.Fatalf("%v: a fresh bucket refused its burst", a)
 		}
@@ -400,25 +351,25 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 		}
 	}
 
-	hour := sluice.Per(1, time.Hour).Using(sluice.FixedWindow)
+	hour := sluice.Per(1, time.Hour).WithAlgorithm(sluice.FixedWindow)
 	if r, _ := lim.Take(ctx, prefix+"window", hour, 1); !r.Allowed {
 		t.Fatal("a fresh fixed window refused")
 	}
-	r, err := lim.Take(ctx, prefix+"window", sluice.Per(1, time.Second).Using(sluice.FixedWindow), 1)
+	r, err := lim.Take(ctx, prefix+"window", sluice.Per(1, time.Second).WithAlgorithm(sluice.FixedWindow), 1)
 	if err != nil || r.Allowed || r.RetryAfter > time.Second {
 		t.Errorf("fixed window shrunk from an hour to a second: %+v %v, want a refusal for at most a second", r, err)
 	}
 
 	key := prefix + "handover"
-	if r, _ := lim.Take(ctx, key, sluice.PerHour(5).Using(sluice.SlidingLog), 3); !r.Allowed {
+	if r, _ := lim.Take(ctx, key, sluice.PerHour(5).WithAlgorithm(sluice.SlidingLog), 3); !r.Allowed {
 		t.Fatal("a fresh sliding log refused")
 	}
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.FixedWindow, sluice.AlignedWindow, sluice.LeakyBucket} {
-		if r, _ := lim.Take(ctx, key, sluice.PerMinute(5).WithBurst(7).Using(a), 0); !r.Allowed {
+		if r, _ := lim.Take(ctx, key, sluice.PerMinute(5).WithBurst(7).WithAlgorithm(a), 0); !r.Allowed {
 			t.Errorf("a query under %v was refused", a)
 		}
 	}
-	if _, err := lim.Refund(ctx, key+":other", tb, 5); err != nil {
+	if _, err := lim.Refund(ctx, key+":other", tb, 5, sluice.Result{}); err != nil {
 		t.Errorf("refund on a fresh key: %v", err)
 	}
 	r, err = lim.Take(ctx, key, sluice.PerHour(5), 0)
@@ -427,20 +378,21 @@ func ChangedLimits(t *testing.T, lim *sluice.Limiter, prefix string) {
 	}
 }
 
-// Errors checks that every error a Limiter over a store, or the store's own
-// sluice.Store methods, return for a bad request wraps its sentinel, so that
-// errors.Is works whichever store made it: an unknown algorithm, a bad cost
-// or key, a refund under a sliding window, a composite that names a key twice, and a
-// clock outside the range a step accepts. newStore returns a store that
-// decides by clock.
-func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix string) {
+// Errors checks that every error a Limiter over a store, or the store's Run,
+// return for a bad request wraps its sentinel, so that errors.Is works
+// whichever store made it: an unknown algorithm, a bad cost or key, a
+// refund under a sliding window, a composite that names a key twice, a
+// time (an op's At, or the store's clock) outside the range a step
+// accepts, and an op the store cannot do (errors.ErrUnsupported).
+// newStore returns a store that decides by clock.
+func Errors(t *testing.T, newStore func(clock store.Clock) store.Store, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	good := sluice.PerMinute(5)
 	unknown := sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}
-	window := good.Using(sluice.SlidingWindow)
-	store := newStore(nil)
-	lim := sluice.New(store)
+	window := good.WithAlgorithm(sluice.SlidingWindow)
+	st := newStore(nil)
+	lim := sluice.New(st)
 	is := func(what string, err, want error) {
 		t.Helper()
 		if !errors.Is(err, want) {
@@ -453,47 +405,60 @@ func Errors(t *testing.T, newStore func(clock sluice.Clock) sluice.Store, prefix
 	is("ParseLimit", err, sluice.ErrInvalidLimit)
 	_, err = lim.Take(ctx, prefix+"k", unknown, 1)
 	is("Limiter.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
-	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: unknown, Cost: 1, MaxDelay: math.MaxInt64})
-	is("Store.Take, unknown algorithm", err, sluice.ErrInvalidLimit)
-	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: -1, MaxDelay: math.MaxInt64})
-	is("Store.Take, negative cost", err, sluice.ErrInvalidCost)
-	_, err = store.Take(ctx, sluice.Request{Key: prefix + "k", Limit: good, Cost: 6, MaxDelay: math.MaxInt64})
-	is("Store.Take, cost over capacity", err, sluice.ErrCostExceedsCapacity)
-	_, err = store.Take(ctx, sluice.Request{Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
-	is("Store.Take, empty key", err, sluice.ErrEmptyKey)
-	_, err = lim.Refund(ctx, prefix+"w", window, 1)
+	_, err = lim.Take(ctx, prefix+"k", good, -1)
+	is("Limiter.Take, negative cost", err, sluice.ErrInvalidCost)
+	_, err = lim.Take(ctx, prefix+"k", good, 6)
+	is("Limiter.Take, cost over capacity", err, sluice.ErrCostExceedsCapacity)
+	_, err = lim.Take(ctx, "", good, 1)
+	is("Limiter.Take, empty key", err, sluice.ErrEmptyKey)
+	_, err = lim.Refund(ctx, prefix+"w", window, 1, sluice.Result{})
 	is("Limiter.Refund, window", err, sluice.ErrNoRefund)
-	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: window, Cost: 1})
-	is("Store.Refund, window", err, sluice.ErrNoRefund)
-	_, err = store.Refund(ctx, sluice.Request{Key: prefix + "w", Limit: unknown, Cost: 1})
-	is("Store.Refund, unknown algorithm", err, sluice.ErrInvalidLimit)
-	dup := sluice.Request{Key: prefix + "d", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}
-	_, err = store.TakeAll(ctx, []sluice.Request{dup, dup})
-	is("Store.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
-	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "d", Limit: good, Cost: 1}, {Key: prefix + "d", Limit: good, Cost: 1}})
+	_, err = lim.Refund(ctx, prefix+"w", unknown, 1, sluice.Result{})
+	is("Limiter.Refund, unknown algorithm", err, sluice.ErrInvalidLimit)
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "d", Limit: good, Cost: 1}, {Key: prefix + "d", Limit: good, Cost: 1}}, nil)
 	is("Limiter.TakeAll, a key twice", err, sluice.ErrDuplicateKey)
-	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "a", Limit: good, Cost: 1}, {Key: prefix + "b", Limit: unknown, Cost: 1}})
+	_, err = lim.TakeAll(ctx, []sluice.Part{{Key: prefix + "a", Limit: good, Cost: 1}, {Key: prefix + "b", Limit: unknown, Cost: 1}}, nil)
 	is("Limiter.TakeAll, unknown algorithm", err, sluice.ErrInvalidLimit)
 	var zero sluice.Limiter
 	_, err = zero.Take(ctx, prefix+"k", good, 1)
 	is("zero Limiter", err, sluice.ErrStoreUnavailable)
-	_, err = sluice.New(nil).TakeAll(ctx, []sluice.Part{{Key: prefix + "k", Limit: good, Cost: 1}})
+	_, err = sluice.New(nil).TakeAll(ctx, []sluice.Part{{Key: prefix + "k", Limit: good, Cost: 1}}, nil)
 	is("Limiter over no store", err, sluice.ErrStoreUnavailable)
 
+	p, _ := storelink.Params(good)
+	take := req(prefix+"t", good, 1)
+	refund := TakeOp(take)
+	refund.Kind = store.Refund
+	acquire := HoldOp(store.Acquire, prefix+"h", algo.Concurrency{Limit: 2, Lifetime: 1_000_000}, 1, 1)
+	ops := func(what string, s store.Store, at int64) {
+		t.Helper()
+		for _, c := range []struct {
+			name string
+			op   store.Op
+		}{{"Take", TakeOp(take)}, {"composite Take", CompositeOp([]storelink.Request{take})}, {"Refund", refund}, {"Acquire", acquire}} {
+			got := RunAt(ctx, s, at, c.op)
+			is(fmt.Sprintf("Run, %s %s", c.name, what), got.Err, sluice.ErrInvalidTime)
+			if got.Decision != (store.Decision{}) || got.Expiry != 0 {
+				t.Errorf("Run, %s %s: %+v expiry %d beside its error", c.name, what, got.Decision, got.Expiry)
+			}
+		}
+	}
 	for _, now := range []int64{-1, algo.MaxTime + 1} {
 		bad := newStore(stoppedClock(now))
-		_, err = bad.Take(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64})
-		is(fmt.Sprintf("Store.Take at %dµs", now), err, sluice.ErrInvalidTime)
-		_, err = bad.TakeAll(ctx, []sluice.Request{{Key: prefix + "t", Limit: good, Cost: 1, MaxDelay: math.MaxInt64}})
-		is(fmt.Sprintf("Store.TakeAll at %dµs", now), err, sluice.ErrInvalidTime)
-		_, err = bad.Refund(ctx, sluice.Request{Key: prefix + "t", Limit: good, Cost: 1})
-		is(fmt.Sprintf("Store.Refund at %dµs", now), err, sluice.ErrInvalidTime)
+		ops(fmt.Sprintf("by a clock at %dµs", now), bad, 0)
+		ops(fmt.Sprintf("at %dµs", now), st, now)
 		_, err = sluice.New(bad).Take(ctx, prefix+"t", good, 1)
 		is(fmt.Sprintf("Limiter.Take at %dµs", now), err, sluice.ErrInvalidTime)
 	}
+	// Nothing of the above was spent.
+	if d, err := TakeAt(ctx, st, req(prefix+"t", good, 0), Base); err != nil || d.Remaining != p.Capacity() {
+		t.Errorf("after the errors, %q: %+v %v, want a fresh key", prefix+"t", d, err)
+	}
+	got := RunAt(ctx, st, Base, store.Op{Kind: 200, Key: prefix + "k"})
+	is("Run, an unknown kind", got.Err, errors.ErrUnsupported)
 }
 
-// stoppedClock is a sluice.Clock that reads a fixed time, in µs since the
+// stoppedClock is a store.Clock that reads a fixed time, in µs since the
 // epoch.
 type stoppedClock int64
 
@@ -502,8 +467,9 @@ func (c stoppedClock) Now() time.Time { return time.UnixMicro(int64(c)) }
 func (stoppedClock) Sleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 
 // NewStore returns an empty store, with its own key prefix where stores
-// share state, that decides by clock (by its own clock when clock is nil).
-type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
+// share state, that decides by clock (by its own clock when clock is nil)
+// when an op's At is 0.
+type NewStore func(t *testing.T, clock store.Clock) store.Store
 
 // Run runs the checks every store must pass through a sluice.Limiter:
 // random traces against the exact model (Trace), refunds, changed limits,
@@ -521,7 +487,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("LateRefund", func(t *testing.T) { LateRefund(t, newStore) })
 	t.Run("ChangedLimits", func(t *testing.T) { ChangedLimits(t, sluice.New(newStore(t, nil)), "") })
 	t.Run("Errors", func(t *testing.T) {
-		Errors(t, func(c sluice.Clock) sluice.Store { return newStore(t, c) }, "")
+		Errors(t, func(c store.Clock) store.Store { return newStore(t, c) }, "")
 	})
 	t.Run("Holds", func(t *testing.T) { Holds(t, newStore) })
 	t.Run("Reserve", func(t *testing.T) { ReserveTrace(t, newStore, n/2) })
@@ -532,8 +498,8 @@ func Run(t *testing.T, newStore NewStore) {
 // ChangedTrace) through a Limiter over a store that decides by a clock the
 // trace sets: every decision equals the exact model's. About one request in
 // four under an algorithm that can give units back is a refund of its cost:
-// half of them Limiter.Refund, half Limiter.RefundTake naming the window of
-// the key's last take (against Model.Refund).
+// half of them naming no take, half naming the key's last take (against
+// Model.Refund).
 func Trace(t *testing.T, newStore NewStore, n int) {
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
@@ -556,9 +522,9 @@ func Trace(t *testing.T, newStore NewStore, n int) {
 			op = "refund"
 			if refunds.IntN(2) == 0 {
 				op = "refund of the last take"
-				got, err = lim.RefundTake(ctx, q.Key, l, q.Cost, lastTake[q.Key])
+				got, err = lim.Refund(ctx, q.Key, l, q.Cost, lastTake[q.Key])
 			} else {
-				got, err = lim.Refund(ctx, q.Key, l, q.Cost)
+				got, err = lim.Refund(ctx, q.Key, l, q.Cost, sluice.Result{})
 			}
 			if err == nil {
 				d = ks.Refund(q.Key, ModelLimit(q.Params), q.Now, q.Cost, windowOf(op, lastTake[q.Key]))
@@ -597,16 +563,16 @@ func canRefund(k algo.Kind) bool {
 }
 
 // Each checks a random trace of n composites of one to five parts through
-// a Limiter's TakeEach over a store that decides by a clock the trace sets:
+// a Limiter's TakeAll, each part's result asked for, over a store that decides by a clock the trace sets:
 // every summary equals the model's TakeAll, and each part's result its
 // model.TakeEach. The keys share a {hash tag}, so that a cluster decides
 // each composite in one script.
 func Each(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, false) }
 
-// ReserveEach is Each whose parts have, half of them, a random reserve
-// (priority classes in composites), each composite made through TakeEach
-// or TakeAll at random: every summary and every part's result equals
-// model.TakeEachReserving's.
+// ReserveEach is Each whose parts have, half of them, a random headroom
+// (priority classes in composites), each composite made with or without
+// its parts' results at random: every summary and every part's result equals
+// model.TakeEachHeadroom's.
 func ReserveEach(t *testing.T, newStore NewStore, n int) { eachTrace(t, newStore, n, true) }
 
 // randomReserve is a random class's reserve, of at most left units: none
@@ -637,15 +603,15 @@ func eachTrace(t *testing.T, newStore NewStore, n int, reserves bool) {
 		var err error
 		byAll := reserves && r.IntN(2) == 0
 		if byAll {
-			sum, err = lim.TakeAll(ctx, parts)
+			sum, err = lim.TakeAll(ctx, parts, nil)
 		} else {
-			sum, err = lim.TakeEach(ctx, parts, got)
+			sum, err = lim.TakeAll(ctx, parts, got)
 		}
 		if err != nil {
 			t.Fatalf("seed %d request %d: %v", seed, i, err)
 		}
 		want := make([]algo.Decision, len(parts))
-		wantSum := model.TakeEachReserving(models, keys, costs, res, now, want)
+		wantSum := model.TakeEachHeadroom(models, keys, costs, res, now, want)
 		if reserves {
 			if sum != resultOf(wantSum) {
 				t.Fatalf("seed %d request %d at +%dµs %v: summary %+v, model %+v", seed, i, now-Base, parts, sum, wantSum)
@@ -679,12 +645,12 @@ func eachTrace(t *testing.T, newStore NewStore, n int, reserves bool) {
 func eachParts(r *rand.Rand, ks, ams *model.Keys, reserves bool) (parts []sluice.Part, models, amodels []*model.Model, keys []string, costs, res []int64) {
 	limits := []sluice.Limit{
 		sluice.PerSecond(3).WithBurst(4),
-		sluice.Per(7, 100*time.Millisecond).WithBurst(2).Using(sluice.GCRA),
-		sluice.PerSecond(2).WithBurst(3).Using(sluice.LeakyBucket),
-		sluice.PerSecond(6).Using(sluice.FixedWindow),
-		sluice.PerSecond(4).Using(sluice.AlignedWindow),
-		sluice.PerSecond(5).Using(sluice.SlidingWindow),
-		sluice.PerSecond(4).Using(sluice.SlidingLog),
+		sluice.Per(7, 100*time.Millisecond).WithBurst(2).WithAlgorithm(sluice.GCRA),
+		sluice.PerSecond(2).WithBurst(3).WithAlgorithm(sluice.LeakyBucket),
+		sluice.PerSecond(6).WithAlgorithm(sluice.FixedWindow),
+		sluice.PerSecond(4).WithAlgorithm(sluice.AlignedWindow),
+		sluice.PerSecond(5).WithAlgorithm(sluice.SlidingWindow),
+		sluice.PerSecond(4).WithAlgorithm(sluice.SlidingLog),
 	}
 	np := 1 + r.IntN(5)
 	perm := r.Perm(6)
@@ -705,7 +671,7 @@ func eachParts(r *rand.Rand, ks, ams *model.Keys, reserves bool) (parts []sluice
 		parts[j] = sluice.Part{Key: keys[j], Limit: l, Cost: cost}
 		if reserves {
 			res[j] = randomReserve(r, p.Capacity()-cost)
-			parts[j].Reserve = res[j]
+			parts[j].Headroom = res[j]
 		}
 		models[j], amodels[j] = ks.Model(ModelLimit(p)), ams.Model(ModelLimit(p))
 	}

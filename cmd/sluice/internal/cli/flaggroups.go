@@ -64,7 +64,7 @@ func printFlag(w io.Writer, f *flag.Flag) {
 // serveFlagGroups are serve's flags by subject.
 var serveFlagGroups = []flagGroup{
 	{"Configuration", append([]string{"config", "check", "no-watch", "merge-domain-config", "envoy-env"}, xdsFlagNames...)},
-	{"Store", []string{"store", "store-per-second", "prefix", "domain-slot", "store-timeout", "store-pipelines", "store-leases", "on-store-error",
+	{"Store", []string{"store", "store-per-second", "prefix", "domain-slot", "store-timeout", "store-pipelines", "store-slices", "store-leases", "on-store-error",
 		"store-tls-ca", "store-tls-cert", "store-tls-key", "store-tls-skip-hostname-verification"}},
 	{"Listeners", []string{"grpc", "http", "grpc-max-connection-age", "grpc-max-connection-age-grace",
 		"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san",

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/url"
 	"os"
@@ -20,11 +19,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/runat"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/trace"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
-	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 func init() {
@@ -34,28 +34,18 @@ func init() {
 	}
 }
 
-// decider makes one decision, single or composite, at a time the caller
-// gives: the trace's.
-type decider interface {
-	storelink.Engine
-	Close() error
-}
-
-type memDecider struct{ storelink.Engine }
-
-func (memDecider) Close() error { return nil }
-
-// openStore returns the decider a --store flag names: memory, or a Redis URL
-// (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT,
+// openStore returns the store a --store flag names, where a replay decides
+// at the trace's times (runat), and how to close it: memory, or a Redis
+// URL (redis://HOST:PORT/DB, rediss://..., redis-cluster://HOST:PORT,HOST:PORT,
 // redis-sentinel://HOST:PORT,HOST:PORT/MASTER, their rediss forms over TLS
 // as st says).
-func openStore(spec, prefix string, st storeTLS) (decider, error) {
+func openStore(spec, prefix string, st storeTLS) (store.Store, func() error, error) {
 	if spec == "memory" {
-		return memDecider{memstore.New().Engine()}, nil
+		return runat.Memory(), func() error { return nil }, nil
 	}
 	c, err := redisClient(spec, st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if prefix == "" {
 		prefix = fmt.Sprintf("sluice:replay:%d:%d:", time.Now().UnixNano(), os.Getpid())
@@ -65,9 +55,9 @@ func openStore(spec, prefix string, st storeTLS) (decider, error) {
 	rs, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(replayTTLMargin), redisstore.WithTimeout(10*time.Second))
 	if err != nil {
 		_ = c.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return redisDecider{rs.Engine(), rs, c}, nil
+	return rs, func() error { return errors.Join(rs.Close(), c.Close()) }, nil
 }
 
 // replayTTLMargin is how long past its trace-time TTL a replay's key lives.
@@ -102,7 +92,7 @@ func redisClient(spec string, st storeTLS) (redis.UniversalClient, error) {
 		if o.TLSConfig, err = tlsConfig(nil); err != nil {
 			return nil, err
 		}
-		redisstore.SendOnceCluster(o)
+		redisstore.SendOnce(o)
 		return redis.NewClusterClient(o), nil
 	case "redis-sentinel", "rediss-sentinel":
 		tc, err := tlsConfig(nil)
@@ -159,7 +149,7 @@ func failoverOptions(spec, rest string, tc *tls.Config) (*redis.FailoverOptions,
 			return nil, fmt.Errorf("store %q: unknown parameter %q (want sentinel_username, sentinel_password)", redactStore(spec), k)
 		}
 	}
-	redisstore.SendOnceFailover(o)
+	redisstore.SendOnce(o)
 	return o, nil
 }
 
@@ -207,17 +197,6 @@ func redactStore(spec string) string {
 		}
 	}
 	return spec + "?" + strings.Join(parts, "&")
-}
-
-type redisDecider struct {
-	storelink.Engine
-	s *redisstore.Store
-	c redis.UniversalClient
-}
-
-func (r redisDecider) Close() error {
-	r.s.Close()
-	return r.c.Close()
 }
 
 // limitFlags are the flags that define one limit, shared by the subcommands.
@@ -271,7 +250,7 @@ func (f *limitFlags) parse() (sluice.Limit, error) {
 	if err != nil {
 		return l, fmt.Errorf("--algorithm %s: %w", f.algorithm, err)
 	}
-	l = l.Using(a)
+	l = l.WithAlgorithm(a)
 	given := "--limit " + f.limit
 	if a != sluice.TokenBucket {
 		given += " --algorithm " + f.algorithm
@@ -303,12 +282,12 @@ func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 	}
-	store, err := openStore(f.store, f.prefix, f.st)
+	st, closeStore, err := openStore(f.store, f.prefix, f.st)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	rp.store = store
+	defer closeStore()
+	rp.store = st
 	rp.tally = newTally(rp.p.Period)
 
 	out := bufio.NewWriterSize(stdout, 64*1024)
@@ -373,12 +352,12 @@ joined by +, one unit per admitted request.
 
 // replayer decides a trace's requests, one line at a time.
 type replayer struct {
-	store  decider
+	store  store.Store
 	lf     *limitFlags
 	p      algo.Params                 // --limit's, when given
 	limits map[trace.Part]sluice.Limit // a part's limit by its text
 	tally  *tally
-	parts  []sluice.Request // a composite line's, reused
+	parts  []store.Part // a composite line's, reused
 }
 
 // run decides every line r reads and writes each decision to out. Its
@@ -420,7 +399,11 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 		rp.tally.fail(req.Key)
 		return trace.AppendError(buf, req, err), nil
 	}
-	d, err := rp.store.TakeAt(ctx, storelink.Request{Key: req.Key, Params: p, Cost: req.Cost, MaxDelay: algo.Never}, req.T)
+	d, err := runat.Run(ctx, rp.store, store.Op{Kind: store.Take, Key: req.Key, Limit: storelink.LimitOf(&p), Cost: req.Cost, MaxDelay: store.Never}, req.T)
+	if errors.Is(err, sluice.ErrInvalidTime) { // t_us 0 on Redis: a line's error
+		rp.tally.fail(req.Key)
+		return trace.AppendError(buf, req, err), nil
+	}
 	if err != nil {
 		return buf, fmt.Errorf("line %d: %w", req.Line, err)
 	}
@@ -433,7 +416,8 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 func (rp *replayer) composite(ctx context.Context, buf []byte, req trace.Request) ([]byte, error) {
 	parts := rp.parts[:0]
 	names := make([]string, 0, len(req.Parts))
-	for _, pt := range req.Parts {
+	var bad error // the first part that could never pass
+	for i, pt := range req.Parts {
 		key := pt
 		key.Key, key.Cost = "", 0
 		l, ok := rp.limits[key]
@@ -444,18 +428,32 @@ func (rp *replayer) composite(ctx context.Context, buf []byte, req trace.Request
 			}
 			rp.limits[key] = l
 		}
-		parts = append(parts, sluice.Request{Key: pt.Key, Limit: l, Cost: pt.Cost, MaxDelay: math.MaxInt64})
+		p, err := storelink.Params(l) // l was validated
+		if err == nil {
+			err = storelink.Check(pt.Key, p, pt.Cost)
+		}
+		if err != nil && bad == nil {
+			bad = storelink.PartError(i, pt.Key, err)
+		}
+		parts = append(parts, store.Part{Key: pt.Key, Limit: storelink.LimitOf(&p), Cost: pt.Cost})
 		names = append(names, pt.Key)
 		rp.tally.period(l.Period.Microseconds())
 	}
 	rp.parts = parts
+	defer clear(parts)
 	name := strings.Join(names, "+")
-	reqs, err := storelink.CheckedParts(parts)
-	if err != nil {
+	if bad == nil {
+		bad = storelink.CheckComposite(parts, func(p *store.Part) string { return p.Key })
+	}
+	if bad != nil {
+		rp.tally.fail(name)
+		return trace.AppendError(buf, req, bad), nil
+	}
+	d, err := runat.Run(ctx, rp.store, store.Op{Kind: store.Take, Parts: parts, MaxDelay: store.Never}, req.T)
+	if errors.Is(err, sluice.ErrInvalidTime) { // t_us 0 on Redis: a line's error
 		rp.tally.fail(name)
 		return trace.AppendError(buf, req, err), nil
 	}
-	d, err := rp.store.TakeAllAt(ctx, reqs, req.T)
 	if err != nil {
 		return buf, fmt.Errorf("line %d: %w", req.Line, err)
 	}
@@ -497,7 +495,7 @@ func (t *tally) key(k string) *keyTally {
 
 func (t *tally) fail(k string) { t.key(k).errors++ }
 
-func (t *tally) add(k string, now, cost int64, d algo.Decision) {
+func (t *tally) add(k string, now, cost int64, d store.Decision) {
 	kt := t.key(k)
 	if !d.Allowed {
 		kt.denied++

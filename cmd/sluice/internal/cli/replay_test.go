@@ -171,7 +171,7 @@ func TestReplayComposites(t *testing.T) {
 				t.Fatal(err)
 			}
 			a, _ := sluice.ParseAlgorithm(pt.Algorithm)
-			p, err := storelink.Params(l.WithBurst(pt.Burst).Using(a))
+			p, err := storelink.Params(l.WithBurst(pt.Burst).WithAlgorithm(a))
 			if err != nil {
 				t.Fatal(err)
 			}

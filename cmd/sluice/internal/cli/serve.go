@@ -22,13 +22,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/gctune"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 func init() {
@@ -43,7 +43,8 @@ type serveFlags struct {
 	config, store, prefix, onError, grpcAddr, httpAddr, headers, logFormat, logLevel string
 	cpuProfile, limitHeader, remainingHeader, resetHeader, procs                     string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
-	leases                                                                           time.Duration // --store-leases
+	slices                                                                           time.Duration // --store-slices (or --store-leases)
+	oldSlices                                                                        bool          // --store-leases given: --store-slices's deprecated name
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains, checkOnly, keyForm                                                 bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -60,6 +61,9 @@ func serveCmd(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var f serveFlags
 	fs := f.define()
 	if err := parseFlags(fs, serveUsage(fs), args, stdout, stderr); err != nil {
+		return err
+	}
+	if err := f.aliases(fs); err != nil {
 		return err
 	}
 	if f.envoyEnv {
@@ -108,6 +112,12 @@ func (f *serveFlags) checkConfig(stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "configuration OK: %d domains, %d rules, %d concurrency limits, from %d files\n",
 		len(cfg.Domains()), len(cfg.Rules()), len(cfg.Concurrencies()), len(cfg.Sources()))
+	for _, d := range cfg.Deprecations() {
+		fmt.Fprintln(stdout, "deprecated:", d)
+	}
+	if f.oldSlices {
+		fmt.Fprintln(stdout, "deprecated:", storeLeasesDeprecated)
+	}
 	fmt.Fprintf(stdout, "serve would listen on gRPC %s and HTTP %s, over %s\n", o.GRPCAddr, o.HTTPAddr, o.StoreName)
 	return nil
 }
@@ -129,7 +139,8 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.prefix, "prefix", "", `Redis key prefix (default "sluice:"); every instance sharing budgets must use the same`)
 	fs.StringVar(&f.onError, "on-store-error", "fail-closed", "when Redis is unreachable: fail-closed (gRPC UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (OK), local (decide in this process's memory until Redis is back)")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", time.Second, "how long a decision waits for Redis before the failure policy applies")
-	fs.DurationVar(&f.leases, "store-leases", 0, "lease hot keys' budgets to this instance for at most this long (0: off): a hot descriptor is decided in memory, never over its limit by more than a lease's life of refill")
+	fs.DurationVar(&f.slices, "store-slices", 0, "give this instance slices of hot keys' budgets, each kept at most this long (0: off): a hot descriptor is decided in memory, never over its limit by more than a slice's life of refill (docs/slices.md)")
+	fs.DurationVar(&f.slices, "store-leases", 0, "deprecated: --store-slices's old name, read until the next minor release")
 	fs.IntVar(&f.pipelines, "store-pipelines", 1, "pipelines to Redis in flight at once (0: every decision in its own round trip): one gathers every call that comes while it is on its way, the fewest round trips per decision")
 	fs.StringVar(&f.grpcAddr, "grpc", envOr(grpcAddrEnv, serve.DefaultGRPCAddr), "gRPC listen address (Envoy RLS v3 and grpc.health.v1): HOST:PORT, or unix:PATH for a Unix domain socket (envoy's GRPC_UDS); the default is $"+grpcAddrEnv+" when set")
 	fs.StringVar(&f.httpAddr, "http", envOr(httpAddrEnv, serve.DefaultHTTPAddr), "HTTP listen address (/json, /v1/take, /healthz, /readyz, /metrics, /debug/config): HOST:PORT or unix:PATH; the default is $"+httpAddrEnv+" when set")
@@ -233,16 +244,37 @@ func applyEnvoyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return nil
 }
 
+// storeLeasesDeprecated is what serve logs when --store-leases is given.
+const storeLeasesDeprecated = "--store-leases is deprecated: it is --store-slices, and the old name goes in the next minor release"
+
+// aliases reads which name of a flag that has two was given: serve logs
+// the deprecated one's (--store-leases) once, when it starts.
+func (f *serveFlags) aliases(fs *flag.FlagSet) error {
+	f.oldSlices = flagGiven(fs, "store-leases")
+	if f.oldSlices && flagGiven(fs, "store-slices") {
+		return errors.New("--store-leases is --store-slices's deprecated name: give --store-slices alone")
+	}
+	return nil
+}
+
+// slicesName is the name --store-slices was given by.
+func (f *serveFlags) slicesName() string {
+	if f.oldSlices {
+		return "--store-leases"
+	}
+	return "--store-slices"
+}
+
 // check checks the flags options does not read, and reads --gomaxprocs.
 func (f *serveFlags) check() error {
 	if f.pipelines < 0 || f.pipelines > 1024 {
 		return fmt.Errorf("--store-pipelines %d: want 0 to 1024", f.pipelines)
 	}
-	if f.leases < 0 || f.leases > time.Hour {
-		return fmt.Errorf("--store-leases %s: want 0 (off) to 1h", f.leases)
+	if f.slices < 0 || f.slices > time.Hour {
+		return fmt.Errorf("%s %s: want 0 (off) to 1h", f.slicesName(), f.slices)
 	}
-	if f.leases > 0 && f.store == "memory" && (f.perSecond == "" || f.perSecond == "memory") {
-		return fmt.Errorf("--store-leases %s: leases share a Redis store's budgets among instances; the memory store has none to lease (use --store redis://…)", f.leases)
+	if f.slices > 0 && f.store == "memory" && (f.perSecond == "" || f.perSecond == "memory") {
+		return fmt.Errorf("%s %s: slices share a Redis store's budgets among instances; the memory store has none to slice (use --store redis://…)", f.slicesName(), f.slices)
 	}
 	if f.connAge < 0 || f.connAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age %s, --grpc-max-connection-age-grace %s: want 0 (never, as long as needed) or more", f.connAge, f.connAgeGrace)
@@ -329,6 +361,9 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	nothing := func() {}
 	if o.Logger, err = f.logger(stderr); err != nil {
 		return o, nothing, err
+	}
+	if f.oldSlices {
+		o.Logger.Warn(storeLeasesDeprecated)
 	}
 	o.StoreName = redactStore(f.store)
 	if f.perSecond != "" {
@@ -419,7 +454,7 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 		}
 	}
 	var pings []func(context.Context) error
-	open := func(spec string) (sluice.Store, error) {
+	open := func(spec string) (store.Store, error) {
 		if spec == "memory" {
 			return memstore.New(), nil
 		}
@@ -434,8 +469,8 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 		if f.prefix != "" {
 			ropts = append(ropts, redisstore.WithPrefix(f.prefix))
 		}
-		if f.leases > 0 {
-			ropts = append(ropts, redisstore.WithLeases(f.leases))
+		if f.slices > 0 {
+			ropts = append(ropts, redisstore.WithSlices(f.slices))
 		}
 		rs, err := redisstore.New(c, ropts...)
 		if err != nil {
@@ -467,7 +502,7 @@ func (f *serveFlags) openStores(o *serve.Options) (done func(), err error) {
 	return closeAll, nil
 }
 
-var _ sluice.Store = (*redisstore.Store)(nil)
+var _ store.Store = (*redisstore.Store)(nil)
 
 // redisLog is the logger go-redis's own lines go to (a failed dial, a
 // Sentinel's news), so that they are the service's lines, JSON with

@@ -22,9 +22,9 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 			return consoleView(s.Config())
 		}
 		return console.ConfigView{}
-	}, Leases: func(n int) []console.StoreLeases {
+	}, Slices: func(n int) []console.StoreSlices {
 		if s := srv.Load(); s != nil {
-			return consoleLeases(s.Leases(n))
+			return consoleSlices(s.Slices(n))
 		}
 		return nil
 	}, Slots: func(n int) console.Slots {
@@ -38,7 +38,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
-	go con.Sample(sampleCtx) // the leases' chart
+	go con.Sample(sampleCtx) // the slices' chart
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
 	o.Handler = con.Handler()
@@ -74,18 +74,18 @@ func consoleView(v serve.ConfigView) console.ConfigView {
 	return out
 }
 
-// consoleLeases is what the console shows of the stores' leases; nil when
-// no store leases.
-func consoleLeases(v []serve.StoreLeases) []console.StoreLeases {
-	var out []console.StoreLeases
+// consoleSlices is what the console shows of the stores' slices; nil when
+// no store slices budgets.
+func consoleSlices(v []serve.StoreSlices) []console.StoreSlices {
+	var out []console.StoreSlices
 	for _, sl := range v {
 		st := sl.Stats
-		cs := console.StoreLeases{
+		cs := console.StoreSlices{
 			Store: sl.Store, Keys: st.Keys, Held: st.Held, Local: st.Local, Redis: st.Store,
-			Slices: st.Slices, Leased: st.Leased, GivenBack: st.GivenBack, Expired: st.Expired, Top: []console.LeaseKey{},
+			Taken: st.Slices, Units: st.Sliced, GivenBack: st.GivenBack, Expired: st.Expired, Top: []console.SliceKey{},
 		}
 		for _, k := range sl.Top {
-			cs.Top = append(cs.Top, console.LeaseKey{Key: k.Key, Held: k.Held, Slices: k.Slices, ExpiresInUS: k.ExpiresIn.Microseconds(), Demand: k.Demand})
+			cs.Top = append(cs.Top, console.SliceKey{Key: k.Key, Held: k.Held, Slices: k.Slices, ExpiresInUS: k.ExpiresIn.Microseconds(), Demand: k.Demand})
 		}
 		out = append(out, cs)
 	}

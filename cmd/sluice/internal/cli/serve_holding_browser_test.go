@@ -34,7 +34,7 @@ func waitJS(t *testing.T, ctx context.Context, js string) {
 }
 
 // TestBrowserServeHolding: in Chromium, the console of `sluice serve` on a
-// real Redis with leases shows the leased budgets of a hot key and the
+// real Redis with slices shows the slices of a hot key's budget and the
 // concurrency slots /v1/acquire holds, with a chart of the decisions made
 // from slices; an acquire made while the page is
 // open shows in the slots table at the next poll (held here, and by all
@@ -43,12 +43,12 @@ func waitJS(t *testing.T, ctx context.Context, js string) {
 func TestBrowserServeHolding(t *testing.T) {
 	ctx := browsertest.New(t, 90*time.Second)
 	srv := redistest.Standalone(t)
-	leased, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute), redisstore.WithPrefix(fmt.Sprintf("console-browser:%d:", time.Now().UnixNano())))
+	sliced, err := redisstore.New(srv.Client(), redisstore.WithSlices(time.Minute), redisstore.WithPrefix(fmt.Sprintf("console-browser:%d:", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer leased.Close()
-	base := serveWithConsole(t, serve.Options{Store: leased, KeyForm: true})
+	defer sliced.Close()
+	base := serveWithConsole(t, serve.Options{Store: sliced, KeyForm: true})
 	const hotTake = `{"key": "tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", "limit": "100000/1h"}`
 	post := func(path, body string) {
 		t.Helper()
@@ -56,7 +56,7 @@ func TestBrowserServeHolding(t *testing.T) {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, out)
 		}
 	}
-	for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
+	for i := 0; i < 20_000 && (sliced.SliceStats().Local == 0 || len(sliced.Slices(1)) == 0); i++ {
 		post("/v1/take", hotTake)
 	}
 	const acq = `{"key": "exports:customer-account-4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61", "limit": 3, "lifetime": "5m"}`
@@ -75,15 +75,15 @@ func TestBrowserServeHolding(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitJS(t, ctx, `Number(document.body.dataset.livePolls || 0) >= 1`)
-		if got := evalJS[int](t, ctx, `Number(document.querySelector('#lease-stats-main dd[data-k=local]').textContent)`); got <= 0 {
+		if got := evalJS[int](t, ctx, `Number(document.querySelector('#slice-stats-main dd[data-k=local]').textContent)`); got <= 0 {
 			t.Errorf("%d px: decisions from slices %d, want some", width, got)
 		}
-		if got := evalJS[int](t, ctx, `document.querySelectorAll('#lease-keys-main tbody tr[data-key]').length`); got != 1 {
+		if got := evalJS[int](t, ctx, `document.querySelectorAll('#slice-keys-main tbody tr[data-key]').length`); got != 1 {
 			t.Errorf("%d px: %d keys with slices, want 1", width, got)
 		}
 		// The chart of the store's decisions from slices, sampled once a
 		// second: decisions made while the page is open show in it.
-		charted := `(p => p && Number(p.dataset.total) > 0)(document.querySelector('#lease-chart-main polyline[data-outcome=local]'))`
+		charted := `(p => p && Number(p.dataset.total) > 0)(document.querySelector('#slice-chart-main polyline[data-outcome=local]'))`
 		for deadline := time.Now().Add(20 * time.Second); !evalJS[bool](t, ctx, charted); {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d px: no decision from slices charted in 20 s", width)
@@ -118,11 +118,11 @@ func TestBrowserServeHolding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bg[scheme] = evalJS[string](t, ctx, `getComputedStyle(document.querySelector('#lease-stats-main > div')).backgroundColor`)
+		bg[scheme] = evalJS[string](t, ctx, `getComputedStyle(document.querySelector('#slice-stats-main > div')).backgroundColor`)
 		browsertest.CheckFits(t, ctx, scheme)
 		browsertest.Screenshot(t, ctx, scheme)
 	}
 	if bg["light"] == bg["dark"] {
-		t.Errorf("the lease figures' background is %s in light and dark", bg["light"])
+		t.Errorf("the slice figures' background is %s in light and dark", bg["light"])
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // liveHolding is the part of the console's live report this test reads.
@@ -24,24 +25,24 @@ type liveHolding struct {
 		Totals console.Point `json:"totals"`
 	} `json:"rules"`
 	Top      []console.Refusal     `json:"top"`
-	LeasesOn bool                  `json:"leases_on"`
-	Leases   []console.StoreLeases `json:"leases"`
+	SlicesOn bool                  `json:"slices_on"`
+	Slices   []console.StoreSlices `json:"slices"`
 	Slots    *console.Slots        `json:"slots"`
 }
 
 // The console of `sluice serve` shows the concurrency slots its
 // /v1/acquire holds (charting the acquires as "(acquire)"), and those
 // every instance holds (another's lease too), on the memory store and on
-// Redis, and on Redis with leases the leased budgets: the
-// JSON and the page.
+// Redis, and on Redis with slices the slices of budgets: the JSON and
+// the page.
 func TestServeConsoleHolding(t *testing.T) {
 	srv := redistest.Standalone(t)
 	prefix := fmt.Sprintf("console-holding:%d:", time.Now().UnixNano())
-	leased, err := redisstore.New(srv.Client(), redisstore.WithLeases(time.Minute), redisstore.WithPrefix(prefix+"l:"))
+	sliced, err := redisstore.New(srv.Client(), redisstore.WithSlices(time.Minute), redisstore.WithPrefix(prefix+"l:"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer leased.Close()
+	defer sliced.Close()
 	plain, err := redisstore.New(srv.Client(), redisstore.WithPrefix(prefix+"p:"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +50,9 @@ func TestServeConsoleHolding(t *testing.T) {
 	defer plain.Close()
 	for _, tc := range []struct {
 		name   string
-		store  sluice.Store
-		leases bool
-	}{{"memory", memstore.New(), false}, {"redis", plain, false}, {"redis-leases", leased, true}} {
+		store  store.Store
+		slices bool
+	}{{"memory", memstore.New(), false}, {"redis", plain, false}, {"redis-slices", sliced, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := serveWithConsole(t, serve.Options{Store: tc.store, KeyForm: true})
 			do := func(method, path, body string) string {
@@ -71,9 +72,9 @@ func TestServeConsoleHolding(t *testing.T) {
 			if ls, err := sluice.New(tc.store).Acquire(context.Background(), "/exports:acme", sluice.MaxConcurrent(3), 1); err != nil || !ls.Allowed {
 				t.Fatalf("another instance's acquire: %+v %v", ls, err)
 			}
-			// With leases: until a slice lands (it is taken in the background).
-			if tc.leases {
-				for i := 0; i < 20_000 && (leased.LeaseStats().Local == 0 || len(leased.Leases(1)) == 0); i++ {
+			// With slices: until a slice lands (it is taken in the background).
+			if tc.slices {
+				for i := 0; i < 20_000 && (sliced.SliceStats().Local == 0 || len(sliced.Slices(1)) == 0); i++ {
 					do("POST", "/v1/take", `{"key": "hot", "limit": "100000/1h"}`)
 				}
 			}
@@ -100,22 +101,22 @@ func TestServeConsoleHolding(t *testing.T) {
 			if len(l.Top) != 1 || l.Top[0].Key != "exports:acme" || l.Top[0].Rule != serve.AcquirePolicy {
 				t.Errorf("refused keys: %+v", l.Top)
 			}
-			if l.LeasesOn != tc.leases {
-				t.Fatalf("leases_on %v, want %v", l.LeasesOn, tc.leases)
+			if l.SlicesOn != tc.slices {
+				t.Fatalf("slices_on %v, want %v", l.SlicesOn, tc.slices)
 			}
 			page := do("GET", "/", "")
-			if !strings.Contains(page, `<tr data-key="exports:acme">`) || strings.Contains(page, `id="leases-off"`) == tc.leases {
-				t.Errorf("the page: slots or leases missing")
+			if !strings.Contains(page, `<tr data-key="exports:acme">`) || strings.Contains(page, `id="slices-off"`) == tc.slices {
+				t.Errorf("the page: slots or slices missing")
 			}
-			if !tc.leases {
+			if !tc.slices {
 				return
 			}
-			s := l.Leases[0]
-			if s.Store != "main" || s.Local == 0 || s.Slices == 0 || s.Leased == 0 || len(s.Top) != 1 || !strings.HasSuffix(s.Top[0].Key, "hot") || s.Top[0].Held <= 0 {
-				t.Errorf("leases: %+v", s)
+			s := l.Slices[0]
+			if s.Store != "main" || s.Local == 0 || s.Taken == 0 || s.Units == 0 || len(s.Top) != 1 || !strings.HasSuffix(s.Top[0].Key, "hot") || s.Top[0].Held <= 0 {
+				t.Errorf("slices: %+v", s)
 			}
-			if !strings.Contains(page, `<dl class="stats" id="lease-stats-main"`) || !strings.Contains(page, `<table class="stack lease-keys" id="lease-keys-main"`) {
-				t.Errorf("the page shows no leases")
+			if !strings.Contains(page, `<dl class="stats" id="slice-stats-main"`) || !strings.Contains(page, `<table class="stack slice-keys" id="slice-keys-main"`) {
+				t.Errorf("the page shows no slices")
 			}
 		})
 	}

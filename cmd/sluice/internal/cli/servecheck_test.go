@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,7 @@ func TestServeCheck(t *testing.T) {
 		want  string
 	}{
 		{"domain: d\ndescriptors:\n  - key: k\n    concurrency: {max: 0}\n", nil, "c.yaml:4: error loading config file: max must be a whole number from 1"},
+		{"domain: d\ndescriptors:\n  - key: k\n    concurrency: {max: 2, headroom: 2}\n", nil, "c.yaml:4: descriptor d.k: concurrency headroom 2 out of a max of 2"},
 		{"domain: d\ndescriptors:\n  - key: k\n    concurrency: {max: 2, reserve: 2}\n", nil, "c.yaml:4: descriptor d.k: concurrency reserve 2 out of a max of 2"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n    concurrency: {max: 2}\n", []string{"--store-per-second", "memory"}, "d: descriptor k: its rate_limit is kept in the per-second store"},
 	} {
@@ -71,12 +73,18 @@ func TestServeCheck(t *testing.T) {
 		}
 	}
 	for _, extra := range [][]string{
-		{"--store", "redis://127.0.0.1:1/0", "--on-store-error", "local", "--store-leases", "1s"},
+		{"--store", "redis://127.0.0.1:1/0", "--on-store-error", "local", "--store-slices", "1s"},
+		{"--store", "redis://127.0.0.1:1/0", "--store-leases", "1s"},
 		{"--store", "redis-cluster://127.0.0.1:1,127.0.0.1:2", "--grpc", "unix:/run/sluice.sock", "--http", "0.0.0.0:http"},
 	} {
 		args := append([]string{"serve", "--check", "--config", examples}, extra...)
-		if code, out, errs := runCLI(t, "", args...); code != 0 || !strings.HasPrefix(out, "configuration OK") {
+		code, out, errs := runCLI(t, "", args...)
+		if code != 0 || !strings.HasPrefix(out, "configuration OK") {
 			t.Errorf("%v: exit %d, %q %q; want OK without a store to connect to", extra, code, out, errs)
+		}
+		// --check names the deprecated flag it was given.
+		if old := slices.Contains(extra, "--store-leases"); strings.Contains(out, "deprecated: --store-leases is deprecated: it is --store-slices") != old {
+			t.Errorf("%v: %q; want the deprecation said: %v", extra, out, old)
 		}
 	}
 }
@@ -110,5 +118,20 @@ func TestServeEnvDefaults(t *testing.T) {
 	code, out, errs := runCLI(t, "", "serve", "--check", "--envoy-env")
 	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "5 rules") {
 		t.Errorf("--envoy-env: exit %d, %q %q; want envoy's settings over the environment's defaults: %q", code, out, errs, want)
+	}
+}
+
+// serve --check lists a rules file's deprecated names (a concurrency's
+// reserve, now headroom): the file loads, and says where to change it.
+func TestServeCheckDeprecated(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	body := "domain: d\ndescriptors:\n  - key: k\n    concurrency: {max: 4}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 1}\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "", "serve", "--check", "--config", p)
+	want := "deprecated: " + p + ":7: descriptor d.k.c: concurrency reserve is deprecated: call it headroom"
+	if code != 0 || !strings.HasPrefix(out, "configuration OK: 1 domains, 0 rules, 2 concurrency limits") || !strings.Contains(out, want) {
+		t.Errorf("exit %d, %q %q; want OK and %q", code, out, errs, want)
 	}
 }

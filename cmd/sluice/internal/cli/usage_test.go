@@ -49,15 +49,19 @@ func TestHelp(t *testing.T) {
 // unit (the flag package says "parse error"), and the help still names
 // the flag's type.
 func TestDurationFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"serve", "--store-leases", "1"}, {"serve", "--store-timeout", "fast"}, {"serve", "--shutdown-timeout=10"}} {
+	for _, args := range [][]string{{"serve", "--store-slices", "1"}, {"serve", "--store-leases", "1"}, {"serve", "--store-timeout", "fast"}, {"serve", "--shutdown-timeout=10"}} {
 		code, _, errs := runCLI(t, "", args...)
 		if code != 2 || !strings.Contains(errs, durationHint) || strings.Contains(errs, "parse error") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", args, code, errs, durationHint)
 		}
 	}
 	code, out, _ := runCLI(t, "", "serve", "--help")
-	if code != 0 || !strings.Contains(out, "-store-leases duration") {
-		t.Errorf("serve --help: exit %d; want -store-leases duration in\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "-store-slices duration") {
+		t.Errorf("serve --help: exit %d; want -store-slices duration in\n%s", code, out)
+	}
+	// The deprecated name is still in the help, and says so.
+	if !strings.Contains(out, "-store-leases duration\n    \tdeprecated: --store-slices's old name, read until the next minor release") {
+		t.Errorf("serve --help: want --store-leases marked deprecated in\n%s", out)
 	}
 }
 
@@ -146,9 +150,11 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--cpuprofile", "/nonexistent/cpu.prof"}, "--cpuprofile"},
 		{[]string{"--gc-min-heap", "-1"}, "--gc-min-heap -1: want 0 to"},
 		{[]string{"--store-pipelines", "2000"}, "--store-pipelines 2000: want 0 to 1024"},
-		{[]string{"--store-leases", "-1s"}, "--store-leases -1s: want 0 (off) to 1h"},
+		{[]string{"--store-slices", "-1s"}, "--store-slices -1s: want 0 (off) to 1h"},
+		{[]string{"--store-slices", "2h"}, "--store-slices 2h0m0s: want 0 (off) to 1h"},
+		{[]string{"--store-slices", "1s"}, "--store-slices 1s: slices share a Redis store's budgets among instances; the memory store has none to slice"},
 		{[]string{"--store-leases", "2h"}, "--store-leases 2h0m0s: want 0 (off) to 1h"},
-		{[]string{"--store-leases", "1s"}, "--store-leases 1s: leases share a Redis store's budgets among instances; the memory store has none to lease"},
+		{[]string{"--store-leases", "1s", "--store-slices", "1s"}, "--store-leases is --store-slices's deprecated name: give --store-slices alone"},
 		{[]string{"--gomaxprocs", "0"}, `--gomaxprocs "0": want auto or 1 to 65536`},
 		{[]string{"--gomaxprocs", "all"}, `--gomaxprocs "all": want auto or 1 to 65536`},
 		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age -1s"},

@@ -350,7 +350,7 @@ func TestBrowserScreenshot(t *testing.T) {
 	var tick atomic.Int64
 	c, clk, ctx := browseWith(t, realHolding(testView, &tick), true)
 	clk.Advance(-240 * time.Second)
-	c.SampleLeases()
+	c.SampleSlices()
 	for s := range 240 {
 		wave := 20 + 15*math.Sin(float64(s)/25)
 		for range int(wave) + r.IntN(5) {
@@ -370,7 +370,7 @@ func TestBrowserScreenshot(t *testing.T) {
 			c.Refused("edge.api.user", fmt.Sprintf("user:%d", 1000+r.IntN(3)))
 		}
 		tick.Add(1)
-		c.SampleLeases()
+		c.SampleSlices()
 		clk.Advance(time.Second)
 	}
 	// The page polls for the seconds after its last poll: reload it to read

@@ -1,6 +1,6 @@
 // Package console is the web console that `sluice serve` serves at "/": the
 // rules it loaded, what they are doing now (and what the service holds:
-// leased budgets, concurrency slots), a playground that runs a limit
+// slices of budgets, concurrency slots), a playground that runs a limit
 // through every algorithm (package sim, as `sluice sim` does) and a walk
 // that steps one key through one algorithm request by request (sim.NewWalk,
 // as `sluice sim --steps` does), neither touching the live store.
@@ -19,8 +19,8 @@
 //	GET  /console/api/live       per-rule counts per second (JSON); ?since=UNIX
 //	                             returns the seconds from since on only;
 //	                             ?range=6h the last hours a point a minute;
-//	                             and what is held now: the stores' leases
-//	                             (Options.Leases) and the concurrency slots
+//	                             and what is held now: the stores' slices
+//	                             (Options.Slices) and the concurrency slots
 //	                             (Options.Slots), holding.go
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
@@ -116,12 +116,12 @@ type Options struct {
 	// browser, which cannot send it when it opens a page, signs in with
 	// it at /console/login instead and gets a session (login.go).
 	Token string
-	// Leases returns the leased budgets of the service's stores
-	// (redisstore.WithLeases), each with its n keys holding the most; nil
-	// when no store leases, and the page then says how to turn them on.
-	// It is called for each page and each live report, and with n 0 by
-	// SampleLeases. Nil: no store leases.
-	Leases func(n int) []StoreLeases
+	// Slices returns the slices of budgets the service's stores hold
+	// (redisstore.WithSlices), each with its n keys holding the most; nil
+	// when no store slices budgets, and the page then says how to turn
+	// them on. It is called for each page and each live report, and with
+	// n 0 by SampleSlices. Nil: no store slices budgets.
+	Slices func(n int) []StoreSlices
 	// Slots returns the concurrency leases held now, the n keys holding
 	// the most. It is called for each page and each live report. Nil: the
 	// page shows no slots.
@@ -145,13 +145,13 @@ type Console struct {
 	// token is Options.Token, session the cookie value that stands for it
 	// ("" without a token).
 	token, session string
-	leases         func(n int) []StoreLeases // Options.Leases
+	slices         func(n int) []StoreSlices // Options.Slices
 	slots          func(n int) Slots         // Options.Slots
 	topN           int                       // Options.TopK
-	// leaseLive holds each leasing store's decisions and slices per
-	// second (SampleLeases), sampler the counters last sampled.
-	leaseLive *live
-	sampler   leaseSampler
+	// sliceLive holds each slicing store's decisions and slices per
+	// second (SampleSlices), sampler the counters last sampled.
+	sliceLive *live
+	sampler   sliceSampler
 }
 
 // The bounds of Options.
@@ -204,12 +204,12 @@ func New(o Options) (*Console, error) {
 		lim:     o.Limits,
 		token:   o.Token,
 		session: session,
-		leases:  o.Leases,
+		slices:  o.Slices,
 		slots:   o.Slots,
 		topN:    o.TopK,
-		// Stores are named by Options.Leases (main, per_second): a few.
-		leaseLive: newLive(int(w)),
-		sampler:   leaseSampler{last: map[string][3]int64{}},
+		// Stores are named by Options.Slices (main, per_second): a few.
+		sliceLive: newLive(int(w)),
+		sampler:   sliceSampler{last: map[string][3]int64{}},
 	}, nil
 }
 
@@ -255,7 +255,7 @@ type Live struct {
 	Rules []RuleLive `json:"rules"`
 	// Top lists the keys refused most often recently, the most first.
 	Top []Refusal `json:"top"`
-	// holding is what is held now: the leased budgets and the concurrency
+	// holding is what is held now: the slices of budgets and the concurrency
 	// slots (holding.go).
 	holding
 }

@@ -13,7 +13,7 @@ func TestAppendLive(t *testing.T) {
 			{Rule: "a", Points: []Point{}, Totals: Point{T: 1763999701}},
 			{Rule: "b<&>\"\\\n\t\x00\x7f é \u2028\u2029 \xff", Points: []Point{{T: 1, Allowed: 2, Denied: 3, ShadowDenied: 4, Error: 5, Degraded: 6, LatencyAvgUS: 7, LatencyMaxUS: -8}}},
 		}, Top: []Refusal{{Rule: "a", Key: "user:\x01", Count: 9, Overcount: 1}, {Rule: "b", Key: ""}}},
-		{Top: []Refusal{}, holding: holding{LeasesOn: true, Leases: []StoreLeases{{Store: "main", Held: 3, Top: []LeaseKey{{Key: "k<&>", Held: 3}}}},
+		{Top: []Refusal{}, holding: holding{SlicesOn: true, Slices: []StoreSlices{{Store: "main", Held: 3, Top: []SliceKey{{Key: "k<&>", Held: 3}}}},
 			Slots: &Slots{Keys: 1, Top: []HeldKey{{Key: "j\u2028", Limit: 2, Partial: true}, {Key: "k", HeldAll: new(int64)}}}}},
 	} {
 		want, err := json.Marshal(l)

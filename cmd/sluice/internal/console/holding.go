@@ -10,9 +10,9 @@ import (
 	"github.com/sluice-go/sluice/observe"
 )
 
-// LeaseKey is one key's leased budget: what the store's slices of it hold
-// in this process (redisstore.KeyLease).
-type LeaseKey struct {
+// SliceKey is one key's slices: what the store's slices of its budget
+// hold in this process (redisstore.WithSlices).
+type SliceKey struct {
 	Key string `json:"key"`
 	// Held is the units the key's live slices hold, Slices how many there
 	// are (0 to 2), ExpiresInUS when the first ends (µs from now).
@@ -20,102 +20,102 @@ type LeaseKey struct {
 	Slices      int   `json:"slices"`
 	ExpiresInUS int64 `json:"expires_in_us"`
 	// Demand is the units this process asked for on the key over the last
-	// slice horizon (a quarter of the lease's life).
+	// slice horizon (a quarter of a slice's life).
 	Demand int64 `json:"demand"`
 }
 
-// StoreLeases is one store's leased budgets (redisstore.LeaseStats, and
-// the keys holding the most).
-type StoreLeases struct {
+// StoreSlices is one store's slices of budgets (redisstore's SliceStats,
+// and the keys holding the most).
+type StoreSlices struct {
 	// Store is the store's label: main, per_second.
 	Store string `json:"store"`
-	// Keys is how many keys the lease table follows; Held the units its
+	// Keys is how many keys the slice table follows; Held the units its
 	// slices hold now: spent in Redis, not yet admitted.
 	Keys int   `json:"keys"`
 	Held int64 `json:"held"`
 	// Local counts decisions made from slices, Redis the decisions on
-	// leasable keys made in Redis.
+	// keys that may be sliced made in Redis.
 	Local int64 `json:"local"`
 	Redis int64 `json:"redis"`
-	// Slices counts the slices taken, Leased their units, GivenBack the
+	// Taken counts the slices taken, Units their units, GivenBack the
 	// units given back and Expired the units dropped unspent (the
 	// under-admission).
-	Slices    int64 `json:"slices"`
-	Leased    int64 `json:"leased"`
+	Taken     int64 `json:"taken"`
+	Units     int64 `json:"units"`
 	GivenBack int64 `json:"given_back"`
 	Expired   int64 `json:"expired"`
 	// Top are the keys whose slices hold the most, at most Options.TopK.
-	Top []LeaseKey `json:"top"`
+	Top []SliceKey `json:"top"`
 	// Points are the decisions and slices per second (or minute) from
 	// Live's since on, as Console.Sample counted them; empty without it.
-	Points []LeasePoint `json:"points"`
+	Points []SlicePoint `json:"points"`
 }
 
-// LeasePoint is one second (or minute) of a store's leases: the decisions
+// SlicePoint is one second (or minute) of a store's slices: the decisions
 // made from slices (Local) and in Redis (Redis), and the slices taken.
-type LeasePoint struct {
-	T      int64 `json:"t"`
-	Local  int64 `json:"local"`
-	Redis  int64 `json:"redis"`
-	Slices int64 `json:"slices"`
+type SlicePoint struct {
+	T     int64 `json:"t"`
+	Local int64 `json:"local"`
+	Redis int64 `json:"redis"`
+	Taken int64 `json:"taken"`
 }
 
-// A store's lease counts are kept in a series of their own (Console.
-// leaseLive), so that they have the rules' seconds, minutes and bounds:
+// A store's slice counts are kept in a series of their own (Console.
+// sliceLive), so that they have the rules' seconds, minutes and bounds:
 // these are the outcomes' slots they use.
 const (
-	leaseLocal  = observe.Allowed
-	leaseRedis  = observe.Denied
-	leaseSlices = observe.ShadowDenied
+	sliceLocal = observe.Allowed
+	sliceRedis = observe.Denied
+	sliceTaken = observe.ShadowDenied
 )
 
-// leasePoints are a lease series' points.
-func leasePoints(pts []Point) []LeasePoint {
-	out := make([]LeasePoint, len(pts))
+// slicePoints are a slice series' points.
+func slicePoints(pts []Point) []SlicePoint {
+	out := make([]SlicePoint, len(pts))
 	for i, p := range pts {
-		out[i] = LeasePoint{T: p.T, Local: p.Allowed, Redis: p.Denied, Slices: p.ShadowDenied}
+		out[i] = SlicePoint{T: p.T, Local: p.Allowed, Redis: p.Denied, Taken: p.ShadowDenied}
 	}
 	return out
 }
 
-// leaseSampler holds the lease counters last sampled, by store.
-type leaseSampler struct {
+// sliceSampler holds the slice counters last sampled, by store.
+type sliceSampler struct {
 	mu   sync.Mutex
-	last map[string][3]int64 // local, redis, slices
+	last map[string][3]int64 // local, redis, taken
 }
 
-// SampleLeases counts, in the current second, the decisions and slices
-// each leasing store made since the last sample (Options.Leases); the
+// SampleSlices counts, in the current second, the decisions and slices
+// each slicing store made since the last sample (Options.Slices); the
 // first sample of a store only notes its counters. Sample calls it once a
 // second.
-func (c *Console) SampleLeases() {
-	if c.leases == nil {
+func (c *Console) SampleSlices() {
+	if c.slices == nil {
 		return
 	}
-	stores := c.leases(0)
+	stores := c.slices(0)
 	now := c.unix()
 	c.sampler.mu.Lock()
 	defer c.sampler.mu.Unlock()
 	for _, st := range stores {
-		cur := [3]int64{st.Local, st.Redis, st.Slices}
+		cur := [3]int64{st.Local, st.Redis, st.Taken}
 		last, seen := c.sampler.last[st.Store]
 		c.sampler.last[st.Store] = cur
 		if !seen { // the counters so far, of no second in particular
 			continue
 		}
 		var n [len(observe.Outcomes)]int64
-		n[leaseLocal], n[leaseRedis], n[leaseSlices] = cur[0]-last[0], cur[1]-last[1], cur[2]-last[2]
-		if n[leaseLocal] < 0 || n[leaseRedis] < 0 || n[leaseSlices] < 0 {
+		n[sliceLocal], n[sliceRedis], n[sliceTaken] = cur[0]-last[0], cur[1]-last[1], cur[2]-last[2]
+		if n[sliceLocal] < 0 || n[sliceRedis] < 0 || n[sliceTaken] < 0 {
 			n = [len(observe.Outcomes)]int64{} // counters gone back (a new store): start over
 		}
-		c.leaseLive.get(st.Store).addCounts(now, &n)
+		c.sliceLive.get(st.Store).addCounts(now, &n)
 	}
 }
 
-// Sample calls SampleLeases now, then once a second until ctx ends: the
-// leases' chart is drawn from these samples.
+// Sample calls SampleSlices now, then once a second until ctx ends: the
+// slices' chart is drawn from these samples.
 func (c *Console) Sample(ctx context.Context) {
-	c.SampleLeases()
+	c.SampleSlices()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -123,18 +123,19 @@ func (c *Console) Sample(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.SampleLeases()
+			c.SampleSlices()
 		}
 	}
 }
 
 // CallsPer100 is the Redis calls (decisions in Redis and slices taken) per
-// 100 decisions on leasable keys, with one decimal; "" before any.
-func (s StoreLeases) CallsPer100() string {
+// 100 decisions on keys that may be sliced, with one decimal; "" before
+// any.
+func (s StoreSlices) CallsPer100() string {
 	if s.Local+s.Redis == 0 {
 		return ""
 	}
-	return formatTenths(1000 * (s.Redis + s.Slices) / (s.Local + s.Redis))
+	return formatTenths(1000 * (s.Redis + s.Taken) / (s.Local + s.Redis))
 }
 
 // formatTenths formats n tenths with one decimal.
@@ -196,33 +197,33 @@ type Slots struct {
 	Top []HeldKey `json:"top"`
 }
 
-// holding is the part of a Live report about what is held: leased budgets
-// and concurrency slots. It is small (Options.TopK keys each), so it is
+// holding is the part of a Live report about what is held: slices of
+// budgets and concurrency slots. It is small (Options.TopK keys each), so it is
 // written by encoding/json after the hand-written rest (appendLive).
 type holding struct {
-	// LeasesOn says whether the stores lease (Options.Leases); Leases
-	// holds each leasing store's.
-	LeasesOn bool          `json:"leases_on"`
-	Leases   []StoreLeases `json:"leases"`
+	// SlicesOn says whether the stores slice budgets (Options.Slices);
+	// Slices holds each slicing store's.
+	SlicesOn bool          `json:"slices_on"`
+	Slices   []StoreSlices `json:"slices"`
 	// Slots are the concurrency leases held; nil (left out) without
 	// Options.Slots.
 	Slots *Slots `json:"slots,omitempty"`
 }
 
 // holding returns what is held now, each list at most c.topN long, and
-// the leases' points, read by pts.
+// the slices' points, read by pts.
 func (c *Console) holding(pts func(*series) []Point) holding {
-	h := holding{Leases: []StoreLeases{}}
-	if c.leases != nil {
-		if l := c.leases(c.topN); l != nil {
-			h.Leases, h.LeasesOn = l, true
+	h := holding{Slices: []StoreSlices{}}
+	if c.slices != nil {
+		if l := c.slices(c.topN); l != nil {
+			h.Slices, h.SlicesOn = l, true
 		}
-		for i := range h.Leases {
-			st := &h.Leases[i]
-			st.Top = append([]LeaseKey{}, st.Top[:min(len(st.Top), c.topN)]...)
-			st.Points = []LeasePoint{}
-			if s := (*c.leaseLive.m.Load())[st.Store]; s != nil {
-				st.Points = leasePoints(pts(s))
+		for i := range h.Slices {
+			st := &h.Slices[i]
+			st.Top = append([]SliceKey{}, st.Top[:min(len(st.Top), c.topN)]...)
+			st.Points = []SlicePoint{}
+			if s := (*c.sliceLive.m.Load())[st.Store]; s != nil {
+				st.Points = slicePoints(pts(s))
 			}
 		}
 	}

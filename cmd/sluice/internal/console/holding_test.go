@@ -12,19 +12,19 @@ import (
 )
 
 // fakeHolding returns Options whose Leases and Slots report n keys each
-// (Leases off when leases is false).
-func fakeHolding(leases bool, n int) Options {
+// (Slices off when slices is false).
+func fakeHolding(slices bool, n int) Options {
 	var o Options
 	o.Config = testView
-	o.Leases = func(int) []StoreLeases {
-		if !leases {
+	o.Slices = func(int) []StoreSlices {
+		if !slices {
 			return nil
 		}
-		s := StoreLeases{Store: "main", Keys: n, Held: 40, Local: 990, Redis: 10, Slices: 5, Leased: 500, GivenBack: 60, Expired: 7}
+		s := StoreSlices{Store: "main", Keys: n, Held: 40, Local: 990, Redis: 10, Taken: 5, Units: 500, GivenBack: 60, Expired: 7}
 		for i := range n {
-			s.Top = append(s.Top, LeaseKey{Key: fmt.Sprintf("hot<%d>", i), Held: int64(n - i), Slices: 1, ExpiresInUS: 250_000, Demand: 90})
+			s.Top = append(s.Top, SliceKey{Key: fmt.Sprintf("hot<%d>", i), Held: int64(n - i), Slices: 1, ExpiresInUS: 250_000, Demand: 90})
 		}
-		return []StoreLeases{s}
+		return []StoreSlices{s}
 	}
 	o.Slots = func(int) Slots {
 		s := Slots{Keys: n, Held: int64(n), Dropped: 3, Bytes: 1234, Bound: "the keys the slots view follows with a new one: 1025, over the service's limit view-keys of 1024 (--limit view-keys=N raises it)"}
@@ -40,8 +40,8 @@ func fakeHolding(leases bool, n int) Options {
 	return o
 }
 
-// The live report and the page show the leases (totals, the keys holding
-// the most) and the concurrency slots; without leases the page says how
+// The live report and the page show the slices (totals, the keys holding
+// the most) and the concurrency slots; without slices the page says how
 // to turn them on. Both read without the script.
 func TestHoldingEndpoints(t *testing.T) {
 	for _, on := range []bool{true, false} {
@@ -50,21 +50,21 @@ func TestHoldingEndpoints(t *testing.T) {
 		defer srv.Close()
 		_, _, body := get(t, srv.URL+"/console/api/live")
 		var l struct {
-			LeasesOn bool          `json:"leases_on"`
-			Leases   []StoreLeases `json:"leases"`
+			SlicesOn bool          `json:"slices_on"`
+			Slices   []StoreSlices `json:"slices"`
 			Slots    *Slots        `json:"slots"`
 		}
 		if err := json.Unmarshal([]byte(body), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.LeasesOn != on || (len(l.Leases) == 1) != on || l.Slots == nil || len(l.Slots.Top) != 3 || l.Slots.Top[0].NextExpiryUS != 65_250_000 {
-			t.Errorf("leases %v: live %s", on, body)
+		if l.SlicesOn != on || (len(l.Slices) == 1) != on || l.Slots == nil || len(l.Slots.Top) != 3 || l.Slots.Top[0].NextExpiryUS != 65_250_000 {
+			t.Errorf("slices %v: live %s", on, body)
 		}
 		if h := l.Slots.Top; h[0].HeldAll == nil || *h[0].HeldAll != 3 || h[1].HeldAll != nil || strings.Count(body, `"held_all"`) != 1 {
 			t.Errorf("held_all: %s", body)
 		}
-		if on && (l.Leases[0].Top[2].Key != "hot<2>" || l.Leases[0].Expired != 7 || l.Leases[0].CallsPer100() != "1.5") {
-			t.Errorf("leases: %+v", l.Leases)
+		if on && (l.Slices[0].Top[2].Key != "hot<2>" || l.Slices[0].Expired != 7 || l.Slices[0].CallsPer100() != "1.5") {
+			t.Errorf("slices: %+v", l.Slices)
 		}
 		_, _, page := get(t, srv.URL+"/")
 		for _, want := range []string{
@@ -75,11 +75,11 @@ func TestHoldingEndpoints(t *testing.T) {
 			`<a href="#slots">Slots</a>`,
 		} {
 			if !strings.Contains(page, want) {
-				t.Errorf("leases %v: the page lacks %s", on, want)
+				t.Errorf("slices %v: the page lacks %s", on, want)
 			}
 		}
-		if got := strings.Contains(page, `id="leases-off"`); got == on {
-			t.Errorf("leases %v: the page says leases are off: %v", on, got)
+		if got := strings.Contains(page, `id="slices-off"`); got == on {
+			t.Errorf("slices %v: the page says slices are off: %v", on, got)
 		}
 		if on {
 			for _, want := range []string{
@@ -91,13 +91,13 @@ func TestHoldingEndpoints(t *testing.T) {
 					t.Errorf("the page lacks %s", want)
 				}
 			}
-		} else if !strings.Contains(page, "--store-leases") {
-			t.Errorf("the page does not say how to turn leases on")
+		} else if !strings.Contains(page, "--store-slices") {
+			t.Errorf("the page does not say how to turn slices on")
 		}
 	}
 	// Without Options.Slots the page has no slots, the report none.
 	c, _ := newTestConsole(t, Options{})
-	if l := c.Live(0); l.Slots != nil || l.LeasesOn || l.Leases == nil {
+	if l := c.Live(0); l.Slots != nil || l.SlicesOn || l.Slices == nil {
 		t.Errorf("no options: %+v", l.holding)
 	}
 }
@@ -115,25 +115,25 @@ func TestHoldingBounded(t *testing.T) {
 		t.Errorf("%d slot rows, want 7", n)
 	}
 	if n := strings.Count(page, `<tr data-key="hot&lt;`); n != 7 {
-		t.Errorf("%d lease rows, want 7", n)
+		t.Errorf("%d slice rows, want 7", n)
 	}
 	if len(page) > 200<<10 {
 		t.Errorf("a page of %d bytes", len(page))
 	}
 	l := c.Live(0)
-	if len(l.Slots.Top) != 7 || len(l.Leases[0].Top) != 7 {
-		t.Errorf("the report lists %d slots, %d leases; want 7", len(l.Slots.Top), len(l.Leases[0].Top))
+	if len(l.Slots.Top) != 7 || len(l.Slices[0].Top) != 7 {
+		t.Errorf("the report lists %d slots, %d slices; want 7", len(l.Slots.Top), len(l.Slices[0].Top))
 	}
 }
 
-// realHolding returns Options over view whose leases and slots have the
+// realHolding returns Options over view whose slices and slots have the
 // long keys a real service has (for the screenshots and the fit test); the
-// lease counters grow with the seconds tick counts.
+// slice counters grow with the seconds tick counts.
 func realHolding(view func() ConfigView, tick *atomic.Int64) Options {
-	return Options{Config: view, Leases: func(int) []StoreLeases {
+	return Options{Config: view, Slices: func(int) []StoreSlices {
 		k := float64(tick.Load())
 		local := 1_482_113 + int64(1500*k+8000*math.Sin(k/20))
-		return []StoreLeases{{Store: "main", Keys: 3, Held: 1460, Local: local, Redis: 2_204 + int64(3*k), Slices: 311 + int64(k/2), Leased: 1_496_000, GivenBack: 9_930, Expired: 1_424, Top: []LeaseKey{
+		return []StoreSlices{{Store: "main", Keys: 3, Held: 1460, Local: local, Redis: 2_204 + int64(3*k), Taken: 311 + int64(k/2), Units: 1_496_000, GivenBack: 9_930, Expired: 1_424, Top: []SliceKey{
 			{Key: "/tenant:4f1c2a9e-0b7d-4c55-9a1e-7d2f3b9c8e61/global-api-budget", Held: 1200, Slices: 2, ExpiresInUS: 640_000, Demand: 4_800},
 			{Key: "/tenant:acme/search", Held: 260, Slices: 1, ExpiresInUS: 210_000, Demand: 1_050},
 		}}}
@@ -145,30 +145,30 @@ func realHolding(view func() ConfigView, tick *atomic.Int64) Options {
 	}}
 }
 
-// SampleLeases counts each second's new decisions and slices of each
-// leasing store, kept as the rules' counts are: a point a second in the
+// SampleSlices counts each second's new decisions and slices of each
+// slicing store, kept as the rules' counts are: a point a second in the
 // window, a point a minute over the hours.
-func TestLeaseSamples(t *testing.T) {
+func TestSliceSamples(t *testing.T) {
 	var local, redis, slices int64
-	o := Options{Leases: func(int) []StoreLeases {
-		return []StoreLeases{{Store: "main", Local: local, Redis: redis, Slices: slices}}
+	o := Options{Slices: func(int) []StoreSlices {
+		return []StoreSlices{{Store: "main", Local: local, Redis: redis, Taken: slices}}
 	}}
 	c, clk := newTestConsole(t, o)
-	c.SampleLeases() // notes the counters
-	want := LeasePoint{}
+	c.SampleSlices() // notes the counters
+	want := SlicePoint{}
 	for s := range 200 {
 		clk.Advance(time.Second)
 		local, redis, slices = local+int64(100*s), redis+int64(s%3), slices+int64(s%2)
-		c.SampleLeases()
-		want.Local, want.Redis, want.Slices = want.Local+int64(100*s), want.Redis+int64(s%3), want.Slices+int64(s%2)
+		c.SampleSlices()
+		want.Local, want.Redis, want.Taken = want.Local+int64(100*s), want.Redis+int64(s%3), want.Taken+int64(s%2)
 	}
 	l := c.Live(clk.Now().Unix() - 2)
-	if p := l.Leases[0].Points; len(p) != 3 || p[2] != (LeasePoint{T: clk.Now().Unix(), Local: 19900, Redis: 199 % 3, Slices: 1}) {
+	if p := l.Slices[0].Points; len(p) != 3 || p[2] != (SlicePoint{T: clk.Now().Unix(), Local: 19900, Redis: 199 % 3, Taken: 1}) {
 		t.Errorf("the last seconds: %+v", p)
 	}
-	var sum LeasePoint
-	for _, p := range c.LiveRange(time.Hour, 0).Leases[0].Points {
-		sum.Local, sum.Redis, sum.Slices = sum.Local+p.Local, sum.Redis+p.Redis, sum.Slices+p.Slices
+	var sum SlicePoint
+	for _, p := range c.LiveRange(time.Hour, 0).Slices[0].Points {
+		sum.Local, sum.Redis, sum.Taken = sum.Local+p.Local, sum.Redis+p.Redis, sum.Taken+p.Taken
 	}
 	if sum != want {
 		t.Errorf("the hour's minutes sum to %+v, want %+v", sum, want)
@@ -176,8 +176,8 @@ func TestLeaseSamples(t *testing.T) {
 	// Counters that go back (a new store) start over rather than count less than nothing.
 	local = 0
 	clk.Advance(time.Second)
-	c.SampleLeases()
-	if p := c.Live(clk.Now().Unix()).Leases[0].Points; len(p) != 1 || p[0].Local != 0 {
+	c.SampleSlices()
+	if p := c.Live(clk.Now().Unix()).Slices[0].Points; len(p) != 1 || p[0].Local != 0 {
 		t.Errorf("after the counters went back: %+v", p)
 	}
 }

@@ -122,7 +122,7 @@ func simulate(req SimRequest, view ConfigView, lt *limits.Table) (*SimResult, er
 	if err != nil {
 		return nil, err
 	}
-	lim = lim.Using(sluice.TokenBucket)
+	lim = lim.WithAlgorithm(sluice.TokenBucket)
 	if err := lim.Validate(); err != nil {
 		return nil, fmt.Errorf("limit %s burst %d: %w", limText, lim.Burst, err)
 	}

@@ -90,7 +90,7 @@ func walk(req StepsRequest, view ConfigView, lt *limits.Table) (*StepsResult, er
 	if err != nil {
 		return nil, err
 	}
-	p, err := storelink.Params(lim.Using(a))
+	p, err := storelink.Params(lim.WithAlgorithm(a))
 	if err != nil {
 		return nil, fmt.Errorf("limit %s burst %d: %w", limText, lim.Burst, err)
 	}

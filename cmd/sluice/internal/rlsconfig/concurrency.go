@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 )
 
-// MaxConcurrency is the largest max (and reserve + 1) a concurrency limit
+// MaxConcurrency is the largest max (and headroom + 1) a concurrency limit
 // takes: sluice counts the units held exactly up to 2^50.
 const MaxConcurrency = 1 << 50
 
@@ -20,10 +20,11 @@ const MaxConcurrency = 1 << 50
 // by every request that matches it and must not be modified.
 //
 // A descriptor whose concurrency gives max is a pool: its own key's units.
-// One that gives reserve alone is a class of the nearest pool above it: its
-// leases hold the pool's units, under the pool's key, and it passes only if
-// reserve units are still free after it (sluice.Concurrency.Reserve), so
-// that the pool keeps them for its other classes.
+// One that gives headroom alone is a class of the nearest pool above it:
+// its leases hold the pool's units, under the pool's key, and it passes
+// only if headroom units are still free after it
+// (sluice.Concurrency.Headroom), so that the pool keeps them for its other
+// classes. reserve is headroom's deprecated name (Config.Deprecations).
 type Concurrency struct {
 	// Domain, Path and Name are as a Rule's: the domain, the descriptor
 	// path ("tenant/priority=low") and the concurrency's name, "" when not
@@ -33,7 +34,7 @@ type Concurrency struct {
 	// or for a class the pool's.
 	Pool string
 	// Limit is what sluice enforces: the pool's max and lifetime (0 when
-	// not set: sluice.DefaultLifetime), this descriptor's reserve.
+	// not set: sluice.DefaultLifetime), this descriptor's headroom.
 	Limit sluice.Concurrency
 	// Rate is the rate_limit of the same descriptor, nil when it has none:
 	// a lease of this descriptor takes it too, all or nothing.
@@ -84,6 +85,12 @@ func (c *Config) ResolveConcurrency(domain string, entries []Entry) *Concurrency
 // domain, then path.
 func (c *Config) Concurrencies() []*Concurrency { return slices.Clone(c.concs) }
 
+// Deprecations returns what the configuration says with a deprecated name
+// (a concurrency's reserve, now headroom), one message each, naming the
+// file, line and descriptor: the configuration loads, and its loader logs
+// them.
+func (c *Config) Deprecations() []string { return slices.Clone(c.deprecations) }
+
 // concurrency builds the Concurrency of descriptor d (its composite path
 // full, its Rule.Path path, its descriptors from the top levels), under
 // pool, the nearest pool above (nil when none), with rate its rate_limit's
@@ -98,12 +105,15 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 		return nil, fail(yc.line, "concurrency cannot be in shadow_mode: a lease is held or it is not (shadow_mode applies to the rate_limit; move the concurrency to a descriptor of its own)")
 	case d.quotaMode:
 		return nil, fail(yc.line, "concurrency cannot be in quota_mode: quota_mode applies to rate limits")
-	case !yc.hasMax && !yc.hasReserve:
-		return nil, fail(yc.line, "concurrency needs max (a pool of that many units held at once), or reserve alone (a class of the pool above)")
+	case !yc.hasMax && !yc.hasHeadroom:
+		return nil, fail(yc.line, "concurrency needs max (a pool of that many units held at once), or headroom alone (a class of the pool above)")
 	case !yc.hasMax && pool == nil:
-		return nil, fail(yc.line, "concurrency has reserve but no max, and no descriptor above it has a concurrency max: a class needs a pool above it")
+		return nil, fail(yc.line, "concurrency has headroom but no max, and no descriptor above it has a concurrency max: a class needs a pool above it")
 	case !yc.hasMax && yc.lifetime != "":
-		return nil, fail(yc.lifetimeLine, "a class (reserve without max) takes its pool's lifetime: set lifetime on the pool (%s)", pool.Pool)
+		return nil, fail(yc.lifetimeLine, "a class (headroom without max) takes its pool's lifetime: set lifetime on the pool (%s)", pool.Pool)
+	}
+	if yc.reserveLine != 0 {
+		b.c.deprecations = append(b.c.deprecations, (&Error{File: file, Line: yc.reserveLine, Path: full, Msg: "concurrency reserve is deprecated: call it headroom (reserve is read until the next minor release)"}).Error())
 	}
 	c := &Concurrency{Domain: domain, Path: path, Name: yc.name, Rate: rate}
 	if yc.hasMax {
@@ -128,12 +138,16 @@ func (b *builder) concurrency(file, domain, full, path string, d *yamlDesc, leve
 			c.Limit.Lifetime = d
 		}
 	} else {
-		c.Pool, c.levels, c.shared, c.Limit = pool.Pool, pool.levels, pool.shared, pool.Limit.Reserving(0)
+		c.Pool, c.levels, c.shared, c.Limit = pool.Pool, pool.levels, pool.shared, pool.Limit.WithHeadroom(0)
 	}
-	if yc.reserve >= c.Limit.Limit {
-		return nil, fail(yc.line, "concurrency reserve %d out of a max of %d: a class keeps fewer units than its pool has (0 ≤ reserve < max)", yc.reserve, c.Limit.Limit)
+	if yc.headroom >= c.Limit.Limit {
+		word := "headroom"
+		if yc.reserveLine != 0 {
+			word = "reserve" // the name the file gave
+		}
+		return nil, fail(yc.line, "concurrency %s %d out of a max of %d: a class keeps fewer units than its pool has (0 ≤ %[1]s < max)", word, yc.headroom, c.Limit.Limit)
 	}
-	c.Limit.Reserve = yc.reserve
+	c.Limit.Headroom = yc.headroom
 	if err := c.Limit.Validate(); err != nil {
 		return nil, fail(yc.line, "concurrency: %v", err)
 	}

@@ -18,9 +18,9 @@ descriptors:
     descriptors:
       - key: priority
         value: critical
-        concurrency: {reserve: 0}
+        concurrency: {headroom: 0}
       - key: priority
-        concurrency: {reserve: 2, name: batch}
+        concurrency: {headroom: 2, name: batch}
         descriptors:
           - key: user
             concurrency: {max: 3}
@@ -36,7 +36,7 @@ descriptors:
 `
 
 // A request's descriptor resolves to the concurrency of the descriptor it
-// reaches; a class holds its pool's key with its own reserve; a
+// reaches; a class holds its pool's key with its own headroom; a
 // share_threshold wildcard keys every value alike, by its pool's name; a rate_limit of the
 // same descriptor comes with it; a descriptor without concurrency (or a
 // rate_limit alone) has none, and the rate rules are as without the
@@ -52,7 +52,7 @@ func TestResolveConcurrency(t *testing.T) {
 	}{
 		{"tenant=acme", "tenant", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second}, false},
 		{"tenant=acme priority=critical", "tenant/priority=critical", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second}, false},
-		{"tenant=acme priority=low", "tenant/priority", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second, Reserve: 2}, false},
+		{"tenant=acme priority=low", "tenant/priority", "jobs/tenant=acme", sluice.Concurrency{Limit: 10, Lifetime: 30 * time.Second, Headroom: 2}, false},
 		{"tenant=acme priority=low user=ann", "tenant/priority/user", "jobs/tenant=acme/priority=low/user=ann", sluice.Concurrency{Limit: 3}, false},
 		{"path=/export/a.csv", "path=/export/*", "jobs/path==exports", sluice.Concurrency{Limit: 4}, false},
 		{"path=/export/b.csv", "path=/export/*", "jobs/path==exports", sluice.Concurrency{Limit: 4}, false},
@@ -117,13 +117,14 @@ func TestConcurrencyErrors(t *testing.T) {
 		{"max over the exact range", one("{max: 1125899906842625}"), 4, "", "max must be a whole number from 1 to 1125899906842624"},
 		{"max not a number", one("{max: ten}"), 4, "", "max must be a whole number"},
 		{"max a float", one("{max: 2.5}"), 4, "", "max must be a whole number"},
-		{"negative reserve", one("{max: 3, reserve: -1}"), 4, "", "reserve must be a whole number from 0"},
-		{"reserve the whole pool", one("{max: 3, reserve: 3}"), 4, "test.k", "concurrency reserve 3 out of a max of 3"},
+		{"negative headroom", one("{max: 3, headroom: -1}"), 4, "", "headroom must be a whole number from 0"},
+		{"headroom the whole pool", one("{max: 3, headroom: 3}"), 4, "test.k", "concurrency headroom 3 out of a max of 3"},
+		{"headroom and reserve", one("{max: 3, headroom: 1, reserve: 1}"), 4, "", "both headroom and reserve (its deprecated name)"},
 		{"empty", one("{}"), 4, "test.k", "concurrency needs max"},
 		{"name alone", one("{name: x}"), 4, "test.k", "concurrency needs max"},
-		{"class without a pool", one("{reserve: 1}"), 4, "test.k", "no descriptor above it has a concurrency max"},
-		{"class with a lifetime", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 1, lifetime: 5s}\n", 7, "test.k.c", "takes its pool's lifetime"},
-		{"class's reserve over its pool", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 5}\n", 7, "test.k.c", "reserve 5 out of a max of 3"},
+		{"class without a pool", one("{headroom: 1}"), 4, "test.k", "no descriptor above it has a concurrency max"},
+		{"class with a lifetime", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {headroom: 1, lifetime: 5s}\n", 7, "test.k.c", "takes its pool's lifetime"},
+		{"class's headroom over its pool", "domain: test\ndescriptors:\n  - key: k\n    concurrency: {max: 3}\n    descriptors:\n      - key: c\n        concurrency: {headroom: 5}\n", 7, "test.k.c", "headroom 5 out of a max of 3"},
 		{"bad lifetime", one("{max: 3, lifetime: soon}"), 4, "test.k", "lifetime 'soon' is not a Go duration of at least 1ms"},
 		{"zero lifetime", one("{max: 3, lifetime: 0s}"), 4, "test.k", "lifetime '0s'"},
 		{"negative lifetime", one("{max: 3, lifetime: -1s}"), 4, "test.k", "lifetime '-1s'"},
@@ -173,5 +174,22 @@ func TestConcurrencyForms(t *testing.T) {
 	_, err := Parse(map[string][]byte{"d.yaml": []byte(b.String())})
 	if err == nil || !strings.Contains(err.Error(), "more than 10000 concurrency limits") {
 		t.Fatalf("101·100 concurrency limits: %v", err)
+	}
+}
+
+// reserve, headroom's old name, still loads, and the configuration names
+// where it is used.
+func TestReserveDeprecated(t *testing.T) {
+	c := load(t, strings.ReplaceAll(concFile, "headroom:", "reserve:"))
+	got := c.ResolveConcurrency("jobs", es("tenant=acme priority=low"))
+	if got == nil || got.Limit.Headroom != 2 {
+		t.Fatalf("a class with reserve: 2 resolves to %+v, want a headroom of 2", got)
+	}
+	dep := c.Deprecations()
+	if len(dep) != 2 || !strings.Contains(dep[0], "test.yaml:8: descriptor jobs.tenant.priority_critical: concurrency reserve is deprecated: call it headroom") {
+		t.Errorf("Deprecations() = %q, want the two classes', the first at line 8", dep)
+	}
+	if dep := load(t, concFile).Deprecations(); len(dep) != 0 {
+		t.Errorf("with headroom, Deprecations() = %q, want none", dep)
 	}
 }

@@ -88,6 +88,8 @@ type Config struct {
 	rules   []*Rule
 	concs   []*Concurrency
 	sources []string
+	// deprecations are the messages of Deprecations.
+	deprecations []string
 }
 
 // node is one configured descriptor, or a domain's root.

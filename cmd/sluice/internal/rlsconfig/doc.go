@@ -72,9 +72,9 @@
 //	  descriptors:
 //	    - key: priority
 //	      value: critical
-//	      concurrency: {reserve: 0}     # a class of the pool above: uses all 10
+//	      concurrency: {headroom: 0}    # a class of the pool above: uses all 10
 //	    - key: priority
-//	      concurrency: {reserve: 2}     # any other priority leaves 2 free for critical
+//	      concurrency: {headroom: 2}    # any other priority leaves 2 free for critical
 //	- key: report
 //	  rate_limit: {unit: minute, requests_per_unit: 100}
 //	  concurrency: {max: 2}             # a lease takes a slot and a hit, or neither
@@ -82,21 +82,22 @@
 // max is a whole number from 1 to MaxConcurrency (2^50); lifetime a Go
 // duration from 1ms to the lifetime cap (limits.Lifetime, 24h unless
 // Options.Limits raises it), default sluice.DefaultLifetime
-// (1m); reserve, from 0 to max-1, the units a lease leaves free for the
-// pool's other classes (sluice.Concurrency.Reserve); name names it in
+// (1m); headroom, from 0 to max-1, the units a lease leaves free for the
+// pool's other classes (sluice.Concurrency.Headroom; reserve, its old name,
+// is still read and reported by Config.Deprecations); name names it in
 // metrics. A descriptor whose concurrency gives max is a pool, keyed as its
 // rate_limit would be (Concurrency.Key; share_threshold applies), but that
 // a pool under a shared wildcard must have a name and is keyed by it, not
 // by the pattern: a reload that changes the pattern keeps its leases in
 // one pool (an unnamed one is a load error). One that
-// gives reserve alone is a class of the nearest pool above: its leases hold
-// that pool's units, under the pool's key, with its own reserve. A
+// gives headroom alone is a class of the nearest pool above: its leases hold
+// that pool's units, under the pool's key, with its own headroom. A
 // descriptor's rate_limit and its concurrency are taken together, all or
 // nothing; the rate rules (Resolve) are those of the rate_limits alone, so
 // a descriptor with only a concurrency has no rate limit, as envoy reads
 // it. Like rules, a configuration holds at most Options.Limits.Rules
 // concurrency limits.
-// Load errors say what is wrong: a max or reserve out of range, a reserve
+// Load errors say what is wrong: a max or headroom out of range, a headroom
 // not below its pool's max, a class with no pool above it or with a
 // lifetime of its own, and a concurrency on a descriptor in shadow_mode or
 // quota_mode (a lease is held or it is not).

@@ -87,9 +87,9 @@ descriptors:
     descriptors:
       - key: priority
         value: critical
-        concurrency: {reserve: 0}
+        concurrency: {headroom: 0}
       - key: priority
-        concurrency: {reserve: 2}
+        concurrency: {headroom: 2}
 `)})
 	if err != nil {
 		fmt.Println(err)
@@ -105,10 +105,10 @@ descriptors:
 			fmt.Println("no concurrency limit")
 			continue
 		}
-		fmt.Println(cc.Path, "of pool", cc.Pool, cc.Key(d), "max", cc.Limit.Limit, "reserve", cc.Limit.Reserve, "lifetime", cc.Limit.Lifetime)
+		fmt.Println(cc.Path, "of pool", cc.Pool, cc.Key(d), "max", cc.Limit.Limit, "headroom", cc.Limit.Headroom, "lifetime", cc.Limit.Lifetime)
 	}
 	// Output:
-	// tenant/priority=critical of pool tenant jobs/tenant=acme max 10 reserve 0 lifetime 30s
-	// tenant/priority of pool tenant jobs/tenant=acme max 10 reserve 2 lifetime 30s
+	// tenant/priority=critical of pool tenant jobs/tenant=acme max 10 headroom 0 lifetime 30s
+	// tenant/priority of pool tenant jobs/tenant=acme max 10 headroom 2 lifetime 30s
 	// no concurrency limit
 }

@@ -39,7 +39,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {<<: {unit: minute}, requests_per_unit: 3, algorithm: gcra, burst: 2}\n",
 		"domain: d\n0.25: x\n",
-		"domain: d\ndescriptors:\n  - key: t\n    value: '*'\n    share_threshold: true\n    concurrency: {max: 4, lifetime: 30s, name: p}\n    rate_limit: {unit: second, requests_per_unit: 2}\n    descriptors:\n      - key: c\n        concurrency: {reserve: 1}\n",
+		"domain: d\ndescriptors:\n  - key: t\n    value: '*'\n    share_threshold: true\n    concurrency: {max: 4, lifetime: 30s, name: p}\n    rate_limit: {unit: second, requests_per_unit: 2}\n    descriptors:\n      - key: c\n        concurrency: {headroom: 1}\n",
 		"domain: d\n---\ndomain: e\n",
 		"domain: [\n",
 		"{domain: d, descriptors: [{key: a, descriptors: [{key: b, value: '*', rate_limit: {period: 90s, requests_per_unit: 9}}]}]}",
@@ -91,7 +91,7 @@ func FuzzParse(f *testing.F) {
 			descs = append(descs, []Entry{{Key: strings.Trim(words[i], ":-"), Value: words[i+1]}})
 		}
 		for _, cc := range c.Concurrencies() {
-			if err := cc.Limit.Validate(); err != nil || cc.Limit.Limit < 1 || cc.Limit.Reserve >= cc.Limit.Limit {
+			if err := cc.Limit.Validate(); err != nil || cc.Limit.Limit < 1 || cc.Limit.Headroom >= cc.Limit.Limit {
 				t.Fatalf("concurrency %s: %+v: %v", cc.Path, cc.Limit, err)
 			}
 		}

@@ -40,10 +40,13 @@ type yamlDesc struct {
 
 // yamlConcurrency is a descriptor's concurrency (sluice's extension).
 type yamlConcurrency struct {
-	line         int
-	max, reserve int64
-	hasMax       bool
-	hasReserve   bool
+	line          int
+	max, headroom int64
+	hasMax        bool
+	hasHeadroom   bool
+	// reserveLine is the line of headroom's deprecated name, reserve (0
+	// when not used).
+	reserveLine  int
 	lifetime     string
 	lifetimeLine int
 	name         string
@@ -86,7 +89,7 @@ var (
 		"quota_mode": true, "detailed_metric": true, "value_to_metric": true,
 		"share_threshold": true, "metadata": true, "concurrency": true,
 	}
-	concurrencyKeys = map[string]bool{"max": true, "lifetime": true, "reserve": true, "name": true}
+	concurrencyKeys = map[string]bool{"max": true, "lifetime": true, "headroom": true, "reserve": true, "name": true}
 	rateLimitKeys   = map[string]bool{
 		"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true,
 		"algorithm": true, "burst": true, "period": true,
@@ -472,9 +475,15 @@ func (r *reader) concurrency(p pair) (*yamlConcurrency, error) {
 		case "max":
 			c.hasMax = true
 			c.max, err = r.integer(p, 1, MaxConcurrency)
-		case "reserve":
-			c.hasReserve = true
-			c.reserve, err = r.integer(p, 0, MaxConcurrency-1)
+		case "headroom", "reserve": // reserve: headroom's deprecated name
+			if c.hasHeadroom {
+				return nil, r.errf(p.line, "error loading config file: concurrency has both headroom and reserve (its deprecated name): keep headroom")
+			}
+			if p.key == "reserve" {
+				c.reserveLine = p.line
+			}
+			c.hasHeadroom = true
+			c.headroom, err = r.integer(p, 0, MaxConcurrency-1)
 		case "lifetime":
 			c.lifetimeLine = p.line
 			c.lifetime, err = r.str(p)

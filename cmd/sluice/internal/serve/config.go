@@ -138,6 +138,9 @@ func (s *service) install(cfg *rlsconfig.Config, err error, origin string) error
 	s.loads.lastErr = nil
 	s.loads.errMu.Unlock()
 	s.metrics.loads.WithLabelValues("ok").Inc()
+	for _, d := range cfg.Deprecations() {
+		s.log.Warn("the configuration uses a deprecated name", "where", d, "origin", origin)
+	}
 	s.metrics.lastLoad.Set(float64(now.UnixNano()) / 1e9)
 	s.metrics.rules.Set(float64(len(cfg.Rules())))
 	if shared > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // stores are the limiters a plan is decided on, and how to use them best.
@@ -21,9 +22,9 @@ type stores struct {
 	// local: lim's store is in this process (see each).
 	local bool
 	// togetherMain and togetherSec: decideTogether may decide a call's
-	// enforced and shadow parts in one TakeEach on the store, or on the
+	// enforced and shadow parts in one TakeAll on the store, or on the
 	// per-second store: a Redis store, where that saves a round trip (in
-	// memory it saves nothing), and one whose TakeEach says exactly which
+	// memory it saves nothing), and one whose TakeAll says exactly which
 	// parts refused (not a Store from outside this module).
 	togetherMain, togetherSec bool
 	// storeErrors counts the store failures that fail no call (a shadow
@@ -43,12 +44,11 @@ func newStores(o *Options, storeErrors prometheus.Counter) stores {
 	return s
 }
 
-// together reports whether decideTogether decides in one TakeEach on st:
-// a redisstore, whose TakeEach is one script and says exactly which parts
-// refused. A memstore's says so too, but in memory one TakeEach saves
-// nothing over a Take a part; a Store from outside this module only
-// approximates which parts refused (sluice.Limiter.TakeEach).
-func together(st sluice.Store) bool {
+// together reports whether decideTogether decides in one TakeAll on st:
+// a redisstore, whose composite is one script and says exactly which parts
+// refused. A memstore's says so too, but in memory one TakeAll saves
+// nothing over a Take a part.
+func together(st store.Store) bool {
 	_, ok := st.(*redisstore.Store)
 	return ok
 }
@@ -121,11 +121,11 @@ func (s *stores) decide(ctx context.Context, p *plan, d *decision) error {
 	return nil
 }
 
-// decideTogether decides the enforced and the shadow parts in one TakeEach,
+// decideTogether decides the enforced and the shadow parts in one TakeAll,
 // one round trip, where that gives what deciding them in turn gives: when
 // every part passes (the call is admitted and each shadow part spends as
 // decideShadow would have it), or when an enforced part refuses (the call
-// is refused, and TakeEach spent nothing and looked at every part). When
+// is refused, and TakeAll spent nothing and looked at every part). When
 // only shadow parts refuse, nothing was spent and done is false: the
 // caller decides in turn. It is not tried (done false) for parts in two
 // stores (PerSecondStore), a key in both groups, a cost over a capacity,
@@ -153,7 +153,7 @@ func (s *stores) decideTogether(ctx context.Context, p *plan, d *decision) (comp
 	d.both = append(append(d.both[:0], p.enforced...), p.shadow...)
 	defer clear(d.both)
 	res := d.results[:len(d.both)] // enf, then sha
-	all, err := lim.TakeEach(ctx, d.both, res)
+	all, err := lim.TakeAll(ctx, d.both, res)
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		return sluice.Result{}, false, nil // nothing spent
 	}
@@ -223,7 +223,7 @@ func (s *stores) decideShadow(ctx context.Context, parts []sluice.Part, admitted
 }
 
 // decideParts decides the enforced parts, all or nothing, in one Take or
-// TakeEach (per store, with Options.PerSecondStore: see decideSplit). res
+// TakeAll (per store, with Options.PerSecondStore: see decideSplit). res
 // receives each part's own numbers at the decision, over (zeroed, one per
 // part) which parts refused. The composite's result is returned.
 func (s *stores) decideParts(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
@@ -262,7 +262,7 @@ func (s *stores) decideOn(ctx context.Context, lim *sluice.Limiter, parts []slui
 		return r, nil
 	}
 	// Each part's own numbers come from the decision itself.
-	comp, err := lim.TakeEach(ctx, parts, res)
+	comp, err := lim.TakeAll(ctx, parts, res)
 	if errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		// A cost that could never pass refuses the call, which spends
 		// nothing: the parts' numbers come from a look.
@@ -331,7 +331,7 @@ func (s *stores) decideSplit(ctx context.Context, parts []sluice.Part, res []slu
 			if p.Cost <= 0 {
 				continue
 			}
-			r, rerr := s.lim2.RefundTake(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, gres[1][j])
+			r, rerr := s.lim2.Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, gres[1][j])
 			if rerr != nil {
 				s.storeErrors.Inc()
 				continue

@@ -7,10 +7,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // forgetAll drops ts's last round of looks: its next Holds looks again.
@@ -153,7 +153,7 @@ func BenchmarkHoldsLook(b *testing.B) {
 	defer rstore.Close()
 	for _, store := range []struct {
 		name  string
-		store sluice.Store
+		store store.Store
 	}{{"memory", memstore.New()}, {"redis", rstore}} {
 		ts := start(b, Options{Config: dir, Store: store.store}, nil)
 		c := leaseClient{b, ts.base}

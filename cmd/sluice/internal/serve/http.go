@@ -467,7 +467,7 @@ type configConcurrency struct {
 	Pool     string `json:"pool"`
 	Max      int64  `json:"max"`
 	Lifetime string `json:"lifetime"`
-	Reserve  int64  `json:"reserve,omitempty"`
+	Headroom int64  `json:"headroom,omitempty"`
 	// RateLimit is the limit of the descriptor's rate_limit taken with
 	// each lease, "" when none.
 	RateLimit string `json:"rate_limit,omitempty"`
@@ -482,7 +482,7 @@ func configConcurrencies(v *ConfigView) []configConcurrency {
 		if life == 0 {
 			life = sluice.DefaultLifetime
 		}
-		c := configConcurrency{Domain: cc.Domain, Path: cc.Path, Name: cc.Name, Pool: cc.Pool, Max: cc.Limit.Limit, Lifetime: life.String(), Reserve: cc.Limit.Reserve}
+		c := configConcurrency{Domain: cc.Domain, Path: cc.Path, Name: cc.Name, Pool: cc.Pool, Max: cc.Limit.Limit, Lifetime: life.String(), Headroom: cc.Limit.Headroom}
 		if r := cc.Rate; r != nil && !r.Unlimited {
 			c.RateLimit = r.Limit.String()
 		}
@@ -574,8 +574,8 @@ func writeConcurrencies(w io.Writer, concs []configConcurrency) {
 		if c.Pool != c.Path {
 			fmt.Fprintf(w, " pool=%s", c.Pool)
 		}
-		if c.Reserve > 0 {
-			fmt.Fprintf(w, " reserve=%d", c.Reserve)
+		if c.Headroom > 0 {
+			fmt.Fprintf(w, " headroom=%d", c.Headroom)
 		}
 		if c.RateLimit != "" {
 			fmt.Fprintf(w, " with_rate_limit=%q", c.RateLimit)

@@ -204,7 +204,7 @@ func (s *service) acquireRule(ctx context.Context, cc *rlsconfig.Concurrency, en
 	if s.opts.DomainSlot {
 		part.Key = domainSlot(part.Key)
 	}
-	return s.lim.AcquireAll(ctx, key, cc.Limit, units, []sluice.Part{part})
+	return s.lim.Acquire(ctx, key, cc.Limit, units, part)
 }
 
 // leaseKey is the store key of cc's leases for a descriptor's entries.

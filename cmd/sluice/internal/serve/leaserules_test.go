@@ -31,9 +31,9 @@ descriptors:
     descriptors:
       - key: priority
         value: critical
-        concurrency: {reserve: 0}
+        concurrency: {headroom: 0}
       - key: priority
-        concurrency: {reserve: 2, name: batch}
+        concurrency: {headroom: 2, name: batch}
   - key: report
     rate_limit: {unit: minute, requests_per_unit: 3}
     concurrency: {max: 10}
@@ -122,7 +122,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		t.Fatalf("batch acquires: %+v %+v", a, b)
 	}
 	if r := c.acquire("tenant=acme priority=batch", 429); r.Allowed || r.Lease != "" || r.RetryAfterUS != 30_000_000 {
-		t.Fatalf("a third batch lease: %+v, want refused: the reserve", r)
+		t.Fatalf("a third batch lease: %+v, want refused: the headroom", r)
 	}
 	crit := c.acquire("tenant=acme priority=critical", 200)
 	plain := c.acquire("tenant=acme", 200)
@@ -251,7 +251,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 	_, text := httpGet(t, ts.base+"/debug/config")
 	for _, line := range []string{
 		`jobs: tenant concurrency name="tenants" max=4 lifetime=30s`,
-		`jobs: tenant/priority concurrency name="batch" max=4 lifetime=30s pool=tenant reserve=2`,
+		`jobs: tenant/priority concurrency name="batch" max=4 lifetime=30s pool=tenant headroom=2`,
 		`jobs: report concurrency max=10 lifetime=1m0s with_rate_limit="3/1m0s aligned-window burst 3"`,
 	} {
 		if !strings.Contains(text, line+"\n") {
@@ -259,7 +259,7 @@ func leaseByDescriptors(t *testing.T, ts *testServer, clock *fakeClock) {
 		}
 	}
 	_, js := httpGet(t, ts.base+"/debug/config?format=json")
-	if !strings.Contains(js, `{"domain":"jobs","path":"tenant/priority","name":"batch","pool":"tenant","max":4,"lifetime":"30s","reserve":2}`) {
+	if !strings.Contains(js, `{"domain":"jobs","path":"tenant/priority","name":"batch","pool":"tenant","max":4,"lifetime":"30s","headroom":2}`) {
 		t.Errorf("/debug/config's JSON lacks the batch class:\n%s", js)
 	}
 }
@@ -433,7 +433,7 @@ descriptors:
     descriptors:
       - key: priority
         rate_limit: {unit: minute, requests_per_unit: 3}
-        concurrency: {reserve: 1}
+        concurrency: {headroom: 1}
 `
 	for _, slot := range []bool{false, true} {
 		clock := &fakeClock{t: t0} // the minute's window stays put
@@ -451,7 +451,7 @@ descriptors:
 		a := c.acquire("tenant=t1 priority=low", 200)
 		c.acquire("tenant=t1 priority=low", 200)
 		c.acquire("tenant=t1 priority=low", 200)
-		c.acquire("tenant=t1 priority=low", 429) // the reserve, and the rate limit
+		c.acquire("tenant=t1 priority=low", 429) // the headroom, and the rate limit
 		c.acquire("tenant=t1", 200)
 		c.release(a.Lease)
 	}

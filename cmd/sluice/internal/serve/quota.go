@@ -67,7 +67,7 @@ func (s *stores) giveBack(ctx context.Context, refunds []sluice.Part, refunded [
 		if p.Limit.Rate == 0 {
 			return nil // requests_per_unit 0 holds nothing to give back
 		}
-		r, err := s.limFor(p.Limit).Refund(ctx, p.Key, p.Limit, p.Cost)
+		r, err := s.limFor(p.Limit).Refund(ctx, p.Key, p.Limit, p.Cost, sluice.Result{})
 		refunded[i] = r
 		return err
 	})
@@ -103,7 +103,7 @@ func (s *stores) undoQuota(ctx context.Context, parts []sluice.Part, q *quotaAns
 		if !q.spent[i] || !canGiveBack(p.Limit) {
 			return nil
 		}
-		r, err := s.limFor(p.Limit).RefundTake(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, q.res[i])
+		r, err := s.limFor(p.Limit).Refund(context.WithoutCancel(ctx), p.Key, p.Limit, p.Cost, q.res[i])
 		if err != nil {
 			s.storeErrors.Inc()
 			return nil

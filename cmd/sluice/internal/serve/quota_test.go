@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // quotaConfig has envoy's quota_mode rules (two backends, as in
@@ -312,16 +312,25 @@ func TestQuotaPartsTogether(t *testing.T) {
 	}
 }
 
-// failingStore fails every decision on a key that holds "fail".
-type failingStore struct{ sluice.Store }
+// failingStore fails every operation on a key that holds "fail", and
+// runs the others on its memory store (which lends the Limiter its clock).
+type failingStore struct{ *memstore.Store }
 
 var errInjected = errors.New("injected store failure")
 
-func (f failingStore) Take(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	if strings.Contains(req.Key, "fail") {
-		return sluice.Result{}, errInjected
+func (f failingStore) Run(ctx context.Context, ops []store.Op) {
+	for i := range ops {
+		op := &ops[i]
+		fail := strings.Contains(op.Key, "fail")
+		for _, p := range op.Parts {
+			fail = fail || strings.Contains(p.Key, "fail")
+		}
+		if fail {
+			op.Err = errInjected
+			continue
+		}
+		f.Store.Run(ctx, ops[i:i+1])
 	}
-	return f.Store.Take(ctx, req)
 }
 
 // A call whose quota_mode descriptor fails at the store fails, and spends

@@ -34,11 +34,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sameorigin"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/observe"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Default listen addresses: loopback only.
@@ -64,7 +64,7 @@ type Options struct {
 	// without it they are a load error.
 	MergeDomains bool
 	// Store keeps the budgets; nil is a new memstore.
-	Store sluice.Store
+	Store store.Store
 	// PerSecondStore, when not nil, keeps the budgets of the limits counted
 	// per second (an epoch-aligned window of one second: envoy's unit
 	// second), as envoy's REDIS_PERSECOND keeps them on a second Redis.
@@ -72,7 +72,7 @@ type Options struct {
 	// turn: the per-second parts first, then the others, the per-second
 	// parts given back when the others refuse (not one atomic step: a
 	// concurrent call may be refused while they are held).
-	PerSecondStore sluice.Store
+	PerSecondStore store.Store
 	// Ping reports whether the store is reachable, for /readyz; nil is
 	// always reachable.
 	Ping func(context.Context) error

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/internal/fastclock"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // service is the deciding half of a Server: the configuration in use, the
@@ -34,8 +35,8 @@ type service struct {
 	envoy   *envoyStats // envoy's per-rule series (Options.EnvoyStats), nil without
 	holds   *holdTable  // the concurrency leases the lease calls hold (holds.go)
 	all     allHolds    // the units every instance holds on the keys of holds' view (holdsall.go)
-	// leaseStores are the stores with leases, by label (leasingStores).
-	leaseStores map[string]*redisstore.Store
+	// sliceStores are the stores with slices, by label (slicingStores).
+	sliceStores map[string]*redisstore.Store
 
 	answered       atomic.Int64           // calls answered, on every door
 	storeErrs      atomic.Int64           // store failures not yet logged
@@ -48,8 +49,8 @@ type service struct {
 func newService(o Options) *service {
 	m := newMetrics(o.Limits.ValueSeries)
 	s := &service{opts: o, stores: newStores(&o, m.storeErrors), metrics: m, log: o.Logger}
-	s.leaseStores = leasingStores(o.Store, o.PerSecondStore)
-	if c := newLeaseCollector(s.leaseStores); c != nil {
+	s.sliceStores = slicingStores(o.Store, o.PerSecondStore)
+	if c := newSliceCollector(s.sliceStores); c != nil {
 		m.reg.MustRegister(c)
 	}
 	// An epoch-aligned window's reset is read on the store's clock when it
@@ -204,7 +205,7 @@ func (s *service) checkStores(ctx context.Context) (problems []string, unreachab
 	evict, checked := false, false
 	for _, st := range []struct {
 		name  string
-		store sluice.Store
+		store store.Store
 	}{{"store", s.opts.Store}, {"per-second store", s.opts.PerSecondStore}} {
 		rs, ok := st.store.(*redisstore.Store)
 		if !ok {

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/runat"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // MaxAutoTicks is the most ticks Run shows when Config.Ticks is 0.
@@ -167,7 +169,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 	if l.Burst < 1 {
 		return nil, 0, fmt.Errorf("burst %d: token-bucket and gcra need a burst of at least 1", l.Burst)
 	}
-	tb, err := storelink.Params(l.Using(sluice.TokenBucket))
+	tb, err := storelink.Params(l.WithAlgorithm(sluice.TokenBucket))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -188,7 +190,7 @@ func Setups(cfg Config) ([]Setup, int64, error) {
 	}
 	var out []Setup
 	for _, k := range algo.Kinds() {
-		lk := l.Using(sluice.Algorithm(k))
+		lk := l.WithAlgorithm(sluice.Algorithm(k))
 		switch k {
 		case algo.FixedWindow, algo.AlignedWindow, algo.SlidingWindow, algo.SlidingLog:
 			lk.Rate, lk.Period, lk.Burst = wrate, window, 0
@@ -330,7 +332,7 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 		}
 	}
 	res.Keys = len(keys)
-	store := memstore.New(memstore.WithShards(1)).Engine()
+	st := runat.Memory(memstore.WithShards(1))
 	for _, s := range setups {
 		row := Row{Setup: s, Admitted: make([]int64, n), Delayed: make([]int64, n), Denied: make([]int64, n), Errors: make([]int64, n)}
 		tot := &row.Totals
@@ -345,8 +347,8 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 				tot.Errors += a.Cost
 				continue
 			}
-			// The times and costs were checked above, so TakeAt cannot fail.
-			d, _ := store.TakeAt(context.Background(), storelink.Request{Key: prefix + a.Key, Params: s.Params, Cost: a.Cost, MaxDelay: algo.Never}, a.T)
+			// The times and costs were checked above, so Run cannot fail.
+			d, _ := runat.Run(context.Background(), st, store.Op{Kind: store.Take, Key: prefix + a.Key, Limit: storelink.LimitOf(&s.Params), Cost: a.Cost, MaxDelay: store.Never}, a.T)
 			switch {
 			case !d.Allowed:
 				row.Denied[i] += a.Cost

@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Request is one line of a trace.
@@ -476,7 +477,7 @@ func without(b []byte, members, drop []member) []byte {
 
 // AppendDecision appends the request's object with the decision's fields to
 // dst, and a newline.
-func AppendDecision(dst []byte, req Request, d algo.Decision) []byte {
+func AppendDecision(dst []byte, req Request, d store.Decision) []byte {
 	dst = openObject(dst, req.Raw)
 	dst = append(dst, `"allowed":`...)
 	dst = strconv.AppendBool(dst, d.Allowed)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/store"
 )
 
 func TestReader(t *testing.T) {
@@ -31,7 +32,7 @@ func TestAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(AppendDecision(nil, req, algo.Decision{Allowed: true, Remaining: 2, ResetAfter: 7, Delay: 3}))
+	got := string(AppendDecision(nil, req, store.Decision{Allowed: true, Remaining: 2, ResetAfter: 7, Delay: 3}))
 	want := `{ "t_us": 10, "key": "a","allowed":true,"remaining":2,"retry_after_us":0,"reset_after_us":7,"delay_us":3}` + "\n"
 	if got != want {
 		t.Fatalf("got %s want %s", got, want)
@@ -108,7 +109,7 @@ func TestParseErrors(t *testing.T) {
 // replay's output, replayed) has them replaced, never repeated; the other
 // fields are kept as they were, in order.
 func TestOutputsReplaced(t *testing.T) {
-	d := algo.Decision{Allowed: true, Remaining: 2, ResetAfter: 7, Delay: 3}
+	d := store.Decision{Allowed: true, Remaining: 2, ResetAfter: 7, Delay: 3}
 	for _, c := range []struct{ in, want string }{
 		{`{"t_us":10,"key":"a","allowed":false,"remaining":0,"retry_after_us":5,"reset_after_us":1,"delay_us":0}`,
 			`{"t_us":10,"key":"a","allowed":true,"remaining":2,"retry_after_us":0,"reset_after_us":7,"delay_us":3}`},
@@ -179,7 +180,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) accepted %+v", b, req)
 		}
 		for _, out := range [][]byte{
-			AppendDecision(nil, req, algo.Decision{Allowed: true, Remaining: 1}),
+			AppendDecision(nil, req, store.Decision{Allowed: true, Remaining: 1}),
 			AppendError(nil, req, errors.New("e")),
 		} {
 			var v map[string]any

@@ -13,7 +13,7 @@
   // ---- Live ----
   // rules: rule -> Map(t -> point). step is the seconds a point stands for
   // (1, or 60 over a range longer than the window), from..now the span.
-  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [], leases: new Map() };
+  const live = { now: 0, window: 300, step: 1, from: 0, rules: new Map(), order: [], slices: new Map() };
   const SMALL_MAX = 24; // the small charts drawn, one per rule
 
   const RANGES = { "1h": 3600, "6h": 6 * 3600 };
@@ -33,9 +33,9 @@
       }
       for (const p of r.points) m.set(p.t, p);
     }
-    for (const st of data.leases || []) {
-      let m = live.leases.get(st.store);
-      if (!m) { m = new Map(); live.leases.set(st.store, m); }
+    for (const st of data.slices || []) {
+      let m = live.slices.get(st.store);
+      if (!m) { m = new Map(); live.slices.set(st.store, m); }
       for (const t of Array.from(m.keys())) {
         if (t >= data.since || t < live.from) m.delete(t);
       }
@@ -110,7 +110,7 @@
     fill(body, rows, "No refusals recently.", 3);
   }
 
-  // ---- What is held: leased budgets and concurrency slots ----
+  // ---- What is held: slices of budgets and concurrency slots ----
   // durUS formats µs as the server does: to the millisecond under a
   // second, else to a tenth of a second.
   function durUS(us) {
@@ -141,17 +141,17 @@
   function callsPer100(s) {
     const n = s.local + s.redis;
     if (n === 0) return "—";
-    const tenths = Math.floor(1000 * (s.redis + s.slices) / n);
+    const tenths = Math.floor(1000 * (s.redis + s.taken) / n);
     return Math.floor(tenths / 10) + "." + (tenths % 10);
   }
 
-  function renderLeases(stores) {
+  function renderSlices(stores) {
     for (const s of stores || []) {
-      const dl = document.getElementById("lease-stats-" + s.store);
-      const body = document.querySelector("#lease-keys-" + s.store + " tbody");
+      const dl = document.getElementById("slice-stats-" + s.store);
+      const body = document.querySelector("#slice-keys-" + s.store + " tbody");
       if (!dl || !body) continue; // a store the page was not rendered with
       const vals = { held: s.held, keys: s.keys, local: s.local, redis: s.redis, calls_per_100: callsPer100(s),
-        slices: s.slices, leased: s.leased, given_back: s.given_back, expired: s.expired };
+        taken: s.taken, units: s.units, given_back: s.given_back, expired: s.expired };
       for (const dd of dl.querySelectorAll("dd[data-k]")) dd.textContent = String(vals[dd.dataset.k]);
       fill(body, (s.top || []).map((k) => row(k.key, [["held", "Units held", String(k.held)], ["slices", "Slices", String(k.slices)],
         ["expires_in", "First ends in", durUS(k.expires_in_us)], ["demand", "Demand", String(k.demand)]])),
@@ -159,29 +159,29 @@
     }
   }
 
-  // renderLeaseCharts draws each store's decisions from slices and its
+  // renderSliceCharts draws each store's decisions from slices and its
   // Redis calls (decisions in Redis and slices taken) over the span.
-  function renderLeaseCharts() {
-    for (const chart of document.querySelectorAll(".lease-chart svg[data-store]")) {
+  function renderSliceCharts() {
+    for (const chart of document.querySelectorAll(".slice-chart svg[data-store]")) {
       const n = slots(), series = { local: new Array(n).fill(0), calls: new Array(n).fill(0) };
-      for (const p of (live.leases.get(chart.dataset.store) || new Map()).values()) {
+      for (const p of (live.slices.get(chart.dataset.store) || new Map()).values()) {
         const i = index(p.t);
         if (i < 0 || i >= n) continue;
         series.local[i] += p.local;
-        series.calls[i] += p.redis + p.slices;
+        series.calls[i] += p.redis + p.taken;
       }
       const sums = draw(chart, series, 800, 140, true);
-      const decisions = sums.local + sums.calls - slicesIn(chart.dataset.store);
-      chart.querySelector("title").textContent = "Lease decisions and Redis calls " + perWhat() + ", store " + chart.dataset.store + ", " +
+      const decisions = sums.local + sums.calls - takenIn(chart.dataset.store);
+      chart.querySelector("title").textContent = "Decisions from slices and Redis calls " + perWhat() + ", store " + chart.dataset.store + ", " +
         spanText() + ": from slices " + sums.local + ", Redis calls " + sums.calls +
         (decisions > 0 ? ", " + (Math.floor(1000 * sums.calls / decisions) / 10) + " per 100 decisions" : "");
     }
   }
 
-  // slicesIn is the slices store took over the span.
-  function slicesIn(store) {
+  // takenIn is the slices store took over the span.
+  function takenIn(store) {
     let n = 0;
-    for (const p of (live.leases.get(store) || new Map()).values()) if (p.t >= live.from) n += p.slices;
+    for (const p of (live.slices.get(store) || new Map()).values()) if (p.t >= live.from) n += p.taken;
     return n;
   }
 
@@ -341,10 +341,10 @@
       syncRuleSelect();
       renderTable();
       renderTop(data.top);
-      renderLeases(data.leases);
+      renderSlices(data.slices);
       renderSlots(data.slots);
       renderChart();
-      renderLeaseCharts();
+      renderSliceCharts();
       if (failures > 0) status.textContent = "";
       failures = 0;
       document.body.dataset.livePolls = String(Number(document.body.dataset.livePolls || 0) + 1);
@@ -361,7 +361,7 @@
   function changeRange() {
     since = 0;
     live.rules.clear();
-    live.leases.clear();
+    live.slices.clear();
     poll();
   }
 
@@ -460,7 +460,7 @@
   function start() {
     document.getElementById("live-controls").hidden = false;
     document.getElementById("live-charts").hidden = false;
-    for (const f of document.querySelectorAll(".lease-chart")) f.hidden = false;
+    for (const f of document.querySelectorAll(".slice-chart")) f.hidden = false;
     document.getElementById("live-rule").addEventListener("change", renderChart);
     document.getElementById("live-range").addEventListener("change", changeRange);
     poll();

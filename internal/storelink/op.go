@@ -1,0 +1,45 @@
+package storelink
+
+import (
+	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/store"
+)
+
+// AlgoParams is l in the steps' form.
+func AlgoParams(l *store.Limit) algo.Params {
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+}
+
+// LimitOf is p in the contract's form.
+func LimitOf(p *algo.Params) store.Limit {
+	return store.Limit{Algorithm: uint8(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst}
+}
+
+// DecisionOf is d in the contract's form.
+func DecisionOf(d *algo.Decision) store.Decision {
+	return store.Decision{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
+		ResetAfter: d.ResetAfter, Delay: d.Delay, Window: d.Window,
+	}
+}
+
+// AlgoDecision is d in the steps' form (FreshAt 0).
+func AlgoDecision(d *store.Decision) algo.Decision {
+	return algo.Decision{
+		Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
+		ResetAfter: d.ResetAfter, Delay: d.Delay, Window: d.Window,
+	}
+}
+
+// HoldOpOf is the steps' number of a hold operation's kind.
+func HoldOpOf(k store.Kind) int64 {
+	switch k {
+	case store.Acquire:
+		return algo.OpAcquire
+	case store.Release:
+		return algo.OpRelease
+	case store.Extend:
+		return algo.OpExtend
+	}
+	return 0
+}

@@ -1,0 +1,50 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/redisstore"
+)
+
+// BenchmarkTake is a Limiter's take on one standalone server: serially (a
+// round trip each) and from 64 goroutines on 8 keys (the calls share
+// pipelines and multi-decision scripts).
+func BenchmarkTake(b *testing.B) {
+	c := redistest.Shared(b).Client()
+	ctx := context.Background()
+	lim := sluice.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	for _, par := range []int{1, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", par), func(b *testing.B) {
+			s := newGoRedis(b, c, redisstore.WithPrefix(fmt.Sprintf("takebench:%d:", time.Now().UnixNano())))
+			defer s.Close()
+			l := sluice.New(s)
+			b.ReportAllocs()
+			if par == 1 {
+				for b.Loop() {
+					if r, err := l.Take(ctx, "k0", lim, 1); err != nil || !r.Allowed {
+						b.Fatal(r, err)
+					}
+				}
+				return
+			}
+			b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					if r, err := l.Take(ctx, keys[i%len(keys)], lim, 1); err != nil || !r.Allowed {
+						b.Error(r, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
