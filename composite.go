@@ -111,10 +111,12 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, each []Result) (Res
 // answerParts is answer for a composite, writing each part's result into
 // each (unless it is nil).
 func answerParts(op *store.Op, each []Result) (Result, error) {
-	r, err := answer(op)
+	var r Result
+	err := answer(op, &r)
 	if err == nil {
 		for i := range each {
-			each[i] = resultOf(&op.Parts[i].Decision)
+			each[i] = Result{}
+			setResult(&each[i], &op.Parts[i].Decision)
 			each[i].Degraded = r.Degraded
 		}
 	}

@@ -154,7 +154,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		} else if err != nil {
 			return Lease{}, err
 		}
-		ls.Result = resultOf(&op.Decision)
+		setResult(&ls.Result, &op.Decision)
 		if op.Expiry > 0 { // else nothing held: refused, a query, or FailOpen's grant
 			ls.ID, ls.Expiry = id, op.Expiry
 		}
@@ -212,7 +212,8 @@ func (l *Limiter) holdOp(ctx context.Context, kind store.Kind, lease *Lease, lif
 	op := &ops[0]
 	op.Kind, op.Key, op.Concurrency, op.ID, op.Degraded = kind, lease.Key, store.Concurrency(p), lease.ID, lease.Degraded
 	l.run(ctx, ops[:])
-	r, err := answer(op)
+	var r Result
+	err = answer(op, &r)
 	if err == nil && kind == store.Extend {
 		lease.Expiry = op.Expiry
 	}

@@ -186,15 +186,22 @@ func New(st store.Store, opts ...Option) *Limiter {
 // Take asks whether cost units for key may pass now under lim, and spends them
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
-func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
+func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (r Result, err error) {
 	p, err := l.check(key, lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	takeOp(&ops[0], key, &p, cost, store.Never)
-	l.run(ctx, ops[:])
-	return answer(&ops[0])
+	if l.mem != nil { // run's first case, written out: the hot path
+		l.mem.Run(ctx, ops[:])
+	} else {
+		runCopies(ctx, l.st, ops[:])
+	}
+	if err = ops[0].Err; err == nil { // answer, written out: too big to inline
+		setResult(&r, &ops[0].Decision)
+	}
+	return
 }
 
 // takeOp makes op a Take of cost units of key under p.
@@ -202,25 +209,24 @@ func takeOp(op *store.Op, key string, p *algo.Params, cost, maxDelay int64) {
 	op.Kind, op.Key, op.Limit, op.Cost, op.MaxDelay = store.Take, key, storelink.LimitOf(p), cost, maxDelay
 }
 
-// answer is op's answer as a Result, or its error.
-func answer(op *store.Op) (Result, error) {
+// answer writes op's answer into *r (zero), or returns its error. It
+// writes field by field: a Result built and then copied out would be read
+// back, whole, from stores still on their way to memory, which stalls the
+// hot path.
+func answer(op *store.Op, r *Result) error {
 	if err := op.Err; err != nil {
-		return Result{}, err // never Allowed with an error
+		return err // never Allowed with an error
 	}
-	return resultOf(&op.Decision), nil
+	setResult(r, &op.Decision)
+	return nil
 }
 
-// resultOf is d as a Result.
-func resultOf(d *store.Decision) Result {
-	return Result{
-		Allowed:    d.Allowed,
-		Remaining:  d.Remaining,
-		RetryAfter: storelink.Duration(d.RetryAfter),
-		ResetAfter: storelink.Duration(d.ResetAfter),
-		Delay:      storelink.Duration(d.Delay),
-		Degraded:   d.Degraded,
-		Window:     d.Window,
-	}
+// setResult writes d into *r.
+func setResult(r *Result, d *store.Decision) {
+	r.Allowed, r.Remaining, r.Degraded, r.Window = d.Allowed, d.Remaining, d.Degraded, d.Window
+	r.RetryAfter = storelink.Duration(d.RetryAfter)
+	r.ResetAfter = storelink.Duration(d.ResetAfter)
+	r.Delay = storelink.Duration(d.Delay)
 }
 
 // Allow is Take with cost 1, reporting only whether the request passed.
@@ -246,7 +252,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (
 		ops[0] = store.Op{}
 		takeOp(&ops[0], key, &p, cost, maxDelay)
 		l.run(ctx, ops[:])
-		return answer(&ops[0])
+		var r Result
+		err := answer(&ops[0], &r)
+		return r, err
 	})
 }
 
@@ -323,7 +331,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64
 	op := &ops[0]
 	op.Kind, op.Key, op.Limit, op.Cost, op.Window = store.Refund, key, storelink.LimitOf(&p), units, take.Window
 	l.run(ctx, ops[:])
-	return answer(op)
+	var r Result
+	err = answer(op, &r)
+	return r, err
 }
 
 // Reset returns key to its fresh state.
@@ -345,12 +355,6 @@ func (l *Limiter) run(ctx context.Context, ops []store.Op) {
 		l.mem.Run(ctx, ops)
 		return
 	}
-	if l.st == nil {
-		for i := range ops {
-			ops[i].Err = errNoStore
-		}
-		return
-	}
 	runCopies(ctx, l.st, ops)
 }
 
@@ -364,6 +368,12 @@ var opBufs = sync.Pool{New: func() any { return new([1]store.Op) }}
 //
 //go:noinline
 func runCopies(ctx context.Context, st store.Store, ops []store.Op) {
+	if st == nil {
+		for i := range ops {
+			ops[i].Err = errNoStore
+		}
+		return
+	}
 	var cp []store.Op
 	if len(ops) == 1 { // the Limiter's own: one op, from a pool
 		buf := opBufs.Get().(*[1]store.Op)

@@ -88,7 +88,7 @@ func (s *Store) takeAll(ps []store.Part, maxDelay, now int64, acc *algo.Decision
 	}
 	unlockParts(parts, order)
 	for i := range ps {
-		ps[i].Decision = storelink.DecisionOf(&each[i])
+		storelink.SetDecision(&ps[i].Decision, &each[i])
 	}
 	return nil
 }

@@ -18,7 +18,16 @@ var _ store.Store = (*Store)(nil)
 // decision on a key that exists allocates nothing.
 func (s *Store) Run(_ context.Context, ops []store.Op) {
 	for i := range ops {
-		s.run(&ops[i])
+		op := &ops[i]
+		if op.Kind != store.Take || op.At != 0 || op.Headroom != 0 || len(op.Parts) != 0 {
+			s.run(op)
+			continue
+		}
+		// The hot path, run's case written out: one key, now.
+		var d algo.Decision
+		p := storelink.AlgoParams(&op.Limit)
+		op.Err = s.decideNow(op.Key, &p, op.Cost, op.MaxDelay, &d)
+		storelink.SetDecision(&op.Decision, &d)
 	}
 }
 
@@ -48,7 +57,8 @@ func (s *Store) run(op *store.Op) {
 	default:
 		err = fmt.Errorf("memstore: operation %d: %w", op.Kind, errors.ErrUnsupported)
 	}
-	op.Decision, op.Err = storelink.DecisionOf(&d), err
+	storelink.SetDecision(&op.Decision, &d)
+	op.Err = err
 }
 
 // at is the time op is decided at.

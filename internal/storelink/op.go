@@ -23,6 +23,14 @@ func DecisionOf(d *algo.Decision) store.Decision {
 	}
 }
 
+// SetDecision writes d into dst field by field: a store.Decision built
+// and then copied would be read back, whole, from stores still on their
+// way to memory, which stalls the hot path.
+func SetDecision(dst *store.Decision, d *algo.Decision) {
+	dst.Allowed, dst.Remaining, dst.RetryAfter = d.Allowed, d.Remaining, d.RetryAfter
+	dst.ResetAfter, dst.Delay, dst.Window, dst.Degraded = d.ResetAfter, d.Delay, d.Window, false
+}
+
 // AlgoDecision is d in the steps' form (FreshAt 0).
 func AlgoDecision(d *store.Decision) algo.Decision {
 	return algo.Decision{
