@@ -10,7 +10,7 @@ package algo
 func gcra(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
 	tu, tr, bs, now := gcraLevel(p, s, now)
-	if bs+cost*p.Period <= full {
+	if bs+cost*p.Period <= full || cost == 0 { // a query passes, even in debt
 		d.Allowed = true
 		tu, tr = addTime(tu, tr, cost*p.Period, p.Rate)
 		bs += cost * p.Period

@@ -11,7 +11,7 @@ func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
 	ls, at := tokenLevel(p, s, now)
 	xs := full - ls
-	if cost*p.Period <= xs {
+	if cost*p.Period <= xs || cost == 0 { // a query passes, even in debt
 		d.Allowed = true
 		xs -= cost * p.Period
 	} else {

@@ -357,7 +357,7 @@ func (m *Model) tokenBucket(st *keyState, now, cost int64) algo.Decision {
 		x = minRat(b, add(st.x, quo(rat(now-st.l), m.t)))
 	}
 	var d algo.Decision
-	if x.Cmp(rat(cost)) >= 0 {
+	if cost == 0 || x.Cmp(rat(cost)) >= 0 { // a query passes, even in debt
 		d.Allowed = true
 		x = sub(x, rat(cost))
 	} else {
@@ -386,7 +386,7 @@ func (m *Model) gcra(st *keyState, now, cost int64) algo.Decision {
 	}
 	next := add(tat, mul(rat(cost), m.t))
 	var d algo.Decision
-	if sub(next, t).Cmp(bt) <= 0 {
+	if cost == 0 || sub(next, t).Cmp(bt) <= 0 {
 		d.Allowed = true
 		tat = next
 	} else {
