@@ -367,3 +367,43 @@ func (tr debtTrace) report(i int, want []algo.Decision) string {
 	}
 	return b.String()
 }
+
+// TestDebtRetryAfter checks what a refusal in debt promises: the same take,
+// with no other traffic, passes RetryAfter later and not a microsecond
+// sooner, on random traces of takes, charges and refunds.
+func TestDebtRetryAfter(t *testing.T) {
+	seed := testenv.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 35))
+	checked := 0
+	for n := range 300 {
+		tr := drawDebtTrace(rng, 200)
+		state := map[string]algo.State{}
+		for i, e := range tr {
+			s := state[e.key]
+			var d algo.Decision
+			switch e.op {
+			case 't':
+				algo.StepTo(&e.p, &s, e.now, e.units, algo.Never, &d)
+			case 'c':
+				algo.Charge(&e.p, &s, e.now, e.units, &d)
+			case 'r':
+				algo.Refund(&e.p, &s, e.now, e.units, 0)
+			}
+			state[e.key] = s
+			if e.op != 't' || d.Allowed || d.Remaining >= 0 || !algo.Chargeable(e.p.Kind) {
+				continue
+			}
+			for _, at := range []int64{d.RetryAfter - 1, d.RetryAfter} {
+				probe := s
+				if got := algo.Step(&e.p, &probe, e.now+at, e.units, algo.Never); got.Allowed != (at == d.RetryAfter) {
+					t.Fatalf("seed %d trace %d op %d: %s: refused with RetryAfter %d; %d later: %+v", seed, n, i, e, d.RetryAfter, at, got)
+				}
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no take was refused in debt")
+	}
+	t.Logf("%d refusals in debt kept their RetryAfter (seed %d)", checked, seed)
+}

@@ -61,3 +61,75 @@ func (m *Model) Charge(key string, now, units int64) (algo.Decision, *big.Rat) {
 	d.Allowed = charged.Cmp(rat(units)) == 0
 	return d, charged
 }
+
+// A Spend is units a key spent at T: admitted by a take or charged
+// (Units > 0; a charge under a bucket may spend a fraction of a unit), or
+// given back by a refund (Units < 0: the units the refund asked for).
+type Spend struct {
+	T     int64
+	Units *big.Rat
+}
+
+// CheckDebtBound checks SEMANTICS.md's bound under debt for the spends of
+// one key under lim: in every span [a, b], the units admitted plus charged
+// never exceed what lim allows there without debt, plus lim.Debt, plus the
+// units refunded in [a, b]. What lim allows is Burst + (b − a)/T for
+// token-bucket and gcra, and Rate for every window [a, b] meets for
+// fixed-window (at most ⌊(b − a)/Period⌋ + 2) and aligned-window. spends
+// are in time order. It returns the first span that breaks the bound, or
+// nil.
+func CheckDebtBound(lim Limit, spends []Spend) error {
+	lim.check()
+	if !lim.chargeable() {
+		return fmt.Errorf("model: %v carries no debt", lim.Kind)
+	}
+	// Every quantity is scaled by the period under the buckets, where a
+	// charge spends whole fractions of a unit over T = period/rate:
+	// integers, then.
+	scale := int64(1)
+	if lim.bucket() {
+		scale = lim.Period
+	}
+	units := make([]int64, len(spends))
+	for i, sp := range spends {
+		u := mul(sp.Units, rat(scale))
+		if !u.IsInt() {
+			return fmt.Errorf("model: spend %d: %s units are not whole over the period", i, sp.Units.RatString())
+		}
+		units[i] = u.Num().Int64()
+	}
+	for i := range spends {
+		if i > 0 && spends[i-1].T == spends[i].T {
+			continue // a span starts before every spend of its first instant
+		}
+		var spent, back int64
+		for j := i; j < len(spends); j++ {
+			if units[j] > 0 {
+				spent += units[j]
+			} else {
+				back -= units[j]
+			}
+			if j+1 < len(spends) && spends[j+1].T == spends[j].T {
+				continue // and ends after every spend of its last
+			}
+			a, b := spends[i].T, spends[j].T
+			if bound := allowed(lim, a, b) + lim.Debt*scale + back; spent > bound {
+				return fmt.Errorf("%d/%d units admitted and charged in [%d, %d] (%d µs), bound %d/%d (%d/%d refunded)",
+					spent, scale, a, b, b-a, bound, scale, back, scale)
+			}
+		}
+	}
+	return nil
+}
+
+// allowed is what lim admits in [a, b] without debt (CheckDebtBound),
+// scaled by the period under the buckets.
+func allowed(lim Limit, a, b int64) int64 {
+	switch lim.Kind {
+	case algo.TokenBucket, algo.GCRA:
+		return lim.Burst*lim.Period + (b-a)*lim.Rate
+	case algo.AlignedWindow:
+		return lim.Rate * (b/lim.Period - a/lim.Period + 1)
+	}
+	return lim.Rate * ((b-a)/lim.Period + 2)
+}
