@@ -45,6 +45,8 @@ func (s *Store) run(op *store.Op) {
 		s.reset(op.Key)
 	case store.Acquire, store.Release, store.Extend:
 		err = s.runHold(op, &d)
+	case store.Charge:
+		err = s.runCharge(op, &d)
 	default:
 		err = fmt.Errorf("memstore: operation %d: %w", op.Kind, errors.ErrUnsupported)
 	}

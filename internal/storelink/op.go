@@ -7,12 +7,12 @@ import (
 
 // AlgoParams is l in the steps' form.
 func AlgoParams(l *store.Limit) algo.Params {
-	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
 }
 
 // LimitOf is p in the contract's form.
 func LimitOf(p *algo.Params) store.Limit {
-	return store.Limit{Algorithm: uint8(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst}
+	return store.Limit{Algorithm: uint8(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst, Debt: p.Debt}
 }
 
 // DecisionOf is d in the contract's form.
