@@ -133,3 +133,16 @@ func allowed(lim Limit, a, b int64) int64 {
 	}
 	return lim.Rate * ((b-a)/lim.Period + 2)
 }
+
+// ChargeEach is the contract's composite charge: models[i] charges
+// costs[i] units to keys[i], every part, none refused, each as Charge
+// states it, its decision in each[i] (each is as long as models). The
+// summary is their fold: Allowed when every part charged every unit,
+// Remaining the smallest, ResetAfter the largest, RetryAfter and Delay 0,
+// and no Window when there is more than one part.
+func ChargeEach(models []*Model, keys []string, costs []int64, now int64, each []algo.Decision) algo.Decision {
+	for i, m := range models {
+		each[i], _ = m.Charge(keys[i], now, costs[i])
+	}
+	return fold(each)
+}
