@@ -41,7 +41,8 @@ type Result struct {
 	// Allowed reports whether the request passed (and spent its cost).
 	Allowed bool
 	// Remaining is how many whole units could still pass at this instant,
-	// after this decision.
+	// after this decision. It is negative for a key in debt (see Charge):
+	// −Remaining units, rounded up, must come back before a take passes.
 	Remaining int64
 	// RetryAfter is, for a denied request, the smallest wait after which the
 	// same request would pass with no other traffic; 0 when allowed.
@@ -97,7 +98,7 @@ var errNoStore = fmt.Errorf("%w: the Limiter has no store (make it with New)", E
 
 // slot is where params remembers lim.
 func (l *Limiter) slot(lim Limit) *atomic.Pointer[validLimit] {
-	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40) * 0xBF58476D1CE4E5B9
+	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40 ^ uint64(lim.Debt)<<29) * 0xBF58476D1CE4E5B9
 	return &l.valid[h>>61]
 }
 
@@ -322,6 +323,71 @@ func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64
 	var ops [1]store.Op
 	op := &ops[0]
 	op.Kind, op.Key, op.Limit, op.Cost, op.Window = store.Refund, key, storelink.LimitOf(&p), units, take.Window
+	l.run(ctx, ops[:])
+	return answer(op)
+}
+
+// Charge spends units of key's budget under lim for work already done,
+// whose cost is known only afterwards (an LLM call's tokens, a response's
+// bytes). It is never refused: units past what the key has leave it in
+// debt, up to lim.Debt units past empty, and the units past that are
+// forgiven. While the key is in debt, takes are refused, their RetryAfter
+// the wait until it is paid and they can pass; refunds pay it back.
+//
+// Its Result is what a take of 0 would see afterwards, Remaining negative
+// in debt, but for Allowed: false when units were forgiven (the key was
+// charged all it could owe). Only TokenBucket, GCRA, FixedWindow and
+// AlignedWindow can charge; the others return an error wrapping
+// ErrNoRefund. SEMANTICS.md's "Charges and debt" states the bound.
+func (l *Limiter) Charge(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
+	p, err := l.params(lim)
+	if err == nil {
+		err = storelink.CheckCharge(key, &p, units)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	var ops [1]store.Op
+	op := &ops[0]
+	op.Kind, op.Key, op.Limit, op.Cost = store.Charge, key, storelink.LimitOf(&p), units
+	l.run(ctx, ops[:])
+	return answer(op)
+}
+
+// Settle settles work taken as an estimate once its actual cost is known,
+// in one call: take is the Result of the Take of estimate units. When the
+// take spent more than actual, the difference is refunded, to take's
+// window (as Refund does); when actual is more, the difference is charged
+// (as Charge does). A take that was refused, or answered by a failure
+// policy (Degraded), spent nothing in the store: all of actual is charged.
+// It returns the Refund's or the Charge's Result, or, with nothing to
+// settle, a look (a Take of 0). Only TokenBucket, GCRA, FixedWindow and
+// AlignedWindow can settle; the others return an error wrapping
+// ErrNoRefund.
+func (l *Limiter) Settle(ctx context.Context, key string, lim Limit, estimate, actual int64, take Result) (Result, error) {
+	p, err := l.params(lim)
+	if err == nil {
+		err = storelink.CheckCharge(key, &p, actual)
+	}
+	if err == nil && estimate < 0 {
+		err = fmt.Errorf("%w: estimate %d is negative", ErrInvalidCost, estimate)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	spent := int64(0)
+	if take.Allowed && !take.Degraded {
+		spent = estimate
+	}
+	var ops [1]store.Op
+	op := &ops[0]
+	op.Kind, op.Key, op.Limit, op.MaxDelay = store.Take, key, storelink.LimitOf(&p), store.Never
+	switch {
+	case actual > spent:
+		op.Kind, op.Cost = store.Charge, actual-spent
+	case actual < spent:
+		op.Kind, op.Cost, op.Window = store.Refund, spent-actual, take.Window
+	}
 	l.run(ctx, ops[:])
 	return answer(op)
 }

@@ -18,6 +18,7 @@ type (
 		Rate      int64
 		Period    time.Duration
 		Burst     int64
+		Debt      int64
 	}
 	requestFields[A ~uint8, L ~limitFields[A]] = struct {
 		Key      string
@@ -33,7 +34,7 @@ type (
 // ErrInvalidLimit.
 func Params[A ~uint8, L ~limitFields[A]](l L) (algo.Params, error) {
 	f := limitFields[A](l)
-	return params(uint8(f.Algorithm), f.Rate, f.Period, f.Burst)
+	return params(uint8(f.Algorithm), f.Rate, f.Period, f.Burst, f.Debt)
 }
 
 // Checked checks the root package's Request r as a Limiter does and returns
