@@ -225,6 +225,12 @@ func (l Limit) Refill() time.Duration {
 	return time.Duration(p.Refill()) * time.Microsecond // Validate keeps it below 2^50µs
 }
 
+// same reports whether l and m are the same limit, field by field (see
+// Limiter.params: == on a Limit compares it through memory).
+func (l *Limit) same(m *Limit) bool {
+	return l.Rate == m.Rate && l.Period == m.Period && l.Burst == m.Burst && l.Algorithm == m.Algorithm && l.Debt == m.Debt
+}
+
 // params returns the limit in the form the algorithms and stores take.
 func (l Limit) params() (algo.Params, error) {
 	return storelink.Params(l)

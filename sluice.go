@@ -97,43 +97,48 @@ type validLimit struct {
 var errNoStore = fmt.Errorf("%w: the Limiter has no store (make it with New)", ErrStoreUnavailable)
 
 // slot is where params remembers lim.
-func (l *Limiter) slot(lim Limit) *atomic.Pointer[validLimit] {
+func (l *Limiter) slot(lim *Limit) *atomic.Pointer[validLimit] {
 	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40 ^ uint64(lim.Debt)<<29) * 0xBF58476D1CE4E5B9
 	return &l.valid[h>>61]
 }
 
-// params is lim.params, remembered.
-func (l *Limiter) params(lim Limit) (algo.Params, error) {
+// params is lim.params, remembered: the Params it returns are shared, and
+// never changed. (A Params has five fields, past what the compiler keeps in
+// registers: copied through memory after its fields were written one by
+// one, it would stall the CPU on every call.)
+func (l *Limiter) params(lim *Limit) (*algo.Params, error) {
 	slot := l.slot(lim)
-	if v := slot.Load(); v != nil && v.lim == lim {
-		return v.p, nil
+	if v := slot.Load(); v != nil && v.lim.same(lim) {
+		return &v.p, nil
 	}
 	p, err := lim.params()
-	if err == nil {
-		slot.Store(&validLimit{lim, p})
+	if err != nil {
+		return nil, err
 	}
-	return p, err
+	v := &validLimit{*lim, p}
+	slot.Store(v)
+	return &v.p, nil
 }
 
 // partParams is params for the parts of a composite, which name several
-// limits at once: a limit that finds its slot taken by another is checked
-// afresh instead of taking the slot, so that two limits of one composite
-// never evict each other (and allocate) on every call.
-func (l *Limiter) partParams(lim Limit) (algo.Params, error) {
+// limits at once, written into *p: a limit that finds its slot taken by
+// another is checked afresh instead of taking the slot, so that two limits
+// of one composite never evict each other (and allocate) on every call.
+func (l *Limiter) partParams(lim *Limit, p *algo.Params) (err error) {
 	slot := l.slot(lim)
 	v := slot.Load()
-	if v != nil && v.lim == lim {
-		return v.p, nil
+	if v != nil && v.lim.same(lim) {
+		*p = v.p
+		return nil
 	}
-	p, err := lim.params()
-	if err == nil && v == nil {
-		slot.CompareAndSwap(nil, &validLimit{lim, p})
+	if *p, err = lim.params(); err == nil && v == nil {
+		slot.CompareAndSwap(nil, &validLimit{*lim, *p})
 	}
-	return p, err
+	return err
 }
 
 // check checks one request: the limit, the key and the cost.
-func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
+func (l *Limiter) check(key string, lim *Limit, cost int64) (*algo.Params, error) {
 	p, err := l.params(lim)
 	if err == nil {
 		err = storelink.Check(key, p, cost)
@@ -188,19 +193,20 @@ func New(st store.Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.check(key, &lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
-	takeOp(&ops[0], key, &p, cost, store.Never)
+	takeOp(&ops[0], key, p, cost, store.Never)
 	l.run(ctx, ops[:])
 	return answer(&ops[0])
 }
 
 // takeOp makes op a Take of cost units of key under p.
 func takeOp(op *store.Op, key string, p *algo.Params, cost, maxDelay int64) {
-	op.Kind, op.Key, op.Limit, op.Cost, op.MaxDelay = store.Take, key, storelink.LimitOf(p), cost, maxDelay
+	op.Kind, op.Key, op.Cost, op.MaxDelay = store.Take, key, cost, maxDelay
+	storelink.SetLimit(&op.Limit, p)
 }
 
 // answer is op's answer as a Result, or its error.
@@ -238,14 +244,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error
 // while an admitted LeakyBucket request waits out its delay, the units stay
 // spent.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.check(key, &lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
 		ops[0] = store.Op{}
-		takeOp(&ops[0], key, &p, cost, maxDelay)
+		takeOp(&ops[0], key, p, cost, maxDelay)
 		l.run(ctx, ops[:])
 		return answer(&ops[0])
 	})
@@ -313,16 +319,17 @@ func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int6
 // take's units (envoy's negative hits) passes the zero Result, and gives
 // them to the window the key is in now.
 func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64, take Result) (Result, error) {
-	p, err := l.params(lim)
+	p, err := l.params(&lim)
 	if err == nil {
-		err = storelink.CheckRefund(key, &p, units)
+		err = storelink.CheckRefund(key, p, units)
 	}
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	op := &ops[0]
-	op.Kind, op.Key, op.Limit, op.Cost, op.Window = store.Refund, key, storelink.LimitOf(&p), units, take.Window
+	op.Kind, op.Key, op.Cost, op.Window = store.Refund, key, units, take.Window
+	storelink.SetLimit(&op.Limit, p)
 	l.run(ctx, ops[:])
 	return answer(op)
 }
@@ -340,16 +347,17 @@ func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64
 // AlignedWindow can charge; the others return an error wrapping
 // ErrNoRefund. SEMANTICS.md's "Charges and debt" states the bound.
 func (l *Limiter) Charge(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
-	p, err := l.params(lim)
+	p, err := l.params(&lim)
 	if err == nil {
-		err = storelink.CheckCharge(key, &p, units)
+		err = storelink.CheckCharge(key, p, units)
 	}
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	op := &ops[0]
-	op.Kind, op.Key, op.Limit, op.Cost = store.Charge, key, storelink.LimitOf(&p), units
+	op.Kind, op.Key, op.Cost = store.Charge, key, units
+	storelink.SetLimit(&op.Limit, p)
 	l.run(ctx, ops[:])
 	return answer(op)
 }
@@ -365,9 +373,9 @@ func (l *Limiter) Charge(ctx context.Context, key string, lim Limit, units int64
 // AlignedWindow can settle; the others return an error wrapping
 // ErrNoRefund.
 func (l *Limiter) Settle(ctx context.Context, key string, lim Limit, estimate, actual int64, take Result) (Result, error) {
-	p, err := l.params(lim)
+	p, err := l.params(&lim)
 	if err == nil {
-		err = storelink.CheckCharge(key, &p, actual)
+		err = storelink.CheckCharge(key, p, actual)
 	}
 	if err == nil && estimate < 0 {
 		err = fmt.Errorf("%w: estimate %d is negative", ErrInvalidCost, estimate)
@@ -381,7 +389,8 @@ func (l *Limiter) Settle(ctx context.Context, key string, lim Limit, estimate, a
 	}
 	var ops [1]store.Op
 	op := &ops[0]
-	op.Kind, op.Key, op.Limit, op.MaxDelay = store.Take, key, storelink.LimitOf(&p), store.Never
+	op.Kind, op.Key, op.MaxDelay = store.Take, key, store.Never
+	storelink.SetLimit(&op.Limit, p)
 	switch {
 	case actual > spent:
 		op.Kind, op.Cost = store.Charge, actual-spent

@@ -17,7 +17,8 @@ func (s *Store) runCharge(op *store.Op, d *algo.Decision) error {
 	if len(op.Parts) > 0 {
 		return s.chargeAll(op.Parts, now, d)
 	}
-	p := storelink.AlgoParams(&op.Limit)
+	var p algo.Params
+	storelink.SetParams(&p, &op.Limit)
 	if !algo.Chargeable(p.Kind) {
 		return noCharge(p.Kind)
 	}
@@ -43,7 +44,9 @@ func (s *Store) runCharge(op *store.Op, d *algo.Decision) error {
 func (s *Store) chargeAll(ps []store.Part, now int64, acc *algo.Decision) error {
 	for i := range ps {
 		if k := algo.Kind(ps[i].Limit.Algorithm); !algo.Chargeable(k) {
-			return storelink.PartError(i, ps[i].Key, noCharge(k))
+			// The part by its index: an error holding its key would move
+			// every op's keys to the heap.
+			return fmt.Errorf("part %d: %w", i, noCharge(k))
 		}
 	}
 	var partBuf [4]part

@@ -88,7 +88,7 @@ func (s *Store) locateParts(ps []store.Part, parts []part, order []int) ([]part,
 	for i := range ps {
 		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
 		pt := &parts[i]
-		pt.p = storelink.AlgoParams(&ps[i].Limit)
+		storelink.SetParams(&pt.p, &ps[i].Limit)
 		pt.sh, pt.h = s.locate(ps[i].Key)
 		// Insertion sort of the lock order: composites are small.
 		j := len(order)

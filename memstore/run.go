@@ -67,7 +67,8 @@ func (s *Store) runTake(op *store.Op, d *algo.Decision) error {
 	if len(op.Parts) > 0 {
 		return s.takeAll(op.Parts, op.MaxDelay, s.at(op), d, false)
 	}
-	p := storelink.AlgoParams(&op.Limit)
+	var p algo.Params
+	storelink.SetParams(&p, &op.Limit)
 	switch {
 	case op.Headroom != 0:
 		return s.decideHeadroom(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay, s.at(op), d)

@@ -51,7 +51,7 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 	if err := noDebt(p); err != nil {
 		return err
 	}
-	if err := storelink.Check(key, *p, cost); err != nil {
+	if err := storelink.Check(key, p, cost); err != nil {
 		return err
 	}
 	if maxDelay < 0 {

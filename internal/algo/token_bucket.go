@@ -9,7 +9,13 @@ package algo
 // refused until it has refilled.
 func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
-	ls, at := tokenLevel(p, s, now)
+	var ls, at int64
+	if s.same(p) { // tokenLevel, inline on the hot path
+		at = max(now, s.B)
+		ls = min(drain(s.A, at-s.B, p.Rate), full+p.Debt*p.Period)
+	} else {
+		ls, at = bucketLevel(p, s, now, p.Burst+p.Debt)
+	}
 	xs := full - ls
 	if cost*p.Period <= xs || cost == 0 { // a query passes, even in debt
 		d.Allowed = true
@@ -26,11 +32,11 @@ func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 // tokenLevel is the token bucket's scaled level at now, at most
 // (Burst+Debt)·Period, and the time it is read at (see bucketLevel).
 func tokenLevel(p *Params, s *State, now int64) (ls, at int64) {
-	if s.same(p) {
-		at = max(now, s.B) // a clock that went back reads the state at l
-		return min(drain(s.A, at-s.B, p.Rate), (p.Burst+p.Debt)*p.Period), at
+	if !s.same(p) {
+		return bucketLevel(p, s, now, p.Burst+p.Debt)
 	}
-	return bucketLevel(p, s, now, p.Burst+p.Debt)
+	at = max(now, s.B) // a clock that went back reads the state at l
+	return min(drain(s.A, at-s.B, p.Rate), (p.Burst+p.Debt)*p.Period), at
 }
 
 // bucketFigures writes the figures of a token bucket or gcra holding xs =

@@ -43,7 +43,7 @@ func Checked[A ~uint8, L ~limitFields[A], R ~requestFields[A, L]](r *R) (Request
 	f := requestFields[A, L](*r)
 	p, err := Params(f.Limit)
 	if err == nil {
-		err = Check(f.Key, p, f.Cost)
+		err = Check(f.Key, &p, f.Cost)
 	}
 	if err != nil {
 		return Request{}, err
