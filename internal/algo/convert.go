@@ -12,10 +12,10 @@ package algo
 // leaky-bucket) under p, whose capacity is capUnits: it returns the level
 // (units spent and not yet refilled) scaled by p.Period, at most
 // capUnits·p.Period (the capacity and the debt allowance), and the time it
-// was read at, now or the state's own
-// time if the clock went back. Between the buckets the level carries over
-// exactly when the period is unchanged and in whole units (rounded up)
-// when it changed; another algorithm's state counts the units it holds.
+// was read at, now or the state's own time if the clock went back. Between
+// the buckets the level carries over exactly when the period is unchanged
+// and in whole units (rounded up) when it changed; another algorithm's
+// state counts the units it holds.
 func bucketLevel(p *Params, s *State, now, capUnits int64) (ls, at int64) {
 	if s.Kind == 0 {
 		return 0, now

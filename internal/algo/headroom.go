@@ -8,8 +8,9 @@ import "slices"
 // cost. Refused, it reports that larger request's refusal (its RetryAfter
 // is the wait until this class could pass) and leaves *s as it was.
 // Remaining is the class's: what the step reports, less headroom, at least
-// 0 (a debt, negative, stays as it is). Preconditions: Step's, with 0 ≤ cost + headroom ≤ p.Capacity() and
-// headroom ≥ 0; a query (cost 0) and headroom 0 are Step's.
+// 0 (a debt, negative, stays as it is). Preconditions: Step's, with 0 ≤
+// cost + headroom ≤ p.Capacity() and headroom ≥ 0; a query (cost 0) and
+// headroom 0 are Step's.
 func StepHeadroom(p *Params, s *State, now, cost, headroom, maxDelay int64, d *Decision) {
 	if headroom == 0 || cost == 0 {
 		StepTo(p, s, now, cost, maxDelay, d)

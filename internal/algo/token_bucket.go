@@ -10,8 +10,8 @@ package algo
 func tokenBucket(p *Params, s *State, now, cost int64, d *Decision) {
 	full := p.Burst * p.Period
 	var ls, at int64
-	if s.same(p) { // tokenLevel, inline on the hot path
-		at = max(now, s.B)
+	if s.same(p) { // tokenLevel, inline on the hot path (a call costs more than its arithmetic)
+		at = max(now, s.B) // a clock that went back reads the state at l
 		ls = min(drain(s.A, at-s.B, p.Rate), full+p.Debt*p.Period)
 	} else {
 		ls, at = bucketLevel(p, s, now, p.Burst+p.Debt)
