@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/store"
 )
@@ -40,9 +41,10 @@ var partBufs = sync.Pool{New: func() any { return new([4]store.Part) }}
 func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
 	for i := range parts {
 		pt := &parts[i]
-		p, err := l.partParams(pt.Limit)
+		var p algo.Params
+		err := l.partParams(&pt.Limit, &p)
 		if err == nil {
-			err = storelink.Check(pt.Key, p, pt.Cost)
+			err = storelink.Check(pt.Key, &p, pt.Cost)
 		}
 		if err == nil && pt.Headroom != 0 {
 			err = storelink.CheckHeadroom(&p, pt.Cost, pt.Headroom)
@@ -51,7 +53,8 @@ func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
 			return storelink.PartError(i, pt.Key, err)
 		}
 		q := &dst[i]
-		q.Key, q.Limit, q.Cost, q.Headroom = pt.Key, storelink.LimitOf(&p), pt.Cost, pt.Headroom
+		q.Key, q.Cost, q.Headroom = pt.Key, pt.Cost, pt.Headroom
+		storelink.SetLimit(&q.Limit, &p)
 	}
 	// The keys are checked in dst: checked in parts, the caller's slice
 	// would move to the heap.

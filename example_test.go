@@ -238,3 +238,44 @@ func ExampleLimiter_Refund() {
 	// same window: 6 left
 	// next window: true 0 left
 }
+
+// An API key may spend 1000 LLM tokens a minute, and owe up to 5000 more:
+// a call's tokens are known only from its response, so they are charged
+// after it, whatever the key has left.
+func ExampleLimiter_Charge() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	tokens, _ := sluice.ParseLimit("1000/1m debt 5000")
+
+	r, _ := lim.Charge(ctx, "key:7", tokens, 4000)
+	fmt.Println("4000 charged:", r.Allowed, "remaining", r.Remaining)
+	r, _ = lim.Take(ctx, "key:7", tokens, 100)
+	fmt.Println("the next call:", r.Allowed, "retry after", r.RetryAfter)
+	r, _ = lim.Charge(ctx, "key:7", tokens, 9000)
+	fmt.Println("past the allowance:", r.Allowed, "remaining", r.Remaining)
+	// Output:
+	// 4000 charged: true remaining -3000
+	// the next call: false retry after 3m6s
+	// past the allowance: false remaining -5000
+}
+
+// Take an estimate of a call's tokens before it, settle what it used
+// after: the difference comes back, or is charged.
+func ExampleLimiter_Settle() {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lim := sluice.New(memstore.New(memstore.WithClock(clock)))
+	ctx := context.Background()
+	tokens, _ := sluice.ParseLimit("1000/1m debt 5000")
+
+	take, _ := lim.Take(ctx, "key:7", tokens, 500)
+	r, _ := lim.Settle(ctx, "key:7", tokens, 500, 300, take)
+	fmt.Println("estimated 500, used 300:", r.Remaining, "left")
+
+	take, _ = lim.Take(ctx, "key:7", tokens, 500)
+	r, _ = lim.Settle(ctx, "key:7", tokens, 500, 2000, take)
+	fmt.Println("estimated 500, used 2000:", r.Remaining, "left")
+	// Output:
+	// estimated 500, used 300: 700 left
+	// estimated 500, used 2000: -1300 left
+}

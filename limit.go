@@ -76,6 +76,12 @@ type Limit struct {
 	Rate      int64
 	Period    time.Duration // a whole number of microseconds
 	Burst     int64
+	// Debt is how many units past empty Limiter.Charge may leave the key
+	// (TokenBucket, GCRA, FixedWindow and AlignedWindow; 0 under the
+	// others): takes are refused until the debt is paid. 0, the default,
+	// empties the key and no further. Pass the same Debt to the takes:
+	// a limit reads a key as owing at most its own.
+	Debt int64
 }
 
 // Per returns a token-bucket limit of rate units per period with a burst of
@@ -103,31 +109,41 @@ func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 func (l Limit) WithAlgorithm(a Algorithm) Limit { l.Algorithm = a; return l }
 
 // String returns the limit in the form ParseLimit reads back: rate and
-// period, algorithm and burst, "10/1s token-bucket burst 50".
+// period, algorithm and burst, and a debt allowance unless it is 0:
+// "10/1s token-bucket burst 50", "1000/1m0s token-bucket burst 1000 debt 5000".
 func (l Limit) String() string {
-	return fmt.Sprintf("%d/%s %s burst %d", l.Rate, l.Period, l.Algorithm, l.Burst)
+	s := fmt.Sprintf("%d/%s %s burst %d", l.Rate, l.Period, l.Algorithm, l.Burst)
+	if l.Debt != 0 {
+		s += " debt " + strconv.FormatInt(l.Debt, 10)
+	}
+	return s
 }
 
 // ParseLimit reads the text form RATE/PERIOD, PERIOD in Go duration syntax:
 // "10/1s", "20/100ms", "1/1m", "5/250us" ("10/s" is 10/1s), optionally
-// followed by an algorithm and "burst N", as Limit.String writes them:
-// "10/1s gcra burst 50". Without them it returns a token-bucket limit with a
-// burst of rate; WithBurst and WithAlgorithm set others too.
+// followed by an algorithm, "burst N" and "debt N", as Limit.String writes
+// them: "10/1s gcra burst 50", "1000/1m debt 5000". Without them it
+// returns a token-bucket limit with a burst of rate and no debt allowance;
+// WithBurst and WithAlgorithm set others too.
 func ParseLimit(s string) (Limit, error) {
 	l, words, err := parseRate(s)
 	if err != nil {
 		return Limit{}, err
 	}
 	for i := 0; i < len(words); i++ {
-		if words[i] == "burst" {
+		if words[i] == "burst" || words[i] == "debt" {
 			if i+1 == len(words) {
-				return Limit{}, fmt.Errorf("%w: %q: burst without a number", ErrInvalidLimit, s)
+				return Limit{}, fmt.Errorf("%w: %q: %s without a number", ErrInvalidLimit, s, words[i])
 			}
-			b, err := strconv.ParseInt(words[i+1], 10, 64)
+			n, err := strconv.ParseInt(words[i+1], 10, 64)
 			if err != nil {
-				return Limit{}, fmt.Errorf("%w: burst %q in %q is not a whole number", ErrInvalidLimit, words[i+1], s)
+				return Limit{}, fmt.Errorf("%w: %s %q in %q is not a whole number", ErrInvalidLimit, words[i], words[i+1], s)
 			}
-			l.Burst = b
+			if words[i] == "burst" {
+				l.Burst = n
+			} else {
+				l.Debt = n
+			}
 			i++
 			continue
 		}
@@ -175,7 +191,8 @@ func parseRate(s string) (Limit, []string, error) {
 
 // Validate reports why the limit cannot be used, or nil. A limit is refused when
 // its rate or period is not positive, its period is not a whole number of
-// microseconds, or its arithmetic could leave the exact range.
+// microseconds, its debt allowance is negative or given to an algorithm
+// that cannot carry a debt, or its arithmetic could leave the exact range.
 func (l Limit) Validate() error {
 	_, err := l.params()
 	return err
@@ -208,6 +225,12 @@ func (l Limit) Refill() time.Duration {
 	return time.Duration(p.Refill()) * time.Microsecond // Validate keeps it below 2^50µs
 }
 
+// same reports whether l and m are the same limit, field by field (see
+// Limiter.params: == on a Limit compares it through memory).
+func (l *Limit) same(m *Limit) bool {
+	return l.Rate == m.Rate && l.Period == m.Period && l.Burst == m.Burst && l.Algorithm == m.Algorithm && l.Debt == m.Debt
+}
+
 // params returns the limit in the form the algorithms and stores take.
 func (l Limit) params() (algo.Params, error) {
 	return storelink.Params(l)
@@ -229,8 +252,9 @@ var (
 	// ErrInvalidTime: a store's clock reads a time outside [0, 2^52] µs since
 	// the epoch.
 	ErrInvalidTime = storelink.ErrInvalidTime
-	// ErrNoRefund: Refund under an algorithm that cannot give units back
-	// (only TokenBucket, GCRA, FixedWindow and AlignedWindow can).
+	// ErrNoRefund: Refund, Charge or Settle under an algorithm that cannot
+	// give units back or carry a debt (only TokenBucket, GCRA, FixedWindow
+	// and AlignedWindow can).
 	ErrNoRefund = storelink.ErrNoRefund
 	// ErrDuplicateKey: a composite request names the same key twice.
 	ErrDuplicateKey = storelink.ErrDuplicateKey

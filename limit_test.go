@@ -147,7 +147,7 @@ func TestAlgorithmNames(t *testing.T) {
 }
 
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"10/1s", "20/100ms", "1/1m", "5/250us", "10/s", "0/1s", "1/0.5us", "9223372036854775807/1h", "10/1s gcra burst 50", "3/1m0s leaky-bucket burst 0"} {
+	for _, s := range []string{"10/1s", "20/100ms", "1/1m", "5/250us", "10/s", "0/1s", "1/0.5us", "9223372036854775807/1h", "10/1s gcra burst 50", "3/1m0s leaky-bucket burst 0", "1000/1m debt 5000", "6/1m aligned-window debt 12"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -180,6 +180,7 @@ func TestLimitStringRoundTrip(t *testing.T) {
 		sluice.Per(1000, 24*time.Hour).WithAlgorithm(sluice.AlignedWindow),
 		sluice.Per(3, 1500*time.Microsecond).WithAlgorithm(sluice.SlidingLog),
 		{Rate: 5, Period: time.Second, Burst: 5}, // zero Algorithm
+		{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Minute, Debt: 5000},
 	} {
 		got, err := sluice.ParseLimit(l.String())
 		want := l

@@ -41,7 +41,8 @@ type Result struct {
 	// Allowed reports whether the request passed (and spent its cost).
 	Allowed bool
 	// Remaining is how many whole units could still pass at this instant,
-	// after this decision.
+	// after this decision. It is negative for a key in debt (see Charge):
+	// −Remaining units, rounded up, must come back before a take passes.
 	Remaining int64
 	// RetryAfter is, for a denied request, the smallest wait after which the
 	// same request would pass with no other traffic; 0 when allowed.
@@ -96,43 +97,48 @@ type validLimit struct {
 var errNoStore = fmt.Errorf("%w: the Limiter has no store (make it with New)", ErrStoreUnavailable)
 
 // slot is where params remembers lim.
-func (l *Limiter) slot(lim Limit) *atomic.Pointer[validLimit] {
-	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40) * 0xBF58476D1CE4E5B9
+func (l *Limiter) slot(lim *Limit) *atomic.Pointer[validLimit] {
+	h := (uint64(lim.Rate)*0x9E3779B97F4A7C15 ^ uint64(lim.Period) ^ uint64(lim.Burst)<<17 ^ uint64(lim.Algorithm)<<40 ^ uint64(lim.Debt)<<29) * 0xBF58476D1CE4E5B9
 	return &l.valid[h>>61]
 }
 
-// params is lim.params, remembered.
-func (l *Limiter) params(lim Limit) (algo.Params, error) {
+// params is lim.params, remembered: the Params it returns are shared, and
+// never changed. (A Params has five fields, past what the compiler keeps in
+// registers: copied through memory after its fields were written one by
+// one, it would stall the CPU on every call.)
+func (l *Limiter) params(lim *Limit) (*algo.Params, error) {
 	slot := l.slot(lim)
-	if v := slot.Load(); v != nil && v.lim == lim {
-		return v.p, nil
+	if v := slot.Load(); v != nil && v.lim.same(lim) {
+		return &v.p, nil
 	}
 	p, err := lim.params()
-	if err == nil {
-		slot.Store(&validLimit{lim, p})
+	if err != nil {
+		return nil, err
 	}
-	return p, err
+	v := &validLimit{*lim, p}
+	slot.Store(v)
+	return &v.p, nil
 }
 
 // partParams is params for the parts of a composite, which name several
-// limits at once: a limit that finds its slot taken by another is checked
-// afresh instead of taking the slot, so that two limits of one composite
-// never evict each other (and allocate) on every call.
-func (l *Limiter) partParams(lim Limit) (algo.Params, error) {
+// limits at once, written into *p: a limit that finds its slot taken by
+// another is checked afresh instead of taking the slot, so that two limits
+// of one composite never evict each other (and allocate) on every call.
+func (l *Limiter) partParams(lim *Limit, p *algo.Params) (err error) {
 	slot := l.slot(lim)
 	v := slot.Load()
-	if v != nil && v.lim == lim {
-		return v.p, nil
+	if v != nil && v.lim.same(lim) {
+		*p = v.p
+		return nil
 	}
-	p, err := lim.params()
-	if err == nil && v == nil {
-		slot.CompareAndSwap(nil, &validLimit{lim, p})
+	if *p, err = lim.params(); err == nil && v == nil {
+		slot.CompareAndSwap(nil, &validLimit{*lim, *p})
 	}
-	return p, err
+	return err
 }
 
 // check checks one request: the limit, the key and the cost.
-func (l *Limiter) check(key string, lim Limit, cost int64) (algo.Params, error) {
+func (l *Limiter) check(key string, lim *Limit, cost int64) (*algo.Params, error) {
 	p, err := l.params(lim)
 	if err == nil {
 		err = storelink.Check(key, p, cost)
@@ -187,12 +193,12 @@ func New(st store.Store, opts ...Option) *Limiter {
 // if so. Cost 0 only looks. A cost that could never pass is an error
 // (ErrCostExceedsCapacity), not a denial.
 func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (r Result, err error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.check(key, &lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
-	takeOp(&ops[0], key, &p, cost, store.Never)
+	takeOp(&ops[0], key, p, cost, store.Never)
 	if l.mem != nil { // run's first case, written out: the hot path
 		l.mem.Run(ctx, ops[:])
 	} else {
@@ -206,7 +212,8 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 
 // takeOp makes op a Take of cost units of key under p.
 func takeOp(op *store.Op, key string, p *algo.Params, cost, maxDelay int64) {
-	op.Kind, op.Key, op.Limit, op.Cost, op.MaxDelay = store.Take, key, storelink.LimitOf(p), cost, maxDelay
+	op.Kind, op.Key, op.Cost, op.MaxDelay = store.Take, key, cost, maxDelay
+	storelink.SetLimit(&op.Limit, p)
 }
 
 // answer writes op's answer into *r (zero), or returns its error. It
@@ -243,14 +250,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error
 // while an admitted LeakyBucket request waits out its delay, the units stay
 // spent.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, cost int64) (Result, error) {
-	p, err := l.check(key, lim, cost)
+	p, err := l.check(key, &lim, cost)
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	return l.wait(ctx, true, func(maxDelay int64) (Result, error) {
 		ops[0] = store.Op{}
-		takeOp(&ops[0], key, &p, cost, maxDelay)
+		takeOp(&ops[0], key, p, cost, maxDelay)
 		l.run(ctx, ops[:])
 		var r Result
 		err := answer(&ops[0], &r)
@@ -320,16 +327,88 @@ func (l *Limiter) wait(ctx context.Context, single bool, take func(maxDelay int6
 // take's units (envoy's negative hits) passes the zero Result, and gives
 // them to the window the key is in now.
 func (l *Limiter) Refund(ctx context.Context, key string, lim Limit, units int64, take Result) (Result, error) {
-	p, err := l.params(lim)
+	p, err := l.params(&lim)
 	if err == nil {
-		err = storelink.CheckRefund(key, &p, units)
+		err = storelink.CheckRefund(key, p, units)
 	}
 	if err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
 	op := &ops[0]
-	op.Kind, op.Key, op.Limit, op.Cost, op.Window = store.Refund, key, storelink.LimitOf(&p), units, take.Window
+	op.Kind, op.Key, op.Cost, op.Window = store.Refund, key, units, take.Window
+	storelink.SetLimit(&op.Limit, p)
+	l.run(ctx, ops[:])
+	var r Result
+	err = answer(op, &r)
+	return r, err
+}
+
+// Charge spends units of key's budget under lim for work already done,
+// whose cost is known only afterwards (an LLM call's tokens, a response's
+// bytes). It is never refused: units past what the key has leave it in
+// debt, up to lim.Debt units past empty, and the units past that are
+// forgiven. While the key is in debt, takes are refused, their RetryAfter
+// the wait until it is paid and they can pass; refunds pay it back.
+//
+// Its Result is what a take of 0 would see afterwards, Remaining negative
+// in debt, but for Allowed: false when units were forgiven (the key was
+// charged all it could owe). Only TokenBucket, GCRA, FixedWindow and
+// AlignedWindow can charge; the others return an error wrapping
+// ErrNoRefund. SEMANTICS.md's "Charges and debt" states the bound.
+func (l *Limiter) Charge(ctx context.Context, key string, lim Limit, units int64) (Result, error) {
+	p, err := l.params(&lim)
+	if err == nil {
+		err = storelink.CheckCharge(key, p, units)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	var ops [1]store.Op
+	op := &ops[0]
+	op.Kind, op.Key, op.Cost = store.Charge, key, units
+	storelink.SetLimit(&op.Limit, p)
+	l.run(ctx, ops[:])
+	var r Result
+	err = answer(op, &r)
+	return r, err
+}
+
+// Settle settles work taken as an estimate once its actual cost is known,
+// in one call: take is the Result of the Take of estimate units. When the
+// take spent more than actual, the difference is refunded, to take's
+// window (as Refund does); when actual is more, the difference is charged
+// (as Charge does). A take that was refused, or answered by a failure
+// policy (Degraded), spent nothing in the store: all of actual is charged.
+// It returns the Refund's or the Charge's Result, or, with nothing to
+// settle, a look (a Take of 0). Only TokenBucket, GCRA, FixedWindow and
+// AlignedWindow can settle; the others return an error wrapping
+// ErrNoRefund.
+func (l *Limiter) Settle(ctx context.Context, key string, lim Limit, estimate, actual int64, take Result) (Result, error) {
+	p, err := l.params(&lim)
+	if err == nil {
+		err = storelink.CheckCharge(key, p, actual)
+	}
+	if err == nil && estimate < 0 {
+		err = fmt.Errorf("%w: estimate %d is negative", ErrInvalidCost, estimate)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	spent := int64(0)
+	if take.Allowed && !take.Degraded {
+		spent = estimate
+	}
+	var ops [1]store.Op
+	op := &ops[0]
+	op.Kind, op.Key, op.MaxDelay = store.Take, key, store.Never
+	storelink.SetLimit(&op.Limit, p)
+	switch {
+	case actual > spent:
+		op.Kind, op.Cost = store.Charge, actual-spent
+	case actual < spent:
+		op.Kind, op.Cost, op.Window = store.Refund, spent-actual, take.Window
+	}
 	l.run(ctx, ops[:])
 	var r Result
 	err = answer(op, &r)

@@ -33,7 +33,7 @@ var _ store.Store = (*mapStore)(nil)
 func newMapStore(c *fakeClock) *mapStore { return &mapStore{clock: c, st: map[store.Key][]byte{}} }
 
 func paramsOf(l *store.Limit) algo.Params {
-	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
 }
 
 func (m *mapStore) Run(_ context.Context, ops []store.Op) {

@@ -65,7 +65,7 @@ func (m *Middleware) writeHeaders(h http.Header, results []PolicyResult, vals *[
 			}
 			b := strconv.AppendInt(buf[:0], tight.Quota, 10)
 			n1 := len(b)
-			b = strconv.AppendInt(b, tight.Remaining, 10)
+			b = strconv.AppendInt(b, max(0, tight.Remaining), 10) // a debt is nothing left
 			n2 := len(b)
 			b = strconv.AppendInt(b, tight.Reset, 10)
 			v := string(b)

@@ -157,3 +157,35 @@ func BenchmarkHoldAt(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCharge is BenchmarkOneKey charging instead of taking: each
+// charge of 1 after a take, the key in debt (a level at the allowance,
+// each unit forgiven) or not.
+func BenchmarkCharge(b *testing.B) {
+	l := sluice.PerSecond(1_000_000).WithBurst(1000)
+	l.Debt = 5000
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		units int64
+	}{{"take", 0}, {"charge", 1}, {"charge-in-debt", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := sluice.New(memstore.New())
+			if c.name == "charge-in-debt" {
+				lim.Charge(ctx, "user:1", l, 1<<40)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if c.units == 0 {
+					_, err = lim.Take(ctx, "user:1", l, 1)
+				} else {
+					_, err = lim.Charge(ctx, "user:1", l, c.units)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -58,19 +58,7 @@ func (s *Store) takeAll(ps []store.Part, maxDelay, now int64, acc *algo.Decision
 		parts, order, each = make([]part, 0, len(ps)), make([]int, 0, len(ps)), make([]algo.Decision, 0, len(ps))
 	}
 	each = each[:len(ps)]
-	for i := range ps {
-		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
-		pt := &parts[i]
-		pt.p = storelink.AlgoParams(&ps[i].Limit)
-		pt.sh, pt.h = s.locate(ps[i].Key)
-		// Insertion sort of the lock order: composites are small.
-		j := len(order)
-		order = append(order, i)
-		for ; j > 0 && pt.before(ps[i].Key, &parts[order[j-1]], ps[order[j-1]].Key); j-- {
-			order[j] = order[j-1]
-		}
-		order[j] = i
-	}
+	parts, order = s.locateParts(ps, parts, order)
 	s.lockParts(parts, order, ps, now)
 	s.stepParts(parts, ps, maxDelay, now, acc, each)
 	if veto {
@@ -91,6 +79,26 @@ func (s *Store) takeAll(ps []store.Part, maxDelay, now int64, acc *algo.Decision
 		storelink.SetDecision(&ps[i].Decision, &each[i])
 	}
 	return nil
+}
+
+// locateParts fills parts (empty, with room for ps) with the limit, shard
+// and hash of each of ps, and order with their indexes in the order their
+// entries are locked (by hash, then key).
+func (s *Store) locateParts(ps []store.Part, parts []part, order []int) ([]part, []int) {
+	for i := range ps {
+		parts = parts[:i+1] // its buffer is zero: set the fields, copy no part
+		pt := &parts[i]
+		storelink.SetParams(&pt.p, &ps[i].Limit)
+		pt.sh, pt.h = s.locate(ps[i].Key)
+		// Insertion sort of the lock order: composites are small.
+		j := len(order)
+		order = append(order, i)
+		for ; j > 0 && pt.before(ps[i].Key, &parts[order[j-1]], ps[order[j-1]].Key); j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = i
+	}
+	return parts, order
 }
 
 // stepParts steps every part on a copy of its state, kept only if all

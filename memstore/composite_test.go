@@ -126,7 +126,7 @@ func checked(parts []sluice.Part, single bool) ([]storelink.Request, error) {
 	for j, pt := range parts {
 		p, err := storelink.Params(pt.Limit)
 		if err == nil {
-			err = storelink.Check(pt.Key, p, pt.Cost)
+			err = storelink.Check(pt.Key, &p, pt.Cost)
 		}
 		if err != nil && single {
 			return nil, err

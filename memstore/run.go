@@ -54,6 +54,8 @@ func (s *Store) run(op *store.Op) {
 		s.reset(op.Key)
 	case store.Acquire, store.Release, store.Extend:
 		err = s.runHold(op, &d)
+	case store.Charge:
+		err = s.runCharge(op, &d)
 	default:
 		err = fmt.Errorf("memstore: operation %d: %w", op.Kind, errors.ErrUnsupported)
 	}
@@ -75,7 +77,8 @@ func (s *Store) runTake(op *store.Op, d *algo.Decision) error {
 	if len(op.Parts) > 0 {
 		return s.takeAll(op.Parts, op.MaxDelay, s.at(op), d, false)
 	}
-	p := storelink.AlgoParams(&op.Limit)
+	var p algo.Params
+	storelink.SetParams(&p, &op.Limit)
 	switch {
 	case op.Headroom != 0:
 		return s.decideHeadroom(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay, s.at(op), d)

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluice-go/sluice/internal/algo"
@@ -27,6 +28,9 @@ func check(op *store.Op) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
+		if err := noDebt(&p); err != nil {
+			return err
+		}
 		return storelink.CheckRefund(op.Key, &p, op.Cost)
 	case store.Reset:
 		if op.Key == "" {
@@ -44,7 +48,10 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := storelink.Check(key, *p, cost); err != nil {
+	if err := noDebt(p); err != nil {
+		return err
+	}
+	if err := storelink.Check(key, p, cost); err != nil {
 		return err
 	}
 	if maxDelay < 0 {
@@ -52,6 +59,16 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 	}
 	if headroom != 0 {
 		return storelink.CheckHeadroom(p, cost, headroom)
+	}
+	return nil
+}
+
+// noDebt refuses a limit with a debt allowance: the scripts do not read a
+// key in debt yet (SEMANTICS.md, "Charges and debt"; internal/algo's
+// Charge is what they will mirror).
+func noDebt(p *algo.Params) error {
+	if p.Debt != 0 {
+		return fmt.Errorf("redisstore: a debt allowance (%d): %w", p.Debt, errors.ErrUnsupported)
 	}
 	return nil
 }

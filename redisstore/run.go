@@ -108,6 +108,8 @@ func (s *Store) run(ctx context.Context, op *store.Op) {
 		s.runReset(ctx, op)
 	case store.Acquire, store.Release, store.Extend:
 		s.runHold(ctx, op)
+	case store.Charge: // the scripts cannot charge yet: algo.Charge is theirs to mirror
+		op.Err = fmt.Errorf("redisstore: charge: %w", errors.ErrUnsupported)
 	default:
 		op.Err = fmt.Errorf("redisstore: operation %d: %w", op.Kind, errors.ErrUnsupported)
 	}
@@ -119,7 +121,7 @@ func (s *Store) runTake(ctx context.Context, op *store.Op) {
 	p := storelink.AlgoParams(&op.Limit)
 	var d algo.Decision
 	var err error
-	if s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && algo.Sliceable(p.Kind) {
+	if s.slices != nil && op.At == 0 && op.Headroom == 0 && op.Cost > 0 && p.Debt == 0 && algo.Sliceable(p.Kind) {
 		d, err = s.slices.take(ctx, op.Key, &p, op.Cost, op.MaxDelay) // checks op where it must
 	} else if err = checkTake(op.Key, &p, op.Cost, op.Headroom, op.MaxDelay); err == nil {
 		var now int64

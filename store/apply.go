@@ -54,6 +54,23 @@ func apply(op *Op, now int64, states []State) error {
 		return refund(op, now, &states[0])
 	case Reset:
 		states[0], states[1] = State{changed: true}, State{changed: true}
+	case Charge:
+		if len(op.Parts) == 0 {
+			d := charge(&op.Limit, op.Cost, now, &states[0])
+			op.Decision = decision(&d)
+			return nil
+		}
+		var acc algo.Decision
+		for i := range op.Parts {
+			d := charge(&op.Parts[i].Limit, op.Parts[i].Cost, now, &states[i])
+			op.Parts[i].Decision = decision(&d)
+			if i == 0 {
+				acc = d
+			} else {
+				algo.Combine(&acc, d)
+			}
+		}
+		op.Decision = decision(&acc)
 	default:
 		return hold(op, now, states)
 	}
@@ -80,16 +97,35 @@ func check(op *Op, states []State) error {
 		return nil
 	case op.Kind == Refund || op.Kind == Take && len(op.Parts) == 0:
 		return params(&op.Limit).Validate()
-	case op.Kind != Take:
+	case op.Kind == Charge && len(op.Parts) == 0:
+		return checkCharge(&op.Limit)
+	case op.Kind != Take && op.Kind != Charge:
 		c := concurrency(&op.Concurrency)
 		if err := c.Validate(); err != nil {
 			return err
 		}
 	}
 	for i := range op.Parts {
-		if err := params(&op.Parts[i].Limit).Validate(); err != nil {
+		err := params(&op.Parts[i].Limit).Validate()
+		if err == nil && op.Kind == Charge {
+			err = checkCharge(&op.Parts[i].Limit)
+		}
+		if err != nil {
 			return fmt.Errorf("part %d (%q): %w", i, op.Parts[i].Key, err)
 		}
+	}
+	return nil
+}
+
+// checkCharge returns why a Charge cannot be made under l: an invalid
+// limit, or an algorithm that cannot carry a debt (ErrNoRefund).
+func checkCharge(l *Limit) error {
+	p := params(l)
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if !algo.Chargeable(p.Kind) {
+		return fmt.Errorf("store: charge under %s: %w", p.Kind, ErrNoRefund)
 	}
 	return nil
 }
@@ -121,6 +157,18 @@ func refund(op *Op, now int64, st *State) error {
 	}
 	op.Decision = decision(&d)
 	return nil
+}
+
+// charge charges cost units under l on the state st (memstore's
+// runCharge and chargeAll), and returns its decision.
+func charge(l *Limit, cost, now int64, st *State) algo.Decision {
+	p := params(l)
+	var d algo.Decision
+	algo.Charge(&p, &st.rate, now, cost, &d)
+	if cost > 0 {
+		st.wrote(d.FreshAt)
+	}
+	return d
 }
 
 // sameRate reports whether a and b hold the same fields, a sliding log's
@@ -233,7 +281,7 @@ func acquireAll(op *Op, c *algo.Concurrency, now int64, states []State, exp int6
 
 // params is l in the form the steps take.
 func params(l *Limit) algo.Params {
-	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
 }
 
 // concurrency is c in the form the steps take.

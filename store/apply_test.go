@@ -32,6 +32,9 @@ func TestApplyRefuses(t *testing.T) {
 		{"an invalid part", store.Op{Kind: store.Take, Parts: []store.Part{{Key: "a", Limit: tb}, {Key: "b"}}}, make([]store.State, 2), nil},
 		{"an invalid concurrency limit", store.Op{Kind: store.Release, Key: "k", ID: 1}, make([]store.State, 1), nil},
 		{"a refund under a sliding log", store.Op{Kind: store.Refund, Key: "k", Limit: store.Limit{Algorithm: 6, Rate: 1, Period: 1}}, make([]store.State, 1), store.ErrNoRefund},
+		{"a charge under a leaky bucket", store.Op{Kind: store.Charge, Key: "k", Limit: store.Limit{Algorithm: 3, Rate: 1, Period: 1}, Cost: 1}, make([]store.State, 1), store.ErrNoRefund},
+		{"a composite charge, a part under a sliding window", store.Op{Kind: store.Charge, Parts: []store.Part{{Key: "a", Limit: tb, Cost: 1}, {Key: "b", Limit: store.Limit{Algorithm: 5, Rate: 1, Period: 1}, Cost: 1}}}, make([]store.State, 2), store.ErrNoRefund},
+		{"a debt allowance under a sliding log", store.Op{Kind: store.Take, Key: "k", Limit: store.Limit{Algorithm: 6, Rate: 1, Period: 1, Debt: 1}, Cost: 1}, make([]store.State, 1), nil},
 		{"an id in use", store.Op{Kind: store.Acquire, Key: "k", Concurrency: c, Cost: 1, ID: 1, Parts: []store.Part{{Key: "a", Limit: tb, Cost: 1}}}, append(held, store.State{}), store.ErrIDInUse},
 	} {
 		now := int64(at)
@@ -65,6 +68,8 @@ func TestKeys(t *testing.T) {
 		{store.Op{Kind: store.Take, Key: "k"}, []string{"r:k"}},
 		{store.Op{Kind: store.Take, Parts: parts}, []string{"r:a", "r:b"}},
 		{store.Op{Kind: store.Refund, Key: "k"}, []string{"r:k"}},
+		{store.Op{Kind: store.Charge, Key: "k"}, []string{"r:k"}},
+		{store.Op{Kind: store.Charge, Parts: parts}, []string{"r:a", "r:b"}},
 		{store.Op{Kind: store.Reset, Key: "k"}, []string{"r:k", "h:k"}},
 		{store.Op{Kind: store.Acquire, Key: "k"}, []string{"h:k"}},
 		{store.Op{Kind: store.Acquire, Key: "a", Parts: parts}, []string{"h:a", "r:a", "r:b"}},

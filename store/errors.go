@@ -16,8 +16,9 @@ var (
 	// ErrInvalidTime is an At (or a store's clock) outside the range the
 	// steps keep exact.
 	ErrInvalidTime = algo.ErrInvalidTime
-	// ErrNoRefund is a Refund under an algorithm that cannot give units
-	// back (leaky bucket, sliding window, sliding log).
+	// ErrNoRefund is a Refund or a Charge under an algorithm that cannot
+	// give units back or carry a debt (leaky bucket, sliding window,
+	// sliding log).
 	ErrNoRefund = algo.ErrNoRefund
 	// ErrIDInUse is an Acquire whose ID names a hold the key has already.
 	ErrIDInUse = algo.ErrHoldID

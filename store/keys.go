@@ -22,7 +22,8 @@ func (k Key) String() string {
 // Keys returns the keys of the States that op reads and may write, in the
 // order Apply takes them:
 //
-//   - Take and Refund: Key's rate state; a composite Take's, each part's.
+//   - Take, Refund and Charge: Key's rate state; a composite Take's or
+//     Charge's, each part's.
 //   - Acquire, Release and Extend: Key's hold set; a composite Acquire's,
 //     then each part's rate state.
 //   - Reset: Key's rate state, then its hold set.
@@ -32,7 +33,7 @@ func Keys(op *Op) []Key {
 	rate, holds := Key{Name: op.Key}, Key{Name: op.Key, Holds: true}
 	var keys []Key
 	switch op.Kind {
-	case Take:
+	case Take, Charge:
 		if len(op.Parts) == 0 {
 			return []Key{rate}
 		}

@@ -64,19 +64,29 @@ const (
 	Release
 	// Extend renews the hold ID of Key for Concurrency.Lifetime from now.
 	Extend
+	// Charge spends Cost units of Key's budget under Limit whatever it
+	// has, for work already done: never refused, it leaves the key in debt,
+	// up to Limit.Debt units past empty, and forgives the rest
+	// (SEMANTICS.md, "Charges and debt"). With Parts, it charges each
+	// part's cost (Key and Limit unused). Its Decision is a look's after
+	// it, but for Allowed: whether every unit was charged. Under an
+	// algorithm that cannot carry a debt its Err wraps ErrNoRefund.
+	Charge
 )
 
 // Never is the MaxDelay of no bound, and the RetryAfter of a leaky-bucket
 // request whose turn would come after its MaxDelay.
 const Never = int64(1<<63 - 1)
 
-// Limit is a checked rate limit: Rate units per Period µs, Burst, and the
-// algorithm (a sluice.Algorithm's value, never 0: the token bucket is 1).
+// Limit is a checked rate limit: Rate units per Period µs, Burst, the
+// algorithm (a sluice.Algorithm's value, never 0: the token bucket is 1),
+// and Debt, how many units past empty a Charge may leave the key.
 type Limit struct {
 	Algorithm uint8
 	Rate      int64
 	Period    int64
 	Burst     int64
+	Debt      int64
 }
 
 // Concurrency is a checked concurrency limit: at most Limit units held at
@@ -97,8 +107,9 @@ type Op struct {
 	At    int64
 	Key   string
 	Limit Limit
-	// Cost is the units a Take spends, a Refund gives back or an Acquire
-	// holds: from 0 to the limit's capacity.
+	// Cost is the units a Take spends, a Refund gives back, a Charge
+	// charges or an Acquire holds: from 0 to the limit's capacity (a
+	// Refund's and a Charge's: any, from 0).
 	Cost int64
 	// Headroom makes a Take a lower class's: it passes only if Cost +
 	// Headroom units could, and spends Cost (SEMANTICS.md, "Headroom").
@@ -118,7 +129,8 @@ type Op struct {
 	// a failure policy while the store was unavailable.
 	Degraded bool
 	// Parts make a Take or an Acquire a composite: all grant or nothing
-	// is spent. Their keys are distinct.
+	// is spent; or a Charge one: every part is charged. Their keys are
+	// distinct.
 	Parts []Part
 	// SummaryOnly says the caller of a composite Take reads only its
 	// summary: a store may leave the parts' Decisions unset where
@@ -148,7 +160,9 @@ type Part struct {
 // Decision is an answer, as SEMANTICS.md defines its fields (durations in
 // µs).
 type Decision struct {
-	Allowed    bool
+	Allowed bool
+	// Remaining is negative for a key in debt: −Remaining is the debt,
+	// rounded up to whole units.
 	Remaining  int64
 	RetryAfter int64
 	ResetAfter int64

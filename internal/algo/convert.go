@@ -11,10 +11,11 @@ package algo
 // bucketLevel reads s for a bucket algorithm (token-bucket, gcra,
 // leaky-bucket) under p, whose capacity is capUnits: it returns the level
 // (units spent and not yet refilled) scaled by p.Period, at most
-// capUnits·p.Period, and the time it was read at, now or the state's own
-// time if the clock went back. Between the buckets the level carries over
-// exactly when the period is unchanged and in whole units (rounded up)
-// when it changed; another algorithm's state counts the units it holds.
+// capUnits·p.Period (the capacity and the debt allowance), and the time it
+// was read at, now or the state's own time if the clock went back. Between
+// the buckets the level carries over exactly when the period is unchanged
+// and in whole units (rounded up) when it changed; another algorithm's
+// state counts the units it holds.
 func bucketLevel(p *Params, s *State, now, capUnits int64) (ls, at int64) {
 	if s.Kind == 0 {
 		return 0, now
@@ -46,7 +47,8 @@ func ownLevel(s *State, now int64) (ls, at int64) {
 }
 
 // held is the whole number of units s holds at now under the limit that
-// wrote it (a bucket's level rounded up, a window's count while it is open, a
+// wrote it (a bucket's level rounded up, its debt included; the count and
+// debt of the window a fixed or aligned window's debt has carried into, a
 // sliding window's estimate rounded up, a log's units in its trailing
 // period), and the time it was read at: now, or the state's own time if the
 // clock went back.
@@ -57,16 +59,15 @@ func held(s *State, now int64) (u, at int64) {
 		return ceilDiv(ls, s.Period), at
 	case FixedWindow:
 		at = max(now, s.B-s.Period)
-		if at < s.B {
-			return s.A, at
-		}
-		return 0, at
+		c, o, _ := rollFixed(s.A, s.C, s.B, at, s.Rate, s.Period)
+		return c + o, at
 	case AlignedWindow:
 		at = max(now, s.A*s.Period)
-		if at/s.Period == s.A {
-			return s.B, at
+		c, o := s.B, s.C
+		if j := at/s.Period - s.A; j > 0 {
+			c, o = carry(o, j, s.Rate)
 		}
-		return 0, at
+		return c + o, at
 	case SlidingWindow:
 		w := s.Period
 		at = max(now, s.A*w)

@@ -8,12 +8,13 @@ import "slices"
 // cost. Refused, it reports that larger request's refusal (its RetryAfter
 // is the wait until this class could pass) and leaves *s as it was.
 // Remaining is the class's: what the step reports, less headroom, at least
-// 0. Preconditions: Step's, with 0 ≤ cost + headroom ≤ p.Capacity() and
-// headroom ≥ 0; a query (cost 0) and headroom 0 are Step's.
+// 0 (a debt, negative, stays as it is). Preconditions: Step's, with 0 ≤
+// cost + headroom ≤ p.Capacity() and headroom ≥ 0; a query (cost 0) and
+// headroom 0 are Step's.
 func StepHeadroom(p *Params, s *State, now, cost, headroom, maxDelay int64, d *Decision) {
 	if headroom == 0 || cost == 0 {
 		StepTo(p, s, now, cost, maxDelay, d)
-		d.Remaining = max(0, d.Remaining-headroom)
+		d.Remaining = classRemaining(d.Remaining, headroom)
 		return
 	}
 	probe := *s
@@ -27,5 +28,15 @@ func StepHeadroom(p *Params, s *State, now, cost, headroom, maxDelay int64, d *D
 	} else {
 		d.FreshAt = 0 // *s stands: its own FreshAt does
 	}
-	d.Remaining = max(0, d.Remaining-headroom)
+	d.Remaining = classRemaining(d.Remaining, headroom)
+}
+
+// classRemaining is what a class leaving headroom units may still spend of
+// remaining: less headroom, at least 0; a debt (remaining < 0) is the
+// key's, whatever the class.
+func classRemaining(remaining, headroom int64) int64 {
+	if remaining < 0 {
+		return remaining
+	}
+	return max(0, remaining-headroom)
 }

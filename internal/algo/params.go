@@ -94,12 +94,24 @@ var ErrInvalid = errors.New("sluice: invalid limit")
 
 // Params is a validated limit: Rate units per Period microseconds, and Burst,
 // whose meaning depends on Kind (the bucket's capacity for token-bucket and gcra,
-// the units that may wait for leaky-bucket, unused by the windows).
+// the units that may wait for leaky-bucket, unused by the windows). Debt is
+// how far past empty a charge may leave the key (see Charge): 0 under the
+// algorithms that cannot carry a debt.
 type Params struct {
 	Kind   Kind
 	Rate   int64
 	Period int64 // µs
 	Burst  int64
+	Debt   int64
+}
+
+// Chargeable reports whether k can carry a debt and give units back
+// (SEMANTICS.md, "Charges and debt"): token-bucket, gcra, fixed-window and
+// aligned-window. A sliding window or log forgets a unit a fixed time after
+// it was spent, so a debt would not carry, and a leaky bucket's admissions
+// are turns in a queue.
+func Chargeable(k Kind) bool {
+	return k == TokenBucket || k == GCRA || k == FixedWindow || k == AlignedWindow
 }
 
 // Capacity is the largest cost that can ever pass on a fresh key; a larger cost
@@ -142,11 +154,26 @@ func (p Params) ok() bool {
 		return false
 	}
 	c := p.Capacity()
+	if p.Debt != 0 && !p.debtFits() {
+		return false
+	}
 	if !p.Kind.scales() {
 		return c > 0
 	}
-	hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period))
+	hi, lo := bits.Mul64(uint64(c)+uint64(p.Debt)+1, uint64(p.Period))
 	return c > 0 && hi == 0 && lo <= uint64(MaxScaled)
+}
+
+// debtFits reports whether p's debt allowance is one its algorithm can
+// carry exactly: at most 2^50, and, for the windows, the windows it spans
+// (⌈Debt/Rate⌉ periods) within 2^50 µs. (A bucket's bound is its level's,
+// (Capacity+Debt+1)·Period, checked with the capacity.)
+func (p Params) debtFits() bool {
+	if p.Debt < 0 || p.Debt > MaxScaled || !Chargeable(p.Kind) {
+		return false
+	}
+	hi, lo := bits.Mul64(uint64(ceilDiv(p.Debt, p.Rate)), uint64(p.Period))
+	return hi == 0 && lo <= uint64(MaxScaled)
 }
 
 // scales reports whether k's steps multiply units by times, so that a limit
@@ -172,13 +199,19 @@ func (p Params) why() error {
 		return fmt.Errorf("%w: rate %d is over the exact range (at most 2^50)", ErrInvalid, p.Rate)
 	case p.Period > MaxScaled:
 		return fmt.Errorf("%w: period %dµs is over the exact range (at most 2^50µs)", ErrInvalid, p.Period)
+	case p.Debt < 0:
+		return fmt.Errorf("%w: debt allowance must not be negative, got %d", ErrInvalid, p.Debt)
+	case p.Debt != 0 && !Chargeable(p.Kind):
+		return fmt.Errorf("%w: %s cannot carry a debt (debt allowance %d; only token-bucket, gcra, fixed-window and aligned-window can)", ErrInvalid, p.Kind, p.Debt)
+	case p.Debt != 0 && !p.debtFits():
+		return fmt.Errorf("%w: debt allowance %d over %d per %dµs could overflow exact arithmetic (at most 2^50, and ⌈debt/rate⌉·period at most 2^50µs)", ErrInvalid, p.Debt, p.Rate, p.Period)
 	}
 	c := p.Capacity()
 	if !p.Kind.scales() {
 		return nil
 	}
-	if hi, lo := bits.Mul64(uint64(c+1), uint64(p.Period)); hi != 0 || lo > uint64(MaxScaled) {
-		return fmt.Errorf("%w: capacity %d over a period of %dµs could overflow exact arithmetic ((capacity+1)·period must be at most 2^50)", ErrInvalid, c, p.Period)
+	if hi, lo := bits.Mul64(uint64(c)+uint64(p.Debt)+1, uint64(p.Period)); hi != 0 || lo > uint64(MaxScaled) {
+		return fmt.Errorf("%w: capacity %d and debt allowance %d over a period of %dµs could overflow exact arithmetic ((capacity+debt+1)·period must be at most 2^50)", ErrInvalid, c, p.Debt, p.Period)
 	}
 	return nil
 }

@@ -26,8 +26,11 @@ type Entry struct {
 // Decision is a step's answer. Durations are whole microseconds, rounded as
 // SEMANTICS.md says.
 type Decision struct {
-	Allowed    bool
-	Remaining  int64 // whole units that could still pass now, after this decision
+	Allowed bool
+	// Remaining is the whole units that could still pass now, after this
+	// decision; negative for a key in debt (see Charge): −Remaining is the
+	// debt, rounded up to whole units.
+	Remaining  int64
 	RetryAfter int64 // denied: smallest wait after which the same request would pass
 	ResetAfter int64 // wait until the key is back to its fresh state
 	Delay      int64 // leaky-bucket: how long the admitted request waits before it proceeds

@@ -11,7 +11,7 @@ import (
 // "Headroom"): it passes only if cost + headroom units would pass
 // at now, and then spends only cost; refused, it reports that request's
 // refusal and changes nothing. Remaining is the class's: less headroom, at
-// least 0. It panics when cost + headroom is over the capacity.
+// least 0 (a debt, negative, stays as it is). It panics when cost + headroom is over the capacity.
 func (m *Model) TakeHeadroom(key string, now, cost, headroom int64) algo.Decision {
 	if headroom < 0 || cost+headroom > m.Capacity() {
 		panic(fmt.Sprintf("model: cost %d with headroom %d over the capacity %d", cost, headroom, m.Capacity()))
@@ -34,6 +34,8 @@ func (m *Model) TakeHeadroom(key string, now, cost, headroom int64) algo.Decisio
 			d = m.Take(key, now, cost)
 		}
 	}
-	d.Remaining = max(0, d.Remaining-headroom)
+	if d.Remaining >= 0 { // a debt is the key's, whatever the class
+		d.Remaining = max(0, d.Remaining-headroom)
+	}
 	return d
 }

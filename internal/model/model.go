@@ -32,10 +32,13 @@ import (
 )
 
 // Limit is a limit as the contract states it: rate units per period (µs),
-// burst meaning what the contract says for kind.
+// burst meaning what the contract says for kind, and the debt allowance D
+// (SEMANTICS.md, "Charges and debt"; 0 under the algorithms that cannot
+// carry a debt).
 type Limit struct {
 	Kind                algo.Kind
 	Rate, Period, Burst int64
+	Debt                int64
 }
 
 // Capacity is the largest cost the contract lets pass on a fresh key: B for
@@ -60,6 +63,18 @@ func (l Limit) check() {
 	if (l.Kind == algo.TokenBucket || l.Kind == algo.GCRA) && l.Burst < 1 {
 		panic(fmt.Sprintf("model: %v needs burst ≥ 1", l.Kind))
 	}
+	if l.Debt < 0 || l.Debt > 0 && !l.chargeable() {
+		panic(fmt.Sprintf("model: %v with a debt allowance of %d", l.Kind, l.Debt))
+	}
+}
+
+// chargeable reports whether the limit's algorithm can carry a debt.
+func (l Limit) chargeable() bool {
+	switch l.Kind {
+	case algo.TokenBucket, algo.GCRA, algo.FixedWindow, algo.AlignedWindow:
+		return true
+	}
+	return false
 }
 
 // bucket reports whether the limit's algorithm keeps a level that refills.
@@ -107,10 +122,11 @@ type keyState struct {
 	d *big.Rat
 
 	// fixed-window: whether a window is open, its count and end;
-	// aligned-window: its count c in window k.
-	open bool
-	c, e int64
-	k    int64
+	// aligned-window: its count c in window k. Both: the units o the window
+	// owes past its rate (a debt), counted in the windows after it.
+	open    bool
+	c, e, o int64
+	k       int64
 
 	// sliding-window: admitted units per epoch-aligned window index.
 	counts map[int64]int64
@@ -127,7 +143,7 @@ type entry struct{ t, cost int64 }
 // period not positive, a negative burst, a token-bucket or gcra burst of 0,
 // an unknown kind).
 func New(kind algo.Kind, rate, periodUS, burst int64) *Model {
-	return NewKeys().Model(Limit{kind, rate, periodUS, burst})
+	return NewKeys().Model(Limit{Kind: kind, Rate: rate, Period: periodUS, Burst: burst})
 }
 
 // Model returns the model of lim over the key space ks.
@@ -208,19 +224,20 @@ func (m *Model) carry(old *keyState, now int64) *keyState {
 	switch {
 	case l.bucket() && o.bucket():
 		// The level carries: exactly under the same period, else in whole
-		// units rounded up; capped at the capacity (a bucket is at most
-		// empty).
+		// units rounded up; capped at the capacity and the debt allowance
+		// (a bucket is at most D past empty).
 		lv := old.level(now)
 		if l.Period != o.Period {
 			lv = rat(ceil(lv))
 		}
-		m.setLevel(st, now, minRat(lv, rat(l.Capacity())))
+		m.setLevel(st, now, minRat(lv, rat(l.Capacity()+l.Debt)))
 		return st
 	case l.Kind == algo.FixedWindow && o.Kind == algo.FixedWindow:
-		// An open window keeps its start and count; it ends a new period
-		// after its start. One that had ended stays ended.
-		if old.open && now < old.e {
-			st.open, st.c, st.e = true, old.c, old.e-o.Period+l.Period
+		// The window open at now under the old limit (its debt carried)
+		// keeps its start, count and debt; it ends a new period after its
+		// start. One that had ended, its debt paid, stays ended.
+		if r := old.clone(); r.rollFixed(now) {
+			st.open, st.c, st.o, st.e = true, r.c, r.o, r.e-o.Period+l.Period
 		}
 		return st
 	case l.Kind == algo.SlidingLog && o.Kind == algo.SlidingLog:
@@ -234,14 +251,18 @@ func (m *Model) carry(old *keyState, now int64) *keyState {
 		return st
 	case l.Kind == algo.AlignedWindow && o.Kind == algo.AlignedWindow && l.Period == o.Period,
 		l.Kind == algo.SlidingWindow && o.Kind == algo.SlidingWindow && l.Period == o.Period:
-		// Counts kept as they are under a new rate.
+		// Counts kept as they are under a new rate: an aligned window's
+		// those of the window of now, its debt carried under the old rate.
 		c := old.clone()
+		if o.Kind == algo.AlignedWindow {
+			c.rollAligned(now)
+		}
 		c.lim = l
 		return c
 	}
-	// Otherwise: the whole units old holds now, capped at the capacity, as
-	// if spent now on a fresh key.
-	u := min(old.held(now), l.Capacity())
+	// Otherwise: the whole units old holds now, capped at the capacity and
+	// the debt allowance, as if spent now on a fresh key.
+	u := min(old.held(now), l.Capacity()+l.Debt)
 	if u == 0 {
 		return st
 	}
@@ -249,9 +270,9 @@ func (m *Model) carry(old *keyState, now int64) *keyState {
 	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
 		m.setLevel(st, now, rat(u))
 	case algo.FixedWindow:
-		st.open, st.c, st.e = true, u, now+l.Period
+		st.open, st.o, st.e = true, u, now+l.Period // fillWindow counts them
 	case algo.AlignedWindow:
-		st.k, st.c = now/l.Period, u
+		st.k, st.o = now/l.Period, u
 	case algo.SlidingWindow:
 		st.counts = map[int64]int64{now / l.Period: u}
 	case algo.SlidingLog:
@@ -292,7 +313,8 @@ func (m *Model) setLevel(st *keyState, now int64, lv *big.Rat) {
 }
 
 // held is the whole units a state holds at now under its own limit: a
-// bucket's level rounded up, an open window's count, a sliding window's
+// bucket's level rounded up (its debt included), the count and debt of the
+// window a fixed or aligned window's debt carries into, a sliding window's
 // estimate rounded up, the log's units in its trailing period.
 func (st *keyState) held(now int64) int64 {
 	l := st.lim
@@ -300,13 +322,13 @@ func (st *keyState) held(now int64) int64 {
 	case algo.TokenBucket, algo.GCRA, algo.LeakyBucket:
 		return ceil(st.level(now))
 	case algo.FixedWindow:
-		if st.open && now < st.e {
-			return st.c
+		if r := st.clone(); r.rollFixed(now) {
+			return r.c + r.o
 		}
 	case algo.AlignedWindow:
-		if now/l.Period == st.k {
-			return st.c
-		}
+		r := st.clone()
+		r.rollAligned(now)
+		return r.c + r.o
 	case algo.SlidingWindow:
 		old := &Model{lim: l}
 		return ceil(old.estimate(st.counts, now))
@@ -335,7 +357,7 @@ func (m *Model) tokenBucket(st *keyState, now, cost int64) algo.Decision {
 		x = minRat(b, add(st.x, quo(rat(now-st.l), m.t)))
 	}
 	var d algo.Decision
-	if x.Cmp(rat(cost)) >= 0 {
+	if cost == 0 || x.Cmp(rat(cost)) >= 0 { // a query passes, even in debt
 		d.Allowed = true
 		x = sub(x, rat(cost))
 	} else {
@@ -364,7 +386,7 @@ func (m *Model) gcra(st *keyState, now, cost int64) algo.Decision {
 	}
 	next := add(tat, mul(rat(cost), m.t))
 	var d algo.Decision
-	if sub(next, t).Cmp(bt) <= 0 {
+	if cost == 0 || sub(next, t).Cmp(bt) <= 0 {
 		d.Allowed = true
 		tat = next
 	} else {
@@ -419,56 +441,117 @@ func (m *Model) leakyBucket(st *keyState, now, cost int64) algo.Decision {
 
 // fixedWindow:
 //
-//	if no window or t ≥ e:  c ← 0, e ← t + period      (cost 0 opens no window)
+//	the window's debt carried through the windows that ended (rollFixed);
+//	owed units fill a raised rate's room; at most D owed (fillWindow)
+//	if no window:  c ← 0, e ← t + period      (cost 0 opens no window)
 //	if c + cost ≤ rate: allowed, c ← c + cost
-//	else: denied, retry_after = e − t
-//	remaining = rate − c;  reset_after = e − t
+//	else: denied, retry_after = smallest d at which it would pass, no other traffic
+//	remaining = max(0, rate − c) − o;  reset_after = end of the last window the debt reaches − t
 func (m *Model) fixedWindow(st *keyState, now, cost int64) algo.Decision {
-	c, e := st.c, st.e
-	if !st.open || now >= e {
+	st.rollFixed(now)
+	m.fillWindow(st)
+	if !st.open {
 		if cost == 0 { // nothing is open and a query opens nothing: fresh
 			return algo.Decision{Allowed: true, Remaining: m.lim.Rate}
 		}
-		c, e = 0, now+m.lim.Period
+		st.open, st.c, st.o, st.e = true, 0, 0, now+m.lim.Period
 	}
-	d := algo.Decision{Window: e}
-	if cost == 0 || c+cost <= m.lim.Rate { // a query passes, even over a lowered rate
+	d := algo.Decision{Window: st.e}
+	if cost == 0 || st.c+cost <= m.lim.Rate { // a query passes, even over a lowered rate
 		d.Allowed = true
-		c += cost
+		st.c += cost
 	} else {
-		d.RetryAfter = e - now
+		d.RetryAfter = m.searchRetry(st, now, cost)
 	}
-	d.Remaining = max(0, m.lim.Rate-c)
-	d.ResetAfter = e - now
-	st.open, st.c, st.e = true, c, e
+	m.windowFigures(st, now, st.e, &d)
 	return d
+}
+
+// rollFixed carries a fixed window's debt through the windows that have
+// ended by now, one window at a time: each counts what is owed, up to the
+// rate of the limit that wrote it, and owes the rest. It reports whether a
+// window is open at now.
+func (st *keyState) rollFixed(now int64) bool {
+	for st.open && now >= st.e {
+		st.c = min(st.o, st.lim.Rate)
+		st.o -= st.c
+		st.e += st.lim.Period
+		st.open = st.c > 0
+	}
+	return st.open
+}
+
+// rollAligned is rollFixed for an aligned window: it moves st to the window
+// of now.
+func (st *keyState) rollAligned(now int64) {
+	k := now / st.lim.Period
+	for ; st.k < k && st.c+st.o > 0; st.k++ {
+		st.c = min(st.o, st.lim.Rate)
+		st.o -= st.c
+	}
+	st.k = k // a window holding nothing is any window
+}
+
+// fillWindow makes a window read under m's limit whole: units owed fill a
+// rate raised above the count, and at most D stay owed.
+func (m *Model) fillWindow(st *keyState) {
+	if m := min(st.o, max(0, m.lim.Rate-st.c)); m > 0 {
+		st.c, st.o = st.c+m, st.o-m
+	}
+	st.o = min(st.o, m.lim.Debt)
+}
+
+// searchRetry is the smallest d ≥ 1 at which a request of cost would pass
+// on the window st with no other traffic, searched over the windows its
+// debt reaches.
+func (m *Model) searchRetry(st *keyState, now, cost int64) int64 {
+	hi := (m.lim.Debt/m.lim.Rate + 3) * m.lim.Period
+	return search(1, hi, func(d int64) bool {
+		r := st.clone()
+		if m.lim.Kind == algo.FixedWindow {
+			if !r.rollFixed(now + d) {
+				return true // ended, its debt paid: a window opens
+			}
+		} else {
+			r.rollAligned(now + d)
+		}
+		m.fillWindow(r)
+		return r.c+cost <= m.lim.Rate
+	})
+}
+
+// windowFigures writes a window's remaining and reset_after: the count
+// and debt of st, in the window ending at e.
+func (m *Model) windowFigures(st *keyState, now, e int64, d *algo.Decision) {
+	d.Remaining = max(0, m.lim.Rate-st.c) - st.o
+	if st.c > 0 {
+		for o := st.o; o > 0; o -= min(o, m.lim.Rate) {
+			e += m.lim.Period
+		}
+		d.ResetAfter = e - now
+	}
 }
 
 // alignedWindow:
 //
-//	if the state's window ≠ k:  c ← 0                  (a new window)
+//	the window's debt carried through the windows that ended (rollAligned);
+//	owed units fill a raised rate's room; at most D owed (fillWindow)
 //	if c + cost ≤ rate: allowed, c ← c + cost
-//	else: denied, retry_after = e − t
-//	remaining = rate − c;  reset_after = e − t if c > 0, else 0
+//	else: denied, retry_after = smallest d at which it would pass, no other traffic
+//	remaining = max(0, rate − c) − o;  reset_after = end of the last window the debt reaches − t, 0 when c = 0
 func (m *Model) alignedWindow(st *keyState, now, cost int64) algo.Decision {
 	k, _ := m.window(now)
 	e := (k + 1) * m.lim.Period
-	c := int64(0)
-	if st.k == k {
-		c = st.c
-	}
+	st.rollAligned(now)
+	m.fillWindow(st)
 	d := algo.Decision{Window: e}
-	if cost == 0 || c+cost <= m.lim.Rate {
+	if cost == 0 || st.c+cost <= m.lim.Rate {
 		d.Allowed = true
-		c += cost
+		st.c += cost
 	} else {
-		d.RetryAfter = e - now
+		d.RetryAfter = m.searchRetry(st, now, cost)
 	}
-	d.Remaining = max(0, m.lim.Rate-c)
-	if c > 0 {
-		d.ResetAfter = e - now
-	}
-	st.k, st.c = k, c
+	m.windowFigures(st, now, e, &d)
 	return d
 }
 
@@ -643,29 +726,24 @@ func (ks *Keys) Refund(key string, lim Limit, now, units, window int64) algo.Dec
 // Refund gives units back to key at time now (µs), as SEMANTICS.md's
 // "Refunds" says, and returns what a query sees afterwards. The state is
 // read as the limit reads it (carry); a bucket's level falls by the units,
-// a fixed or aligned window's count in the window the key is in falls by
-// them, never below 0, and a count brought to 0 leaves the key fresh. A
-// fresh key, a window that has ended, a window other than window (the end
-// of the window the units were spent in; 0 for any), or another limit's
-// state holding nothing is left as it is. It panics under the other
+// at least to 0 (a debt is paid first: it is part of the level); a fixed or
+// aligned window's debt and then its count, in the window the key is in,
+// fall by them, never below 0, and a window brought to 0 leaves the key
+// fresh. A fresh key, a window that has ended, a window other than window
+// (the end of the window the units were spent in; 0 for any), or another
+// limit's state holding nothing is left as it is. It panics under the other
 // algorithms, for units < 0, or when now is before the key's previous time.
 func (m *Model) Refund(key string, now, units, window int64) algo.Decision {
 	if units < 0 {
 		panic(fmt.Sprintf("model: refund of %d", units))
 	}
-	switch m.lim.Kind {
-	case algo.TokenBucket, algo.GCRA, algo.FixedWindow, algo.AlignedWindow:
-	default:
+	if !m.lim.chargeable() {
 		panic(fmt.Sprintf("model: %v cannot give units back", m.lim.Kind))
 	}
-	old, ok := m.keys[key]
-	if ok && now < old.last {
-		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, old.last))
-	}
+	st, ok := m.read(key, now)
 	if !ok {
 		return m.Take(key, now, 0)
 	}
-	st := m.carry(old, now)
 	switch m.lim.Kind {
 	case algo.TokenBucket, algo.GCRA:
 		lv := rat(0) // carried from a state that holds nothing
@@ -673,28 +751,60 @@ func (m *Model) Refund(key string, now, units, window int64) algo.Decision {
 			lv = st.level(now)
 		}
 		m.setLevel(st, now, maxRat(rat(0), sub(lv, rat(units))))
-		st.last = now
-		m.keys[key] = st
-		return m.Take(key, now, 0)
-	case algo.FixedWindow:
-		if !st.open || now >= st.e || (window != 0 && window != st.e) {
-			return m.Take(key, now, 0)
-		}
-	case algo.AlignedWindow:
-		k, _ := m.window(now)
-		if st.k != k || (window != 0 && window != (k+1)*m.lim.Period) {
-			return m.Take(key, now, 0)
-		}
-	}
-	if st.c == 0 { // a window holding nothing is left as it is
+		m.store(key, st, now)
 		return m.Take(key, now, 0)
 	}
-	if st.c <= units { // nothing left in the window: the key is fresh
+	if !m.openWindow(st, now) || st.c+st.o == 0 || (window != 0 && window != m.windowEnd(st, now)) {
+		return m.Take(key, now, 0)
+	}
+	paid := min(units, st.o)
+	st.o -= paid
+	st.c = max(0, st.c-(units-paid))
+	if st.c+st.o == 0 { // nothing left in the window: the key is fresh
 		delete(m.keys, key)
 	} else {
-		st.c -= units
-		st.last = now
-		m.keys[key] = st
+		m.store(key, st, now)
 	}
 	return m.Take(key, now, 0)
+}
+
+// read returns a copy of key's state as m's limit reads it at now (carry),
+// and whether the key has one. It panics when now is before the key's
+// previous time.
+func (m *Model) read(key string, now int64) (*keyState, bool) {
+	old, ok := m.keys[key]
+	if ok && now < old.last {
+		panic(fmt.Sprintf("model: key %q: time %d before %d (backward clocks are not modelled)", key, now, old.last))
+	}
+	return m.carry(old, now), ok
+}
+
+// store makes st key's state, last seen at now.
+func (m *Model) store(key string, st *keyState, now int64) {
+	st.last = now
+	m.keys[key] = st
+}
+
+// openWindow reads a fixed or aligned window st at now as its step does:
+// its debt carried through the windows that ended, a raised rate's room
+// filled, at most D owed. It reports whether a fixed window is open (an
+// aligned window always is).
+func (m *Model) openWindow(st *keyState, now int64) bool {
+	if m.lim.Kind == algo.FixedWindow {
+		st.rollFixed(now)
+	} else {
+		st.rollAligned(now)
+	}
+	m.fillWindow(st)
+	return m.lim.Kind == algo.AlignedWindow || st.open
+}
+
+// windowEnd is the end of the window st counts in at now: a fixed window's
+// own, the aligned window of now's.
+func (m *Model) windowEnd(st *keyState, now int64) int64 {
+	if m.lim.Kind == algo.FixedWindow {
+		return st.e
+	}
+	k, _ := m.window(now)
+	return (k + 1) * m.lim.Period
 }

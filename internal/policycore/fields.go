@@ -55,11 +55,12 @@ func AppendPolicy(b []byte, name string, q, w int64) []byte {
 
 // AppendLimit appends one RateLimit item: "name";r=R;t=T, where R is r
 // but never more than the policy's q (which the client reads as the
-// capacity r is counted against).
+// capacity r is counted against), nor less than 0 (a key in debt, whose
+// Remaining is negative, has nothing left).
 func AppendLimit(b []byte, name string, r, t, q int64) []byte {
 	b = AppendName(b, name)
 	b = append(b, ";r="...)
-	b = AppendInt(b, min(r, q))
+	b = AppendInt(b, max(0, min(r, q)))
 	b = append(b, ";t="...)
 	return AppendInt(b, t)
 }

@@ -7,12 +7,26 @@ import (
 
 // AlgoParams is l in the steps' form.
 func AlgoParams(l *store.Limit) algo.Params {
-	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
+}
+
+// SetParams sets *p to l in the steps' form, field by field: on a hot
+// path, where a Params built and then copied (five fields are past what
+// the compiler keeps in registers) stalls the CPU, which cannot forward
+// the narrow stores that built it into the wide loads of the copy.
+func SetParams(p *algo.Params, l *store.Limit) {
+	p.Kind, p.Rate, p.Period, p.Burst, p.Debt = algo.Kind(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt
 }
 
 // LimitOf is p in the contract's form.
 func LimitOf(p *algo.Params) store.Limit {
-	return store.Limit{Algorithm: uint8(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst}
+	return store.Limit{Algorithm: uint8(p.Kind), Rate: p.Rate, Period: p.Period, Burst: p.Burst, Debt: p.Debt}
+}
+
+// SetLimit sets *l to p in the contract's form, field by field (see
+// SetParams).
+func SetLimit(l *store.Limit, p *algo.Params) {
+	l.Algorithm, l.Rate, l.Period, l.Burst, l.Debt = uint8(p.Kind), p.Rate, p.Period, p.Burst, p.Debt
 }
 
 // DecisionOf is d in the contract's form.

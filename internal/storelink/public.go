@@ -18,6 +18,7 @@ type (
 		Rate      int64
 		Period    time.Duration
 		Burst     int64
+		Debt      int64
 	}
 	requestFields[A ~uint8, L ~limitFields[A]] = struct {
 		Key      string
@@ -33,7 +34,7 @@ type (
 // ErrInvalidLimit.
 func Params[A ~uint8, L ~limitFields[A]](l L) (algo.Params, error) {
 	f := limitFields[A](l)
-	return params(uint8(f.Algorithm), f.Rate, f.Period, f.Burst)
+	return params(uint8(f.Algorithm), f.Rate, f.Period, f.Burst, f.Debt)
 }
 
 // Checked checks the root package's Request r as a Limiter does and returns
@@ -42,7 +43,7 @@ func Checked[A ~uint8, L ~limitFields[A], R ~requestFields[A, L]](r *R) (Request
 	f := requestFields[A, L](*r)
 	p, err := Params(f.Limit)
 	if err == nil {
-		err = Check(f.Key, p, f.Cost)
+		err = Check(f.Key, &p, f.Cost)
 	}
 	if err != nil {
 		return Request{}, err

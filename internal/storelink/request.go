@@ -42,7 +42,7 @@ var (
 // params checks a limit given by its fields (the root package's Limit's: alg
 // 0 is the token bucket) and returns it in the form the steps take, or an
 // error wrapping ErrInvalidLimit.
-func params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Params, error) {
+func params(alg uint8, rate int64, period time.Duration, burst, debt int64) (algo.Params, error) {
 	if period < time.Microsecond || period%time.Microsecond != 0 {
 		return algo.Params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds (at least 1µs)", ErrInvalidLimit, period)
 	}
@@ -50,7 +50,7 @@ func params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Para
 	if k == 0 {
 		k = algo.TokenBucket
 	}
-	p := algo.Params{Kind: k, Rate: rate, Period: period.Microseconds(), Burst: burst}
+	p := algo.Params{Kind: k, Rate: rate, Period: period.Microseconds(), Burst: burst, Debt: debt}
 	if err := p.Validate(); err != nil {
 		return algo.Params{}, err // wraps algo.ErrInvalid, which is ErrInvalidLimit
 	}
@@ -58,8 +58,10 @@ func params(alg uint8, rate int64, period time.Duration, burst int64) (algo.Para
 }
 
 // Check checks one decision under valid params: a non-empty key, a cost from
-// 0 to the limit's capacity.
-func Check(key string, p algo.Params, cost int64) error {
+// 0 to the limit's capacity. It takes p by address: a Params (five fields)
+// is copied through memory, which on the hot path costs more than the
+// check.
+func Check(key string, p *algo.Params, cost int64) error {
 	switch {
 	case key == "":
 		return ErrEmptyKey
@@ -98,10 +100,23 @@ func CheckRefund(key string, p *algo.Params, units int64) error {
 }
 
 // Refundable reports whether units taken under an algorithm can be given
-// back (CheckRefund accepts it): token-bucket, gcra, fixed-window and
-// aligned-window.
-func Refundable(k algo.Kind) bool {
-	return k == algo.TokenBucket || k == algo.GCRA || k == algo.FixedWindow || k == algo.AlignedWindow
+// back, or charged (CheckRefund and CheckCharge accept it): token-bucket,
+// gcra, fixed-window and aligned-window.
+func Refundable(k algo.Kind) bool { return algo.Chargeable(k) }
+
+// CheckCharge checks a charge under valid params: a non-empty key, units
+// not negative (any number: what the key cannot owe is forgiven), an
+// algorithm that can carry a debt.
+func CheckCharge(key string, p *algo.Params, units int64) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case units < 0:
+		return fmt.Errorf("%w: charge of %d", ErrInvalidCost, units)
+	case !algo.Chargeable(p.Kind):
+		return fmt.Errorf("%w (charge on %s)", ErrNoRefund, p.Kind)
+	}
+	return nil
 }
 
 // CheckComposite checks what a composite adds to its parts' own checks: at

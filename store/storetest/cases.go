@@ -11,16 +11,19 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// decide runs op, a take or a refund of one limit, and fails the test
-// unless its decision is the model's (over the key space ks).
+// decide runs op, a take, a refund or a charge of one limit, and fails
+// the test unless its decision is the model's (over the key space ks).
 func (c *checker) decide(ks *model.Keys, op store.Op) store.Decision {
 	c.t.Helper()
 	got := c.one(op)
 	m := ks.Model(modelLimit(op.Limit))
 	var d algo.Decision
-	if op.Kind == store.Refund {
+	switch op.Kind {
+	case store.Refund:
 		d = m.Refund(op.Key, op.At, op.Cost, op.Window)
-	} else {
+	case store.Charge:
+		d, _ = m.Charge(op.Key, op.At, op.Cost)
+	default:
 		d = m.TakeHeadroom(op.Key, op.At, op.Cost, op.Headroom)
 	}
 	c.expect(describe(&got), got.Decision, want(d))

@@ -45,6 +45,11 @@ const Base = int64(1_764_000_000_000_000)
 //   - Holds: random acquires, releases and extensions; lifetimes; an id in
 //     use; goroutines that never hold more than the limit; composite
 //     acquires with rate parts.
+//   - Charge: charges past what a key has, its debt and what takes see
+//     of it; random takes, refunds and charges whose limits (and debt
+//     allowances) change; composite charges; a charge an algorithm cannot
+//     make. A store that answers a Charge, or a limit with a debt
+//     allowance, with errors.ErrUnsupported skips it.
 //   - Errors: an invalid time, a refund an algorithm cannot make, an
 //     unknown op; none changes anything.
 //   - Batch: ops in one call of Run are decided in order, each on its own.
@@ -70,6 +75,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LateRefund", lateRefund},
 		{"ChangedLimits", changedLimits},
 		{"Reset", reset},
+		{"Charge", charges},
 		{"Holds", traceHolds},
 		{"HoldLifetime", holdLifetime},
 		{"HoldComposite", traceHoldComposites},
@@ -136,6 +142,11 @@ func take(key string, l store.Limit, at, cost int64) store.Op {
 	return store.Op{Kind: store.Take, At: at, Key: key, Limit: l, Cost: cost, MaxDelay: store.Never}
 }
 
+// charge is a Charge of units to key under l at at.
+func charge(key string, l store.Limit, at, units int64) store.Op {
+	return store.Op{Kind: store.Charge, At: at, Key: key, Limit: l, Cost: units}
+}
+
 // refund is a Refund of units to key under l at at, to window (0: any).
 func refund(key string, l store.Limit, at, units, window int64) store.Op {
 	return store.Op{Kind: store.Refund, At: at, Key: key, Limit: l, Cost: units, Window: window}
@@ -148,12 +159,12 @@ func limit(k algo.Kind, rate, period, burst int64) store.Limit {
 
 // params is l as the steps take it.
 func params(l store.Limit) algo.Params {
-	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
 }
 
 // modelLimit is l as the model states it.
 func modelLimit(l store.Limit) model.Limit {
-	return model.Limit{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+	return model.Limit{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst, Debt: l.Debt}
 }
 
 // want is the model's decision as an Op reports it.
@@ -169,6 +180,7 @@ func refundable(k algo.Kind) bool {
 var kindNames = map[store.Kind]string{
 	store.Take: "take", store.Refund: "refund", store.Reset: "reset",
 	store.Acquire: "acquire", store.Release: "release", store.Extend: "extend",
+	store.Charge: "charge",
 }
 
 // describe says what op asks, for a failure's message.
@@ -187,7 +199,7 @@ func describe(op *store.Op) string {
 		fmt.Fprintf(&b, "%s %q at %+dµs", name, op.Key, op.At-Base)
 	}
 	switch op.Kind {
-	case store.Take, store.Refund:
+	case store.Take, store.Refund, store.Charge:
 		if len(op.Parts) == 0 {
 			fmt.Fprintf(&b, " %s cost %d", limitString(op.Limit), op.Cost)
 		}
@@ -210,5 +222,9 @@ func describe(op *store.Op) string {
 }
 
 func limitString(l store.Limit) string {
-	return fmt.Sprintf("%d/%dµs %v burst %d", l.Rate, l.Period, algo.Kind(l.Algorithm), l.Burst)
+	s := fmt.Sprintf("%d/%dµs %v burst %d", l.Rate, l.Period, algo.Kind(l.Algorithm), l.Burst)
+	if l.Debt != 0 {
+		s += fmt.Sprintf(" debt %d", l.Debt)
+	}
+	return s
 }

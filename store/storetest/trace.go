@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// step is one take of a random trace.
+// step is one op of a random trace: a take, a refund or a charge.
 type step struct {
 	key       string
 	limit     store.Limit
@@ -20,6 +20,7 @@ type step struct {
 	headroom  int64
 	isRefund  bool
 	refundWin bool // a refund that names the window of the key's last take
+	isCharge  bool
 }
 
 // changedTrace draws n takes over three keys, each under one of a few
@@ -90,6 +91,9 @@ func (c *checker) replay(seed uint64, tr []step) {
 				}
 				ops[j] = refund(q.key, q.limit, q.at, q.cost, w)
 			}
+			if q.isCharge {
+				ops[j] = charge(q.key, q.limit, q.at, q.cost)
+			}
 		}
 		c.run(ops...)
 		for j, q := range batch {
@@ -98,6 +102,8 @@ func (c *checker) replay(seed uint64, tr []step) {
 			switch {
 			case q.isRefund:
 				d = m.Refund(q.key, q.at, q.cost, ops[j].Window)
+			case q.isCharge:
+				d, _ = m.Charge(q.key, q.at, q.cost)
 			default:
 				d = m.TakeHeadroom(q.key, q.at, q.cost, q.headroom)
 				if q.cost > 0 {

@@ -395,7 +395,7 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 		return buf, fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 	}
 	p := rp.p
-	if err := storelink.Check(req.Key, p, req.Cost); err != nil {
+	if err := storelink.Check(req.Key, &p, req.Cost); err != nil {
 		rp.tally.fail(req.Key)
 		return trace.AppendError(buf, req, err), nil
 	}
@@ -430,7 +430,7 @@ func (rp *replayer) composite(ctx context.Context, buf []byte, req trace.Request
 		}
 		p, err := storelink.Params(l) // l was validated
 		if err == nil {
-			err = storelink.Check(pt.Key, p, pt.Cost)
+			err = storelink.Check(pt.Key, &p, pt.Cost)
 		}
 		if err != nil && bad == nil {
 			bad = storelink.PartError(i, pt.Key, err)

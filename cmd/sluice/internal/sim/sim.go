@@ -342,7 +342,7 @@ func run(cfg Config, setups []Setup, wrate int64, arrivals []Arrival, start int6
 			if i == n {
 				continue
 			}
-			if storelink.Check(a.Key, s.Params, a.Cost) != nil {
+			if storelink.Check(a.Key, &s.Params, a.Cost) != nil {
 				row.Errors[i] += a.Cost
 				tot.Errors += a.Cost
 				continue

@@ -107,7 +107,7 @@ func NewWalk(p algo.Params, start int64, reqs []Arrival, maxBytes int64) (*Walk,
 			return nil, fmt.Errorf("request %d at %s comes before request %d at %s: give the requests in time order", i+1, w.at(r.T), i, w.at(reqs[i-1].T))
 		}
 		st := WalkStep{N: i + 1, T: r.T, At: w.at(r.T), Cost: r.Cost, Before: w.state(s)}
-		if err := storelink.Check(r.Key, p, r.Cost); err != nil {
+		if err := storelink.Check(r.Key, &p, r.Cost); err != nil {
 			st.Error = err.Error()
 			st.After = st.Before
 			st.Math = []string{fmt.Sprintf("cost %d is over the capacity %d: an error, not a denial; nothing is stored", r.Cost, p.Capacity())}
