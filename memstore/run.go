@@ -25,7 +25,8 @@ func (s *Store) Run(_ context.Context, ops []store.Op) {
 		}
 		// The hot path, run's case written out: one key, now.
 		var d algo.Decision
-		p := storelink.AlgoParams(&op.Limit)
+		var p algo.Params
+		storelink.SetParams(&p, &op.Limit)
 		op.Err = s.decideNow(op.Key, &p, op.Cost, op.MaxDelay, &d)
 		storelink.SetDecision(&op.Decision, &d)
 	}
@@ -48,7 +49,8 @@ func (s *Store) run(op *store.Op) {
 	case store.Take:
 		err = s.runTake(op, &d)
 	case store.Refund:
-		p := storelink.AlgoParams(&op.Limit)
+		var p algo.Params
+		storelink.SetParams(&p, &op.Limit)
 		d, err = s.refund(op.Key, &p, op.Cost, op.Window, s.at(op))
 	case store.Reset:
 		s.reset(op.Key)
