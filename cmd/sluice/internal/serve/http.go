@@ -347,7 +347,9 @@ func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeReq
 	if err != nil {
 		return sluice.Result{}, badRequest("limit: %v", err)
 	}
-	if err := s.checkKeyForm(t.Key, lim.Capacity(), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
+	// The units the caller names: its capacity, and its debt allowance,
+	// which a key may owe as long again.
+	if err := s.checkKeyForm(t.Key, max(lim.Capacity(), lim.Debt), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
 		return sluice.Result{}, err
 	}
 	c := int64(1)

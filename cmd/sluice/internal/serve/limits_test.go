@@ -149,6 +149,8 @@ func TestUnitsCap(t *testing.T) {
 	post(t, ts, "/v1/take", fmt.Sprintf(`{"key": "k", "limit": "%d/1s"}`, n), 200, nil)
 	post(t, ts, "/v1/take", fmt.Sprintf(`{"key": "k", "limit": "%d/1s"}`, n+1), 0, limits.Units)
 	post(t, ts, "/v1/take", fmt.Sprintf(`{"key": "k", "limit": "1/1us token-bucket burst %d"}`, n+1), 0, limits.Units)
+	post(t, ts, "/v1/take", fmt.Sprintf(`{"key": "debt", "limit": "1/1us debt %d"}`, n), 200, nil)
+	post(t, ts, "/v1/take", fmt.Sprintf(`{"key": "k", "limit": "1/1us debt %d"}`, n+1), 0, limits.Units)
 	post(t, ts, "/v1/acquire", fmt.Sprintf(`{"key": "k", "limit": %d}`, n), 200, nil)
 	post(t, ts, "/v1/acquire", fmt.Sprintf(`{"key": "k", "limit": %d}`, n+1), 0, limits.Units)
 	// A limit override in a configured domain is a limit of the caller's.
