@@ -115,3 +115,44 @@ func TestLimitDebtText(t *testing.T) {
 		}
 	}
 }
+
+// ChargeAll charges every part, none refused, over memstore and a store
+// from outside the module; each part's result is its own charge's, and a
+// part that cannot be charged charges nothing anywhere.
+func TestChargeAll(t *testing.T) {
+	clock := newFakeClock()
+	ctx := context.Background()
+	for name, lim := range map[string]*sluice.Limiter{
+		"memstore": sluice.New(memstore.New(memstore.WithClock(clock))),
+		"outside":  sluice.New(newMapStore(clock), sluice.WithClock(clock)),
+	} {
+		key := sluice.PerSecond(10) // a unit per 100ms
+		key.Debt = 20
+		org := sluice.PerMinute(100).WithAlgorithm(sluice.FixedWindow)
+		parts := []sluice.Part{{Key: "key", Limit: key, Cost: 25, Headroom: 3}, {Key: "org", Limit: org, Cost: 25}}
+		each := make([]sluice.Result, 2)
+		r, err := lim.ChargeAll(ctx, parts, each)
+		if err != nil {
+			t.Fatalf("%s: ChargeAll: %v", name, err)
+		}
+		wantKey := sluice.Result{Allowed: true, Remaining: -15, ResetAfter: 2500 * time.Millisecond}
+		// A fixed window's result names its window: the one opened now.
+		wantOrg := sluice.Result{Allowed: true, Remaining: 75, ResetAfter: time.Minute, Window: clock.Now().UnixMicro() + 60_000_000}
+		if each[0] != wantKey || each[1] != wantOrg {
+			t.Errorf("%s: each %+v, want %+v and %+v", name, each, wantKey, wantOrg)
+		}
+		if want := (sluice.Result{Allowed: true, Remaining: -15, ResetAfter: time.Minute}); r != want {
+			t.Errorf("%s: summary %+v, want %+v", name, r, want)
+		}
+		parts[1].Limit = org.WithAlgorithm(sluice.SlidingWindow)
+		if err := charge(lim.ChargeAll(ctx, parts, nil)); !errors.Is(err, sluice.ErrNoRefund) {
+			t.Errorf("%s: a part under a sliding window: %v, want ErrNoRefund", name, err)
+		}
+		if err := charge(lim.ChargeAll(ctx, parts, each[:1])); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%s: one result for two parts: %v, want ErrInvalidLimit", name, err)
+		}
+		if r, _ := lim.Take(ctx, "key", key, 0); r.Remaining != -15 {
+			t.Errorf("%s: the refused charges changed the key: %+v", name, r)
+		}
+	}
+}

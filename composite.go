@@ -35,25 +35,31 @@ type Part struct {
 // the caller, as any pointer the op holds.
 var partBufs = sync.Pool{New: func() any { return new([4]store.Part) }}
 
-// fillParts checks parts and writes them into dst (as long as parts). The
-// error says which part is wrong, or that two parts name one key
-// (ErrDuplicateKey).
-func (l *Limiter) fillParts(dst []store.Part, parts []Part) error {
+// fillParts checks parts for an op of kind (Take or Charge) and writes
+// them into dst (as long as parts). The error says which part is wrong,
+// or that two parts name one key (ErrDuplicateKey). A charge's parts
+// keep no headroom: a charge is never refused.
+func (l *Limiter) fillParts(dst []store.Part, parts []Part, kind store.Kind) error {
 	for i := range parts {
 		pt := &parts[i]
 		var p algo.Params
 		err := l.partParams(&pt.Limit, &p)
-		if err == nil {
+		headroom := pt.Headroom
+		switch {
+		case err != nil:
+		case kind == store.Charge:
+			err, headroom = storelink.CheckCharge(pt.Key, &p, pt.Cost), 0
+		default:
 			err = storelink.Check(pt.Key, &p, pt.Cost)
 		}
-		if err == nil && pt.Headroom != 0 {
-			err = storelink.CheckHeadroom(&p, pt.Cost, pt.Headroom)
+		if err == nil && headroom != 0 {
+			err = storelink.CheckHeadroom(&p, pt.Cost, headroom)
 		}
 		if err != nil {
 			return storelink.PartError(i, pt.Key, err)
 		}
 		q := &dst[i]
-		q.Key, q.Cost, q.Headroom = pt.Key, pt.Cost, pt.Headroom
+		q.Key, q.Cost, q.Headroom = pt.Key, pt.Cost, headroom
 		storelink.SetLimit(&q.Limit, &p)
 	}
 	// The keys are checked in dst: checked in parts, the caller's slice
@@ -103,7 +109,7 @@ func (l *Limiter) TakeAll(ctx context.Context, parts []Part, each []Result) (Res
 	clear(each)
 	ps, buf := partsOf(len(parts))
 	defer putParts(buf)
-	if err := l.fillParts(ps, parts); err != nil {
+	if err := l.fillParts(ps, parts, store.Take); err != nil {
 		return Result{}, err
 	}
 	ops := [1]store.Op{{Kind: store.Take, Parts: ps, MaxDelay: store.Never, SummaryOnly: each == nil}}
@@ -139,7 +145,7 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part, each []Result) (Res
 	}
 	clear(each)
 	ps := make([]store.Part, len(parts))
-	if err := l.fillParts(ps, parts); err != nil {
+	if err := l.fillParts(ps, parts, store.Take); err != nil {
 		return Result{}, err
 	}
 	var ops [1]store.Op
@@ -151,4 +157,29 @@ func (l *Limiter) WaitAll(ctx context.Context, parts []Part, each []Result) (Res
 		l.run(ctx, ops[:])
 		return answerParts(&ops[0], each)
 	})
+}
+
+// ChargeAll is Charge for a composite: every part is charged its Cost,
+// none refused, in one decision (the tokens an LLM call used, charged to
+// the API key's budget and the organisation's). A part's Headroom is
+// ignored. The summary folds the parts' results as TakeAll's does: Allowed
+// when every part could owe all of its charge, the smallest (most
+// negative) Remaining, the largest RetryAfter (when the most indebted
+// part is paid) and ResetAfter. Unless each is nil (len(each) must then be
+// len(parts)), each[i] gets part i's own result. Only TokenBucket, GCRA,
+// FixedWindow and AlignedWindow can be charged: a part under another
+// algorithm is an error wrapping ErrNoRefund, and nothing is charged.
+func (l *Limiter) ChargeAll(ctx context.Context, parts []Part, each []Result) (Result, error) {
+	if each != nil && len(each) != len(parts) {
+		return Result{}, fmt.Errorf("%w: ChargeAll needs one Result for each part: %d parts, %d results", ErrInvalidLimit, len(parts), len(each))
+	}
+	clear(each)
+	ps, buf := partsOf(len(parts))
+	defer putParts(buf)
+	if err := l.fillParts(ps, parts, store.Charge); err != nil {
+		return Result{}, err
+	}
+	ops := [1]store.Op{{Kind: store.Charge, Parts: ps, SummaryOnly: each == nil}}
+	l.run(ctx, ops[:])
+	return answerParts(&ops[0], each)
 }

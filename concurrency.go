@@ -134,7 +134,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, c Concurrency, units 
 		var buf *[4]store.Part
 		ps, buf = partsOf(len(parts))
 		defer putParts(buf)
-		if err := l.fillParts(ps, parts); err != nil {
+		if err := l.fillParts(ps, parts, store.Take); err != nil {
 			return Lease{}, err
 		}
 	}

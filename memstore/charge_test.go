@@ -29,7 +29,10 @@ func TestChargeZeroAllocs(t *testing.T) {
 		{Key: "c", Limit: store.Limit{Algorithm: 2, Rate: 10, Period: 1_000_000, Burst: 10}, Cost: 3},
 		{Key: "d", Limit: store.Limit{Algorithm: 4, Rate: 10, Period: 1_000_000}, Cost: 3},
 	}
+	both := []sluice.Part{{Key: "llm", Limit: l, Cost: 7}, {Key: "w", Limit: w, Cost: 7}}
+	each := make([]sluice.Result, 2)
 	for name, f := range map[string]func(){
+		"ChargeAll":         func() { lim.ChargeAll(ctx, both, each) },
 		"Charge":            func() { lim.Charge(ctx, "llm", l, 1) },
 		"Charge past Debt":  func() { lim.Charge(ctx, "llm", l, 1<<40) },
 		"Charge a window":   func() { lim.Charge(ctx, "w", w, 70) },
