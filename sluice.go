@@ -81,7 +81,10 @@ type Limiter struct {
 	// mem is st when it is memstore's, which the Limiter calls directly
 	// so that its ops stay on the caller's stack: the same Run, not
 	// another path.
-	mem   *memstore.Store
+	mem *memstore.Store
+	// fast is st's FastTake (memstore's): a Take of one key, now, decided
+	// without an op.
+	fast  storelink.FastTake
 	clock Clock
 	// valid remembers limits already validated, so the hot path only
 	// compares: a few slots, each replaced when another limit lands in it.
@@ -176,6 +179,7 @@ func New(st store.Store, opts ...Option) *Limiter {
 		l.st = nil // a nil *memstore.Store is no store, as nil is
 	} else {
 		l.mem = m
+		l.fast = storelink.FastTakeOf(st)
 	}
 	for _, o := range opts {
 		o(l)
@@ -197,16 +201,23 @@ func (l *Limiter) Take(ctx context.Context, key string, lim Limit, cost int64) (
 	if err != nil {
 		return Result{}, err
 	}
+	if l.fast != nil { // the hot path: no op
+		// Field by field: a Result built whole and copied out is read
+		// back from stores still on their way to memory, a stall.
+		var retry, reset, delay int64
+		r.Allowed, r.Remaining, retry, reset, delay, r.Window, err = l.fast(key, p, cost, store.Never)
+		if err != nil {
+			return Result{}, err
+		}
+		r.RetryAfter = storelink.Duration(retry)
+		r.ResetAfter = storelink.Duration(reset)
+		r.Delay = storelink.Duration(delay)
+		return r, nil
+	}
 	var ops [1]store.Op
 	takeOp(&ops[0], key, p, cost, store.Never)
-	if l.mem != nil { // run's first case, written out: the hot path
-		l.mem.Run(ctx, ops[:])
-	} else {
-		runCopies(ctx, l.st, ops[:])
-	}
-	if err = ops[0].Err; err == nil { // answer, written out: too big to inline
-		setResult(&r, &ops[0].Decision)
-	}
+	l.run(ctx, ops[:])
+	err = answer(&ops[0], &r)
 	return
 }
 

@@ -12,6 +12,20 @@ import (
 
 var _ store.Store = (*Store)(nil)
 
+func init() {
+	storelink.FastTakeOf = func(st store.Store) storelink.FastTake {
+		s, ok := st.(*Store)
+		if !ok || s == nil {
+			return nil
+		}
+		return func(key string, p *algo.Params, cost, maxDelay int64) (bool, int64, int64, int64, int64, int64, error) {
+			var d algo.Decision
+			err := s.decideNow(key, p, cost, maxDelay, &d)
+			return d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, d.Window, err
+		}
+	}
+}
+
 // Run decides every op of ops, each atomically, at its At or, when that is
 // 0, at the store's clock (see store.Store). A sluice.Limiter calls it
 // directly, its ops on its own stack: Run keeps nothing of them, so a
@@ -19,16 +33,7 @@ var _ store.Store = (*Store)(nil)
 func (s *Store) Run(_ context.Context, ops []store.Op) {
 	for i := range ops {
 		op := &ops[i]
-		if op.Kind != store.Take || op.At != 0 || op.Headroom != 0 || len(op.Parts) != 0 {
-			s.run(op)
-			continue
-		}
-		// The hot path, run's case written out: one key, now.
-		var d algo.Decision
-		var p algo.Params
-		storelink.SetParams(&p, &op.Limit)
-		op.Err = s.decideNow(op.Key, &p, op.Cost, op.MaxDelay, &d)
-		storelink.SetDecision(&op.Decision, &d)
+		s.run(op)
 	}
 }
 
