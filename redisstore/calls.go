@@ -60,8 +60,11 @@ type single struct {
 
 // A limit is a decision's limit as the scripts read it: the algorithm, the
 // rate, period (µs), burst and debt allowance, and the largest delay a
-// leaky-bucket admission may carry (µs, -1 for none).
-type limit struct{ kind, rate, period, burst, debt, maxDelay int64 }
+// leaky-bucket admission may carry (µs, -1 for none). charge is 1 for a
+// single decision that is a charge of its cost (algo.Charge), else 0: the
+// multi-decision script reads it with the limit, so that a take and a
+// charge of one algorithm share a call.
+type limit struct{ kind, rate, period, burst, debt, maxDelay, charge int64 }
 
 // limitOf returns l, with the bound maxDelay (µs, store.Never for none), as
 // the scripts read it.
@@ -69,7 +72,23 @@ func limitOf(l *store.Limit, maxDelay int64) limit {
 	if maxDelay == store.Never {
 		maxDelay = -1
 	}
-	return limit{int64(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt, maxDelay}
+	return limit{int64(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt, maxDelay, 0}
+}
+
+// chargeLimitOf returns l as the scripts read it for a charge.
+func chargeLimitOf(l *store.Limit) limit {
+	c := limitOf(l, store.Never)
+	c.charge = 1
+	return c
+}
+
+// chargeUnits returns units as a charge under l is sent: at most its
+// capacity + debt allowance + 1, which the scripts forgive as they would
+// more (algo.Charge's chargeLevel and chargeCount), so that they stay
+// within the exact range.
+func chargeUnits(l *store.Limit, units int64) int64 {
+	p := storelink.AlgoParams(l)
+	return min(units, p.Capacity()+p.Debt+1)
 }
 
 // compositeClass is the class (redisrun.Merger) of the composites; a single
@@ -116,9 +135,17 @@ func (s *scriptSet) Split(m *redisrun.Call, ds []*decision) {
 	}
 }
 
-// singleCall returns the single-decision script's call for one.
+// singleCall returns the single-decision script's call for one: a charge's
+// is the charge script's, of one part.
 func (s *scriptSet) singleCall(one *single) *redisrun.Call {
 	l := &one.lim
+	if l.charge != 0 {
+		return &redisrun.Call{
+			Script: s.charge[l.kind],
+			Keys:   []string{one.key},
+			Args:   []any{one.now, one.margin, l.kind, l.rate, l.period, l.burst, l.debt, one.cost},
+		}
+	}
 	return &redisrun.Call{
 		Script: s.single[l.kind],
 		Keys:   []string{one.key},
@@ -189,10 +216,10 @@ func (s *scriptSet) merge(ds []*decision) *redisrun.Call {
 		per++
 		flag = 1
 	}
-	m := &redisrun.Call{Script: s.multi[ds[0].one.lim.kind], Keys: make([]string, len(ds)), Args: make([]any, 0, 4+6*len(limits)+per*len(ds))}
+	m := &redisrun.Call{Script: s.multi[ds[0].one.lim.kind], Keys: make([]string, len(ds)), Args: make([]any, 0, 4+7*len(limits)+per*len(ds))}
 	m.Args = append(m.Args, ds[0].one.margin, int64(len(limits)), shared, flag)
 	for _, l := range limits {
-		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.debt, l.maxDelay)
+		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.debt, l.maxDelay, l.charge)
 	}
 	for i, d := range ds {
 		m.Keys[i] = d.one.key
@@ -276,22 +303,20 @@ func (s *scriptSet) refundCall(key string, l limit, units, now, margin, window i
 	}
 }
 
-// chargeCall returns the charge script's call for parts, charged together
-// at now (µs, -1 for the server's TIME): their keys keys, in one group. A
-// part's units are sent as at most its capacity + debt allowance + 1,
-// which the script forgives as it would more (algo.Charge's chargeLevel
-// and chargeCount), so that they stay within its exact range.
+// chargeCall returns the charge script's call for the composite charge of
+// parts at now (µs, -1 for the server's TIME): their keys keys, in one
+// group.
 func (s *scriptSet) chargeCall(parts []store.Part, keys []string, now, margin int64) *redisrun.Call {
 	c := &redisrun.Call{Script: s.chargeAll, Keys: keys, Args: make([]any, 0, 2+6*len(parts))}
 	c.Args = append(c.Args, now, margin)
 	kind := parts[0].Limit.Algorithm
 	for i := range parts {
 		pt := &parts[i]
-		p := storelink.AlgoParams(&pt.Limit)
 		if pt.Limit.Algorithm != kind {
 			kind = 0
 		}
-		c.Args = append(c.Args, int64(p.Kind), p.Rate, p.Period, p.Burst, p.Debt, min(pt.Cost, p.Capacity()+p.Debt+1))
+		l := &pt.Limit
+		c.Args = append(c.Args, int64(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt, chargeUnits(l, pt.Cost))
 	}
 	if kind != 0 {
 		c.Script = s.charge[kind] // the steps of one algorithm: a smaller script to run

@@ -10,41 +10,51 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// runCharge decides a Charge of one key or of a composite's parts, in
-// Redis at op's At or the store's time (algo.Charge, in charge.lua: one
-// script). With WithSlices this process first gives back its slices of the
-// keys charged, so that the charge finds every unit the process has not
-// admitted and the process admits nothing after it from units spent before
-// (SEMANTICS.md, "Slices"). No failure policy answers a charge: one that
-// cannot reach Redis is an error, as a refund's is.
+// runCharge decides a Charge, in Redis at op's At or the store's time
+// (algo.Charge in the scripts): a charge of one key as a take is decided,
+// batched with the decisions around it (merged into their multi-decision
+// script); a composite's in one script (charge.lua), or part by part where
+// no script may name every key. With WithSlices this process first gives
+// back its slices of the keys charged, so that the charge finds every unit
+// the process has not admitted and the process admits nothing after it
+// from units spent before (SEMANTICS.md, "Slices"). No failure policy
+// answers a charge: one that cannot reach Redis is an error, as a
+// refund's is.
 func (s *Store) runCharge(ctx context.Context, op *store.Op) {
 	now, err := s.at(op)
 	if err != nil {
 		op.Err = err
 		return
 	}
-	parts := op.Parts
-	if len(parts) == 0 {
-		parts = []store.Part{{Key: op.Key, Limit: op.Limit, Cost: op.Cost}}
-	}
 	if s.slices != nil {
-		for i := range parts {
-			s.slices.release(parts[i].Key)
+		if len(op.Parts) == 0 {
+			s.slices.release(op.Key)
+		}
+		for i := range op.Parts {
+			s.slices.release(op.Parts[i].Key)
 		}
 	}
 	var d algo.Decision
-	if s.together(parts) {
-		d, err = s.charge(ctx, parts, now)
-	} else {
-		d, err = s.chargeInTurn(ctx, parts, now)
+	switch {
+	case len(op.Parts) == 0:
+		d, err = s.chargeOne(ctx, op.Key, &op.Limit, op.Cost, now)
+	case s.together(op.Parts):
+		d, err = s.chargeAll(ctx, op.Parts, now)
+	default:
+		d, err = s.chargeInTurn(ctx, op.Parts, now)
 	}
 	op.Decision, op.Err = storelink.DecisionOf(&d), err
 }
 
-// charge charges parts, whose keys one script may name, in one call at now
-// (-1: the server's TIME), writes each part's decision into it, and
-// returns their fold.
-func (s *Store) charge(ctx context.Context, parts []store.Part, now int64) (algo.Decision, error) {
+// chargeOne charges units to key under lim at now (-1: the server's TIME).
+func (s *Store) chargeOne(ctx context.Context, key string, lim *store.Limit, units, now int64) (algo.Decision, error) {
+	return s.decide(ctx, key, chargeLimitOf(lim), chargeUnits(lim, units), now)
+}
+
+// chargeAll charges parts, whose keys one script may name, together in
+// one call at now (-1: the server's TIME), writes each part's decision
+// into it, and returns their fold.
+func (s *Store) chargeAll(ctx context.Context, parts []store.Part, now int64) (algo.Decision, error) {
 	keys := make([]string, len(parts))
 	for i := range parts {
 		keys[i] = s.rateKey(parts[i].Key)
@@ -61,16 +71,19 @@ func (s *Store) charge(ctx context.Context, parts []store.Part, now int64) (algo
 
 // chargeInTurn charges parts whose keys no one script may name (two
 // Cluster slots, two Ring shards) one at a time, as a composite take
-// across slots is taken (docs/stores.md, "Composites across slots"); a
-// charge refuses nothing, so nothing is given back. An error stops it:
-// the parts charged before stay charged.
+// across slots is taken (docs/stores.md, "Composites across slots"), and
+// writes each part's decision into it; a charge refuses nothing, so
+// nothing is given back. An error stops it: the parts charged before stay
+// charged.
 func (s *Store) chargeInTurn(ctx context.Context, parts []store.Part, now int64) (algo.Decision, error) {
 	var acc algo.Decision
 	for i := range parts {
-		d, err := s.charge(ctx, parts[i:i+1], now)
+		pt := &parts[i]
+		d, err := s.chargeOne(ctx, pt.Key, &pt.Limit, pt.Cost, now)
 		if err != nil {
 			return algo.Decision{}, err
 		}
+		pt.Decision = storelink.DecisionOf(&d)
 		if i == 0 {
 			acc = d
 		} else {

@@ -136,7 +136,7 @@ func (s *Store) decidePart(ctx context.Context, key string, lim *store.Limit, co
 	if headroom > 0 {
 		return s.withHeadroom(ctx, key, lim, cost, headroom, maxDelay, now)
 	}
-	return s.decide(ctx, key, lim, cost, maxDelay, now)
+	return s.decide(ctx, key, limitOf(lim, maxDelay), cost, now)
 }
 
 // turnOrder returns the order in which takeInTurn takes the parts:

@@ -1,8 +1,10 @@
 -- charge.lua: charges units to one key, or to every part of a composite,
--- never refused (SEMANTICS.md, "Charges and debt"; algo.Charge): each
--- part's units are spent past what its key has, leaving it in debt up to
--- the part's debt allowance, the rest forgiven. Units 0 is a query (the
--- step of cost 0). A composite's parts are charged together, atomically;
+-- never refused (SEMANTICS.md, "Charges and debt"; algo.Charge, the
+-- prelude's charge): each part's units are spent past what its key has,
+-- leaving it in debt up to the part's debt allowance, the rest forgiven.
+-- Units 0 is a query (the step of cost 0). The charges of single keys that
+-- wait together go in multi.lua instead, with the takes. A composite's
+-- parts are charged together, atomically;
 -- when one raises (see guard.lua) nothing is written and every part
 -- replies failed(code). The script holds the steps of the algorithms its
 -- parts name (token-bucket, gcra, fixed-window, aligned-window).
@@ -25,11 +27,7 @@ local function charge_all()
   for i = 1, #KEYS do
     local a = 2 + 6 * (i - 1)
     local kind, rate, period, burst, debt, units = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-    if units == 0 then
-      ds[i], writes[i], fresh[i] = steps[kind](rate, period, burst, debt, 0, huge, load(KEYS[i]))
-    else
-      ds[i], writes[i], fresh[i] = charges[kind](rate, period, burst, debt, units, load(KEYS[i]))
-    end
+    ds[i], writes[i], fresh[i] = charge(kind, rate, period, burst, debt, units, load(KEYS[i]))
   end
   for i = 1, #KEYS do
     store(KEYS[i], writes[i], fresh[i])

@@ -24,6 +24,16 @@
 local now, margin
 local steps, charges = {}, {}
 
+-- A charge of units under kind at now (algo.Charge): charges[kind], or a
+-- query (the step of cost 0) for units 0. The values after units are the
+-- state load returned.
+local function charge(kind, rate, period, burst, debt, units, ...)
+  if units == 0 then
+    return steps[kind](rate, period, burst, debt, 0, huge, ...)
+  end
+  return charges[kind](rate, period, burst, debt, units, ...)
+end
+
 -- A max delay argument (µs), -1 for none.
 local function delay_bound(x)
   if x < 0 then

@@ -1,0 +1,172 @@
+package redisstore_test
+
+// Charges in Redis beyond the conformance suite's (store/storetest's
+// Charge group, standalone and on a cluster): composites whose keys are in
+// different cluster slots, and what a charge costs Redis.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/memstore"
+	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/store"
+)
+
+// chargeLimits are the limits of TestChargeCrossSlot's keys, one per key:
+// each algorithm that can charge, with and without a debt allowance.
+var chargeLimits = []store.Limit{
+	{Algorithm: uint8(algo.TokenBucket), Rate: 3, Period: 1_000_000, Burst: 4, Debt: 6},
+	{Algorithm: uint8(algo.GCRA), Rate: 7, Period: 100_000, Burst: 2},
+	{Algorithm: uint8(algo.FixedWindow), Rate: 6, Period: 1_000_000, Debt: 9},
+	{Algorithm: uint8(algo.AlignedWindow), Rate: 4, Period: 1_000_000, Debt: 2},
+	{Algorithm: uint8(algo.GCRA), Rate: 3, Period: 1_000_000, Burst: 4, Debt: 30},
+}
+
+// TestChargeCrossSlot: on a cluster, a composite charge whose keys are in
+// different slots is charged part by part, one script each; a charge
+// refuses nothing, so with no other traffic it reaches the states one
+// atomic script would. Random composite charges among takes and charges of
+// one key, at the caller's times, equal memstore's decisions, every part's
+// and the summary.
+func TestChargeCrossSlot(t *testing.T) {
+	c := redistest.SharedCluster(t).Client()
+	prefix := fmt.Sprintf("chargeapart:%d:", time.Now().UnixNano())
+	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
+	defer s.Close()
+	mem := memstore.New()
+	keys := make([]string, len(chargeLimits))
+	slots := map[int]bool{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		slots[redisrun.Slot(prefix+keys[i])] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("keys %v share one slot: nothing is apart", keys)
+	}
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 53))
+	n := 300
+	if testenv.Long() {
+		n = 1000
+	}
+	now := int64(1_764_000_000_000_000)
+	for i := range n {
+		now += r.Int64N(400_000) * int64(r.IntN(2))
+		op := store.Op{Kind: store.Charge, At: now, MaxDelay: store.Never}
+		switch x := r.IntN(4); {
+		case x < 2: // a composite charge of two to five parts
+			for _, k := range r.Perm(len(keys))[:2+r.IntN(len(keys)-1)] {
+				l := chargeLimits[k]
+				op.Parts = append(op.Parts, store.Part{Key: keys[k], Limit: l, Cost: r.Int64N(2 * (capacity(l) + l.Debt + 1))})
+			}
+		default: // a take or a charge of one key
+			k := r.IntN(len(keys))
+			op.Key, op.Limit, op.Cost = keys[k], chargeLimits[k], r.Int64N(capacity(chargeLimits[k])+1)
+			if x == 2 {
+				op.Kind = store.Take
+			}
+		}
+		got, want := runOne(t, s, op), runOne(t, mem, op)
+		if got.Err != nil || want.Err != nil || got.Decision != want.Decision {
+			t.Fatalf("seed %d op %d %+v:\n redis  %+v %v\n memory %+v %v", seed, i, op, got.Decision, got.Err, want.Decision, want.Err)
+		}
+		for j := range got.Parts {
+			if got.Parts[j].Decision != want.Parts[j].Decision {
+				t.Fatalf("seed %d op %d, part %d (%s):\n redis  %+v\n memory %+v", seed, i, j, got.Parts[j].Key, got.Parts[j].Decision, want.Parts[j].Decision)
+			}
+		}
+	}
+	t.Logf("%d ops over keys in %d slots, equal to memstore's (seed %d)", n, len(slots), seed)
+}
+
+// capacity is l's capacity.
+func capacity(l store.Limit) int64 {
+	return algo.Params{Kind: algo.Kind(l.Algorithm), Rate: l.Rate, Period: l.Period, Burst: l.Burst}.Capacity()
+}
+
+// runOne runs a copy of op, and of its parts, alone on st and returns it.
+func runOne(t *testing.T, st store.Store, op store.Op) store.Op {
+	op.Parts = append([]store.Part(nil), op.Parts...)
+	ops := []store.Op{op}
+	st.Run(t.Context(), ops)
+	return ops[0]
+}
+
+// TestChargeIsOneScript counts the scripts Redis runs for charges (INFO
+// commandstats, as compositeScriptRuns counts a composite's), on a server
+// of its own: a charge is one script, of one key or a composite on one
+// node; concurrent charges of single keys that wait together share one, as
+// takes do (multi.lua), and concurrent composite charges are one each.
+// Inside, one GET and one SET per key charged.
+func TestChargeIsOneScript(t *testing.T) {
+	srv := redistest.Standalone(t)
+	c := srv.Client()
+	ctx := context.Background()
+	s := newGoRedis(t, c, redisstore.WithPrefix("count:"))
+	defer s.Close()
+	tb := store.Limit{Algorithm: uint8(algo.TokenBucket), Rate: 1000, Period: 1_000_000, Burst: 1000, Debt: 5000}
+	fw := store.Limit{Algorithm: uint8(algo.FixedWindow), Rate: 1000, Period: 60_000_000, Debt: 5000}
+	single := func(i int) store.Op {
+		return store.Op{Kind: store.Charge, Key: fmt.Sprintf("k%d", i%8), Limit: tb, Cost: 7}
+	}
+	composite := func(i int) store.Op {
+		return store.Op{Kind: store.Charge, Parts: []store.Part{
+			{Key: fmt.Sprintf("{u%d}tb", i%8), Limit: tb, Cost: 3},
+			{Key: fmt.Sprintf("{u%d}fw", i%8), Limit: fw, Cost: 5},
+		}}
+	}
+	for _, tc := range []struct {
+		name       string
+		op         func(i int) store.Op
+		keys, par  int
+		chargesPer int
+		merged     bool // charges may share a script
+	}{
+		{"one key, serial", single, 1, 1, 200, false},
+		{"one key, 32 goroutines", single, 1, 32, 20, true},
+		{"composite, serial", composite, 2, 1, 200, false},
+		{"composite, 32 goroutines", composite, 2, 32, 20, false},
+	} {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for g := range tc.par {
+			wg.Go(func() {
+				for i := range tc.chargesPer {
+					ops := []store.Op{tc.op(g*tc.chargesPer + i)}
+					s.Run(ctx, ops)
+					if ops[0].Err != nil || !ops[0].Decision.Allowed {
+						t.Errorf("%s: %+v %v", tc.name, ops[0].Decision, ops[0].Err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		charges := int64(tc.par * tc.chargesPer)
+		runs, err := compositeScriptRuns(ctx, []*redis.Client{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := commandCalls(t, c)
+		t.Logf("%s: %d charges, %d scripts, commands %v", tc.name, charges, runs, calls)
+		if runs != charges && (!tc.merged || runs > charges || runs == 0) {
+			t.Errorf("%s: %d scripts for %d charges, want one each (merged: at most)", tc.name, runs, charges)
+		}
+		if want := int(charges) * tc.keys; calls["get"] != want || calls["set"] != want {
+			t.Errorf("%s: commands %v, want %d GET and %d SET (one of each per key charged)", tc.name, calls, want, want)
+		}
+	}
+}
