@@ -34,51 +34,76 @@ var chargeLimits = []store.Limit{
 }
 
 // TestChargeCrossSlot: on a cluster, a composite charge whose keys are in
-// different slots is charged part by part, one script each; a charge
-// refuses nothing, so with no other traffic it reaches the states one
-// atomic script would. Random composite charges among takes and charges of
-// one key, at the caller's times, equal memstore's decisions, every part's
-// and the summary.
+// different slots is charged part by part; a charge refuses nothing, so
+// with no other traffic it reaches the states one atomic script would.
+// Random composite charges over keys apart and over keys of one slot,
+// composite takes and acquires (concurrency_composite.lua) of one slot,
+// and takes and charges of one key, takes leaving headroom now and then (a
+// class's remaining keeps a debt), at the caller's times, equal memstore's
+// decisions, every part's and the summary.
 func TestChargeCrossSlot(t *testing.T) {
 	c := redistest.SharedCluster(t).Client()
 	prefix := fmt.Sprintf("chargeapart:%d:", time.Now().UnixNano())
 	s := newGoRedis(t, c, redisstore.WithPrefix(prefix), redisstore.WithTTLMargin(time.Hour))
 	defer s.Close()
 	mem := memstore.New()
-	keys := make([]string, len(chargeLimits))
 	slots := map[int]bool{}
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d", i)
-		slots[redisrun.Slot(prefix+keys[i])] = true
+	key := func(tagged bool, k int) string {
+		if tagged {
+			return fmt.Sprintf("{t}k%d", k)
+		}
+		return fmt.Sprintf("k%d", k)
+	}
+	for k := range chargeLimits {
+		slots[redisrun.Slot(prefix+key(false, k))] = true
 	}
 	if len(slots) < 2 {
-		t.Fatalf("keys %v share one slot: nothing is apart", keys)
+		t.Fatalf("the keys share one slot: nothing is apart")
 	}
 	seed := testenv.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 53))
-	n := 300
+	n := 400
 	if testenv.Long() {
-		n = 1000
+		n = 1500
 	}
 	now := int64(1_764_000_000_000_000)
+	apart := 0
 	for i := range n {
 		now += r.Int64N(400_000) * int64(r.IntN(2))
 		op := store.Op{Kind: store.Charge, At: now, MaxDelay: store.Never}
-		switch x := r.IntN(4); {
-		case x < 2: // a composite charge of two to five parts
-			for _, k := range r.Perm(len(keys))[:2+r.IntN(len(keys)-1)] {
+		tagged := r.IntN(2) == 0
+		switch x := r.IntN(7); {
+		case x < 3 || x == 6: // a composite charge, or a composite take or acquire of one slot
+			switch x {
+			case 2:
+				op.Kind, tagged = store.Take, true
+			case 6:
+				op.Kind, tagged, op.Key, op.ID = store.Acquire, true, "{t}job", int64(i+1)
+				op.Concurrency, op.Cost = store.Concurrency{Limit: 3, Lifetime: 1_000_000}, 1
+			}
+			for _, k := range r.Perm(len(chargeLimits))[:1+r.IntN(len(chargeLimits))] {
 				l := chargeLimits[k]
-				op.Parts = append(op.Parts, store.Part{Key: keys[k], Limit: l, Cost: r.Int64N(2 * (capacity(l) + l.Debt + 1))})
+				pt := store.Part{Key: key(tagged, k), Limit: l, Cost: r.Int64N(2 * (capacity(l) + l.Debt + 1))}
+				if op.Kind != store.Charge {
+					pt.Cost = r.Int64N(capacity(l) + 1)
+					pt.Headroom = r.Int64N(capacity(l)-pt.Cost+1) * int64(r.IntN(2))
+				}
+				op.Parts = append(op.Parts, pt)
+			}
+			if !tagged && len(op.Parts) > 1 {
+				apart++
 			}
 		default: // a take or a charge of one key
-			k := r.IntN(len(keys))
-			op.Key, op.Limit, op.Cost = keys[k], chargeLimits[k], r.Int64N(capacity(chargeLimits[k])+1)
-			if x == 2 {
-				op.Kind = store.Take
+			k := r.IntN(len(chargeLimits))
+			op.Key, op.Limit = key(tagged, k), chargeLimits[k]
+			op.Cost = r.Int64N(2 * (capacity(op.Limit) + op.Limit.Debt + 1))
+			if x == 3 {
+				op.Kind, op.Cost = store.Take, r.Int64N(capacity(op.Limit)+1)
+				op.Headroom = r.Int64N(capacity(op.Limit)-op.Cost+1) * int64(r.IntN(2))
 			}
 		}
 		got, want := runOne(t, s, op), runOne(t, mem, op)
-		if got.Err != nil || want.Err != nil || got.Decision != want.Decision {
+		if got.Err != nil || want.Err != nil || got.Decision != want.Decision || got.Expiry != want.Expiry {
 			t.Fatalf("seed %d op %d %+v:\n redis  %+v %v\n memory %+v %v", seed, i, op, got.Decision, got.Err, want.Decision, want.Err)
 		}
 		for j := range got.Parts {
@@ -87,7 +112,7 @@ func TestChargeCrossSlot(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d ops over keys in %d slots, equal to memstore's (seed %d)", n, len(slots), seed)
+	t.Logf("%d ops, %d of them composite charges over keys in %d slots, equal to memstore's (seed %d)", n, apart, len(slots), seed)
 }
 
 // capacity is l's capacity.
