@@ -6,6 +6,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
@@ -193,5 +195,34 @@ func TestChargeIsOneScript(t *testing.T) {
 		if want := int(charges) * tc.keys; calls["get"] != want || calls["set"] != want {
 			t.Errorf("%s: commands %v, want %d GET and %d SET (one of each per key charged)", tc.name, calls, want, want)
 		}
+	}
+}
+
+// TestChargeNoFailurePolicy: a charge, and a composite charge, that cannot
+// reach Redis is an error wrapping ErrStoreUnavailable under every failure
+// policy, never a Degraded answer: the work is done, and no policy's answer
+// would record it. A take at the same time gets the policy's answer.
+func TestChargeNoFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	lim := sluice.PerMinute(10)
+	lim.Debt = 5
+	for _, policy := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal} {
+		s := newGoRedis(t, redistest.Unreachable(t), redisstore.WithFailurePolicy(policy), redisstore.WithTimeout(200*time.Millisecond))
+		l := sluice.New(s)
+		if r, err := l.Charge(ctx, "k", lim, 3); !errors.Is(err, sluice.ErrStoreUnavailable) || r != (sluice.Result{}) {
+			t.Errorf("policy %d: charge %+v %v, want no answer and ErrStoreUnavailable", policy, r, err)
+		}
+		op := store.Op{Kind: store.Charge, Parts: []store.Part{
+			{Key: "{a}x", Limit: store.Limit{Algorithm: uint8(algo.TokenBucket), Rate: 1, Period: 1_000_000, Burst: 1}, Cost: 1},
+			{Key: "{a}y", Limit: store.Limit{Algorithm: uint8(algo.FixedWindow), Rate: 1, Period: 1_000_000}, Cost: 1},
+		}}
+		if got := runOne(t, s, op); !errors.Is(got.Err, store.ErrStoreUnavailable) || got.Decision.Degraded {
+			t.Errorf("policy %d: composite charge %+v %v, want ErrStoreUnavailable", policy, got.Decision, got.Err)
+		}
+		r, err := l.Take(ctx, "k", lim, 1)
+		if closed := policy == redisstore.FailClosed; closed && err == nil || !closed && (err != nil || !r.Degraded) {
+			t.Errorf("policy %d: take %+v %v, want the policy's answer", policy, r, err)
+		}
+		s.Close()
 	}
 }
