@@ -26,16 +26,8 @@ end
 
 steps[7] = function(rate, period, burst, debt, cost, _, k, a, b, fc, r, p, raw)
   local c, o, kk, t = aligned_open(rate, period, debt, k, a, b, fc, r, p, raw)
-  local e = (kk + 1) * period
-  local allowed, retry = false, 0
-  if cost == 0 or c + cost <= rate then
-    allowed = true
-    c = c + cost
-  else
-    retry = retry_window(rate, period, o, e, t, cost)
-  end
-  local remaining, reset = window_figures(rate, period, c, o, e, t)
-  local d = decision(allowed, remaining, retry, reset, 0, e)
+  local d, reset
+  d, c, reset = window_take(rate, period, c, o, (kk + 1) * period, t, cost)
   return d, cost > 0 and {7, kk, c, o, rate, period} or nil, t + reset
 end
 

@@ -34,15 +34,8 @@ steps[4] = function(rate, period, burst, debt, cost, _, k, a, b, fc, r, p, raw)
     end
     e = t + period
   end
-  local allowed, retry = false, 0
-  if cost == 0 or c + cost <= rate then -- a query passes, even over a lowered rate
-    allowed = true
-    c = c + cost
-  else
-    retry = retry_window(rate, period, o, e, t, cost)
-  end
-  local remaining, reset = window_figures(rate, period, c, o, e, t)
-  local d = decision(allowed, remaining, retry, reset, 0, e)
+  local d, reset
+  d, c, reset = window_take(rate, period, c, o, e, t, cost)
   return d, cost > 0 and {4, c, e, o, rate, period} or nil, t + reset
 end
 

@@ -40,3 +40,18 @@ local function window_figures(rate, period, c, o, e, t)
   end
   return max(0, rate - c) - o, reset
 end
+
+-- A take of cost units at t in a window counting c and owing o that ends
+-- at e (what fixedWindow and alignedWindow share once the window is
+-- read): its decision, the count after it and reset_after. A query passes,
+-- even over a lowered rate or in debt.
+local function window_take(rate, period, c, o, e, t, cost)
+  local allowed, retry = false, 0
+  if cost == 0 or c + cost <= rate then
+    allowed, c = true, c + cost
+  else
+    retry = retry_window(rate, period, o, e, t, cost)
+  end
+  local remaining, reset = window_figures(rate, period, c, o, e, t)
+  return decision(allowed, remaining, retry, reset, 0, e), c, reset
+end
