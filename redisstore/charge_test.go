@@ -2,7 +2,8 @@ package redisstore_test
 
 // Charges in Redis beyond the conformance suite's (store/storetest's
 // Charge group, standalone and on a cluster): composites whose keys are in
-// different cluster slots, and what a charge costs Redis.
+// different cluster slots, what a charge costs Redis, and a charge during
+// an outage. Their TTLs are in ttl_test.go, their slices in slice_test.go.
 
 import (
 	"context"
