@@ -1,8 +1,8 @@
 -- multi.lua: several single decisions of one algorithm in one script, made in
 -- order, each as single.lua makes it (a take) or charge.lua (a charge of one
--- key); the batcher sends one for the decisions
--- that wait together (on a cluster, for those whose keys share a slot), which
--- spares the server the per-script cost of each. Every decision is still
+-- key); the batcher sends one for the decisions that wait together (on a
+-- cluster, for those whose keys share a slot), which spares the server the
+-- per-script cost of each. Every decision is still
 -- atomic, and two on the same key see each other in order. Each distinct
 -- limit is sent once, and a decision carries only what differs: under load
 -- (one limit, one cost, the server's time) nothing but its key.
@@ -12,10 +12,10 @@
 --          carries its time, else 0 (all at the server's TIME); then L
 --          limits: kind, rate, period (µs), burst, debt allowance, max delay
 --          (µs, -1 for none), charge (1: the decisions under it are charges
---          of their cost, the prelude's charge; else 0); then per decision, in this order, only: its limit's
---          position (1..L) when L > 1, its cost when the cost is -1, and its
---          time when timed (µs, -1 for the server's TIME, read once for the
---          script)
+--          of their cost, the prelude's charge; else 0); then per decision,
+--          in this order, only: its limit's position (1..L) when L > 1, its
+--          cost when the cost is -1, and its time when timed (µs, -1 for the
+--          server's TIME, read once for the script)
 -- reply    one decision per key (see decision in the prelude), or
 --          failed(code) for a decision that raised (see guard.lua), flattened
 margin = tonumber(ARGV[1])
