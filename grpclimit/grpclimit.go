@@ -149,10 +149,10 @@ type call struct {
 	client bool
 	target string // a Client's ClientConn target
 
-	// mu guards charged, which a stream's messages add to while its
+	// mu guards spent, which a stream's messages add to while its
 	// handler may call Refund.
-	mu      sync.Mutex
-	charged []policycore.Charge
+	mu    sync.Mutex
+	spent []policycore.Spend
 }
 
 type callKey struct{}
@@ -192,7 +192,7 @@ func Refund(ctx context.Context, units int64) error {
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	found, err := policycore.Refund(ctx, cl.lim, cl.charged, "", units)
+	found, err := policycore.Refund(ctx, cl.lim, cl.spent, "", units)
 	if !found {
 		return ErrNoDecision
 	}
@@ -238,12 +238,12 @@ func (cl *call) logError(method string, err error) {
 	}
 }
 
-// charge records what the admitted parts ps cost, each in the window its
+// spend records what the admitted parts ps cost, each in the window its
 // own result each[i] names, for Refund.
-func (cl *call) charge(ps []policycore.Part, each []sluice.Result) {
+func (cl *call) spend(ps []policycore.Part, each []sluice.Result) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	cl.charged = policycore.AppendCharges(cl.charged, ps, each)
+	cl.spent = policycore.AppendSpends(cl.spent, ps, each)
 }
 
 // figures is one policy's numbers after a decision, as the rate-limit

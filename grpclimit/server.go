@@ -255,7 +255,7 @@ func (s *Server) enforce(cl *call, method string, es []policycore.Part, v *verdi
 	case v.res.Degraded && v.res.Allowed:
 		policycore.Record(o, sourceServer, es, observe.Degraded, v.lat, 0)
 	case v.res.Allowed:
-		cl.charge(es, each)
+		cl.spend(es, each)
 	default: // refused by the store, or by its failure policy's local fallback
 		v.refusers = policycore.Refused(es, each)
 		policycore.RecordRefused(o, sourceServer, es, each, observe.Denied, v.lat)
@@ -307,7 +307,7 @@ func (s *Server) shadow(cl *call, method string, ss []policycore.Part, send bool
 	case res.Degraded && res.Allowed:
 		policycore.Record(o, sourceServer, ss, observe.Degraded, lat, 0)
 	case res.Allowed:
-		cl.charge(ss, each)
+		cl.spend(ss, each)
 		policycore.Record(o, sourceServer, ss, observe.Allowed, lat, 0)
 	default:
 		policycore.RecordRefused(o, sourceServer, ss, each, observe.ShadowDenied, lat)

@@ -40,7 +40,7 @@ func refund(ctx context.Context, name string, units int64) error {
 	if st == nil {
 		return ErrNoDecision
 	}
-	found, err := policycore.Refund(ctx, st.m.lim, st.decision().charged, name, units)
+	found, err := policycore.Refund(ctx, st.m.lim, st.decision().spent, name, units)
 	switch {
 	case !found && name != "":
 		return fmt.Errorf("%w: no spend on policy %q", ErrNoDecision, name)

@@ -42,18 +42,18 @@ type state struct {
 }
 
 // decision is a Decision and what the request spent, with room for two
-// policies' numbers and charges: one allocation for them all.
+// policies' numbers and spends: one allocation for them all.
 type decision struct {
 	Decision
-	charged   []policycore.Charge
+	spent     []policycore.Spend
 	resultBuf [2]PolicyResult
-	chargeBuf [2]policycore.Charge
+	spendBuf  [2]policycore.Spend
 }
 
 // newDecision returns a decision whose slices start in its buffers.
 func newDecision() *decision {
 	d := new(decision)
-	d.charged = d.chargeBuf[:0]
+	d.spent = d.spendBuf[:0]
 	return d
 }
 
@@ -100,7 +100,7 @@ func (st *state) decision() *decision {
 		if len(st.m.headers) > 0 {
 			d.Policies = append(d.resultBuf[:0], result(p, st.remaining, st.resetAfter))
 		}
-		d.charged = policycore.AppendCharge(d.charged, p, st.window)
+		d.spent = policycore.AppendSpend(d.spent, p, st.window)
 	}
 	if st.dec.CompareAndSwap(nil, d) {
 		return d

@@ -12,7 +12,8 @@
 //   - quota.go: a limit's draft-11 q and w, and rounding up to seconds;
 //   - rule.go: a checked policy, its counts (Stats) and its share of a
 //     request (Part);
-//   - refund.go: what an admitted request spent, and giving it back;
+//   - refund.go: what an admitted request spent (Spend), and giving it
+//     back;
 //   - fields.go: the RateLimit-Policy and RateLimit fields of
 //     draft-ietf-httpapi-ratelimit-headers-11.
 //

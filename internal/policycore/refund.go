@@ -9,9 +9,9 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// Charge is what an admitted request spent on one policy's key: what a
+// Spend is what an admitted request spent on one policy's key: what a
 // Refund may give back, and where.
-type Charge struct {
+type Spend struct {
 	Rule *Rule
 	Key  string // the store key
 	Cost int64
@@ -21,39 +21,39 @@ type Charge struct {
 	refunded atomic.Int64
 }
 
-// AppendCharge appends p's charge, spent in window, to cs; a part that
-// spent nothing has none.
-func AppendCharge(cs []Charge, p *Part, window int64) []Charge {
+// AppendSpend appends what p spent, in window, to ss; a part that spent
+// nothing has no Spend.
+func AppendSpend(ss []Spend, p *Part, window int64) []Spend {
 	if p.Cost <= 0 {
-		return cs
+		return ss
 	}
-	return append(cs, Charge{Rule: p.Rule, Key: p.Key, Cost: p.Cost, Window: window})
+	return append(ss, Spend{Rule: p.Rule, Key: p.Key, Cost: p.Cost, Window: window})
 }
 
-// AppendCharges appends the charges of the admitted parts ps, each spent
-// in the window its own result each[i] names.
-func AppendCharges(cs []Charge, ps []Part, each []sluice.Result) []Charge {
+// AppendSpends appends what the admitted parts ps spent, each in the
+// window its own result each[i] names.
+func AppendSpends(ss []Spend, ps []Part, each []sluice.Result) []Spend {
 	for i := range ps {
-		cs = AppendCharge(cs, &ps[i], each[i].Window)
+		ss = AppendSpend(ss, &ps[i], each[i].Window)
 	}
-	return cs
+	return ss
 }
 
-// Refund gives up to units back to each charge of cs of the policy named
-// name (every charge when name is ""), never more than the charge spent in
-// all, through lim.Refund in the window the units were spent in. It
-// reports whether name named a charge, and the errors of the charges that
-// could not give back (an algorithm that cannot, wrapping
+// Refund gives up to units back to each Spend of ss of the policy named
+// name (every Spend when name is ""), never more than it spent in all,
+// through lim.Refund in the window the units were spent in. It reports
+// whether name named a Spend, and the errors of the Spends that could not
+// give back (an algorithm that cannot, wrapping
 // algo.ErrNoRefund; a store error), each naming its policy.
 //
 // Refunds may run at once, from several goroutines, on one request's
-// charges: each takes its units from what is left to give back before its
+// Spends: each takes its units from what is left to give back before its
 // store call, and returns them if the call fails, so that together they
 // never give back more than was spent.
-func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, units int64) (found bool, err error) {
+func Refund(ctx context.Context, lim *sluice.Limiter, ss []Spend, name string, units int64) (found bool, err error) {
 	var errs []error
-	for i := range cs {
-		c := &cs[i]
+	for i := range ss {
+		c := &ss[i]
 		if name != "" && c.Rule.Name != name {
 			continue
 		}
@@ -72,7 +72,7 @@ func Refund(ctx context.Context, lim *sluice.Limiter, cs []Charge, name string, 
 
 // claim takes up to units from what c has left to give back, and
 // returns how many it took.
-func (c *Charge) claim(units int64) int64 {
+func (c *Spend) claim(units int64) int64 {
 	for {
 		done := c.refunded.Load()
 		n := min(units, c.Cost-done)
