@@ -39,6 +39,10 @@ type state struct {
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
+	// uw watches the response when a policy settles or counts (nil when
+	// none does); settled is set once the handler returned.
+	uw      *usedWriter
+	settled atomic.Bool
 }
 
 // decision is a Decision and what the request spent, with room for two
@@ -64,6 +68,13 @@ type stateReq struct {
 	r http.Request
 }
 
+// settleReq is a stateReq and the writer that watches the response, for
+// a Middleware whose policies settle or count: one allocation for all.
+type settleReq struct {
+	stateReq
+	w usedWriter
+}
+
 // Deadline is the parent context's.
 func (st *state) Deadline() (time.Time, bool) { return st.in.Context().Deadline() }
 
@@ -80,6 +91,23 @@ func (st *state) Value(key any) any {
 	}
 	return st.in.Context().Value(key)
 }
+
+// detached is a state as a context that never ends: the request's
+// values without its cancellation, for settling once its client may have
+// gone (context.WithoutCancel, without its allocation).
+type detached state
+
+// Deadline is none.
+func (*detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is never closed.
+func (*detached) Done() <-chan struct{} { return nil }
+
+// Err is nil.
+func (*detached) Err() error { return nil }
+
+// Value is the state's.
+func (d *detached) Value(key any) any { return (*state)(d).Value(key) }
 
 func stateOf(ctx context.Context) *state {
 	st, _ := ctx.Value(stateKey{}).(*state)

@@ -221,4 +221,3 @@ func FuzzUsageSSE(f *testing.F) {
 		}
 	})
 }
-
