@@ -56,23 +56,18 @@ func ChargePolicy(ctx context.Context, name string, units int64) error {
 }
 
 func charge(ctx context.Context, name string, units int64) error {
-	if units < 0 {
-		return fmt.Errorf("grpclimit: charge of %d units", units)
-	}
 	cl := callOf(ctx)
 	if cl == nil {
 		return ErrNoDecision
 	}
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.settled {
-		return errors.New("grpclimit: charge after the handler returned: the call is settled")
+	err := policycore.Charge(cl.spent, cl.settled, name, units)
+	cl.mu.Unlock()
+	if errors.Is(err, policycore.ErrNoCharge) {
+		return fmt.Errorf("%w: %w", ErrNoDecision, err)
 	}
-	if !policycore.Charge(cl.spent, name, units) {
-		if name != "" {
-			return fmt.Errorf("%w: no policy %q with a Used", ErrNoDecision, name)
-		}
-		return fmt.Errorf("%w: no policy with a Used", ErrNoDecision)
+	if err != nil {
+		return fmt.Errorf("grpclimit: %w", err)
 	}
 	return nil
 }

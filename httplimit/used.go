@@ -148,21 +148,16 @@ func ChargePolicy(ctx context.Context, name string, units int64) error {
 }
 
 func charge(ctx context.Context, name string, units int64) error {
-	if units < 0 {
-		return fmt.Errorf("httplimit: charge of %d units", units)
-	}
 	st := stateOf(ctx)
-	switch {
-	case st == nil:
+	if st == nil {
 		return ErrNoDecision
-	case st.settled.Load():
-		return errors.New("httplimit: charge after the handler returned: the request is settled")
 	}
-	if !policycore.Charge(st.decision().spent, name, units) {
-		if name != "" {
-			return fmt.Errorf("%w: no policy %q with a Used", ErrNoDecision, name)
-		}
-		return fmt.Errorf("%w: no policy with a Used", ErrNoDecision)
+	err := policycore.Charge(st.decision().spent, st.settled.Load(), name, units)
+	if errors.Is(err, policycore.ErrNoCharge) {
+		return fmt.Errorf("%w: %w", ErrNoDecision, err)
+	}
+	if err != nil {
+		return fmt.Errorf("httplimit: %w", err)
 	}
 	return nil
 }

@@ -21,10 +21,23 @@ type Outcome interface {
 	Used(r *Rule) (units int64, said bool)
 }
 
+// ErrNoCharge is Charge's error when no Spend is a settling rule's (of
+// that name): the doors wrap it in their ErrNoDecision.
+var ErrNoCharge = errors.New("no policy with a Used")
+
 // Charge adds units to what the handler charged under the settling rule
-// named name (every settling rule of ss when name is ""), for Settle. It
-// reports whether a Spend of ss is that rule's.
-func Charge(ss []Spend, name string, units int64) (found bool) {
+// named name (every settling rule of ss when name is ""), for Settle: what
+// both doors' Charge and ChargePolicy do with the request's Spends once
+// they found them, settled once its handler returned. The error, for the
+// door to prefix, says why nothing was added.
+func Charge(ss []Spend, settled bool, name string, units int64) error {
+	switch {
+	case units < 0:
+		return fmt.Errorf("charge of %d units", units)
+	case settled:
+		return errors.New("charge after the handler returned: the request is settled")
+	}
+	found := false
 	for i := range ss {
 		s := &ss[i]
 		if !s.Rule.Settles || name != "" && s.Rule.Name != name || seen(ss[:i], s.Rule) {
@@ -39,7 +52,13 @@ func Charge(ss []Spend, name string, units int64) (found bool) {
 		}
 		s.said.Store(true)
 	}
-	return found
+	switch {
+	case found:
+		return nil
+	case name != "":
+		return fmt.Errorf("%w named %q", ErrNoCharge, name)
+	}
+	return ErrNoCharge
 }
 
 // seen reports whether a Spend of ss is r's: Charge and Settle keep a

@@ -111,8 +111,8 @@ func TestSettleExactUnits(t *testing.T) {
 			ss := admit(t, lim, []policycore.Part{{Rule: r, Key: key, Cost: 500}})
 			st.take()
 			for _, u := range tc.charged {
-				if !policycore.Charge(ss, "", u) {
-					t.Fatal("Charge found no settling rule")
+				if err := policycore.Charge(ss, false, "", u); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if err := policycore.Settle(ctx, lim, ss, said{used: tc.said}); err != nil {
@@ -143,8 +143,14 @@ func TestSettleOneChargeForEveryRule(t *testing.T) {
 	if found, err := policycore.Refund(ctx, lim, ss, "a", 60); !found || err != nil {
 		t.Fatal(found, err)
 	}
-	if policycore.Charge(ss, "plain", 5) {
-		t.Error("Charge found a rule that does not settle")
+	if err := policycore.Charge(ss, false, "plain", 5); !errors.Is(err, policycore.ErrNoCharge) || err.Error() != `no policy with a Used named "plain"` {
+		t.Errorf("Charge of a rule that does not settle: %v", err)
+	}
+	if err := policycore.Charge(ss, false, "a", -1); err == nil {
+		t.Error("a negative charge")
+	}
+	if err := policycore.Charge(ss, true, "a", 1); err == nil || !strings.Contains(err.Error(), "settled") {
+		t.Errorf("a charge once settled: %v", err)
 	}
 	st.take()
 	if err := policycore.Settle(ctx, lim, ss, said{used: map[string]int64{"a": 140, "b": 300, "plain": 999}}); err != nil {
@@ -272,14 +278,14 @@ func TestLookInComposite(t *testing.T) {
 // chargeable.
 func TestSettlingNeedsChargeable(t *testing.T) {
 	for _, tc := range []struct {
-		r    policycore.Rule
+		r    *policycore.Rule
 		want string
 	}{
-		{policycore.Rule{Name: "a", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.SlidingWindow), Settles: true}, `policy "a": charging what was used (Used) needs an algorithm that can be charged (token-bucket, gcra, fixed-window or aligned-window), not sliding-window`},
-		{policycore.Rule{Name: "b", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.LeakyBucket), Counts: true}, `policy "b": counting by outcome (Count) needs`},
-		{policycore.Rule{Name: "c", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.SlidingLog), Counts: true, Settles: true}, `policy "c": counting by outcome (Count) needs`},
+		{&policycore.Rule{Name: "a", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.SlidingWindow), Settles: true}, `policy "a": charging what was used (Used) needs an algorithm that can be charged (token-bucket, gcra, fixed-window or aligned-window), not sliding-window`},
+		{&policycore.Rule{Name: "b", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.LeakyBucket), Counts: true}, `policy "b": counting by outcome (Count) needs`},
+		{&policycore.Rule{Name: "c", Limit: sluice.PerMinute(5).WithAlgorithm(sluice.SlidingLog), Counts: true, Settles: true}, `policy "c": counting by outcome (Count) needs`},
 	} {
-		err := (&policycore.Checker{}).Check(&tc.r, false)
+		err := (&policycore.Checker{}).Check(tc.r, false)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %s", tc.r.Name, err, tc.want)
 		}
