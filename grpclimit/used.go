@@ -121,14 +121,18 @@ func (s *Server) settle(cl *call, method string, tr *trailers, err error) {
 		o.md = tr.md
 		tr.mu.Unlock()
 	}
+	// Once settled, the Spends change only by their own atomics (a late
+	// Refund): Settle reads them unlocked, so that the Count and the error
+	// log it calls may call Charge.
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
 	cl.settled = true
-	if len(cl.spent) == 0 {
+	spent := cl.spent
+	cl.mu.Unlock()
+	if len(spent) == 0 {
 		return
 	}
 	// The client may have gone: the store is still told.
-	if err := policycore.Settle(context.WithoutCancel(cl.Context), s.lim, cl.spent, o); err != nil {
+	if err := policycore.Settle(context.WithoutCancel(cl.Context), s.lim, spent, o); err != nil {
 		cl.logError(method, fmt.Errorf("grpclimit: settling what the call used: %w", err))
 	}
 }

@@ -96,10 +96,81 @@ var tokensDesc = grpc.ServiceDesc{
 				return ss.Context().Err()
 			}
 		}
+	}}, {StreamName: "Sum", ClientStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
+		// Receives every message, then does what the first said.
+		var first string
+		for n := 0; ; n++ {
+			in := new(wrapperspb.StringValue)
+			if err := ss.RecvMsg(in); err != nil {
+				if !errors.Is(err, io.EOF) {
+					return err
+				}
+				break
+			}
+			if n == 0 {
+				first = in.GetValue()
+			}
+		}
+		if err := srv.(*tokensServer).do(ss.Context(), first, ss.SetTrailer); err != nil {
+			return err
+		}
+		return ss.SendMsg(wrapperspb.String("done"))
 	}}},
 }
 
 var streamDesc = &grpc.StreamDesc{StreamName: "Stream", ServerStreams: true}
+
+var sumDesc = &grpc.StreamDesc{StreamName: "Sum", ClientStreams: true}
+
+// sum sends n messages on a Sum stream, the first saying say, and returns
+// the stream's status once it is settled.
+func sum(t *testing.T, conn *grpc.ClientConn, ts *tokensServer, say string, n int) error {
+	t.Helper()
+	st, err := conn.NewStream(context.Background(), sumDesc, "/sluice.test.Tokens/Sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		msg := ""
+		if i == 0 {
+			msg = say
+		}
+		if err := st.SendMsg(wrapperspb.String(msg)); err != nil {
+			break // refused: RecvMsg says why
+		}
+	}
+	st.CloseSend()
+	err = st.RecvMsg(new(wrapperspb.StringValue))
+	<-ts.ended
+	return err
+}
+
+// TestPerMessageSettles: a stream whose messages each took an estimate is
+// settled once, to what its trailer says; a counting policy charges each
+// message's cost when the stream's code counts.
+func TestPerMessageSettles(t *testing.T) {
+	lim := frozen()
+	l := sluice.PerHour(1000)
+	s := mustNew(t, lim, []grpclimit.Policy{
+		{Name: "tokens", Limit: l, Key: grpclimit.Static("all"), Cost: 5, Stream: grpclimit.PerMessage, Used: &grpclimit.Used{Trailer: "x-tokens-used"}},
+		{Name: "errors", Limit: l, Key: grpclimit.Static("all"), Cost: 5, Stream: grpclimit.PerMessage,
+			Count: func(c codes.Code) bool { return c == codes.Internal }},
+	})
+	ts := newTokens()
+	conn := serveTokens(t, s, ts)
+	if err := sum(t, conn, ts, "trailer 7", 4); err != nil {
+		t.Fatal(err)
+	}
+	if tok, errs := leftOf(t, lim, "grpclimit:tokens:all", l), leftOf(t, lim, "grpclimit:errors:all", l); tok != 993 || errs != 1000 {
+		t.Errorf("after 4 messages that used 7: %d and %d left, want 993 and 1000", tok, errs)
+	}
+	if err := sum(t, conn, ts, "code "+strconv.Itoa(int(codes.Internal)), 3); status.Code(err) != codes.Internal {
+		t.Fatal(err)
+	}
+	if tok, errs := leftOf(t, lim, "grpclimit:tokens:all", l), leftOf(t, lim, "grpclimit:errors:all", l); tok != 978 || errs != 985 {
+		t.Errorf("after 3 messages that failed: %d and %d left, want 978 and 985", tok, errs)
+	}
+}
 
 // serveTokens starts the tokens service behind s and returns a
 // connection to it; ts.ended gets each Stream's error once it is settled.
