@@ -186,22 +186,36 @@ func quoted(names []string) string {
 // value) says a request used: a decimal integer ≥ 0, with spaces or tabs
 // around it.
 func ParseUnits(v string) (int64, error) {
-	v = strings.Trim(v, " \t")
-	show := v
-	if len(show) > 32 {
-		show = show[:32] + "..."
+	i, j := 0, len(v)
+	for i < j && (v[i] == ' ' || v[i] == '\t') {
+		i++
 	}
-	if v == "" {
+	for j > i && (v[j-1] == ' ' || v[j-1] == '\t') {
+		j--
+	}
+	digits := v[i:j]
+	var n int64
+	for k := 0; k < len(digits); k++ {
+		c := digits[k]
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%q is not a whole number of units", shorten(digits))
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, fmt.Errorf("%q: more units than an int64 holds", shorten(digits))
+		}
+		n = n*10 + d
+	}
+	if digits == "" {
 		return 0, errors.New("empty: not a number of units")
 	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, fmt.Errorf("%q is not a whole number of units", show)
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q: more units than an int64 holds", show)
-	}
 	return n, nil
+}
+
+// shorten is v cut for an error message.
+func shorten(v string) string {
+	if len(v) > 32 {
+		return v[:32] + "..."
+	}
+	return v
 }
