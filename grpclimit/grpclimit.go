@@ -80,7 +80,7 @@ type Policy struct {
 	// estimate the call takes before the handler (or each message), and
 	// once the handler returns the policy is settled to what was used:
 	// the excess refunded (to the window it was spent in), the shortfall
-	// charged, into debt up to Limit.Debt (sluice.Limiter.Settle). A
+	// charged, into debt up to Limit.Debt, as sluice.Limiter.Settle does. A
 	// stream is settled when it ends, a client gone mid-way included, to
 	// what was said until then. nil: the call spends its Cost. Server
 	// only; only TokenBucket, GCRA, FixedWindow and AlignedWindow

@@ -61,7 +61,7 @@ type Policy struct {
 	// estimate the request takes before the handler, and once the handler
 	// returns the policy is settled to what was used: the excess refunded
 	// (to the window it was spent in), the shortfall charged, into debt
-	// up to Limit.Debt (sluice.Limiter.Settle). A streamed response is
+	// up to Limit.Debt, as sluice.Limiter.Settle does. A streamed response is
 	// settled when its handler returns. nil: the request spends its Cost.
 	// Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
 	// settle.
