@@ -427,8 +427,9 @@ func TestUsedAndCountRejected(t *testing.T) {
 	}
 }
 
-// TestUsedOnRedis settles through redisstore; it skips, saying so, while
-// redisstore cannot charge.
+// TestUsedOnRedis settles through redisstore: two policies' charges in
+// one composite, a refund; it skips, saying so, while redisstore cannot
+// charge.
 func TestUsedOnRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
 	st, err := redisstore.New(srv.Client())
@@ -439,13 +440,17 @@ func TestUsedOnRedis(t *testing.T) {
 	lim := sluice.New(st)
 	var logged errLog
 	l := sluice.PerHour(1000)
+	l.Debt = 500
+	w := l.WithAlgorithm(sluice.FixedWindow)
 	prefix := fmt.Sprintf("used-%d:", time.Now().UnixNano())
-	m := mustNew(t, lim, []httplimit.Policy{{Name: "tokens", Limit: l, Key: httplimit.Header("X-User"), Cost: 100, Used: &httplimit.Used{Header: "X-Tokens-Used"}}},
-		httplimit.WithErrorLog(logged.log), httplimit.WithKeyPrefix(prefix))
+	m := mustNew(t, lim, []httplimit.Policy{
+		{Name: "tokens", Limit: l, Key: httplimit.Header("X-User"), Cost: 100, Used: &httplimit.Used{Header: "X-Tokens-Used"}},
+		{Name: "window", Limit: w, Key: httplimit.Header("X-User"), Cost: 100, Used: &httplimit.Used{Header: "X-Tokens-Used"}},
+	}, httplimit.WithErrorLog(logged.log), httplimit.WithKeyPrefix(prefix))
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Tokens-Used", r.Header.Get("X-Said"))
 	}))
-	serveOnce(h, "a", "X-Said", "400")
+	serveOnce(h, "a", "X-Said", "1200")
 	for _, err := range logged.take() {
 		if errors.Is(err, errors.ErrUnsupported) {
 			t.Skipf("SKIPPED LOUDLY: redisstore cannot charge yet (%v); this test runs once it can", err)
@@ -456,9 +461,18 @@ func TestUsedOnRedis(t *testing.T) {
 	if errs := logged.take(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	for user, want := range map[string]int64{"a": 600, "b": 970} {
-		if got := leftOf(t, lim, prefix+"tokens:"+user, l); got != want {
-			t.Errorf("%s: %d left, want %d", user, got, want)
+	for _, tc := range []struct {
+		key   string
+		limit sluice.Limit
+		want  int64
+	}{
+		{"tokens:a", l, -200}, {"window:a", w, -200}, {"tokens:b", l, 970}, {"window:b", w, 970},
+	} {
+		if got := leftOf(t, lim, prefix+tc.key, tc.limit); got != tc.want {
+			t.Errorf("%s: %d left, want %d", tc.key, got, tc.want)
 		}
+	}
+	if rec := serveOnce(h, "a", "X-Said", "1"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("a key in debt on Redis: %d", rec.Code)
 	}
 }
