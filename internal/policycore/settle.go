@@ -28,8 +28,9 @@ var ErrNoCharge = errors.New("no policy with a Used")
 // Charge adds units to what the handler charged under the settling rule
 // named name (every settling rule of ss when name is ""), for Settle: what
 // both doors' Charge and ChargePolicy do with the request's Spends once
-// they found them, settled once its handler returned. The error, for the
-// door to prefix, says why nothing was added.
+// they found them. settled reports that the request's handler returned:
+// too late. The error, for the door to prefix, says why nothing was
+// added.
 func Charge(ss []Spend, settled bool, name string, units int64) error {
 	switch {
 	case units < 0:
