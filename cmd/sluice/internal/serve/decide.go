@@ -66,6 +66,14 @@ type decision struct {
 	// quota_mode descriptors refuse the call (plan.quotaRefuses).
 	comp         sluice.Result
 	quotaRefused bool
+	// chg and chgOver are the charge parts' answers and whether each is
+	// over the limit; chgComp folds them (RetryAfter: the wait until the
+	// refusing ones are out of debt); chgRefused, whether they refuse the
+	// call (charge.go).
+	chg        []sluice.Result
+	chgOver    []bool
+	chgComp    sluice.Result
+	chgRefused bool
 	both         []sluice.Part // the enforced parts, then the shadow parts (decideTogether)
 }
 
@@ -75,23 +83,36 @@ func (d *decision) size(p *plan) {
 	d.results, d.over = grow(d.results, ne+ns), grow(d.over, ne+ns)
 	d.enf, d.sha = d.results[:ne], d.results[ne:]
 	d.enfOver, d.shaOver = d.over[:ne], d.over[ne:]
-	d.comp, d.quotaRefused = sluice.Result{}, false
+	d.comp, d.quotaRefused, d.chgRefused = sluice.Result{}, false, false
 }
 
 // decide makes the store calls plan p needs and leaves their answers in
-// d: the give-backs and the quota_mode parts first (decideQuota), then the
-// enforced parts, all or nothing, then the shadow parts. A call refused
-// before the enforced parts are decided (requests_per_unit 0, its quota
-// descriptors over) only looks at them, so that it spends nothing. Its
-// error is the store's: the call is not decided.
+// d: the give-backs first, then the charges (decideCharges), whatever the
+// answer, then the quota_mode parts (decideQuota), then the enforced
+// parts, all or nothing, then the shadow parts. A call refused before the
+// enforced parts are decided (requests_per_unit 0, a charge over the
+// limit, its quota descriptors over) only looks at them, so that it spends
+// nothing. Its error is the store's: the call is not decided.
 func (s *stores) decide(ctx context.Context, p *plan, d *decision) error {
 	d.size(p)
-	quotaOver, err := s.decideQuota(ctx, p, d, p.blocked)
+	d.refunded = grow(d.refunded, len(p.refunds))
+	if len(p.refunds) > 0 {
+		if err := s.giveBack(ctx, p.refunds, d.refunded); err != nil {
+			return err
+		}
+	}
+	chargeOver, err := s.decideCharges(ctx, p, d)
+	if err != nil {
+		return err
+	}
+	d.chgRefused = chargeOver
+	blocked := p.blocked || chargeOver
+	quotaOver, err := s.decideQuota(ctx, p, d, blocked)
 	d.quotaRefused = quotaOver
 	shadowDone := false // decideTogether decided the shadow parts too
 	switch {
-	case err != nil: // a give-back or a quota part failed: the call is not decided
-	case p.blocked || quotaOver:
+	case err != nil: // a quota part failed: the call is not decided
+	case blocked || quotaOver:
 		// Refused whatever the others say, so they spend nothing: a look.
 		if err = s.look(ctx, p.enforced, d.enf); err == nil {
 			for i := range d.enf {

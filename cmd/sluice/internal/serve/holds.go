@@ -384,11 +384,13 @@ func (s *Server) Holds(n int) HoldsView {
 
 // The Policy of the observe.Events and Refused calls (Options.Observer,
 // Options.Refused) of the calls that name no rule: the acquires of
-// /v1/acquire (by key or by descriptors), and the takes of /v1/take by key
-// (a take by descriptors is its rules').
+// /v1/acquire (by key or by descriptors), the takes of /v1/take by key
+// (a take by descriptors is its rules'), and the charges and settles of
+// /v1/charge and /v1/settle by key (also Options.Charged's).
 const (
 	AcquirePolicy = "(acquire)"
 	TakePolicy    = "(take)"
+	ChargePolicy  = "(charge)"
 )
 
 // observeCall reports a call of policy on key: an event of outcome o, and

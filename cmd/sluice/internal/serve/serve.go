@@ -180,6 +180,10 @@ type Options struct {
 	// ", " (the web console's most refused keys); a refused acquire's
 	// policy is AcquirePolicy, its key the call's.
 	Refused func(policy, key string)
+	// Charged, when set, is called with the units each charge spent
+	// whatever the answer, by policy (the Observer's Event.Policy; a
+	// charge by key's is ChargePolicy): the web console's units charged.
+	Charged func(policy string, units int64)
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down

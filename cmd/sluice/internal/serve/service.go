@@ -90,6 +90,12 @@ func (c *call) release() {
 // writes the response, and counts the outcome. Its error is a
 // requestError, or the store's.
 func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers) (sluice.Result, error) {
+	return s.decideCall(ctx, req, resp, hdr, false)
+}
+
+// decideCall is shouldRateLimit, charging every limited descriptor when
+// chargeAll is set (/v1/charge) rather than only those of charge rules.
+func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers, chargeAll bool) (sluice.Result, error) {
 	if err := validate(req, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -100,6 +106,7 @@ func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 	c := callPool.Get().(*call)
 	defer c.release()
 	p, d := &c.plan, &c.decision
+	p.chargeAll = chargeAll
 	if err := p.make(req, st.cfg, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -132,6 +139,9 @@ func (s *service) record(st *state, p *plan, a answer, latency time.Duration) {
 		}
 		s.observe(st, p.req.Domain, ds.rule, p.entries[i], ds.out, latency, ev)
 		ev++
+		if ds.kind == kindCharge && !ds.zero {
+			s.observeCharge(st, p.req.Domain, ds.rule, cost(p.req, p.req.Descriptors[i]))
+		}
 	}
 	if s.envoy != nil {
 		s.envoy.record(st, p)
