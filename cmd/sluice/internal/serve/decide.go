@@ -74,7 +74,7 @@ type decision struct {
 	chgOver    []bool
 	chgComp    sluice.Result
 	chgRefused bool
-	both         []sluice.Part // the enforced parts, then the shadow parts (decideTogether)
+	both       []sluice.Part // the enforced parts, then the shadow parts (decideTogether)
 }
 
 // size makes room for the answers of p's enforced and shadow parts.
