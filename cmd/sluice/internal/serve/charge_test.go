@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,5 +156,122 @@ func TestChargeRuleComposite(t *testing.T) {
 	r = ts.call(t, "llm", withHits(desc("api_key=k"), 0))
 	if d := r.Statuses[0].DurationUntilReset.AsDuration(); codesOf(r) != "OVER_LIMIT: OVER_LIMIT" || d != 24*time.Second {
 		t.Errorf("check: %s, reset %v, want 24s", codesOf(r), d)
+	}
+}
+
+// postJSON posts body to path on ts, checks the status and decodes the
+// answer.
+func postJSON(t *testing.T, ts *testServer, path, body string, code int) TakeResponse {
+	t.Helper()
+	resp, out := httpPost(t, ts.base+path, body)
+	var r TakeResponse
+	if resp.StatusCode != code || (code < 300 && json.Unmarshal([]byte(out), &r) != nil) {
+		t.Fatalf("%s %s: %d %s, want %d", path, body, resp.StatusCode, out, code)
+	}
+	return r
+}
+
+// /v1/charge by key: never refused, the debt visible (remaining < 0),
+// allowed while no unit is forgiven; a take in debt is refused until it is
+// paid.
+func TestChargeByKey(t *testing.T) {
+	ts, clock := startCharge(t, Options{})
+	const lim = `"limit": "1000/1m debt 5000"`
+	r := postJSON(t, ts, "/v1/charge", `{"key": "k", `+lim+`, "cost": 1500}`, 200)
+	if !r.Allowed || r.Remaining != -500 || r.RetryAfterUS != 0 || r.ResetAfterUS != (90*time.Second).Microseconds() {
+		t.Errorf("charge 1500: %+v", r)
+	}
+	// A take of 1 waits for the debt and its own unit: 501 units, 30.06s.
+	resp, out := httpPost(t, ts.base+"/v1/take", `{"key": "k", `+lim+`}`)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "31" || !strings.Contains(out, `"retry_after_us":30060000`) {
+		t.Errorf("take in debt: %d %s Retry-After %s", resp.StatusCode, out, resp.Header.Get("Retry-After"))
+	}
+	if r := postJSON(t, ts, "/v1/charge", `{"key": "k", `+lim+`, "cost": 0}`, 200); !r.Allowed || r.Remaining != -500 {
+		t.Errorf("a charge of 0 looks: %+v", r)
+	}
+	// Past the allowance: forgiven, allowed false, still 200.
+	if r := postJSON(t, ts, "/v1/charge", `{"key": "k", `+lim+`, "cost": 100000}`, 200); r.Allowed || r.Remaining != -5000 {
+		t.Errorf("charge past the allowance: %+v", r)
+	}
+	clock.Set(t0.Add(5*time.Minute + time.Second*3/50)) // 5,001 units back
+	postJSON(t, ts, "/v1/take", `{"key": "k", `+lim+`}`, 200)
+	if l := ts.metric(t, `sluice_serve_units_charged_total{domain="",rule="(charge)"}`); !strings.HasSuffix(l, " 101500") {
+		t.Errorf("%q, want 101500", l)
+	}
+	// Not every algorithm can be charged; the key form needs --key-form.
+	if resp, out := httpPost(t, ts.base+"/v1/charge", `{"key": "s", "limit": "10/1s sliding-log", "cost": 1}`); resp.StatusCode != 400 || !strings.Contains(out, "can give units back or charge them") {
+		t.Errorf("a sliding log: %d %s", resp.StatusCode, out)
+	}
+}
+
+// /v1/charge by descriptors charges every limited descriptor's rule, a
+// charge rule's or not, and says which are over; a rule whose algorithm
+// cannot carry a debt is a bad request that charges nothing.
+func TestChargeByDescriptors(t *testing.T) {
+	ts, _ := startCharge(t, Options{})
+	body := `{"domain": "llm", "hits_addend": 5, "descriptors": [[{"key": "requests", "value": "k"}], [{"key": "api_key", "value": "k"}], [{"key": "other"}]]}`
+	r := postJSON(t, ts, "/v1/charge", body, 200)
+	if !r.Allowed || r.Remaining != -3 || len(r.Statuses) != 3 || r.Statuses[0].Code != "OVER_LIMIT" || r.Statuses[0].Remaining != -3 ||
+		r.Statuses[1].Code != "OK" || r.Statuses[1].Remaining != 995 || r.Statuses[2].Code != "OK" {
+		t.Errorf("charge 5: %+v", r)
+	}
+	// The plain rule is in debt: a take is refused.
+	resp, out := httpPost(t, ts.base+"/v1/take", `{"domain": "llm", "descriptors": [[{"key": "requests", "value": "k"}]]}`)
+	if resp.StatusCode != 429 || !strings.Contains(out, `"remaining":-3`) {
+		t.Errorf("take in debt: %d %s", resp.StatusCode, out)
+	}
+	// 20 more: the plain rule's allowance is 10, the rest forgiven.
+	if r := postJSON(t, ts, "/v1/charge", strings.Replace(body, `"hits_addend": 5`, `"hits_addend": 20`, 1), 200); r.Allowed || r.Statuses[0].Remaining != -10 {
+		t.Errorf("charge 20: %+v", r)
+	}
+	resp, out = httpPost(t, ts.base+"/v1/charge", `{"domain": "llm", "descriptors": [[{"key": "api_key", "value": "k"}], [{"key": "sliding", "value": "k"}]]}`)
+	if resp.StatusCode != 400 || !strings.Contains(out, `rule "sliding" counts with sliding-log, which cannot be charged`) {
+		t.Errorf("a sliding log's rule: %d %s", resp.StatusCode, out)
+	}
+	if r := postJSON(t, ts, "/v1/charge", `{"domain": "llm", "hits_addend": 0, "descriptors": [[{"key": "api_key", "value": "k"}]]}`, 200); r.Statuses[0].Remaining != 975 {
+		t.Errorf("after a bad request, api_key=k: %+v, want 975 left (nothing charged)", r)
+	}
+}
+
+// /v1/settle: an estimate taken, then the actual: the difference is given
+// back to the take's window or charged; a refused take spent nothing, so
+// all of the actual is charged.
+func TestSettle(t *testing.T) {
+	ts, clock := startCharge(t, Options{})
+	const lim = `"limit": "100/1m fixed-window debt 50"`
+	take := postJSON(t, ts, "/v1/take", `{"key": "k", `+lim+`, "cost": 80}`, 200)
+	if take.WindowUS != t0.Add(time.Minute).UnixMicro() {
+		t.Fatalf("take: window_us %d, want the window's end", take.WindowUS)
+	}
+	tk, _ := json.Marshal(take)
+	settle := func(estimate, actual int, take []byte) TakeResponse {
+		t.Helper()
+		return postJSON(t, ts, "/v1/settle", fmt.Sprintf(`{"key": "k", %s, "estimate": %d, "actual": %d, "take": %s}`, lim, estimate, actual, take), 200)
+	}
+	if r := settle(80, 30, tk); !r.Allowed || r.Remaining != 70 {
+		t.Errorf("settle 80 → 30: %+v, want 50 given back", r)
+	}
+	if r := settle(30, 150, tk); !r.Allowed || r.Remaining != -50 {
+		t.Errorf("settle 30 → 150: %+v, want 120 charged, 50 owed", r)
+	}
+	postJSON(t, ts, "/v1/take", `{"key": "k", `+lim+`, "cost": 10}`, 429)
+	if r := settle(10, 5, []byte(`{"allowed": false}`)); r.Allowed || r.Remaining != -50 {
+		t.Errorf("settle a refused take: %+v, want 5 charged and forgiven", r)
+	}
+	// In the next window, a refund to the take's window gives nothing.
+	clock.Set(t0.Add(time.Minute))
+	if r := settle(80, 0, tk); r.Remaining != 50 {
+		t.Errorf("settle in the next window: %+v, want the window as it is: 50 carried", r)
+	}
+	for _, bad := range []string{
+		`{"key": "k", ` + lim + `, "actual": 1, "take": {"allowed": true}}`,
+		`{"key": "k", ` + lim + `, "estimate": 1, "actual": -1, "take": {"allowed": true}}`,
+		`{"key": "k", ` + lim + `, "estimate": 1, "actual": 1}`,
+		`{"domain": "llm", "estimate": 1, "actual": 1, "take": {"allowed": true}}`,
+		`{"key": "k", ` + lim + `, "estimate": 1, "actual": 1, "take": {"allowed": true, "bogus": 1}}`,
+	} {
+		if resp, out := httpPost(t, ts.base+"/v1/settle", bad); resp.StatusCode != 400 {
+			t.Errorf("%s: %d %s, want 400", bad, resp.StatusCode, out)
+		}
 	}
 }

@@ -90,12 +90,23 @@ func (c *call) release() {
 // writes the response, and counts the outcome. Its error is a
 // requestError, or the store's.
 func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers) (sluice.Result, error) {
-	return s.decideCall(ctx, req, resp, hdr, false)
+	return s.decideCall(ctx, req, resp, hdr, callOptions{})
 }
 
-// decideCall is shouldRateLimit, charging every limited descriptor when
-// chargeAll is set (/v1/charge) rather than only those of charge rules.
-func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers, chargeAll bool) (sluice.Result, error) {
+// callOptions are what the HTTP API's descriptor form asks of a call
+// beside a gRPC call's answer.
+type callOptions struct {
+	// chargeAll: every limited descriptor is charged (/v1/charge), not
+	// only those of charge rules.
+	chargeAll bool
+	// debts, when set, receives each descriptor's Remaining where it is
+	// negative (a key in debt), which a status's limit_remaining cannot
+	// hold; it must have a place per descriptor.
+	debts []int64
+}
+
+// decideCall is shouldRateLimit with co.
+func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers, co callOptions) (sluice.Result, error) {
 	if err := validate(req, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -106,7 +117,7 @@ func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp
 	c := callPool.Get().(*call)
 	defer c.release()
 	p, d := &c.plan, &c.decision
-	p.chargeAll = chargeAll
+	p.chargeAll = co.chargeAll
 	if err := p.make(req, st.cfg, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -125,6 +136,9 @@ func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp
 	}
 	a := respond(p, d, &o, resp)
 	s.record(st, p, a, latency)
+	for i := range co.debts {
+		co.debts[i] = min(p.desc[i].res.Remaining, 0)
+	}
 	return a.result, nil
 }
 
