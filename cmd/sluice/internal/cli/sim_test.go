@@ -315,6 +315,23 @@ func TestSimSteps(t *testing.T) {
 		}
 	}
 
+	// A charge, and the debt it leaves.
+	code, out, errs = simCLI(t, "", "--steps", "--algorithm", "token-bucket", "--limit", "10/1s debt 3", "--burst", "2", "--requests", "0ms charge=4, 0ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, s := range []string{
+		"sluice sim --steps: token-bucket 10/1s: a bucket of 2, refilled 1 per T = 100ms; a charge may leave it owing 3",
+		"step 1  t+0s  charge 4  ->  decision charged; remaining -2;",
+		"          tokens → -2 (in debt: owes 2)",
+		"  after   level 4 (units spent, not yet refilled); tokens -2;",
+		"step 2  t+0s  cost 1  ->  decision denied; remaining -2; retry after 300ms;",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+
 	// A trace: the walk follows its first key, from its first time.
 	tr := `{"t_us": 1764000000000000, "key": "a"}
 {"t_us": 1764000000100000, "key": "b"}
