@@ -116,7 +116,7 @@ func TestServeEnvDefaults(t *testing.T) {
 	t.Setenv("REDIS_URL", "127.0.0.1:1")
 	t.Setenv("GRPC_PORT", "7081")
 	code, out, errs := runCLI(t, "", "serve", "--check", "--envoy-env")
-	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "5 rules") {
+	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "7 rules") {
 		t.Errorf("--envoy-env: exit %d, %q %q; want envoy's settings over the environment's defaults: %q", code, out, errs, want)
 	}
 }
