@@ -9,7 +9,7 @@ import (
 
 // A web page of another site cannot make a visitor's browser decide: the
 // red team's no-cors fetch (Origin https://evil.example, text/plain) to
-// /v1/take and /json, a cross-site form to the sign-in, and a cross-site
+// /v1/take and /json (and /v1/charge and /v1/settle, which spend too), a cross-site form to the sign-in, and a cross-site
 // POST to the console mounted at "/" are refused with 403 and spend nothing;
 // programs (no Origin, any Content-Type) and the console's own page pass.
 func TestCrossSiteRefused(t *testing.T) {

@@ -67,7 +67,7 @@ func newMetrics(maxValues int64) *metrics {
 		maxValues: int(maxValues),
 		reg:       prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held).",
+			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, charge, settle, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held; a charge or a settle is over_limit when units were forgiven past the debt allowance).",
 		}, []string{"door", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_serve_call_duration_seconds", Help: "Time to answer a call, by door.",
