@@ -89,16 +89,7 @@ func (s *stores) chargeOn(ctx context.Context, lim *sluice.Limiter, parts []slui
 // PerSecondStore), each store's in one call: a charge is never refused,
 // so the two need not agree.
 func (s *stores) chargeSplit(ctx context.Context, parts []sluice.Part, res []sluice.Result) error {
-	var idx [2][]int
-	var group [2][]sluice.Part
-	for i := range parts {
-		g := 0
-		if perSecond(parts[i].Limit) {
-			g = 1
-		}
-		idx[g] = append(idx[g], i)
-		group[g] = append(group[g], parts[i])
-	}
+	idx, group := splitPerSecond(parts)
 	for g, lim := range [2]*sluice.Limiter{s.lim, s.lim2} {
 		if len(group[g]) == 0 {
 			continue

@@ -310,16 +310,7 @@ func (s *stores) decideOn(ctx context.Context, lim *sluice.Limiter, parts []slui
 // others are decided, and if those refuse, what the per-second ones spent
 // is given back, so that a refused call spends nothing.
 func (s *stores) decideSplit(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
-	var idx [2][]int
-	var group [2][]sluice.Part
-	for i := range parts {
-		g := 0
-		if perSecond(parts[i].Limit) {
-			g = 1
-		}
-		idx[g] = append(idx[g], i)
-		group[g] = append(group[g], parts[i])
-	}
+	idx, group := splitPerSecond(parts)
 	var gres [2][]sluice.Result
 	var gover [2][]bool
 	for g := range 2 {
@@ -368,6 +359,21 @@ func (s *stores) decideSplit(ctx context.Context, parts []sluice.Part, res []slu
 		Delay:      max(rest.Delay, sec.Delay),
 		Degraded:   rest.Degraded || sec.Degraded,
 	}, nil
+}
+
+// splitPerSecond splits parts in two groups, the per-second ones (group
+// 1: Options.PerSecondStore's) and the others (group 0), each part's index
+// in parts beside.
+func splitPerSecond(parts []sluice.Part) (idx [2][]int, group [2][]sluice.Part) {
+	for i := range parts {
+		g := 0
+		if perSecond(parts[i].Limit) {
+			g = 1
+		}
+		idx[g] = append(idx[g], i)
+		group[g] = append(group[g], parts[i])
+	}
+	return idx, group
 }
 
 // perSecond reports whether l is counted per second: an epoch-aligned

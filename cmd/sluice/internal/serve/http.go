@@ -124,6 +124,19 @@ func (s *service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	return b, true
 }
 
+// readCall begins a call on door (the calls metric's): it reads the
+// body, within request-bytes, and returns it with done, which observes the
+// call's latency; ok is false when the body could not be read, which it
+// answered and counted.
+func (s *service) readCall(w http.ResponseWriter, r *http.Request, door string) (b []byte, done func(), ok bool) {
+	start := time.Now()
+	done = func() { s.metrics.latency.WithLabelValues(door).Observe(time.Since(start).Seconds()) }
+	if b, ok = s.readBody(w, r); !ok {
+		s.count(door, "invalid")
+	}
+	return b, done, ok
+}
+
 // decodeJSONRequest decodes /json's body: a RateLimitRequest in protojson.
 func decodeJSONRequest(b []byte) (*pb.RateLimitRequest, error) {
 	req := &pb.RateLimitRequest{}
@@ -152,11 +165,9 @@ func httpError(w http.ResponseWriter, err error) {
 // serveJSON is envoyproxy/ratelimit's POST /json: 200 with the response when
 // the call is OK, 429 when it is over the limit.
 func (s *service) serveJSON(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer func() { s.metrics.latency.WithLabelValues("json").Observe(time.Since(start).Seconds()) }()
-	b, ok := s.readBody(w, r)
+	b, done, ok := s.readCall(w, r, "json")
+	defer done()
 	if !ok {
-		s.count("json", "invalid")
 		return
 	}
 	req, err := decodeJSONRequest(b)
@@ -304,11 +315,9 @@ type apiCall func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []
 // charge, a settle: never refused).
 func (s *service) serveAPI(door string, refuses bool, read func(b []byte) (apiCall, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() { s.metrics.latency.WithLabelValues(door).Observe(time.Since(start).Seconds()) }()
-		b, ok := s.readBody(w, r)
+		b, done, ok := s.readCall(w, r, door)
+		defer done()
 		if !ok {
-			s.count(door, "invalid")
 			return
 		}
 		call, err := read(b)
@@ -346,34 +355,48 @@ func (s *service) serveAPI(door string, refuses bool, read func(b []byte) (apiCa
 // serveTake is sluice's own JSON API: /v1/take.
 func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
 	s.serveAPI("take", true, func(b []byte) (apiCall, error) {
-		t, err := s.decodeTakeCall(b)
-		if err != nil {
-			return nil, err
-		}
-		if t.Key == "" {
-			return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
-				return s.decideDomain(ctx, w, t, false)
-			}, nil
-		}
-		return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
-			called := time.Now()
-			res, err := s.decideKey(ctx, w, t.Key, t.Limit, func(lim *sluice.Limiter, key string, l sluice.Limit) (sluice.Result, error) {
-				return lim.Take(ctx, key, l, t.cost())
-			})
-			s.recordTake(t.Key, res, err, time.Since(called))
-			return res, nil, err
-		}, nil
+		return s.takeCall(b, false, func(ctx context.Context, lim *sluice.Limiter, key string, l sluice.Limit, units int64) (sluice.Result, error) {
+			return lim.Take(ctx, key, l, units)
+		}, func(key string, _ int64, res sluice.Result, err error, latency time.Duration) {
+			s.recordTake(key, res, err, latency)
+		})
 	})(w, r)
 }
 
-// decodeTakeCall decodes the body of /v1/take or /v1/charge, refusing the
-// key form when Options.KeyForm is off.
-func (s *service) decodeTakeCall(b []byte) (*TakeRequest, error) {
+// keyOp is what a call by key does on the limiter that keeps its limit's
+// budgets: key is its store key, units its cost.
+type keyOp func(ctx context.Context, lim *sluice.Limiter, key string, l sluice.Limit, units int64) (sluice.Result, error)
+
+// takeCall reads the body of /v1/take or /v1/charge (a TakeRequest) into
+// what deciding it does: by descriptors, a gRPC call's decision (every
+// limited descriptor charged when chargeAll is set); by key (refused when
+// Options.KeyForm is off), op on the caller's limit, reported by record.
+func (s *service) takeCall(b []byte, chargeAll bool, op keyOp, record func(key string, units int64, res sluice.Result, err error, latency time.Duration)) (apiCall, error) {
 	t, err := decodeTakeRequest(b)
-	if err == nil && t.Key != "" && !s.opts.KeyForm {
-		err = errNoKeyForm
+	switch {
+	case err != nil:
+		return nil, err
+	case t.Key == "":
+		return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
+			return s.decideDomain(ctx, w, t, chargeAll)
+		}, nil
+	case !s.opts.KeyForm:
+		return nil, errNoKeyForm
 	}
-	return t, err
+	units := t.cost()
+	if chargeAll {
+		if err := s.checkChargeUnits(`"cost"`, units); err != nil {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
+		called := time.Now()
+		res, err := s.decideKey(ctx, w, t.Key, t.Limit, func(lim *sluice.Limiter, key string, l sluice.Limit) (sluice.Result, error) {
+			return op(ctx, lim, key, l, units)
+		})
+		record(t.Key, units, res, err, time.Since(called))
+		return res, nil, err
+	}, nil
 }
 
 // takeKeyPrefix begins the store key of every key /v1/take is given. A

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
-	"github.com/sluice-go/sluice/observe"
 )
 
 // serveCharge is POST /v1/charge: a TakeRequest whose units are charged
@@ -20,27 +19,11 @@ import (
 // debt allowance); Remaining is negative for a key in debt.
 func (s *service) serveCharge(w http.ResponseWriter, r *http.Request) {
 	s.serveAPI("charge", false, func(b []byte) (apiCall, error) {
-		t, err := s.decodeTakeCall(b)
-		if err != nil {
-			return nil, err
-		}
-		if t.Key == "" {
-			return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
-				return s.decideDomain(ctx, w, t, true)
-			}, nil
-		}
-		units := t.cost()
-		if err := s.checkChargeUnits(`"cost"`, units); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
-			called := time.Now()
-			res, err := s.decideKey(ctx, w, t.Key, t.Limit, func(lim *sluice.Limiter, key string, l sluice.Limit) (sluice.Result, error) {
-				return lim.Charge(ctx, key, l, units)
-			})
-			s.recordCharge(t.Key, units, chargeOver(&res), res, err, time.Since(called))
-			return res, nil, err
-		}, nil
+		return s.takeCall(b, true, func(ctx context.Context, lim *sluice.Limiter, key string, l sluice.Limit, units int64) (sluice.Result, error) {
+			return lim.Charge(ctx, key, l, units)
+		}, func(key string, units int64, res sluice.Result, err error, latency time.Duration) {
+			s.recordCharge(key, units, chargeOver(&res), res, err, latency)
+		})
 	})(w, r)
 }
 
@@ -124,19 +107,12 @@ func (s *service) checkChargeUnits(what string, units int64) error {
 // sluice_serve_units_charged_total with no domain). A call refused for
 // what it asks decided nothing and is not reported.
 func (s *service) recordCharge(key string, units int64, over bool, res sluice.Result, err error, latency time.Duration) {
-	var re *requestError
-	switch {
-	case errors.As(err, &re):
+	o, decided := callOutcome(err, outcome(!over, res.Degraded))
+	if !decided {
 		return
-	case err != nil:
-		s.observeCall(ChargePolicy, key, observe.Error, latency)
-		return
-	case res.Degraded:
-		s.observeCall(ChargePolicy, key, observe.Degraded, latency)
-	default:
-		s.observeCall(ChargePolicy, key, outcome(!over, false), latency)
 	}
-	if units > 0 {
+	s.observeCall(ChargePolicy, key, o, latency)
+	if err == nil && units > 0 {
 		s.metrics.unitsCharged.WithLabelValues("", ChargePolicy).Add(float64(units))
 		if s.opts.Charged != nil {
 			s.opts.Charged(ChargePolicy, units)

@@ -125,11 +125,9 @@ func checkRulesForm(t *LeaseRequest, needLease bool) error {
 // serveLease answers one lease call (op "acquire", "release", "extend").
 func (s *service) serveLease(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() { s.metrics.latency.WithLabelValues(op).Observe(time.Since(start).Seconds()) }()
-		b, ok := s.readBody(w, r)
+		b, done, ok := s.readCall(w, r, op)
+		defer done()
 		if !ok {
-			s.count(op, "invalid")
 			return
 		}
 		t, c, err := decodeLeaseRequest(b, op != "acquire")
