@@ -2,7 +2,6 @@ package serve
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,8 +9,8 @@ import (
 	"strings"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 )
 
@@ -41,8 +40,8 @@ func startCharge(t *testing.T, o Options) (*testServer, *fakeClock) {
 }
 
 // onStores runs f on a server of chargeConfig over memory, then over Redis
-// (a fresh one), where it skips, saying so, while redisstore cannot charge
-// (errors.ErrUnsupported).
+// (a fresh one), where the call's parts are decided as redisstore has them
+// (enforced and shadow parts in one script).
 func onStores(t *testing.T, f func(t *testing.T, ts *testServer, clock *fakeClock)) {
 	t.Run("memory", func(t *testing.T) {
 		ts, clock := startCharge(t, Options{})
@@ -53,10 +52,6 @@ func onStores(t *testing.T, f func(t *testing.T, ts *testServer, clock *fakeCloc
 		rs, err := redisstore.New(redistest.Standalone(t).Client(), redisstore.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
-		}
-		lim := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Second, Burst: 1, Debt: 1}
-		if _, err := sluice.New(rs).Charge(t.Context(), "probe", lim, 2); errors.Is(err, errors.ErrUnsupported) {
-			t.Skipf("SKIPPED: redisstore cannot charge yet (%v): this test runs over Redis once it can", err)
 		}
 		ts := start(t, Options{Store: rs, Config: writeConfig(t, map[string]string{"llm.yaml": chargeConfig})}, clock)
 		f(t, ts, clock)
@@ -148,8 +143,9 @@ func testChargeRuleWindow(t *testing.T, ts *testServer, clock *fakeClock) {
 // answer, and when it refuses the call the plain rule spends nothing. A
 // charge rule in shadow mode is charged, reported over, and refuses
 // nothing.
-func TestChargeRuleMixed(t *testing.T) {
-	ts, _ := startCharge(t, Options{})
+func TestChargeRuleMixed(t *testing.T) { onStores(t, testChargeRuleMixed) }
+
+func testChargeRuleMixed(t *testing.T, ts *testServer, _ *fakeClock) {
 	ts.call(t, "llm", withHits(desc("api_key=k"), 2000)) // 1,000 owed
 	r := ts.call(t, "llm", withHits(desc("api_key=k"), 0), desc("requests=k"))
 	if codesOf(r) != "OVER_LIMIT: OVER_LIMIT OK" || r.Statuses[1].LimitRemaining != 2 {
@@ -238,8 +234,9 @@ func testChargeByKey(t *testing.T, ts *testServer, clock *fakeClock) {
 // /v1/charge by descriptors charges every limited descriptor's rule, a
 // charge rule's or not, and says which are over; a rule whose algorithm
 // cannot carry a debt is a bad request that charges nothing.
-func TestChargeByDescriptors(t *testing.T) {
-	ts, _ := startCharge(t, Options{})
+func TestChargeByDescriptors(t *testing.T) { onStores(t, testChargeByDescriptors) }
+
+func testChargeByDescriptors(t *testing.T, ts *testServer, _ *fakeClock) {
 	body := `{"domain": "llm", "hits_addend": 5, "descriptors": [[{"key": "requests", "value": "k"}], [{"key": "api_key", "value": "k"}], [{"key": "other"}]]}`
 	r := postJSON(t, ts, "/v1/charge", body, 200)
 	if !r.Allowed || r.Remaining != -3 || len(r.Statuses) != 3 || r.Statuses[0].Code != "OVER_LIMIT" || r.Statuses[0].Remaining != -3 ||
@@ -305,5 +302,28 @@ func testSettle(t *testing.T, ts *testServer, clock *fakeClock) {
 		if resp, out := httpPost(t, ts.base+"/v1/settle", bad); resp.StatusCode != 400 {
 			t.Errorf("%s: %d %s, want 400", bad, resp.StatusCode, out)
 		}
+	}
+}
+
+// With --store-per-second, a call's charges are charged each in its
+// store: the per-second ones there, the others in the main store.
+func TestChargePerSecondStore(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	main, sec := memstore.New(memstore.WithClock(clock)), memstore.New(memstore.WithClock(clock))
+	ts := start(t, Options{Store: main, PerSecondStore: sec, Config: writeConfig(t, map[string]string{"llm.yaml": chargeConfig + `
+  - key: tps
+    rate_limit: {unit: second, requests_per_unit: 5, debt: 10, charge: true}
+`})}, clock)
+	r := ts.call(t, "llm", withHits(desc("tps=k"), 8), withHits(desc("api_key=k"), 8), withHits(desc("tenant=k"), 8))
+	if codesOf(r) != "OVER_LIMIT: OVER_LIMIT OK OK" || main.Len() != 2 || sec.Len() != 1 {
+		t.Fatalf("%s; %d keys in the store, %d in the per-second store; want 2 and 1", codesOf(r), main.Len(), sec.Len())
+	}
+	// 3 owed past 5 a second: paid as the next second begins.
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d != time.Second {
+		t.Errorf("duration_until_reset %v, want 1s", d)
+	}
+	r = ts.call(t, "llm", withHits(desc("tps=k"), 0), withHits(desc("api_key=k"), 0))
+	if codesOf(r) != "OVER_LIMIT: OVER_LIMIT OK" || r.Statuses[1].LimitRemaining != 992 {
+		t.Errorf("the check: %s, api_key remaining %d", codesOf(r), r.Statuses[1].LimitRemaining)
 	}
 }
