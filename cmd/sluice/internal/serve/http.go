@@ -478,6 +478,7 @@ func (s *service) decideDomain(ctx context.Context, w http.ResponseWriter, t *Ta
 	if s.opts.GlobalShadow && !chargeAll {
 		res.Allowed = true
 	}
+	res.Window = 0 // a call's descriptors name no one window: window_us is the key form's
 	sts := make([]TakeStatus, len(resp.Statuses))
 	for i, st := range resp.Statuses {
 		ts := &sts[i]
