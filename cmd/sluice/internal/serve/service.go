@@ -154,7 +154,9 @@ func (s *service) record(st *state, p *plan, a answer, latency time.Duration) {
 		s.observe(st, p.req.Domain, ds.rule, p.entries[i], ds.out, latency, ev)
 		ev++
 		if ds.kind == kindCharge && !ds.zero {
-			s.observeCharge(st, p.req.Domain, ds.rule, cost(p.req, p.req.Descriptors[i]))
+			if units := cost(p.req, p.req.Descriptors[i]); units > 0 {
+				s.observeCharge(st, p.req.Domain, ds.rule, units)
+			}
 		}
 	}
 	if s.envoy != nil {
