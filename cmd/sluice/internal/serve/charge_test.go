@@ -111,6 +111,9 @@ func testChargeRuleBucket(t *testing.T, ts *testServer, clock *fakeClock) {
 	if l := ts.metric(t, `sluice_serve_units_charged_total{domain="llm",rule="tokens"}`); !strings.HasSuffix(l, " 13600") {
 		t.Errorf("%q, want 13600 (600 + 4000 + 9000: the hits asked)", l)
 	}
+	if _, cfg := httpGet(t, ts.base+"/debug/config"); !strings.Contains(cfg, `llm: api_key name="tokens" 1000/minute limit="1000/1m0s token-bucket burst 1000 debt 5000" charge`) {
+		t.Errorf("/debug/config does not show the charge rule:\n%s", cfg)
+	}
 }
 
 // A window in debt is paid as the last window its debt reaches begins:

@@ -541,6 +541,7 @@ type configRule struct {
 	Unlimited       bool     `json:"unlimited,omitempty"`
 	Shadow          bool     `json:"shadow_mode,omitempty"`
 	QuotaMode       bool     `json:"quota_mode,omitempty"`
+	Charge          bool     `json:"charge,omitempty"`
 	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
 	ShareThreshold  bool     `json:"share_threshold,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
@@ -589,7 +590,7 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 	rules := make([]configRule, 0, len(v.Rules))
 	for _, ru := range v.Rules {
 		c := configRule{Domain: ru.Domain, Path: ru.Path, Name: ru.Name, Unit: ru.Unit, RequestsPerUnit: ru.RequestsPerUnit,
-			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
+			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, Charge: ru.Charge, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
 		if !ru.Unlimited {
 			c.Limit = ru.Limit.String()
 		}
@@ -638,6 +639,9 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		if c.QuotaMode {
 			fmt.Fprint(w, " quota_mode")
+		}
+		if c.Charge {
+			fmt.Fprint(w, " charge")
 		}
 		if c.DetailedMetric {
 			fmt.Fprint(w, " detailed_metric")
