@@ -144,8 +144,8 @@ type Options struct {
 	// Limits are the caps on every quantity a caller chooses (package
 	// limits, docs/serve.md's "Limits"): a field left 0 is its default.
 	Limits limits.Table
-	// KeyForm lets callers name budgets of their own: /v1/take and the
-	// lease calls by "key" and "limit" (within Limits' limit, window and
+	// KeyForm lets callers name budgets of their own: /v1/take,
+	// /v1/charge, /v1/settle and the lease calls by "key" and "limit" (within Limits' limit, window and
 	// lifetime). Without it those calls are refused (403): a caller can
 	// only spend the budgets the configuration names.
 	KeyForm bool
