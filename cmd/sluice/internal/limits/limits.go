@@ -104,7 +104,7 @@ var (
 		Why:   "a key lives in the store as long as its window or lease; without it 32 entries of 1 KiB made 32 KiB keys that a day-long override kept",
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
 	Units = &Row{Name: "units", Kind: Count, Default: 1_000_000,
-		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a call's units are at most its limit's)",
+		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a take's units are at most its limit's); and a charge's units, which a limit does not bound: a charge rule's hits, /v1/charge's, /v1/settle's estimate and actual",
 		Why:   "a sliding log keeps an entry per admitted call and a concurrency limit a hold per lease: the limit bounds what one key holds",
 		Test:  "TestUnitsCap", at: func(t *Table) *int64 { return &t.Units }}
 	Window = &Row{Name: "window", Kind: Duration, Default: int64(24 * time.Hour),
