@@ -53,6 +53,7 @@ func BenchmarkMiddlewareUsed(b *testing.B) {
 	}
 	plain := []httplimit.Policy{{Name: "tok", Limit: sluice.PerSecond(1 << 30), Cost: 100}}
 	used := []httplimit.Policy{{Name: "tok", Limit: sluice.PerSecond(1 << 30), Cost: 100, Used: &httplimit.Used{Header: "X-Tokens-Used"}}}
+	benchHandler(b, "bare", nil, says("100")) // no middleware: the handler's own cost
 	benchHandler(b, "unread", plain, says("100"))
 	benchHandler(b, "used-as-estimated", used, says("100"))
 	benchHandler(b, "used-more", used, says("300"))
@@ -64,11 +65,14 @@ func benchMiddleware(b *testing.B, name string, ps []httplimit.Policy, opts ...h
 
 func benchHandler(b *testing.B, name string, ps []httplimit.Policy, next http.Handler, opts ...httplimit.Option) {
 	b.Run(name, func(b *testing.B) {
-		m, err := httplimit.New(sluice.New(memstore.New()), ps, opts...)
-		if err != nil {
-			b.Fatal(err)
+		h := next
+		if ps != nil {
+			m, err := httplimit.New(sluice.New(memstore.New()), ps, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h = m.Handler(next)
 		}
-		h := m.Handler(next)
 		reqs := make([]*http.Request, 256)
 		for i := range reqs {
 			reqs[i] = httptest.NewRequest("GET", "/", nil)
