@@ -12,7 +12,10 @@
 // client reports (allowed + denied per second, on the server's clock);
 // newcomers start from a small reserve; a client that goes keeps its
 // lease until it ends; a client idle for a few reports is told to
-// abandon the bucket. SEMANTICS.md ("RLQS") states the bound on what all
+// abandon the bucket. For a lease's time after it starts an Allocator
+// grants nothing: a server that restarted cannot see the leases granted
+// before it, which its clients still enforce. SEMANTICS.md ("RLQS")
+// states the bound on what all
 // clients together admit, and Check (bound.go) checks a trace against it.
 //
 // The package has no clock, no I/O and no gRPC: time is a parameter (µs),
@@ -53,7 +56,7 @@ type Config struct {
 	// newcomers (default 0.02).
 	Reserve float64
 	// Headroom is how much above its demand a client's share may go, so
-	// that growth shows in its reports (default 0.1).
+	// that growth shows in its reports (default 0.05).
 	Headroom float64
 	// Band is the hysteresis: a share that moves by less than this
 	// fraction of the grant in force (and less than a token) is not sent;
@@ -72,7 +75,7 @@ const (
 	DefaultRound          = time.Second
 	DefaultBurst          = time.Second
 	DefaultReserve        = 0.02
-	DefaultHeadroom       = 0.1
+	DefaultHeadroom       = 0.05
 	DefaultBand           = 1.0 / 32
 	DefaultIdleReports    = 3
 )
@@ -140,8 +143,8 @@ const MaxFill = 365 * 24 * time.Hour
 // ErrBudget is what a Budget that cannot be shared wraps.
 var ErrBudget = errors.New("rlqs: budget")
 
-// check says why b cannot be shared, nil when it can.
-func (b Budget) check() error {
+// Check says why b cannot be shared, nil when it can.
+func (b Budget) Check() error {
 	switch {
 	case b.Rate < 0 || b.Rate > maxTokens:
 		return fmt.Errorf("%w %q: rate %d: want 0 to %d tokens per fill interval", ErrBudget, b.Key, b.Rate, int64(maxTokens))
@@ -158,6 +161,11 @@ type Holder uint64
 
 // An Action is what the server sends a holder.
 type Action struct {
+	// Wait: send nothing for the bucket; the client keeps the assignment
+	// it has. An Allocator answers so for a lease's time after its first
+	// instant: a server that restarted cannot see the leases granted
+	// before, which its clients still enforce.
+	Wait bool
 	// Abandon tells the client to drop the bucket (its lease still counts
 	// until it ends); the fields below are then zero.
 	Abandon bool
@@ -171,7 +179,7 @@ type Action struct {
 }
 
 // DenyAll reports whether a is a blanket DENY_ALL.
-func (a Action) DenyAll() bool { return !a.Abandon && a.Tokens == 0 }
+func (a Action) DenyAll() bool { return !a.Wait && !a.Abandon && a.Tokens == 0 }
 
 // Allocator shares budgets among holders. It is not safe for concurrent
 // use: the caller serialises Report, Close and Round (one mutex).
@@ -182,6 +190,7 @@ type Allocator struct {
 	reservePPM, headroomPPM, bandPPM      int64
 
 	last    int64 // the latest instant seen: time never goes back
+	born    int64 // the first instant seen, +1 (0: none yet)
 	buckets map[string]*bucket
 	list    []*bucket // in creation order: rounds go through them in it
 	holders map[Holder]*holder
@@ -223,6 +232,7 @@ type holder struct {
 	started     bool   // a report has set the sample's start
 	sampleStart int64  // µs
 	pending     uint64 // requests counted since sampleStart
+	refused     bool   // some of them were denied
 
 	lastReport int64
 	idle       bool  // the reports since idleSince counted nothing
@@ -252,9 +262,16 @@ func (a *Allocator) Config() Config { return a.cfg }
 
 // clock returns now, or the latest instant seen when now is before it.
 func (a *Allocator) clock(now int64) int64 {
+	if a.born == 0 {
+		a.born, a.last = now+1, now
+	}
 	a.last = max(a.last, now)
 	return a.last
 }
+
+// warming reports whether now is within a lease of the Allocator's first
+// instant, when it grants nothing (Action.Wait).
+func (a *Allocator) warming(now int64) bool { return now < a.born-1+a.lease }
 
 // Report takes holder h's usage of budget b at now (µs, the server's
 // clock when the report arrived): allowed and denied requests since its
@@ -264,7 +281,7 @@ func (a *Allocator) clock(now int64) int64 {
 // or a new one) or an abandon. A holder is bound to the budget of its
 // first report; the caller uses another Holder for another budget.
 func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed, denied uint64) (Action, error) {
-	if err := b.check(); err != nil {
+	if err := b.Check(); err != nil {
 		return Action{}, err
 	}
 	now = a.clock(now)
@@ -287,7 +304,7 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 	if count < allowed {
 		count = math.MaxUint64
 	}
-	a.sample(now, ho, count)
+	a.sample(now, ho, count, denied > 0)
 	if count == 0 {
 		if !ho.idle {
 			ho.idle, ho.idleSince = true, ho.lastReport
@@ -300,6 +317,9 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 		ho.abandoned = true
 		return Action{Abandon: true}, nil
 	}
+	if a.warming(now) {
+		return Action{Wait: true}, nil
+	}
 	want := a.newcomerGrant(bk)
 	switch {
 	case ho.hasTarget:
@@ -311,15 +331,20 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 	return act, nil
 }
 
-// sample adds count requests to ho's demand estimate: once a second or
-// more has passed since the sample began, the sample's rate updates the
-// estimate, at once when it is higher (growth shows in the next round)
-// and halfway when lower (a lull does not give a share away at once).
-func (a *Allocator) sample(now int64, ho *holder, count uint64) {
+// sample adds count requests to ho's demand estimate (denied: some were
+// refused): once a second or more has passed since the sample began, the
+// sample's rate moves the estimate halfway, so that the noise of a
+// client that asks little does not move its share at once. A sample
+// clearly off (by more than twice the square root of what was expected,
+// and one: Poisson noise seldom goes so far) is taken at once: below the
+// estimate, the client asks less; above its grant and the headroom, with
+// requests refused, it wants more than it has. The next round shows it.
+func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 	if !ho.started {
 		ho.started, ho.sampleStart, ho.pending = true, now, 0
 		return
 	}
+	ho.refused = ho.refused || denied
 	ho.pending += count
 	if ho.pending < count {
 		ho.pending = math.MaxUint64
@@ -331,12 +356,18 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64) {
 	// requests per fill interval, scaled: pending·fill·scale/dt
 	s := mulDiv(ho.pending, uint64(ho.b.fill)*scale, uint64(dt))
 	rate := int64(min(s, uint64(maxTokens)*scale))
-	if !ho.demandKnown || rate >= ho.demand {
+	switch {
+	case !ho.demandKnown,
+		rate >= ho.demand && ho.refused && ho.hasCur && clearlyAbove(ho.pending, a.expect(a.headroom(ho.cur.Tokens*scale), dt, ho.b.fill)),
+		rate >= ho.demand && ho.refused && !ho.hasCur,
+		rate < ho.demand && clearlyAbove(a.expect(ho.demand, dt, ho.b.fill), ho.pending):
 		ho.demand = rate
-	} else {
+	case rate >= ho.demand:
+		ho.demand += (rate - ho.demand) / 2
+	default:
 		ho.demand -= (ho.demand - rate) / 2
 	}
-	ho.demandKnown, ho.sampleStart, ho.pending = true, now, 0
+	ho.demandKnown, ho.sampleStart, ho.pending, ho.refused = true, now, 0, false
 }
 
 // Close marks holder h gone (its stream closed): it gets no more
@@ -475,7 +506,9 @@ func (a *Allocator) Round(now int64, push func(Holder, Action)) {
 			a.dropBucket(bk)
 			continue
 		}
-		a.share(now, bk, push)
+		if !a.warming(now) {
+			a.share(now, bk, push)
+		}
 		i++
 	}
 }
@@ -574,11 +607,38 @@ func (a *Allocator) capOf(ho *holder) int64 {
 	var c int64
 	switch {
 	case ho.demandKnown:
-		c = ho.demand + int64(mulDiv(uint64(ho.demand), uint64(a.headroomPPM), 1e6))
+		c = a.headroom(ho.demand)
 	case ho.hasCur:
 		c = ho.cur.Tokens * scale
 	}
 	return min(max(c, scale), maxTokens*scale)
+}
+
+// expect is how many requests a rate of x (scaled, per fill µs) makes in
+// dt µs.
+func (a *Allocator) expect(x, dt, fill int64) uint64 {
+	return mulDiv(uint64(x), uint64(dt), uint64(fill)) / scale
+}
+
+// clearlyAbove reports whether a count n is clearly above e, what was
+// expected of a Poisson process: by more than 2√e + 1.
+func clearlyAbove(n, e uint64) bool { return n > e+2*isqrt(e)+1 }
+
+// isqrt is ⌊√x⌋.
+func isqrt(x uint64) uint64 {
+	r := uint64(math.Sqrt(float64(x)))
+	for r*r > x {
+		r--
+	}
+	for (r+1)*(r+1) <= x {
+		r++
+	}
+	return r
+}
+
+// headroom is x (scaled) and the headroom above it.
+func (a *Allocator) headroom(x int64) int64 {
+	return x + int64(mulDiv(uint64(x), uint64(a.headroomPPM), 1e6))
 }
 
 // grow returns s with length n, reusing its array when it can.
@@ -587,4 +647,40 @@ func grow(s []int64, n int) []int64 {
 		return make([]int64, n)
 	}
 	return s[:n]
+}
+
+// BudgetStats are one budget's figures at an instant, in tokens per its
+// fill interval.
+type BudgetStats struct {
+	Key, Family string
+	Rate        int64
+	Fill        time.Duration
+	// Holders are those taking a share; Demand their estimated demand,
+	// Granted the grants in force at their clients, Outstanding the
+	// leases (at least Granted: cuts not yet ended, holders gone).
+	Holders              int
+	Demand               float64
+	Granted, Outstanding int64
+}
+
+// Each calls f with every budget's figures at now.
+func (a *Allocator) Each(now int64, f func(BudgetStats)) {
+	now = max(now, a.last)
+	for _, bk := range a.list {
+		st := BudgetStats{Key: bk.key, Family: bk.family, Rate: bk.rate, Fill: time.Duration(bk.fill) * time.Microsecond,
+			Outstanding: a.outstanding(now, bk)}
+		for _, ho := range bk.holders {
+			if !a.active(now, ho) {
+				continue
+			}
+			st.Holders++
+			if ho.demandKnown {
+				st.Demand += float64(ho.demand) / scale
+			}
+			if ho.hasCur && now < ho.curAt+a.ttl {
+				st.Granted += ho.cur.Tokens
+			}
+		}
+		f(st)
+	}
 }

@@ -30,7 +30,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, a: a, now: 1_000_000, sent: map[Holder][]sentAction{}}
+	h := &harness{t: t, a: a, now: 1_000_000 + a.lease, sent: map[Holder][]sentAction{}}
+	a.Round(h.now-a.lease, func(Holder, Action) {}) // warmed up at h.now
+	return h
 }
 
 func (h *harness) advance(d time.Duration) { h.now += d.Microseconds() }
@@ -63,7 +65,7 @@ func (h *harness) held(id Holder, t int64) int64 {
 	var r int64
 	lease := h.a.lease
 	for _, s := range h.sent[id] {
-		if !s.act.Abandon && s.at+lease > t {
+		if !s.act.Abandon && !s.act.Wait && s.at+lease > t {
 			r = max(r, s.act.Tokens)
 		}
 	}
@@ -97,7 +99,7 @@ func TestNewcomerFromReserve(t *testing.T) {
 
 // Two clients, one asking 300 a second, the other 2000: once their
 // demand is known and the newcomers' leases have ended, the first has
-// its demand and the headroom (330), the second the rest of 980 (R less
+// its demand and the headroom (315), the second the rest of 980 (R less
 // the reserve).
 func TestSharesConverge(t *testing.T) {
 	h := newHarness(t, Config{})
@@ -114,8 +116,8 @@ func TestSharesConverge(t *testing.T) {
 		got[1] = h.report(perSecond, 1, 1, 300*5, 0).Tokens
 		got[2] = h.report(perSecond, 2, 1, 500*5, 1500*5).Tokens
 	}
-	if got[1] != 330 || got[2] != 650 {
-		t.Errorf("shares %d and %d, want 330 and 650", got[1], got[2])
+	if got[1] != 315 || got[2] != 665 {
+		t.Errorf("shares %d and %d, want 315 and 665", got[1], got[2])
 	}
 }
 
@@ -298,7 +300,7 @@ func TestFillChange(t *testing.T) {
 	a, _ := New(Config{Reserve: 0.02})
 	a.Report(0, Budget{Key: "x", Rate: 100, Fill: time.Second}, 1, 1, 1, 0)
 	ho := a.holders[1]
-	ho.cur = Action{Tokens: 1, Burst: 1, Fill: 2 * time.Second, TTL: 6 * time.Second}
+	ho.cur, ho.hasCur = Action{Tokens: 1, Burst: 1, Fill: 2 * time.Second, TTL: 6 * time.Second}, true
 	ho.leases = leases{}
 	act, _ := a.decide(1, ho, 1, true)
 	if act.Tokens != 1 || act.Burst != 2 {
@@ -409,5 +411,28 @@ func TestBadConfigAndBudget(t *testing.T) {
 	a.Report(0, Budget{Key: "k", Rate: 1, Fill: time.Second}, 1, 1, 1, 0)
 	if _, err := a.Report(0, Budget{Key: "other", Rate: 1, Fill: time.Second}, 1, 1, 1, 0); !errors.Is(err, ErrBudget) {
 		t.Errorf("a holder reporting another budget: %v, want ErrBudget", err)
+	}
+}
+
+// For a lease's time after its first instant an Allocator grants
+// nothing, pushes nothing, and answers Wait: the leases a restarted
+// server's predecessor granted are still in force.
+func TestWarmup(t *testing.T) {
+	a, _ := New(Config{})
+	b := Budget{Key: "k", Rate: 100, Fill: time.Second}
+	start := int64(5_000_000)
+	pushed := 0
+	for at := start; at < start+a.lease; at += 500_000 {
+		act, err := a.Report(at, b, 1, 1, 10, 0)
+		if err != nil || act != (Action{Wait: true}) {
+			t.Fatalf("at +%dµs: %+v, %v; want Wait", at-start, act, err)
+		}
+		a.Round(at, func(Holder, Action) { pushed++ })
+	}
+	if pushed != 0 {
+		t.Errorf("%d pushes while warming up", pushed)
+	}
+	if act, _ := a.Report(start+a.lease, b, 1, 1, 10, 0); act.Wait || act.Tokens == 0 {
+		t.Errorf("after the warm-up: %+v, want a grant", act)
 	}
 }

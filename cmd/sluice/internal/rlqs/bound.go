@@ -187,33 +187,3 @@ func events(limiters []Limiter, admissions []int64) []event {
 	})
 	return ev
 }
-
-// TokenBucket is a client's token bucket, exactly: Tokens per Fill (µs)
-// refilled continuously up to Burst, one token per request. Envoy's
-// buckets refill in floating point; this is the bucket its parameters
-// describe, which the model checks clients against.
-type TokenBucket struct {
-	Tokens, Burst, Fill int64
-	level               int64 // tokens·Fill: a token is Fill units
-	at                  int64 // µs
-}
-
-// NewTokenBucket is a full bucket of tokens per fill (µs) and burst at
-// t (µs).
-func NewTokenBucket(tokens, burst, fill, t int64) *TokenBucket {
-	return &TokenBucket{Tokens: tokens, Burst: burst, Fill: fill, level: burst * fill, at: t}
-}
-
-// Take takes a token at t (µs, not before the last call's) and reports
-// whether there was one.
-func (b *TokenBucket) Take(t int64) bool {
-	if t > b.at {
-		b.level = min(b.Burst*b.Fill, b.level+b.Tokens*(t-b.at))
-		b.at = t
-	}
-	if b.level < b.Fill {
-		return false
-	}
-	b.level -= b.Fill
-	return true
-}

@@ -88,13 +88,13 @@ func TestCheckGreedyClients(t *testing.T) {
 				lim = append(lim, Limiter{Start: at, End: end, Tokens: tokens, Burst: burst})
 				b := NewTokenBucket(tokens, burst, fill, at)
 				for range burst {
-					if !b.Take(at) {
+					if !b.Take(at, 1) {
 						t.Fatal("a full bucket refused its burst")
 					}
 					adm = append(adm, at)
 				}
 				for t := at + 1; t < end; t += 1 + rng.Int64N(sec/10) {
-					if b.Take(t) {
+					if b.Take(t, 1) {
 						adm = append(adm, t)
 					}
 				}
