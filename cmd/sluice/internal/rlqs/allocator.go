@@ -269,6 +269,11 @@ func (a *Allocator) clock(now int64) int64 {
 	return a.last
 }
 
+// Start sets the Allocator's first instant (µs), from which its warm-up
+// runs, when it has seen none: a server calls it as it starts. Without
+// it, the first Report or Round sets it.
+func (a *Allocator) Start(now int64) { a.clock(now) }
+
 // warming reports whether now is within a lease of the Allocator's first
 // instant, when it grants nothing (Action.Wait).
 func (a *Allocator) warming(now int64) bool { return now < a.born-1+a.lease }

@@ -97,6 +97,7 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 	}
 	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}}
 	q.metrics = newRLQSMetrics(q)
+	a.Start(now()) // the warm-up runs from the server's start
 	return q, nil
 }
 

@@ -126,7 +126,7 @@ type budgetTrace struct {
 
 // sim is the event loop, the server and the clients.
 type sim struct {
-	t       *testing.T
+	t       testing.TB
 	now     int64
 	seq     int
 	events  simEvents
@@ -181,7 +181,7 @@ func (s *sim) run(end int64) {
 
 // newSim starts a server on rules (a rules file's YAML) with o, its
 // rounds every o.Round from 0.
-func newSim(t *testing.T, rules string, o RLQSOptions, seed uint64) *sim {
+func newSim(t testing.TB, rules string, o RLQSOptions, seed uint64) *sim {
 	t.Helper()
 	s := &sim{t: t, streams: map[*rlqsStream]*simClient{}, trace: map[string]*budgetTrace{},
 		rng: rand.New(rand.NewPCG(seed, 77)), latency: 2000, opts: o, rules: rules}
