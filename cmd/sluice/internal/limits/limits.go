@@ -108,9 +108,9 @@ var (
 		Where: "the store key a call names: a descriptor's keys and values together, or the key form's key; an RLQS bucket id's keys and values together",
 		Why:   "a key lives in the store as long as its window or lease; without it 32 entries of 1 KiB made 32 KiB keys that a day-long override kept",
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
-	RLQSClients = &Row{Name: "rlqs-clients", Kind: Count, Default: 10_000,
+	RLQSClients = &Row{Name: "rlqs-clients", Kind: Count, Default: 1000,
 		Where: "RLQS streams open at once (--rlqs); one more is refused RESOURCE_EXHAUSTED",
-		Why:   "a stream holds its buckets, their shares and a sender: about 400 bytes with no bucket; an Envoy opens one per RLQS server and domain",
+		Why:   "a stream holds its buckets, their shares and a sender: about 400 bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.2 GB at most",
 		Test:  "TestRLQSClientsCap", at: func(t *Table) *int64 { return &t.RLQSClients }}
 	RLQSBuckets = &Row{Name: "rlqs-buckets", Kind: Count, Default: 1000,
 		Where: "buckets one RLQS stream reports; a bucket beyond is answered DENY_ALL and not kept",
