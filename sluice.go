@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -453,8 +452,9 @@ var opBufs = sync.Pool{New: func() any { return new([1]store.Op) }}
 
 // runCopies runs copies of ops on st, a store known only by its interface,
 // and writes their answers back: ops, which passing through the interface
-// would move to the heap, stay where the caller made them. The keys are
-// copied too, since the compiler cannot tell a key from a part.
+// would move to the heap, stay where the caller made them. Their keys and
+// parts are shared, not copied: the Limiter's parts are on the heap
+// already (partsOf), and a key that moves there costs what a copy would.
 //
 //go:noinline
 func runCopies(ctx context.Context, st store.Store, ops []store.Op) {
@@ -474,22 +474,13 @@ func runCopies(ctx context.Context, st store.Store, ops []store.Op) {
 	}
 	for i := range ops {
 		o, c := &ops[i], &cp[i]
-		c.Kind, c.At, c.Key, c.Limit, c.Cost, c.Headroom = o.Kind, o.At, strings.Clone(o.Key), o.Limit, o.Cost, o.Headroom
+		c.Kind, c.At, c.Key, c.Limit, c.Cost, c.Headroom = o.Kind, o.At, o.Key, o.Limit, o.Cost, o.Headroom
 		c.MaxDelay, c.Window, c.Concurrency, c.ID, c.Degraded, c.SummaryOnly = o.MaxDelay, o.Window, o.Concurrency, o.ID, o.Degraded, o.SummaryOnly
-		if len(o.Parts) > 0 {
-			c.Parts = make([]store.Part, len(o.Parts))
-			for j := range o.Parts {
-				p, q := &o.Parts[j], &c.Parts[j]
-				q.Key, q.Limit, q.Cost, q.Headroom = strings.Clone(p.Key), p.Limit, p.Cost, p.Headroom
-			}
-		}
+		c.Parts = o.Parts
 	}
 	st.Run(ctx, cp)
 	for i := range ops {
 		o, c := &ops[i], &cp[i]
 		o.Decision, o.Expiry, o.Err = c.Decision, c.Expiry, c.Err
-		for j := range o.Parts {
-			o.Parts[j].Decision = c.Parts[j].Decision
-		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,9 @@ func (m *mapStore) Run(_ context.Context, ops []store.Op) {
 
 // run loads op's states, applies it, and saves what changed.
 func (m *mapStore) run(op *store.Op) {
-	m.seen = append(m.seen, *op)
+	seen := *op
+	seen.Parts = slices.Clone(op.Parts) // Run keeps nothing of an op
+	m.seen = append(m.seen, seen)
 	switch op.Kind {
 	case store.Acquire, store.Release, store.Extend:
 		op.Err = fmt.Errorf("mapStore: op %d: %w", op.Kind, errors.ErrUnsupported)

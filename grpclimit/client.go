@@ -24,8 +24,8 @@ type Client struct {
 }
 
 // NewClient returns a Client that paces calls by policies on lim. A
-// policy's nil Key is Target(); shadow policies are not supported on the
-// client side.
+// policy's nil Key is Target(); shadow policies, Used and Count are not
+// supported on the client side.
 func NewClient(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Client, error) {
 	if lim == nil {
 		return nil, errors.New("grpclimit: NewClient: nil Limiter")
@@ -34,8 +34,11 @@ func NewClient(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Client,
 		return nil, errors.New("grpclimit: NewClient: no policy")
 	}
 	for _, p := range policies {
-		if p.Shadow {
+		switch {
+		case p.Shadow:
 			return nil, fmt.Errorf("grpclimit: policy %q: shadow policies are not supported on a Client", p.Name)
+		case p.Used != nil || p.Count != nil:
+			return nil, fmt.Errorf("grpclimit: policy %q: Used and Count are not supported on a Client", p.Name)
 		}
 	}
 	cfg, err := newConfig("grpclimit-out:", opts)

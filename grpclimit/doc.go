@@ -123,6 +123,18 @@
 // function, never to the client. Any other store error is answered the same
 // way, and a call whose own context ended with its context's status.
 //
+// # Charging what was used
+//
+// A policy with a Used takes its Cost as an estimate before the handler,
+// and once the handler returns is settled to what the call used: the
+// trailer it names, set by the handler, and what the handler charges
+// (Charge), added; the excess is given back, the shortfall charged, into
+// debt up to the limit's Debt. A stream is settled when it ends, a client
+// that left mid-way included. A policy with a Count counts only the calls
+// whose status code it picks (codes.Unauthenticated: failed
+// authentication): it looks before the handler and charges after. Server
+// only.
+//
 // # Refunds
 //
 // A handler that learns the call's real cost afterwards gives the excess

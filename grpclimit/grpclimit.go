@@ -74,6 +74,43 @@ type Policy struct {
 	// Critical picks the calls that may use Headroom (a health check, a
 	// paying customer's calls); nil picks none.
 	Critical func(ctx context.Context, method string) bool
+	// Used charges what a call actually used, once its handler has
+	// returned (an LLM call's tokens): a trailer the handler sets, and
+	// what it charges (Charge); see Used. Cost or CostFunc is then the
+	// estimate the call takes before the handler (or each message), and
+	// once the handler returns the policy is settled to what was used:
+	// the excess refunded (to the window it was spent in), the shortfall
+	// charged, into debt up to Limit.Debt, as sluice.Limiter.Settle does. A
+	// stream is settled when it ends, a client gone mid-way included, to
+	// what was said until then. nil: the call spends its Cost. Server
+	// only; only TokenBucket, GCRA, FixedWindow and AlignedWindow
+	// policies can settle.
+	Used *Used
+	// Count counts only the calls whose status code it picks (failed
+	// authentication: codes.Unauthenticated and codes.PermissionDenied):
+	// before the handler (or each message) the policy only looks, and
+	// refuses while the key could not spend Cost (it is spent, or in
+	// debt: RetryInfo says when it could); once the handler returns it
+	// charges Cost for each look (with a Used, what was used) when Count
+	// picks the code, nothing otherwise. Calls at once may all pass the
+	// look: their charges beyond the key's budget go into debt, up to
+	// Limit.Debt, and the rest is forgiven. nil counts every call as it
+	// comes. Server only; only TokenBucket, GCRA, FixedWindow and
+	// AlignedWindow policies can count.
+	Count func(code codes.Code) bool
+}
+
+// Used says where a policy reads what a call actually used, once its
+// handler has returned (Policy.Used): the trailer Trailer names, and what
+// the handler charges (Charge, ChargePolicy), added. The zero Used reads
+// only the handler's charges. When nothing says, the call's estimate
+// stands; a trailer that is not a number goes to WithErrorLog's function
+// and says nothing.
+type Used struct {
+	// Trailer names a trailer metadata field the handler sets
+	// (grpc.SetTrailer, or a stream's SetTrailer) to the units used, a
+	// decimal integer ≥ 0: "x-tokens-used".
+	Trailer string
 }
 
 // policy is a checked Policy: the rule both doors keep, its key and cost
@@ -84,6 +121,9 @@ type policy struct {
 	CostFunc func(ctx context.Context, method string, msg any) (int64, error)
 	Critical func(ctx context.Context, method string) bool
 	perMsg   bool
+	// trailer is Used.Trailer, lower case; counts is Policy.Count.
+	trailer string
+	counts  func(codes.Code) bool
 }
 
 // headroomFor is what a call of method leaves for higher classes under p.
@@ -126,10 +166,18 @@ func checkPolicies(ps []Policy, c *config, defaultKey KeyFunc) ([]*policy, error
 		if mode == StreamDefault {
 			mode = c.mode
 		}
-		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, Critical: p.Critical, perMsg: mode == PerMessage}
-		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional}
+		pol := &policy{Key: p.Key, CostFunc: p.CostFunc, Critical: p.Critical, perMsg: mode == PerMessage, counts: p.Count}
+		pol.Rule = policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional,
+			Settles: p.Used != nil, Counts: p.Count != nil}
 		if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
 			return nil, fmt.Errorf("grpclimit: %w", err)
+		}
+		if p.Used != nil {
+			t, err := checkTrailer(p.Used.Trailer)
+			if err != nil {
+				return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
+			}
+			pol.trailer = t
 		}
 		if pol.Key == nil {
 			pol.Key = defaultKey
@@ -149,10 +197,12 @@ type call struct {
 	client bool
 	target string // a Client's ClientConn target
 
-	// mu guards charged, which a stream's messages add to while its
-	// handler may call Refund.
+	// mu guards spent, which a stream's messages add to while its
+	// handler may call Refund or Charge; settled is set once the handler
+	// returned.
 	mu      sync.Mutex
-	charged []policycore.Charge
+	spent   []policycore.Spend
+	settled bool
 }
 
 type callKey struct{}
@@ -170,8 +220,9 @@ func callOf(ctx context.Context) *call {
 	return cl
 }
 
-// ErrNoDecision is returned by Refund for a context that did not pass
-// through a Server, or whose call spent nothing.
+// ErrNoDecision is returned by Refund and Charge for a context that did not
+// pass through a Server, or whose call spent nothing (Refund) or has no
+// policy with a Used (Charge).
 var ErrNoDecision = errors.New("grpclimit: no admitted call in this context")
 
 // Refund gives up to units back to every policy the call spent on (enforced
@@ -192,7 +243,7 @@ func Refund(ctx context.Context, units int64) error {
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	found, err := policycore.Refund(ctx, cl.lim, cl.charged, "", units)
+	found, err := policycore.Refund(ctx, cl.lim, cl.spent, "", units)
 	if !found {
 		return ErrNoDecision
 	}
@@ -238,12 +289,12 @@ func (cl *call) logError(method string, err error) {
 	}
 }
 
-// charge records what the admitted parts ps cost, each in the window its
+// spend records what the admitted parts ps cost, each in the window its
 // own result each[i] names, for Refund.
-func (cl *call) charge(ps []policycore.Part, each []sluice.Result) {
+func (cl *call) spend(ps []policycore.Part, each []sluice.Result) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	cl.charged = policycore.AppendCharges(cl.charged, ps, each)
+	cl.spent = policycore.AppendSpends(cl.spent, ps, each)
 }
 
 // figures is one policy's numbers after a decision, as the rate-limit

@@ -151,7 +151,8 @@ func WithUnavailableRetryAfter(d time.Duration) Option {
 }
 
 // WithErrorLog receives the errors kept out of the statuses a client sees:
-// store failures, a CostFunc's error, a cost that exceeds capacity.
+// store failures, a CostFunc's error, a cost that exceeds capacity, a
+// trailer a policy's Used cannot read, and a settle the store failed.
 func WithErrorLog(f func(ctx context.Context, method string, err error)) Option {
 	return func(c *config) error { c.onError = f; return nil }
 }

@@ -26,6 +26,9 @@ type Server struct {
 	// receives.
 	startEnf, startShadow []*policy
 	msgEnf, msgShadow     []*policy
+	// settles: a policy settles or counts (Used, Count), so that each
+	// call's end is watched.
+	settles bool
 }
 
 // New returns a Server that decides policies on lim. The error says which
@@ -50,6 +53,7 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Server, error
 		return nil, err
 	}
 	for _, p := range pols {
+		s.settles = s.settles || p.Settles || p.Counts
 		switch {
 		case p.Shadow && p.perMsg:
 			s.shadows, s.msgShadow = append(s.shadows, p), append(s.msgShadow, p)
@@ -75,11 +79,16 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		cl := &call{Context: ctx, cfg: &s.cfg, lim: s.lim}
+		tr := s.watch(ctx, cl)
 		send := func(figs []figures) { _ = grpc.SetHeader(ctx, draft11(figs)) }
 		if err := s.decide(cl, info.FullMethod, s.enforced, s.shadows, req, send); err != nil {
 			return nil, err
 		}
-		return handler(cl, req)
+		resp, err := handler(cl, req)
+		if s.settles {
+			s.settle(cl, info.FullMethod, tr, err)
+		}
+		return resp, err
 	}
 }
 
@@ -95,13 +104,18 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		w := &serverStream{ServerStream: ss, s: s, method: info.FullMethod}
 		w.cl = &call{Context: ss.Context(), cfg: &s.cfg, lim: s.lim}
+		w.tr = s.watch(ss.Context(), w.cl)
 		defer w.finish()
 		if len(s.startEnf)+len(s.startShadow) > 0 {
 			if err := s.decide(w.cl, info.FullMethod, s.startEnf, s.startShadow, nil, w.update); err != nil {
 				return err
 			}
 		}
-		return handler(srv, w)
+		err := handler(srv, w)
+		if s.settles {
+			s.settle(w.cl, info.FullMethod, w.tr, err)
+		}
+		return err
 	}
 }
 
@@ -116,6 +130,7 @@ type serverStream struct {
 	s      *Server
 	cl     *call
 	method string
+	tr     *trailers // the trailer the handler sets, when a policy settles
 
 	mu   sync.Mutex
 	figs []figures // each policy's latest, in the order first decided
@@ -154,6 +169,14 @@ func (w *serverStream) setHeader() {
 	if len(w.figs) > 0 && w.ServerStream.SetHeader(draft11(w.figs)) != nil {
 		w.late = true // sent already (grpc.SendHeader on the context): the trailer carries them
 	}
+}
+
+// SetTrailer sets the trailer, kept for the policies' Used.
+func (w *serverStream) SetTrailer(md metadata.MD) {
+	if w.tr != nil {
+		w.tr.keep(md)
+	}
+	w.ServerStream.SetTrailer(md)
 }
 
 // SendHeader sends the header with the rate-limit metadata.
@@ -255,7 +278,7 @@ func (s *Server) enforce(cl *call, method string, es []policycore.Part, v *verdi
 	case v.res.Degraded && v.res.Allowed:
 		policycore.Record(o, sourceServer, es, observe.Degraded, v.lat, 0)
 	case v.res.Allowed:
-		cl.charge(es, each)
+		cl.spend(es, each)
 	default: // refused by the store, or by its failure policy's local fallback
 		v.refusers = policycore.Refused(es, each)
 		policycore.RecordRefused(o, sourceServer, es, each, observe.Denied, v.lat)
@@ -307,7 +330,7 @@ func (s *Server) shadow(cl *call, method string, ss []policycore.Part, send bool
 	case res.Degraded && res.Allowed:
 		policycore.Record(o, sourceServer, ss, observe.Degraded, lat, 0)
 	case res.Allowed:
-		cl.charge(ss, each)
+		cl.spend(ss, each)
 		policycore.Record(o, sourceServer, ss, observe.Allowed, lat, 0)
 	default:
 		policycore.RecordRefused(o, sourceServer, ss, each, observe.ShadowDenied, lat)

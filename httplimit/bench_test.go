@@ -42,13 +42,37 @@ func BenchmarkMiddleware(b *testing.B) {
 		httplimit.WithTrustedProxies(netip.MustParsePrefix("192.0.2.0/24")))
 }
 
+// BenchmarkMiddlewareUsed measures charging from a response header: one
+// policy whose handler says X-Tokens-Used, read (Used) or not; what it
+// says is the estimate (nothing to settle) or 3 times it (the difference
+// charged: a second store call).
+func BenchmarkMiddlewareUsed(b *testing.B) {
+	says := func(n string) http.Handler {
+		v := []string{n}
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Header()["X-Tokens-Used"] = v })
+	}
+	plain := []httplimit.Policy{{Name: "tok", Limit: sluice.PerSecond(1 << 30), Cost: 100}}
+	used := []httplimit.Policy{{Name: "tok", Limit: sluice.PerSecond(1 << 30), Cost: 100, Used: &httplimit.Used{Header: "X-Tokens-Used"}}}
+	benchHandler(b, "bare", nil, says("100")) // no middleware: the handler's own cost
+	benchHandler(b, "unread", plain, says("100"))
+	benchHandler(b, "used-as-estimated", used, says("100"))
+	benchHandler(b, "used-more", used, says("300"))
+}
+
 func benchMiddleware(b *testing.B, name string, ps []httplimit.Policy, opts ...httplimit.Option) {
+	benchHandler(b, name, ps, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), opts...)
+}
+
+func benchHandler(b *testing.B, name string, ps []httplimit.Policy, next http.Handler, opts ...httplimit.Option) {
 	b.Run(name, func(b *testing.B) {
-		m, err := httplimit.New(sluice.New(memstore.New()), ps, opts...)
-		if err != nil {
-			b.Fatal(err)
+		h := next
+		if ps != nil {
+			m, err := httplimit.New(sluice.New(memstore.New()), ps, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h = m.Handler(next)
 		}
-		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		reqs := make([]*http.Request, 256)
 		for i := range reqs {
 			reqs[i] = httptest.NewRequest("GET", "/", nil)

@@ -92,7 +92,7 @@ func (m *Middleware) decideEnforced(w http.ResponseWriter, r *http.Request, st *
 		policycore.Record(m.obs, ObserveSource, ps, observe.Degraded, lat, 0)
 	case v.allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Allowed, lat, v.res.Delay)
-		d.charged = policycore.AppendCharges(d.charged, ps, each)
+		d.spent = policycore.AppendSpends(d.spent, ps, each)
 	default: // refused by the store, or by its failure policy's local fallback
 		d.Refused = policycore.RefusedNames(ps, each)
 		policycore.RecordRefused(m.obs, ObserveSource, ps, each, observe.Denied, lat)
@@ -119,7 +119,7 @@ func (m *Middleware) decideShadows(r *http.Request, st *state, ps []policycore.P
 	case res.Allowed:
 		policycore.Record(m.obs, ObserveSource, ps, observe.Allowed, lat, 0)
 		d := st.decision()
-		d.charged = policycore.AppendCharges(d.charged, ps, each)
+		d.spent = policycore.AppendSpends(d.spent, ps, each)
 	default:
 		st.decision().ShadowRefused = policycore.RefusedNames(ps, each)
 		policycore.RecordRefused(m.obs, ObserveSource, ps, each, observe.ShadowDenied, lat)

@@ -134,12 +134,28 @@
 // latency; package promobserve makes Prometheus metrics of them. With no
 // observer the middleware does no timing and no reporting.
 //
+// # Charging what was used
+//
+// A policy with a Used takes its Cost as an estimate before the handler,
+// and once the handler returns is settled to what the request used: a
+// response header or trailer (X-Tokens-Used), a JSON usage field of the
+// body (read as it goes by; a text/event-stream's last event that has
+// it), a function of the response, and what the handler charges
+// (Charge), added. The excess is given back, the shortfall charged, into
+// debt up to the limit's Debt; a key in debt is refused, its Retry-After
+// the wait until it is paid. A streamed response is settled when its
+// handler returns, a client that left mid-stream included. A policy with
+// a Count counts only the responses whose status it picks (failed
+// logins): it looks before the handler and charges after. The Transport
+// spends what the upstream reports it used. What cannot be read, and a
+// settle the store fails, go to the error log; the response stands.
+//
 // # Refunds
 //
 // A handler that learns the request's real cost afterwards gives the excess
 // back with Refund(r.Context(), units) (not under the sliding algorithms or the leaky bucket).
 // The decision reaches the next handler in a copy of its request whose
 // context carries it; a Middleware whose handlers never call Refund,
-// RefundPolicy, DecisionFrom or ClientAddr can leave the request uncopied
-// with WithoutDecisionContext.
+// RefundPolicy, Charge, ChargePolicy, DecisionFrom or ClientAddr can leave
+// the request uncopied with WithoutDecisionContext.
 package httplimit

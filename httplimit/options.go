@@ -137,7 +137,8 @@ func WithUnavailableRetryAfter(d time.Duration) Option {
 }
 
 // WithErrorLog receives the errors kept out of responses: store failures, a
-// CostFunc's error, a cost that exceeds capacity.
+// CostFunc's error, a cost that exceeds capacity, what a response says it
+// used that cannot be read (Policy.Used), and a settle the store failed.
 func WithErrorLog(f func(r *http.Request, err error)) Option {
 	return func(m *Middleware) error { m.onError = f; return nil }
 }
@@ -173,11 +174,12 @@ const (
 // no decision in its context, which saves copying the request (the copy
 // that carries the decision is most of what an admitted request costs the
 // middleware beyond the store's decision). The next handler then cannot
-// call Refund or RefundPolicy (they return ErrNoDecision) or DecisionFrom
-// (false), and its ClientAddr reads the peer address without the trusted
-// proxies. The deny handler, the missing-key handler, WithErrorLog's function,
-// the skip predicate and the policies' key and cost functions still get the
-// request with its decision.
+// call Refund, RefundPolicy, Charge or ChargePolicy (they return
+// ErrNoDecision) or DecisionFrom (false), and its ClientAddr reads the peer
+// address without the trusted proxies; a policy's Used still reads the
+// response. The deny handler, the missing-key handler, WithErrorLog's
+// function, the skip predicate and the policies' key and cost functions
+// still get the request with its decision.
 func WithoutDecisionContext() Option {
 	return func(m *Middleware) error { m.bare = true; return nil }
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -53,6 +54,29 @@ type Policy struct {
 	// Critical picks the requests that may use Headroom (a health check, a
 	// paying customer's checkout); nil picks none.
 	Critical func(r *http.Request) bool
+	// Used charges what a request actually used, once its response is
+	// known (an LLM call's tokens): a response header or trailer, a JSON
+	// field of its body, a function of the response, and what the
+	// handler charges (Charge); see Used. Cost or CostFunc is then the
+	// estimate the request takes before the handler, and once the handler
+	// returns the policy is settled to what was used: the excess refunded
+	// (to the window it was spent in), the shortfall charged, into debt
+	// up to Limit.Debt, as sluice.Limiter.Settle does. A streamed response is
+	// settled when its handler returns. nil: the request spends its Cost.
+	// Only TokenBucket, GCRA, FixedWindow and AlignedWindow policies can
+	// settle.
+	Used *Used
+	// Count counts only the requests whose response status it picks
+	// (failed logins: 401 and 403; errors: 500 and up): before the
+	// handler the policy only looks, and refuses while the key could not
+	// spend Cost (it is spent, or in debt: Retry-After is when it could);
+	// once the handler returns it charges Cost (with a Used, what was
+	// used) when Count picks the status, nothing otherwise. Requests at
+	// once may all pass the look: their charges beyond the key's budget
+	// go into debt, up to Limit.Debt, and the rest is forgiven. nil counts
+	// every request as it comes. Only TokenBucket, GCRA, FixedWindow and
+	// AlignedWindow policies can count.
+	Count func(status int) bool
 }
 
 // Middleware limits the requests of the handlers it wraps. It is safe for
@@ -77,6 +101,11 @@ type Middleware struct {
 	// policyHeader is RateLimit-Policy's value when the headers name the
 	// enforced policies alone, in order (writeHeaders).
 	policyHeader string
+	// settles: a policy settles or counts (Used, Count), so that each
+	// admitted request's response is watched (usedWriter); scans is how
+	// many read Used.JSON.
+	settles bool
+	scans   int
 }
 
 // policy is a checked Policy: the rule both doors keep, and its key and
@@ -90,6 +119,12 @@ type policy struct {
 	// which parts appends straight to KeyPrefix (ClientIP() would make a
 	// string of it first, and look the Middleware up in the context).
 	clientIP bool
+	used     *Used // a copy of Policy.Used, checked
+	// usedHeader is Used.Header's canonical name; scan, the index of
+	// Used.JSON's usage among a request's (usedWriter.scans), else -1.
+	usedHeader string
+	scan       int
+	counts     func(status int) bool
 }
 
 // New returns a Middleware that decides policies on lim. The error says
@@ -130,6 +165,11 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 			m.enforced = append(m.enforced, pol)
 		}
 		m.userFuncs = m.userFuncs || !pol.clientIP || p.CostFunc != nil || p.Critical != nil
+		m.settles = m.settles || pol.used != nil || pol.counts != nil
+		if pol.used != nil && pol.used.JSON != nil {
+			pol.scan = m.scans
+			m.scans++
+		}
 	}
 	m.userFuncs = m.userFuncs || m.skip != nil
 	var hb []byte
@@ -147,14 +187,26 @@ func New(lim *sluice.Limiter, policies []Policy, opts ...Option) (*Middleware, e
 // with its defaults: cost 1, the key defaultKey().
 func newPolicy(check *policycore.Checker, p Policy, defaultKey func() KeyFunc) (*policy, error) {
 	pol := &policy{
-		Rule:     policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional},
+		Rule: policycore.Rule{Name: p.Name, Limit: p.Limit, Cost: p.Cost, Headroom: p.Headroom, Shadow: p.Shadow, Optional: p.Optional,
+			Settles: p.Used != nil, Counts: p.Count != nil},
 		Key:      p.Key,
 		CostFunc: p.CostFunc,
 		Critical: p.Critical,
 		clientIP: p.Key == nil,
+		counts:   p.Count,
+		scan:     -1,
 	}
 	if err := check.Check(&pol.Rule, p.CostFunc != nil); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
+	}
+	if p.Used != nil {
+		u := *p.Used
+		u.JSON = slices.Clone(u.JSON)
+		name, err := checkUsed(&u)
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+		}
+		pol.used, pol.usedHeader = &u, name
 	}
 	if pol.Key == nil {
 		pol.Key = defaultKey()

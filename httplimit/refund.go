@@ -8,8 +8,9 @@ import (
 	"github.com/sluice-go/sluice/internal/policycore"
 )
 
-// ErrNoDecision is returned by Refund for a context that did not pass through
-// a Middleware, or whose request spent nothing.
+// ErrNoDecision is returned by Refund and Charge for a context that did not
+// pass through a Middleware, or whose request spent nothing (Refund) or
+// has no policy with a Used (Charge).
 var ErrNoDecision = errors.New("httplimit: no admitted request in this context")
 
 // Refund gives up to units back to every policy the request spent on
@@ -40,7 +41,7 @@ func refund(ctx context.Context, name string, units int64) error {
 	if st == nil {
 		return ErrNoDecision
 	}
-	found, err := policycore.Refund(ctx, st.m.lim, st.decision().charged, name, units)
+	found, err := policycore.Refund(ctx, st.m.lim, st.decision().spent, name, units)
 	switch {
 	case !found && name != "":
 		return fmt.Errorf("%w: no spend on policy %q", ErrNoDecision, name)

@@ -19,10 +19,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// a path other than the common one needs it: the common one needs none.
 	var st *state
 	in := r // the request as it came, for the next handler without the context
-	if !m.bare || m.userFuncs {
+	if !m.bare || m.userFuncs || m.settles {
 		// The copy of the request is made here when a user's function
 		// may read its context, else once the request is admitted.
-		sr := &stateReq{}
+		var sr *stateReq
+		if m.settles {
+			s := &settleReq{}
+			sr, s.uw = &s.stateReq, &s.w
+		} else {
+			sr = &stateReq{}
+		}
 		sr.in, sr.m, sr.req = r, m, &sr.r
 		st = &sr.state
 		if m.userFuncs {
@@ -77,7 +83,7 @@ func (m *Middleware) passOne(w http.ResponseWriter, r, in *http.Request, st *sta
 		figs := [1]PolicyResult{result(&one[0], res.Remaining, int64(res.ResetAfter))}
 		m.writeHeaders(w.Header(), figs[:], vals)
 	}
-	next.ServeHTTP(w, m.nextRequest(st, in, r)) // in when st is nil (bare)
+	m.serveNext(w, m.nextRequest(st, in, r), st, next) // in when st is nil (bare)
 }
 
 // pass hands an admitted request to next, once a leaky bucket's delay has
@@ -96,7 +102,7 @@ func (m *Middleware) pass(w http.ResponseWriter, r, in *http.Request, st *state,
 			return
 		}
 	}
-	next.ServeHTTP(w, m.nextRequest(st, in, r))
+	m.serveNext(w, m.nextRequest(st, in, r), st, next)
 }
 
 // nextRequest is the request the next handler gets: the one that came (in)

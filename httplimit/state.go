@@ -39,21 +39,25 @@ type state struct {
 	// headerVals backs RateLimit-Policy's and RateLimit's values
 	// (writeHeaders).
 	headerVals [2]string
+	// uw watches the response when a policy settles or counts (nil when
+	// none does); settled is set once the handler returned.
+	uw      *usedWriter
+	settled atomic.Bool
 }
 
 // decision is a Decision and what the request spent, with room for two
-// policies' numbers and charges: one allocation for them all.
+// policies' numbers and spends: one allocation for them all.
 type decision struct {
 	Decision
-	charged   []policycore.Charge
+	spent     []policycore.Spend
 	resultBuf [2]PolicyResult
-	chargeBuf [2]policycore.Charge
+	spendBuf  [2]policycore.Spend
 }
 
 // newDecision returns a decision whose slices start in its buffers.
 func newDecision() *decision {
 	d := new(decision)
-	d.charged = d.chargeBuf[:0]
+	d.spent = d.spendBuf[:0]
 	return d
 }
 
@@ -62,6 +66,13 @@ func newDecision() *decision {
 type stateReq struct {
 	state
 	r http.Request
+}
+
+// settleReq is a stateReq and the writer that watches the response, for
+// a Middleware whose policies settle or count: one allocation for all.
+type settleReq struct {
+	stateReq
+	w usedWriter
 }
 
 // Deadline is the parent context's.
@@ -80,6 +91,23 @@ func (st *state) Value(key any) any {
 	}
 	return st.in.Context().Value(key)
 }
+
+// detached is a state as a context that never ends: the request's
+// values without its cancellation, for settling once its client may have
+// gone (context.WithoutCancel, without its allocation).
+type detached state
+
+// Deadline is none.
+func (*detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is never closed.
+func (*detached) Done() <-chan struct{} { return nil }
+
+// Err is nil.
+func (*detached) Err() error { return nil }
+
+// Value is the state's.
+func (d *detached) Value(key any) any { return (*state)(d).Value(key) }
 
 func stateOf(ctx context.Context) *state {
 	st, _ := ctx.Value(stateKey{}).(*state)
@@ -100,7 +128,7 @@ func (st *state) decision() *decision {
 		if len(st.m.headers) > 0 {
 			d.Policies = append(d.resultBuf[:0], result(p, st.remaining, st.resetAfter))
 		}
-		d.charged = policycore.AppendCharge(d.charged, p, st.window)
+		d.spent = policycore.AppendSpend(d.spent, p, st.window)
 	}
 	if st.dec.CompareAndSwap(nil, d) {
 		return d

@@ -39,6 +39,16 @@ import (
 //
 // WithTransportObserver reports each request's policies (Source "http-out")
 // and what the upstream made of it, as the policy UpstreamPolicy.
+//
+// A policy with a Used spends what the upstream reports it used (a header,
+// a JSON usage field, a function of the response): the request takes its
+// Cost as an estimate, and once the response's body has been read to its
+// end, or closed, the policy is settled to what the response said, so
+// that every process that shares the store keeps to a provider's tokens
+// per minute. A streamed body is passed through as it is read, its usage
+// read on the way (a text/event-stream's last event that has it); a body
+// closed early is settled to what was read of it. A body never read nor
+// closed is never settled.
 type Transport struct {
 	lim      *sluice.Limiter
 	base     http.RoundTripper
@@ -49,6 +59,10 @@ type Transport struct {
 	hold     sluice.Limit
 	obs      observe.Observer
 	leaky    bool // a policy is a LeakyBucket: WaitAll bounds its turn by the deadline
+	onError  func(req *http.Request, err error)
+	// settles: a policy has a Used; scans is how many read Used.JSON.
+	settles bool
+	scans   int
 }
 
 // TransportOption configures a Transport.
@@ -103,6 +117,14 @@ func WithTransportObserver(o observe.Observer) TransportOption {
 	return func(t *Transport) error { t.obs = o; return nil }
 }
 
+// WithTransportErrorLog receives the errors a Transport keeps out of its
+// answers: what an upstream's response says it used that cannot be read
+// (a header that is not a number, bad JSON), and a settle the store
+// failed. The response is never changed by them.
+func WithTransportErrorLog(f func(req *http.Request, err error)) TransportOption {
+	return func(t *Transport) error { t.onError = f; return nil }
+}
+
 // WithTransportKeyPrefix sets the prefix of the store keys (default
 // "httplimit-out:").
 func WithTransportKeyPrefix(prefix string) TransportOption {
@@ -124,8 +146,9 @@ func Host() KeyFunc {
 var ErrNoKey = errors.New("httplimit: the request has no key for a policy")
 
 // NewTransport returns a Transport that waits for policies on lim. A policy's
-// nil Key is Host(); Shadow policies are not supported outbound. The policies
-// may be none: the Transport then only honours Retry-After holds.
+// nil Key is Host(); Shadow policies and counting by outcome (Count) are not
+// supported outbound. The policies may be none: the Transport then only
+// honours Retry-After holds.
 func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOption) (*Transport, error) {
 	if lim == nil {
 		return nil, errors.New("httplimit: NewTransport: nil Limiter")
@@ -141,8 +164,11 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 	}
 	check := policycore.Checker{Prefix: t.prefix, Noun: "request"}
 	for _, p := range policies {
-		if p.Shadow {
+		switch {
+		case p.Shadow:
 			return nil, fmt.Errorf("httplimit: policy %q: shadow policies are not supported outbound", p.Name)
+		case p.Count != nil:
+			return nil, fmt.Errorf("httplimit: policy %q: counting by outcome (Count) is not supported outbound", p.Name)
 		}
 		switch p.Name {
 		case UpstreamPolicy:
@@ -154,6 +180,13 @@ func NewTransport(lim *sluice.Limiter, policies []Policy, opts ...TransportOptio
 		pol, err := newPolicy(&check, p, Host)
 		if err != nil {
 			return nil, err
+		}
+		if pol.used != nil {
+			t.settles = true
+			if pol.used.JSON != nil {
+				pol.scan = t.scans
+				t.scans++
+			}
 		}
 		t.policies = append(t.policies, pol)
 	}
@@ -179,11 +212,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, held.err
 		}
 	}
+	var spent []policycore.Spend // what a policy with a Used settles
 	if len(t.policies) > 0 {
 		parts := make([]sluice.Part, 0, len(t.policies))
 		var names []string // for the observer
 		if t.obs != nil {
 			names = make([]string, 0, len(t.policies))
+		}
+		var cps []policycore.Part // the parts, for their Spends
+		if t.settles {
+			cps = make([]policycore.Part, 0, len(t.policies))
 		}
 		for _, p := range t.policies {
 			key, ok := p.Key(req)
@@ -208,9 +246,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if t.obs != nil {
 				names = append(names, p.Name)
 			}
+			if t.settles {
+				cps = append(cps, policycore.Part{Rule: &p.Rule, Key: parts[len(parts)-1].Key, Cost: cost})
+			}
 		}
 		if len(parts) > 0 {
-			res, each, lat, wait, err := t.take(ctx, parts)
+			var each []sluice.Result
+			if t.settles {
+				each = make([]sluice.Result, len(parts))
+			}
+			res, each, lat, wait, err := t.take(ctx, parts, each)
 			if t.obs != nil {
 				o := outcome(err, false, res.Degraded)
 				refused := o == observe.Denied && slices.ContainsFunc(each, func(r sluice.Result) bool { return !r.Allowed })
@@ -227,9 +272,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(req)
 				return nil, fmt.Errorf("httplimit: waiting for the rate limit of %s: %w", req.URL.Redacted(), err)
 			}
+			if t.settles && !res.Degraded {
+				spent = policycore.AppendSpends(nil, cps, each)
+			}
 		}
 	}
 	resp, err := t.base.RoundTrip(req)
+	if err == nil && len(spent) > 0 {
+		t.watch(req, resp, spent)
+	}
 	if err != nil || !hasHost {
 		return resp, err
 	}
@@ -248,30 +299,32 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // bounded by the deadline (which WaitAll does) or the context has ended, it
 // first decides once with TakeAll, whose latency is the store's; WaitAll
 // waits out a refusal, and each holds the parts' figures of its last
-// decision (nil when TakeAll admitted). wait is how long the request waited
-// after that first decision, on the hold's clock (WithHoldClock: the
-// Limiter's).
-func (t *Transport) take(ctx context.Context, parts []sluice.Part) (res sluice.Result, each []sluice.Result, lat, wait time.Duration, err error) {
+// decision (given, or made for the wait; nil when TakeAll admitted without
+// one). wait is how long the request waited after that first decision, on
+// the hold's clock (WithHoldClock: the Limiter's).
+func (t *Transport) take(ctx context.Context, parts []sluice.Part, each []sluice.Result) (res sluice.Result, _ []sluice.Result, lat, wait time.Duration, err error) {
 	// WaitAll reads the deadline on the Limiter's clock, and takes nothing
 	// from a context that has ended: the first decision is left to it then.
 	_, bounded := ctx.Deadline()
 	fast := ctx.Err() == nil && !(t.leaky && bounded)
 	if fast {
 		start := time.Now()
-		res, err = t.lim.TakeAll(ctx, parts, nil)
+		res, err = t.lim.TakeAll(ctx, parts, each)
 		lat = time.Since(start)
 		if err != nil {
-			return res, nil, lat, 0, err
+			return res, each, lat, 0, err
 		}
 		if res.Allowed {
 			if res.Delay > 0 { // a leaky bucket's turn, with no deadline to keep
 				err = t.clock.Sleep(ctx, res.Delay)
 			}
-			return res, nil, lat, res.Delay, err
+			return res, each, lat, res.Delay, err
 		}
 	}
 	start, waitStart := time.Now(), t.clock.Now()
-	each = make([]sluice.Result, len(parts))
+	if each == nil {
+		each = make([]sluice.Result, len(parts))
+	}
 	res, err = t.lim.WaitAll(ctx, parts, each)
 	if !fast { // WaitAll's time is the store's and the wait's together
 		lat = time.Since(start)

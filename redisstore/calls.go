@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
+	"github.com/sluice-go/sluice/internal/storelink"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -15,12 +16,15 @@ import (
 
 // scriptSet holds the store's scripts, by algorithm (algo.Kind) where they
 // decide for one: single (single.lua) and multi (multi.lua) per algorithm,
-// composite (composite.lua), refund (refund.lua) and reset (reset.lua).
-// It is the runner's redisrun.Merger: the decisions that wait together in
-// one group are sent in one multi or composite call.
+// composite (composite.lua), charge (charge.lua) per algorithm that can
+// charge and chargeAll for composites of several, refund (refund.lua) and
+// reset (reset.lua). It is the runner's redisrun.Merger: the decisions
+// that wait together in one group are sent in one multi or composite call.
 type scriptSet struct {
 	single, multi [algo.AlignedWindow + 1]*redisrun.Script
+	charge        [algo.AlignedWindow + 1]*redisrun.Script
 	composite     *redisrun.Script
+	chargeAll     *redisrun.Script
 	refund, reset *redisrun.Script
 }
 
@@ -55,9 +59,12 @@ type single struct {
 }
 
 // A limit is a decision's limit as the scripts read it: the algorithm, the
-// rate, period (µs) and burst, and the largest delay a leaky-bucket
-// admission may carry (µs, -1 for none).
-type limit struct{ kind, rate, period, burst, maxDelay int64 }
+// rate, period (µs), burst and debt allowance, and the largest delay a
+// leaky-bucket admission may carry (µs, -1 for none). charge is 1 for a
+// single decision that is a charge of its cost (algo.Charge), else 0: the
+// multi-decision script reads it with the limit, so that a take and a
+// charge of one algorithm share a call.
+type limit struct{ kind, rate, period, burst, debt, maxDelay, charge int64 }
 
 // limitOf returns l, with the bound maxDelay (µs, store.Never for none), as
 // the scripts read it.
@@ -65,7 +72,23 @@ func limitOf(l *store.Limit, maxDelay int64) limit {
 	if maxDelay == store.Never {
 		maxDelay = -1
 	}
-	return limit{int64(l.Algorithm), l.Rate, l.Period, l.Burst, maxDelay}
+	return limit{int64(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt, maxDelay, 0}
+}
+
+// chargeLimitOf returns l as the scripts read it for a charge.
+func chargeLimitOf(l *store.Limit) limit {
+	c := limitOf(l, store.Never)
+	c.charge = 1
+	return c
+}
+
+// chargeUnits returns units as a charge under l is sent: at most its
+// capacity + debt allowance + 1, which the scripts forgive as they would
+// more (algo.Charge's chargeLevel and chargeCount), so that they stay
+// within the exact range.
+func chargeUnits(l *store.Limit, units int64) int64 {
+	p := storelink.AlgoParams(l)
+	return min(units, p.Capacity()+p.Debt+1)
 }
 
 // compositeClass is the class (redisrun.Merger) of the composites; a single
@@ -112,13 +135,21 @@ func (s *scriptSet) Split(m *redisrun.Call, ds []*decision) {
 	}
 }
 
-// singleCall returns the single-decision script's call for one.
+// singleCall returns the single-decision script's call for one: a charge's
+// is the charge script's, of one part.
 func (s *scriptSet) singleCall(one *single) *redisrun.Call {
 	l := &one.lim
+	if l.charge != 0 {
+		return &redisrun.Call{
+			Script: s.charge[l.kind],
+			Keys:   []string{one.key},
+			Args:   []any{one.now, one.margin, l.kind, l.rate, l.period, l.burst, l.debt, one.cost},
+		}
+	}
 	return &redisrun.Call{
 		Script: s.single[l.kind],
 		Keys:   []string{one.key},
-		Args:   []any{l.kind, l.rate, l.period, l.burst, one.cost, l.maxDelay, one.now, one.margin},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, l.debt, one.cost, l.maxDelay, one.now, one.margin},
 	}
 }
 
@@ -185,10 +216,10 @@ func (s *scriptSet) merge(ds []*decision) *redisrun.Call {
 		per++
 		flag = 1
 	}
-	m := &redisrun.Call{Script: s.multi[ds[0].one.lim.kind], Keys: make([]string, len(ds)), Args: make([]any, 0, 4+5*len(limits)+per*len(ds))}
+	m := &redisrun.Call{Script: s.multi[ds[0].one.lim.kind], Keys: make([]string, len(ds)), Args: make([]any, 0, 4+7*len(limits)+per*len(ds))}
 	m.Args = append(m.Args, ds[0].one.margin, int64(len(limits)), shared, flag)
 	for _, l := range limits {
-		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.maxDelay)
+		m.Args = append(m.Args, l.kind, l.rate, l.period, l.burst, l.debt, l.maxDelay, l.charge)
 	}
 	for i, d := range ds {
 		m.Keys[i] = d.one.key
@@ -209,7 +240,7 @@ func (s *scriptSet) merge(ds []*decision) *redisrun.Call {
 // parts at now (µs, -1 for the server's TIME), without its parts: add each
 // with addPart.
 func (s *scriptSet) compositeCall(n int, now, margin int64) *redisrun.Call {
-	c := &redisrun.Call{Script: s.composite, Keys: make([]string, 0, n), Args: make([]any, 0, 4+7*n)}
+	c := &redisrun.Call{Script: s.composite, Keys: make([]string, 0, n), Args: make([]any, 0, 4+8*n)}
 	c.Args = append(c.Args, margin, int64(1), now, int64(n))
 	return c
 }
@@ -218,7 +249,7 @@ func (s *scriptSet) compositeCall(n int, now, margin int64) *redisrun.Call {
 // units, leaving headroom units to higher classes.
 func addPart(c *redisrun.Call, key string, l limit, cost, headroom int64) {
 	c.Keys = append(c.Keys, key)
-	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, cost, l.maxDelay, headroom)
+	c.Args = append(c.Args, l.kind, l.rate, l.period, l.burst, l.debt, cost, l.maxDelay, headroom)
 }
 
 // mergeComposites returns one composite script call for the composites of
@@ -268,8 +299,29 @@ func (s *scriptSet) refundCall(key string, l limit, units, now, margin, window i
 	return &redisrun.Call{
 		Script: s.refund,
 		Keys:   []string{key},
-		Args:   []any{l.kind, l.rate, l.period, l.burst, units, now, margin, window},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, l.debt, units, now, margin, window},
 	}
+}
+
+// chargeCall returns the charge script's call for the composite charge of
+// parts at now (µs, -1 for the server's TIME): their keys keys, in one
+// group.
+func (s *scriptSet) chargeCall(parts []store.Part, keys []string, now, margin int64) *redisrun.Call {
+	c := &redisrun.Call{Script: s.chargeAll, Keys: keys, Args: make([]any, 0, 2+6*len(parts))}
+	c.Args = append(c.Args, now, margin)
+	kind := parts[0].Limit.Algorithm
+	for i := range parts {
+		pt := &parts[i]
+		if pt.Limit.Algorithm != kind {
+			kind = 0
+		}
+		l := &pt.Limit
+		c.Args = append(c.Args, int64(l.Algorithm), l.Rate, l.Period, l.Burst, l.Debt, chargeUnits(l, pt.Cost))
+	}
+	if kind != 0 {
+		c.Script = s.charge[kind] // the steps of one algorithm: a smaller script to run
+	}
+	return c
 }
 
 // resetCall returns the reset script's call, which deletes keys (of one

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/sluice-go/sluice/internal/algo"
@@ -11,7 +10,8 @@ import (
 
 // check returns why op is not one a sluice.Limiter would make (an error
 // wrapping sluice's ErrInvalidLimit, ErrInvalidCost,
-// ErrCostExceedsCapacity, ErrEmptyKey or ErrDuplicateKey), or nil. Run is
+// ErrCostExceedsCapacity, ErrEmptyKey, ErrDuplicateKey or ErrNoRefund), or
+// nil. Run is
 // the store's one door, and a caller other than a Limiter may hand it
 // anything: an op it cannot check would reach a script with values the
 // steps are not made for.
@@ -28,10 +28,18 @@ func check(op *store.Op) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
-		if err := noDebt(&p); err != nil {
-			return err
-		}
 		return storelink.CheckRefund(op.Key, &p, op.Cost)
+	case store.Charge:
+		if len(op.Parts) == 0 {
+			return checkCharge(op.Key, &op.Limit, op.Cost)
+		}
+		for i := range op.Parts {
+			pt := &op.Parts[i]
+			if err := checkCharge(pt.Key, &pt.Limit, pt.Cost); err != nil {
+				return storelink.PartError(i, pt.Key, err)
+			}
+		}
+		return storelink.CheckComposite(op.Parts, func(p *store.Part) string { return p.Key })
 	case store.Reset:
 		if op.Key == "" {
 			return storelink.ErrEmptyKey
@@ -48,9 +56,6 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := noDebt(p); err != nil {
-		return err
-	}
 	if err := storelink.Check(key, p, cost); err != nil {
 		return err
 	}
@@ -63,14 +68,14 @@ func checkTake(key string, p *algo.Params, cost, headroom, maxDelay int64) error
 	return nil
 }
 
-// noDebt refuses a limit with a debt allowance: the scripts do not read a
-// key in debt yet (SEMANTICS.md, "Charges and debt"; internal/algo's
-// Charge is what they will mirror).
-func noDebt(p *algo.Params) error {
-	if p.Debt != 0 {
-		return fmt.Errorf("redisstore: a debt allowance (%d): %w", p.Debt, errors.ErrUnsupported)
+// checkCharge checks a charge of units to key under l: a valid limit of an
+// algorithm that can carry a debt, units not negative.
+func checkCharge(key string, l *store.Limit, units int64) error {
+	p := storelink.AlgoParams(l)
+	if err := p.Validate(); err != nil {
+		return err
 	}
-	return nil
+	return storelink.CheckCharge(key, &p, units)
 }
 
 // checkParts checks a composite's parts: each a take, their keys distinct.

@@ -97,7 +97,7 @@ func (s *Store) giveBackTaken(ctx context.Context, parts []store.Part, order []i
 			continue
 		}
 		if l, err := s.refund(context.WithoutCancel(ctx), t.Key, &t.Limit, t.Cost, now, taken[j].Window); err == nil {
-			l.Remaining = max(0, l.Remaining-t.Headroom) // the class's, as a look's
+			l.Remaining = algo.ClassRemaining(l.Remaining, t.Headroom) // the class's, as a look's
 			looks[j] = l
 		}
 	}
@@ -136,7 +136,7 @@ func (s *Store) decidePart(ctx context.Context, key string, lim *store.Limit, co
 	if headroom > 0 {
 		return s.withHeadroom(ctx, key, lim, cost, headroom, maxDelay, now)
 	}
-	return s.decide(ctx, key, lim, cost, maxDelay, now)
+	return s.decide(ctx, key, limitOf(lim, maxDelay), cost, now)
 }
 
 // turnOrder returns the order in which takeInTurn takes the parts:

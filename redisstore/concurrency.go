@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
@@ -151,17 +150,8 @@ func holdAllFailure(code int64, keys []string) error {
 // holdAllScript decides a hold and rate parts as one
 // (scripts/concurrency_composite.lua): every algorithm's step, as the
 // composite script has them, and the holds'.
-var holdAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + mustRead("timestamp.lua") + allSteps() +
+var holdAllScript = redisrun.NewScript(prelude() + mustRead("guard.lua") + stepsOf(algo.Kinds()...) +
 	mustRead("class.lua") + mustRead("concurrency.lua") + mustRead("concurrency_composite.lua"))
-
-// allSteps is every algorithm's step script.
-func allSteps() string {
-	var src strings.Builder
-	for _, k := range algo.Kinds() {
-		src.WriteString(mustRead(stepFiles[k]))
-	}
-	return src.String()
-}
 
 // holdAll decides the acquire h with the rate parts at now (-1: the
 // server's TIME), writing each part's decision into it: in one call of the
@@ -177,13 +167,13 @@ func (s *Store) holdAll(ctx context.Context, h *hold, parts []store.Part, maxDel
 	}
 	keys := make([]string, 1, 1+len(parts))
 	keys[0] = key
-	args := make([]any, 0, 7+7*len(parts))
+	args := make([]any, 0, 7+8*len(parts))
 	args = append(args, s.margin, now, h.c.Limit, h.c.Lifetime, h.units, h.id, len(parts))
 	for i := range parts {
 		pt := &parts[i]
 		keys = append(keys, s.rateKey(pt.Key))
 		l := limitOf(&pt.Limit, maxDelay)
-		args = append(args, l.kind, l.rate, l.period, l.burst, pt.Cost, l.maxDelay, pt.Headroom)
+		args = append(args, l.kind, l.rate, l.period, l.burst, l.debt, pt.Cost, l.maxDelay, pt.Headroom)
 	}
 	c := &redisrun.Call{Script: holdAllScript, Keys: keys, Args: args}
 	if err := s.call(ctx, c); err != nil {
@@ -213,6 +203,24 @@ func (s *Store) holdAll(ctx context.Context, h *hold, parts []store.Part, maxDel
 // and every part allowed, they report as a refusal's parts do
 // (algo.RefusedPart).
 func readParts(parts []store.Part, rep []int64, keys []string, granted bool) (algo.Decision, error) {
+	acc, err := foldParts(parts, rep, keys)
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	if !granted || !acc.Allowed {
+		for i := range parts {
+			d := storelink.AlgoDecision(&parts[i].Decision)
+			algo.RefusedPart(&d, &d)
+			parts[i].Decision = storelink.DecisionOf(&d)
+		}
+	}
+	return acc, nil
+}
+
+// foldParts writes into parts their decisions from rep, the script's reply
+// for them (width values each; keys their Redis keys), and returns their
+// fold (algo.Combine), or the error a part's reply reports.
+func foldParts(parts []store.Part, rep []int64, keys []string) (algo.Decision, error) {
 	var acc algo.Decision
 	for i := range parts {
 		d, err := decisionOf(rep[width*i:width*(i+1)], keys[i])
@@ -224,13 +232,6 @@ func readParts(parts []store.Part, rep []int64, keys []string, granted bool) (al
 			acc = d
 		} else {
 			algo.Combine(&acc, d)
-		}
-	}
-	if !granted || !acc.Allowed {
-		for i := range parts {
-			d := storelink.AlgoDecision(&parts[i].Decision)
-			algo.RefusedPart(&d, &d)
-			parts[i].Decision = storelink.DecisionOf(&d)
 		}
 	}
 	return acc, nil

@@ -19,9 +19,16 @@
 //
 // Concurrent decisions are batched into pipelines (one round trip for many
 // decisions), and the single decisions of a batch that may share a script
-// into one multi-decision script (scripts/multi.lua) that makes them in
-// turn: it multiplies throughput under load. WithoutBatching sends each
-// decision on its own for strict per-call latency.
+// (takes, and charges of one key) into one multi-decision script
+// (scripts/multi.lua) that makes them in turn: it multiplies throughput
+// under load. WithoutBatching sends each decision on its own for strict
+// per-call latency.
+//
+// A charge (store.Charge: work whose cost is known afterwards, never
+// refused, leaving the key in debt up to the limit's Debt) is one script
+// like a take (scripts/charge.lua, or a decision of multi.lua), and a
+// composite charge one script where its keys share a slot; the steps read
+// a key in debt as package algo does (SEMANTICS.md, "Charges and debt").
 //
 // # Routing
 //

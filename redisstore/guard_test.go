@@ -19,7 +19,7 @@ func TestGuardForeignData(t *testing.T) {
 	// A token-bucket stand-in: raises on a key that holds a state (only
 	// "bad" does, set below), else grants and stores a state.
 	step := `
-steps[1] = function(rate, period, burst, cost, _, k)
+steps[1] = function(rate, period, burst, debt, cost, _, k)
   if k then
     error('sluice: foreign data: a state the stand-in will not read')
   end
@@ -40,7 +40,7 @@ end
 		t.Fatal(err)
 	}
 
-	m := &redisrun.Call{Script: multi, Keys: []string{"a", "bad", "b"}, Args: []any{int64(1000), int64(1), int64(1), int64(0), int64(1), int64(1), int64(1000), int64(5), int64(-1)}}
+	m := &redisrun.Call{Script: multi, Keys: []string{"a", "bad", "b"}, Args: []any{int64(1000), int64(1), int64(1), int64(0), int64(1), int64(1), int64(1000), int64(5), int64(0), int64(-1)}}
 	c.Run(ctx, []*redisrun.Call{m})
 	if m.Err != nil || len(m.Reply) != 3*width {
 		t.Fatalf("multi: %v, %v", m.Reply, m.Err)
@@ -62,7 +62,7 @@ end
 			t.Errorf("%s was not written", key)
 		}
 	}
-	s := &redisrun.Call{Script: single, Keys: []string{"bad"}, Args: []any{int64(1), int64(1), int64(1000), int64(5), int64(1), int64(-1), int64(-1), int64(1000)}}
+	s := &redisrun.Call{Script: single, Keys: []string{"bad"}, Args: []any{int64(1), int64(1), int64(1000), int64(5), int64(0), int64(1), int64(-1), int64(-1), int64(1000)}}
 	c.Run(ctx, []*redisrun.Call{s})
 	if s.Err != nil || len(s.Reply) != width {
 		t.Fatalf("single: %v, %v", s.Reply, s.Err)

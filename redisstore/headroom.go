@@ -13,11 +13,7 @@ import (
 // (scripts/headroom.lua), one per algorithm, as single.lua's are.
 var headroomScripts = func() (s [algo.AlignedWindow + 1]*redisrun.Script) {
 	for _, k := range algo.Kinds() {
-		step := mustRead(stepFiles[k])
-		if k == algo.GCRA || k == algo.LeakyBucket {
-			step = mustRead("timestamp.lua") + step
-		}
-		s[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("class.lua") + mustRead("headroom.lua"))
+		s[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + stepsOf(k) + mustRead("class.lua") + mustRead("headroom.lua"))
 	}
 	return s
 }()
@@ -30,7 +26,7 @@ func (s *Store) withHeadroom(ctx context.Context, key string, lim *store.Limit, 
 	c := &redisrun.Call{
 		Script: headroomScripts[l.kind],
 		Keys:   []string{s.rateKey(key)},
-		Args:   []any{l.kind, l.rate, l.period, l.burst, cost, l.maxDelay, now, s.margin, headroom},
+		Args:   []any{l.kind, l.rate, l.period, l.burst, l.debt, cost, l.maxDelay, now, s.margin, headroom},
 	}
 	if err := s.call(ctx, c); err != nil {
 		return algo.Decision{}, err

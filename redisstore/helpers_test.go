@@ -55,6 +55,12 @@ func refund(ctx context.Context, st store.Store, req storelink.Request) (sluice.
 	return answer(storetest.RunAt(ctx, st, 0, op))
 }
 
+// charge runs req as a Charge of req.Cost units.
+func charge(ctx context.Context, st store.Store, req storelink.Request) (sluice.Result, error) {
+	op := store.Op{Kind: store.Charge, Key: req.Key, Limit: storelink.LimitOf(&req.Params), Cost: req.Cost}
+	return answer(storetest.RunAt(ctx, st, 0, op))
+}
+
 // reset runs a Reset of key.
 func reset(ctx context.Context, st store.Store, key string) error {
 	return storetest.RunAt(ctx, st, 0, store.Op{Kind: store.Reset, Key: key}).Err

@@ -18,7 +18,9 @@ import (
 // single-decision scripts (which the conformance tests hold to the model):
 // the same decisions, sent once one script each and once merged into
 // multi.lua calls (one per algorithm, as the batcher sends them), give the
-// same replies, decision by decision. The batches mix every algorithm, costs 0..capacity+1, several limits per batch (past
+// same replies, decision by decision. The batches mix every algorithm, costs
+// 0..capacity+1, charges among the takes (charge.lua alone), debt
+// allowances, several limits per batch (past
 // the eight where merge switches from a scan to a map), decisions on one key
 // in a row, and batches all at the caller's time, all at the server's, or
 // mixed.
@@ -47,10 +49,14 @@ func TestMultiMatchesSingle(t *testing.T) {
 		lim := make([]algo.Params, nl)
 		for i := range lim {
 			lim[i] = ps[r.IntN(len(ps))]
+			if algo.Chargeable(lim[i].Kind) {
+				lim[i].Debt = []int64{0, 0, 3, 40}[r.IntN(4)] // read as the limit's: sent with it
+			}
 		}
 		mode := b % 4 // 0, 1: caller's time; 2: server's; 3: mixed
 		n := 2 + r.IntN(40)
 		var singles []*redisrun.Call
+		var nows []int64
 		merged := map[algo.Kind][]*decision{} // the batcher merges per algorithm
 		var order []algo.Kind
 		for i := 0; i < n; i++ {
@@ -70,13 +76,18 @@ func TestMultiMatchesSingle(t *testing.T) {
 			if p.Kind == algo.LeakyBucket && r.IntN(2) == 0 {
 				maxDelay = r.Int64N(2 * p.Period)
 			}
+			l := limit{kind: int64(p.Kind), rate: p.Rate, period: p.Period, burst: p.Burst, debt: p.Debt, maxDelay: maxDelay}
+			if algo.Chargeable(p.Kind) && r.IntN(4) == 0 { // a charge, sent with the takes
+				l.charge, cost = 1, r.Int64N(p.Capacity()+p.Debt+2)
+			}
 			one := single{
 				key:    fmt.Sprintf("multi:%d:s:%s:%d", run, key, p.Kind),
-				lim:    limit{kind: int64(p.Kind), rate: p.Rate, period: p.Period, burst: p.Burst, maxDelay: maxDelay},
+				lim:    l,
 				cost:   cost,
 				now:    at,
 				margin: 1_000_000,
 			}
+			nows = append(nows, at)
 			singles = append(singles, scripts.singleCall(&one))
 			m := one
 			m.key = fmt.Sprintf("multi:%d:m:%s:%d", run, key, p.Kind)
@@ -107,7 +118,7 @@ func TestMultiMatchesSingle(t *testing.T) {
 			replies[k] = replies[k][width:]
 			// At the server's time the two runs are apart in time: only
 			// decisions at the caller's time must agree to the µs.
-			if c.Args[6].(int64) < 0 {
+			if nows[i] < 0 {
 				continue
 			}
 			if !slices.Equal(got, c.Reply) {
@@ -133,8 +144,8 @@ func TestMultiMatchesSingle(t *testing.T) {
 			ps = append(ps, &decision{one: single{key: fmt.Sprintf("multi:%d:um:%d", run, k), lim: hourly, cost: 1, now: -1, margin: 1_000_000}})
 		}
 		m := scripts.merge(ps)
-		if len(m.Args) != 4+5 {
-			t.Fatalf("a uniform batch sends %d arguments, want the header and its limit, 9: %v", len(m.Args), m.Args)
+		if len(m.Args) != 4+7 {
+			t.Fatalf("a uniform batch sends %d arguments, want the header and its limit, 11: %v", len(m.Args), m.Args)
 		}
 		client.Run(ctx, append(singles, m))
 		for _, c := range append(singles, m) {
@@ -185,15 +196,16 @@ func TestCompositesMergedMatchAlone(t *testing.T) {
 				p := ps[r.IntN(len(ps))]
 				key := fmt.Sprintf("k%d:%d", r.IntN(4), p.Kind) // a key keeps one algorithm
 				cost := r.Int64N(p.Capacity() + 2)
-				a.Keys = append(a.Keys, fmt.Sprintf("comp:%d:a:%s", run, key))
-				m.Keys = append(m.Keys, fmt.Sprintf("comp:%d:m:%s", run, key))
 				headroom := int64(0) // a lower class's part now and then
 				if r.IntN(3) == 0 {
 					headroom = r.Int64N(p.Capacity() + 1)
 				}
-				args := []any{int64(p.Kind), p.Rate, p.Period, p.Burst, cost, int64(-1), headroom}
-				a.Args = append(a.Args, args...)
-				m.Args = append(m.Args, args...)
+				l := limit{kind: int64(p.Kind), rate: p.Rate, period: p.Period, burst: p.Burst, maxDelay: -1}
+				if algo.Chargeable(p.Kind) {
+					l.debt = r.Int64N(3) * p.Capacity()
+				}
+				addPart(a, fmt.Sprintf("comp:%d:a:%s", run, key), l, cost, headroom)
+				addPart(m, fmt.Sprintf("comp:%d:m:%s", run, key), l, cost, headroom)
 			}
 			alone = append(alone, a)
 			pend = append(pend, &decision{comp: m})

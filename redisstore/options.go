@@ -53,7 +53,9 @@ func WithTTLMargin(d time.Duration) Option {
 }
 
 // WithFailurePolicy sets what happens when Redis cannot be reached or does
-// not answer in time (default FailClosed).
+// not answer in time (default FailClosed) to a take or an acquire; a
+// refund or a charge that cannot reach Redis is an error under every
+// policy (see Store.Run).
 func WithFailurePolicy(p FailurePolicy) Option {
 	return func(s *Store) {
 		if p > FailLocal {

@@ -15,8 +15,8 @@ import (
 // Run decides every op of ops (see store.Store), each at its At or, when
 // that is 0, at the server's TIME (the caller's clock with WithClock). The
 // failure policy answers a Take or an Acquire that Redis cannot (flagged
-// Degraded); a Refund, a Reset, and a Release or an Extend of a hold kept
-// in Redis that cannot reach it have the error. An op with an At is decided
+// Degraded); a Refund, a Charge, a Reset, and a Release or an Extend of a
+// hold kept in Redis that cannot reach it have the error. An op with an At is decided
 // in Redis, never from WithSlices's slices, which live on the store's clock.
 //
 // The ops of one call are sent together, sharing pipelines as concurrent
@@ -108,8 +108,8 @@ func (s *Store) run(ctx context.Context, op *store.Op) {
 		s.runReset(ctx, op)
 	case store.Acquire, store.Release, store.Extend:
 		s.runHold(ctx, op)
-	case store.Charge: // the scripts cannot charge yet: algo.Charge is theirs to mirror
-		op.Err = fmt.Errorf("redisstore: charge: %w", errors.ErrUnsupported)
+	case store.Charge:
+		s.runCharge(ctx, op)
 	default:
 		op.Err = fmt.Errorf("redisstore: operation %d: %w", op.Kind, errors.ErrUnsupported)
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redisrun"
@@ -16,17 +17,40 @@ var scriptFiles embed.FS
 // algorithm (by algo.Kind) the helpers and prelude, the guard, the
 // algorithm's step and the single-decision main (single) or the
 // multi-decision main (multi); every step and the composite main
-// (composite); refund and reset.
+// (composite); the charge main over one algorithm's step (charge) or the
+// four that charge (chargeAll); refund and reset.
 var scripts = assemble()
 
-var stepFiles = [...]string{
-	algo.TokenBucket:   "token_bucket.lua",
-	algo.GCRA:          "gcra.lua",
-	algo.LeakyBucket:   "leaky_bucket.lua",
-	algo.FixedWindow:   "fixed_window.lua",
-	algo.AlignedWindow: "aligned_window.lua",
-	algo.SlidingWindow: "sliding_window.lua",
-	algo.SlidingLog:    "sliding_log.lua",
+// stepFiles are each algorithm's step (its take and, for the four that
+// can carry a debt, its charge) after the files of helpers it needs.
+var stepFiles = [...][]string{
+	algo.TokenBucket:   {"bucket.lua", "token_bucket.lua"},
+	algo.GCRA:          {"timestamp.lua", "bucket.lua", "gcra.lua"},
+	algo.LeakyBucket:   {"timestamp.lua", "leaky_bucket.lua"},
+	algo.FixedWindow:   {"window.lua", "fixed_window.lua"},
+	algo.AlignedWindow: {"window.lua", "aligned_window.lua"},
+	algo.SlidingWindow: {"sliding_window.lua"},
+	algo.SlidingLog:    {"sliding_log.lua"},
+}
+
+// chargeKinds are the algorithms that can charge, in the order the
+// scripts holding all of them define their steps.
+var chargeKinds = []algo.Kind{algo.TokenBucket, algo.GCRA, algo.FixedWindow, algo.AlignedWindow}
+
+// stepsOf returns the steps of kinds, in order, each after the helpers it
+// needs; a file of helpers two steps need comes once.
+func stepsOf(kinds ...algo.Kind) string {
+	var src strings.Builder
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		for _, f := range stepFiles[k] {
+			if !seen[f] {
+				seen[f] = true
+				src.WriteString(mustRead(f))
+			}
+		}
+	}
+	return src.String()
 }
 
 // prelude is what every decision script starts with: the shared helpers,
@@ -42,23 +66,25 @@ func assemble() *scriptSet {
 	// limits wrote (convert.lua). Digests are computed on first use
 	// (Script.SHA), not here.
 	s := new(scriptSet)
-	prelude, timestamp, guard := prelude(), mustRead("timestamp.lua"), mustRead("guard.lua")
-	stepOf := func(k algo.Kind) string {
-		if k == algo.GCRA || k == algo.LeakyBucket {
-			return timestamp + mustRead(stepFiles[k])
-		}
-		return mustRead(stepFiles[k])
-	}
-	all := prelude + guard + timestamp
+	prelude, guard := prelude(), mustRead("guard.lua")
 	for _, k := range algo.Kinds() {
-		s.single[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("single.lua"))
-		s.multi[k] = redisrun.NewScript(prelude + guard + stepOf(k) + mustRead("multi.lua"))
-		all += mustRead(stepFiles[k])
+		s.single[k] = redisrun.NewScript(prelude + guard + stepsOf(k) + mustRead("single.lua"))
+		s.multi[k] = redisrun.NewScript(prelude + guard + stepsOf(k) + mustRead("multi.lua"))
 	}
-	s.composite = redisrun.NewScript(all + mustRead("class.lua") + mustRead("composite.lua"))
-	s.refund = redisrun.NewScript(prelude + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) + mustRead("refund.lua"))
+	for _, k := range chargeKinds {
+		s.charge[k] = redisrun.NewScript(prelude + guard + stepsOf(k) + mustRead("charge.lua"))
+	}
+	s.chargeAll = redisrun.NewScript(prelude + guard + stepsOf(chargeKinds...) + mustRead("charge.lua"))
+	s.composite = redisrun.NewScript(prelude + guard + stepsOf(algo.Kinds()...) + mustRead("class.lua") + mustRead("composite.lua"))
+	s.refund = redisrun.NewScript(prelude + refundSteps() + mustRead("refund.lua"))
 	s.reset = redisrun.NewScript(mustRead("reset.lua"))
 	return s
+}
+
+// refundSteps is what refund.lua needs before it: the window steps, and
+// the buckets' figures.
+func refundSteps() string {
+	return stepsOf(algo.FixedWindow, algo.AlignedWindow) + mustRead("bucket.lua")
 }
 
 // mustRead returns one of the package's embedded scripts.

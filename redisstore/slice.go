@@ -37,11 +37,12 @@ import (
 //
 // Sliding-window, sliding-log and leaky-bucket keys never take slices (they
 // cannot give units back): they are decided in Redis as without slices, and
-// so are a class's take (with headroom) and an op with its own time (At). A
-// composite whose parts may all take slices is admitted from their slices
-// when each holds its part's cost, all or nothing; else it is decided in
-// Redis as without slices. A refund goes to Redis; a Reset drops this
-// process's slices of the key. During an outage the process keeps admitting
+// so are a class's take (with headroom), a take under a limit with a debt
+// allowance and an op with its own time (At). A composite whose parts may
+// all take slices is admitted from their slices when each holds its part's
+// cost, all or nothing; else it is decided in Redis as without slices. A
+// refund goes to Redis; a charge too, once this process has given back its
+// slices of the key; a Reset drops this process's slices of the key. During an outage the process keeps admitting
 // from the slices it holds, then the failure policy applies. SliceStats
 // reports what the slices hold. life must be positive and at most an hour.
 func WithSlices(life time.Duration) Option {
@@ -474,12 +475,18 @@ func (tab *sliceTable) giveBack(key string, p *algo.Params, slices []slice) {
 	}
 }
 
-// count updates key's counters with f (the table's when the key is gone).
-func (tab *sliceTable) count(key string, f func(*sliceCounts)) {
+// find returns key's entry, or nil when the table holds none (it makes
+// none).
+func (tab *sliceTable) find(key string) *sliceEntry {
 	sh := tab.shard(key)
 	sh.mu.RLock()
-	e := sh.m[key]
-	sh.mu.RUnlock()
+	defer sh.mu.RUnlock()
+	return sh.m[key]
+}
+
+// count updates key's counters with f (the table's when the key is gone).
+func (tab *sliceTable) count(key string, f func(*sliceCounts)) {
+	e := tab.find(key)
 	if e == nil {
 		tab.goneMu.Lock()
 		f(&tab.gone)
@@ -493,10 +500,7 @@ func (tab *sliceTable) count(key string, f func(*sliceCounts)) {
 
 // forget drops key's slices without giving anything back (a reset).
 func (tab *sliceTable) forget(key string) {
-	sh := tab.shard(key)
-	sh.mu.RLock()
-	e := sh.m[key]
-	sh.mu.RUnlock()
+	e := tab.find(key)
 	if e == nil {
 		return
 	}
@@ -505,6 +509,21 @@ func (tab *sliceTable) forget(key string) {
 	e.cur, e.nxt = slice{}, slice{}
 	e.epoch++
 	e.mu.Unlock()
+}
+
+// release gives back this process's slices of key, if it holds any,
+// before a charge of key, decided in Redis: the charge then finds every
+// unit the process has not admitted, and the process admits nothing after
+// it from units spent before (SEMANTICS.md, "Slices").
+func (tab *sliceTable) release(key string) {
+	e := tab.find(key)
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	back, p := e.drop(tab.now()), e.params
+	e.mu.Unlock()
+	tab.giveBack(e.key, &p, back)
 }
 
 // janitor, every horizon, gives back the slices of keys whose demand has
@@ -686,11 +705,7 @@ var sliceScripts = func() (out [algo.AlignedWindow + 1]*redisrun.Script) {
 		if !algo.Sliceable(k) {
 			continue
 		}
-		step := mustRead(stepFiles[k])
-		if k == algo.GCRA {
-			step = mustRead("timestamp.lua") + step
-		}
-		out[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + step + mustRead("slice.lua"))
+		out[k] = redisrun.NewScript(prelude() + mustRead("guard.lua") + stepsOf(k) + mustRead("slice.lua"))
 	}
 	return out
 }()
@@ -718,8 +733,7 @@ func (s *Store) takeSliceAt(ctx context.Context, key string, p *algo.Params, cos
 
 // giveBackScript is refund.lua behind slice_giveback.lua: a refund that
 // does nothing once the slice's life in the store has ended.
-var giveBackScript = redisrun.NewScript(prelude() + mustRead(stepFiles[algo.FixedWindow]) + mustRead(stepFiles[algo.AlignedWindow]) +
-	mustRead("slice_giveback.lua") + mustRead("refund.lua"))
+var giveBackScript = redisrun.NewScript(prelude() + refundSteps() + mustRead("slice_giveback.lua") + mustRead("refund.lua"))
 
 // errSliceEnded is a give-back that reached Redis after its slice's life.
 var errSliceEnded = errors.New("redisstore: the slice had ended when its give-back arrived")

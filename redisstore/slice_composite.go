@@ -11,7 +11,8 @@ import (
 const maxSlicedParts = 8
 
 // takeAll decides a composite from its parts' slices when every part may
-// take slices, costs more than 0 and has no headroom, and every part's
+// take slices, costs more than 0 and has no headroom and no debt
+// allowance, and every part's
 // slices hold its cost: all parts are admitted together, each from its own
 // key's slices (SEMANTICS.md, "Slices"), and each part's decision is
 // written into it. When one part's slices fall short nothing is spent from
@@ -29,8 +30,8 @@ func (tab *sliceTable) takeAll(parts []store.Part) (d algo.Decision, ok bool) {
 	for i := range parts {
 		pt := &parts[i]
 		ps[i] = storelink.AlgoParams(&pt.Limit)
-		if !algo.Sliceable(ps[i].Kind) || pt.Cost == 0 || pt.Headroom != 0 {
-			return d, false // a query looks at the store, as a single one does; so does a class's part
+		if !algo.Sliceable(ps[i].Kind) || pt.Cost == 0 || pt.Headroom != 0 || ps[i].Debt != 0 {
+			return d, false // a query looks at the store, as a single one does; so does a class's part, and one that may owe
 		}
 		es[i], order[i] = tab.entry(pt.Key), i
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/storetest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
 	"github.com/sluice-go/sluice/store"
 )
@@ -624,4 +625,73 @@ func TestSliceTableUnderChurn(t *testing.T) {
 		t.Fatalf("units sliced ≠ admitted from slices + given back + dropped: %+v", st)
 	}
 	t.Logf("%+v", st)
+}
+
+// TestSliceChargeGivesBackFirst charges keys this process holds slices of
+// (SEMANTICS.md, "Slices"): the slices are given back first, so the charge
+// and the takes after it are decided in Redis exactly as in memory, where
+// the units never left; and a limit with a debt allowance takes no slice.
+func TestSliceChargeGivesBackFirst(t *testing.T) {
+	ctx := context.Background()
+	clock := testenv.NewClock() // no refill during the test
+	s := newGoRedis(t, redistest.Shared(t).Client(), redisstore.WithPrefix(fmt.Sprintf("slicecharge:%d:", time.Now().UnixNano())),
+		redisstore.WithClock(clock), redisstore.WithSlices(time.Minute))
+	defer s.Close()
+	mem := memstore.New(memstore.WithClock(clock))
+	same := func(what string, got sluice.Result, gerr error, want sluice.Result, werr error) {
+		t.Helper()
+		if gerr != nil || werr != nil || got != want {
+			t.Fatalf("%s: redis %+v %v, memory %+v %v", what, got, gerr, want, werr)
+		}
+	}
+	for _, lim := range []sluice.Limit{
+		{Rate: 1, Period: time.Hour, Burst: 1000},
+		{Algorithm: sluice.GCRA, Rate: 1, Period: time.Hour, Burst: 1000},
+		{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour},
+		{Algorithm: sluice.AlignedWindow, Rate: 1000, Period: time.Hour},
+	} {
+		key := lim.Algorithm.String()
+		heat(t, s, key, lim, 100)
+		for range 100 {
+			if _, err := take(ctx, mem, request(key, lim, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := settled(t, s)
+		if before.Held == 0 {
+			t.Fatalf("%s: no slice held after 100 takes: %+v", key, before)
+		}
+		owing := lim
+		owing.Debt = 300
+		// Had the slices not come back, the charge would find less and owe
+		// more.
+		got, gerr := charge(ctx, s, request(key, owing, 950))
+		want, werr := charge(ctx, mem, request(key, owing, 950))
+		same(key+": the charge", got, gerr, want, werr)
+		if !got.Allowed || got.Remaining != -50 {
+			t.Fatalf("%s: the charge %+v, want all 950 charged and 50 owed", key, got)
+		}
+		if st := s.SliceStats(); st.Held != 0 || st.GivenBack != before.GivenBack+before.Held {
+			t.Fatalf("%s: after the charge %+v, want the %d units held given back (stats before %+v)", key, st, before.Held, before)
+		}
+		for i, l := range []sluice.Limit{owing, lim, lim, owing} {
+			got, gerr := take(ctx, s, request(key, l, 1))
+			want, werr := take(ctx, mem, request(key, l, 1))
+			same(fmt.Sprintf("%s: take %d after the charge", key, i), got, gerr, want, werr)
+			if got.Allowed {
+				t.Fatalf("%s: take %d after the charge allowed: %+v", key, i, got)
+			}
+		}
+		// A limit with a debt allowance is decided in Redis, never sliced.
+		debtKey := key + ":debt"
+		from := s.SliceStats()
+		for i := range 60 {
+			got, gerr := take(ctx, s, request(debtKey, owing, 1))
+			want, werr := take(ctx, mem, request(debtKey, owing, 1))
+			same(fmt.Sprintf("%s: take %d", debtKey, i), got, gerr, want, werr)
+		}
+		if st := settled(t, s); st.Slices != from.Slices || st.Local != from.Local {
+			t.Fatalf("%s: a limit with a debt allowance took slices: %+v, before %+v", debtKey, st, from)
+		}
+	}
 }

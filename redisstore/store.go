@@ -152,15 +152,16 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// decide makes one decision on key at now (-1: the server's TIME),
-// batched with the decisions around it, applying no failure policy.
-func (s *Store) decide(ctx context.Context, key string, lim *store.Limit, cost, maxDelay, now int64) (algo.Decision, error) {
+// decide makes one decision on key under l (a take of cost units, or a
+// charge) at now (-1: the server's TIME), batched with the decisions around
+// it, applying no failure policy.
+func (s *Store) decide(ctx context.Context, key string, l limit, cost, now int64) (algo.Decision, error) {
 	if err := s.ready(ctx); err != nil {
 		return algo.Decision{}, err
 	}
 	d := decision{one: single{
 		key:    s.rateKey(key),
-		lim:    limitOf(lim, maxDelay),
+		lim:    l,
 		cost:   cost,
 		now:    now,
 		margin: s.margin,
@@ -182,7 +183,7 @@ func (s *Store) decideNow(ctx context.Context, key string, p *algo.Params, cost 
 		return algo.Decision{}, err
 	}
 	lim := storelink.LimitOf(p)
-	return s.decide(ctx, key, &lim, cost, store.Never, now)
+	return s.decide(ctx, key, limitOf(&lim, store.Never), cost, now)
 }
 
 // composite sends c, a composite call (scriptSet.compositeCall), within the

@@ -25,23 +25,27 @@ import (
 )
 
 // maxToFresh is the longest a key's state can take to become equivalent to
-// fresh under p, in µs: SEMANTICS.md's reset_after at its largest.
+// fresh under p, in µs: SEMANTICS.md's reset_after at its largest, a debt
+// of p.Debt included.
 func maxToFresh(p algo.Params) int64 {
 	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
 	switch p.Kind {
 	case algo.TokenBucket, algo.GCRA:
-		return ceil(p.Burst*p.Period, p.Rate) // an empty bucket refills
+		return ceil((p.Burst+p.Debt)*p.Period, p.Rate) // a bucket in debt refills
 	case algo.LeakyBucket:
 		return ceil((p.Burst+1)*p.Period, p.Rate) // a full queue drains
 	case algo.SlidingWindow:
 		return 2 * p.Period // the current window, then the next, where it is prev
+	case algo.FixedWindow, algo.AlignedWindow:
+		return p.Period + ceil(p.Debt, p.Rate)*p.Period // the window, then those its debt carries into
 	default:
-		return p.Period // the window, or the newest entry of the log
+		return p.Period // the newest entry of the log
 	}
 }
 
 // ttlLimits covers every algorithm with short periods, so that keys expire
-// within a test, and integer and non-integer emission intervals.
+// within a test, and integer and non-integer emission intervals; and the
+// algorithms that can charge with debt allowances too.
 func ttlLimits() []algo.Params {
 	var ps []algo.Params
 	for _, k := range algo.Kinds() {
@@ -50,7 +54,12 @@ func ttlLimits() []algo.Params {
 			if k == algo.LeakyBucket {
 				burst--
 			}
-			ps = append(ps, algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: burst})
+			p := algo.Params{Kind: k, Rate: rp[0], Period: rp[1], Burst: burst}
+			ps = append(ps, p)
+			if algo.Chargeable(k) {
+				p.Debt = 2 * p.Capacity()
+				ps = append(ps, p)
+			}
 		}
 	}
 	return ps
@@ -108,11 +117,13 @@ func checkTTL(t *testing.T, key string, pttl time.Duration, p0, p1 time.Time, w 
 }
 
 // TestTTLAfterRandomLoad runs a random load over all seven algorithms (many
-// keys, costs from 0 to capacity, the server's time), then scans the
-// namespace: every key has a TTL, none longer than its algorithm's time to
-// fresh plus the margin, and each expires neither before nor (beyond
-// rounding) after its state is fresh plus the margin; every key whose state
-// is not yet fresh is still there.
+// keys, costs from 0 to capacity, the server's time; under a debt
+// allowance, one decision in three a charge, of up to twice the capacity
+// and the allowance), then scans the namespace: every key has a TTL, none
+// longer than its algorithm's time to fresh (its debt paid) plus the
+// margin, and each expires neither before nor (beyond rounding) after its
+// state is fresh plus the margin; every key whose state is not yet fresh is
+// still there.
 func TestTTLAfterRandomLoad(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
@@ -140,13 +151,17 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(w)))
 			for time.Now().Before(end) {
 				p := ps[r.IntN(len(ps))]
-				key := fmt.Sprintf("%s:%d/%d/%d:%d", p.Kind, p.Rate, p.Period, p.Burst, r.IntN(keysPer))
+				key := fmt.Sprintf("%s:%d/%d/%d/%d:%d", p.Kind, p.Rate, p.Period, p.Burst, p.Debt, r.IntN(keysPer))
 				cost := r.Int64N(p.Capacity() + 1)
 				if r.IntN(3) == 0 {
 					cost = min(cost, 1)
 				}
+				decide := take
+				if p.Debt > 0 && r.IntN(3) == 0 {
+					decide, cost = charge, r.Int64N(2*(p.Capacity()+p.Debt)+1)
+				}
 				start := time.Now()
-				res, err := take(ctx, st, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
+				res, err := decide(ctx, st, storelink.Request{Key: key, Params: p, Cost: cost, MaxDelay: algo.Never})
 				stop := time.Now()
 				if err != nil {
 					t.Errorf("%s: %v", key, err)
@@ -224,7 +239,9 @@ func TestTTLAfterRandomLoad(t *testing.T) {
 // TestTTLIdleKeyExpires leaves a key of each algorithm idle after one
 // decision and polls it: it stays until its state is fresh plus the margin
 // (200ms periods, WithTTLMargin(100ms)) and is gone right after, and the
-// next decision is a fresh key's.
+// next decision is a fresh key's. A key charged into debt stays until its
+// debt is paid and it is fresh (plus the margin), three times as long as
+// it would without the debt.
 func TestTTLIdleKeyExpires(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
@@ -241,13 +258,22 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 		{Kind: algo.FixedWindow, Rate: 3, Period: 200_000},
 		{Kind: algo.SlidingWindow, Rate: 3, Period: 200_000},
 		{Kind: algo.SlidingLog, Rate: 3, Period: 200_000},
+		// Charged the capacity and the debt: fresh in 900ms, 600ms.
+		{Kind: algo.TokenBucket, Rate: 2, Period: 200_000, Burst: 3, Debt: 6},
+		{Kind: algo.GCRA, Rate: 2, Period: 200_000, Burst: 3, Debt: 6},
+		{Kind: algo.FixedWindow, Rate: 3, Period: 200_000, Debt: 6},
+		{Kind: algo.AlignedWindow, Rate: 3, Period: 200_000, Debt: 6},
 	} {
-		t.Run(p.Kind.String(), func(t *testing.T) {
+		name, decide := p.Kind.String(), take
+		if p.Debt > 0 {
+			name, decide = name+"/debt", charge
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			key := p.Kind.String()
-			req := storelink.Request{Key: key, Params: p, Cost: p.Capacity(), MaxDelay: algo.Never}
+			key := name
+			req := storelink.Request{Key: key, Params: p, Cost: p.Capacity() + p.Debt, MaxDelay: algo.Never}
 			start := time.Now()
-			res, err := take(ctx, st, req)
+			res, err := decide(ctx, st, req)
 			stop := time.Now()
 			if err != nil || !res.Allowed {
 				t.Fatalf("%+v, %v", res, err)
@@ -278,8 +304,11 @@ func TestTTLIdleKeyExpires(t *testing.T) {
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
+			if p.Debt > 0 && res.Remaining != -p.Debt {
+				t.Errorf("the charge left %+v, want a debt of %d", res, p.Debt)
+			}
 			// What follows is a fresh key's decision.
-			got, err := take(ctx, st, req)
+			got, err := decide(ctx, st, req)
 			if err != nil || !got.Allowed || got.Remaining != res.Remaining {
 				t.Errorf("after expiry: %+v, %v; want a fresh key's %+v", got, err, res)
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,21 +19,14 @@ import (
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	yaml "go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/envoytest"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
@@ -668,18 +660,9 @@ func TestComposeExample(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var raw any
-	readYAML(t, filepath.Join(dir, "envoy.yaml"), &raw)
-	js, err := json.Marshal(raw)
+	boot, err := envoytest.Bootstrap(filepath.Join(dir, "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var boot bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &boot); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
-	}
-	if err := validateAll(&boot); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
 	}
 	_, grpcPort, _ := strings.Cut(flags["grpc"], ":")
 	var cluster string
@@ -693,7 +676,7 @@ func TestComposeExample(t *testing.T) {
 	if want := "sluice:" + grpcPort; cluster != want {
 		t.Errorf("Envoy's sluice cluster is %q: compose's sluice listens on %s", cluster, want)
 	}
-	js, _ = protojson.Marshal(&boot)
+	js, _ := protojson.Marshal(boot)
 	var flat map[string]any
 	_ = json.Unmarshal(js, &flat)
 	domains := map[string]bool{}
@@ -735,50 +718,4 @@ func walkJSON(v any, f func(string, any)) {
 			walkJSON(x, f)
 		}
 	}
-}
-
-// validateAll runs m's protoc-gen-validate rules and those of every
-// message packed in an Any inside it (typed_config), which its own rules
-// do not reach.
-func validateAll(m proto.Message) error {
-	if v, ok := m.(interface{ ValidateAll() error }); ok {
-		if err := v.ValidateAll(); err != nil {
-			return err
-		}
-	}
-	var err error
-	var walk func(protoreflect.Message)
-	walk = func(pm protoreflect.Message) {
-		pm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-				return true
-			}
-			each := func(x protoreflect.Value) {
-				if a, ok := x.Message().Interface().(*anypb.Any); ok {
-					inner, e := a.UnmarshalNew()
-					if e == nil {
-						e = validateAll(inner)
-					}
-					err = errors.Join(err, e)
-					return
-				}
-				walk(x.Message())
-			}
-			switch {
-			case fd.IsList():
-				for i := range v.List().Len() {
-					each(v.List().Get(i))
-				}
-			case fd.IsMap():
-				if fd.MapValue().Kind() == protoreflect.MessageKind {
-					v.Map().Range(func(_ protoreflect.MapKey, x protoreflect.Value) bool { each(x); return true })
-				}
-			default:
-				each(v)
-			}
-			return true
-		})
-	}
-	walk(m.ProtoReflect())
-	return err
 }

@@ -14,7 +14,7 @@ import "slices"
 func StepHeadroom(p *Params, s *State, now, cost, headroom, maxDelay int64, d *Decision) {
 	if headroom == 0 || cost == 0 {
 		StepTo(p, s, now, cost, maxDelay, d)
-		d.Remaining = classRemaining(d.Remaining, headroom)
+		d.Remaining = ClassRemaining(d.Remaining, headroom)
 		return
 	}
 	probe := *s
@@ -28,13 +28,13 @@ func StepHeadroom(p *Params, s *State, now, cost, headroom, maxDelay int64, d *D
 	} else {
 		d.FreshAt = 0 // *s stands: its own FreshAt does
 	}
-	d.Remaining = classRemaining(d.Remaining, headroom)
+	d.Remaining = ClassRemaining(d.Remaining, headroom)
 }
 
-// classRemaining is what a class leaving headroom units may still spend of
+// ClassRemaining is what a class leaving headroom units may still spend of
 // remaining: less headroom, at least 0; a debt (remaining < 0) is the
 // key's, whatever the class.
-func classRemaining(remaining, headroom int64) int64 {
+func ClassRemaining(remaining, headroom int64) int64 {
 	if remaining < 0 {
 		return remaining
 	}

@@ -10,9 +10,15 @@
 //     walk of X-Forwarded-For and Forwarded from the right) and its IPv6
 //     grouping;
 //   - quota.go: a limit's draft-11 q and w, and rounding up to seconds;
-//   - rule.go: a checked policy, its counts (Stats) and its share of a
-//     request (Part);
-//   - refund.go: what an admitted request spent, and giving it back;
+//   - rule.go: a checked policy, its counts (Stats);
+//   - part.go: a policy's share of a request (Part), and deciding a
+//     request's parts as one composite (Take), a counting rule's part by a
+//     look;
+//   - refund.go: what an admitted request spent (Spend), and giving it
+//     back;
+//   - settle.go: what the handler charged (Charge), and settling a
+//     request's Spends once its response says what it used or whether it
+//     counts (Settle);
 //   - fields.go: the RateLimit-Policy and RateLimit fields of
 //     draft-ietf-httpapi-ratelimit-headers-11.
 //

@@ -12,11 +12,16 @@ import (
 // Part is one policy's share of a request: its rule, the store key (the
 // rule's KeyPrefix and the request's key), what the request spends and
 // what it leaves for higher classes (Rule.HeadroomFor).
+//
+// A counting rule's part (Rule.Counts) only looks when Take decides it:
+// Cost is what Settle charges if the outcome counts. Taken reports that
+// Take spent its Cost after all (see Take).
 type Part struct {
 	Rule     *Rule
 	Key      string
 	Cost     int64
 	Headroom int64
+	Taken    bool
 }
 
 // RequestKey is the request's key, without the store prefix.
@@ -27,9 +32,18 @@ func (p *Part) RequestKey() string { return p.Key[len(p.Rule.KeyPrefix):] }
 // class's Remaining) never exceeds it.
 func (p *Part) Quota() int64 { return p.Rule.Q - p.Headroom }
 
-// Sluice is p as a part of a composite on the Limiter.
+// Sluice is p as a part of a composite on the Limiter: a counting rule's
+// part, a look.
 func (p *Part) Sluice() sluice.Part {
-	return sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost, Headroom: p.Headroom}
+	return sluice.Part{Key: p.Key, Limit: p.Rule.Limit, Cost: p.takeCost(), Headroom: p.Headroom}
+}
+
+// takeCost is what Take spends on p: nothing for a counting rule's look.
+func (p *Part) takeCost() int64 {
+	if p.Rule.Counts && !p.Taken {
+		return 0
+	}
+	return p.Cost
 }
 
 // Record counts outcome o for each part's rule and reports it to obs (nil
@@ -82,6 +96,10 @@ func RefusedNames(ps []Part, each []sluice.Result) []string {
 // writes each part's own result at the decision into each[i] (each may be
 // nil when ps is one part). With timed, it returns how long the store
 // took; without, it reads no clock.
+//
+// A counting rule's part only looks, and refuses when its class could not
+// spend Cost now (Remaining < Cost: the key is spent or in debt): see
+// looks.
 func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Result, timed bool) (sluice.Result, time.Duration, error) {
 	var start time.Time
 	if timed {
@@ -91,7 +109,7 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 	var err error
 	switch {
 	case len(ps) == 1 && ps[0].Headroom == 0: // a composite of one is a Take, without the parts
-		res, err = lim.Take(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].Cost)
+		res, err = lim.Take(ctx, ps[0].Key, ps[0].Rule.Limit, ps[0].takeCost())
 		if each != nil {
 			each[0] = res
 		}
@@ -105,6 +123,14 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 		*buf = [2]sluice.Part{} // hold no keys in the pool
 		sluiceParts.Put(buf)
 	}
+	if err == nil && !res.Degraded && counting(ps) {
+		one := [1]sluice.Result{res}
+		e := each
+		if e == nil { // one part: its result is the summary
+			e = one[:]
+		}
+		res, err = looks(ctx, lim, ps, e, res)
+	}
 	var lat time.Duration
 	if timed {
 		lat = time.Since(start)
@@ -116,3 +142,98 @@ func Take(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Res
 // Limiter hands it to its store, an interface), and the Limiter keeps no
 // reference to it once TakeAll returns.
 var sluiceParts = sync.Pool{New: func() any { return new([2]sluice.Part) }}
+
+// counting reports whether a part of ps is a counting rule's.
+func counting(ps []Part) bool {
+	for i := range ps {
+		if ps[i].Rule.Counts {
+			return true
+		}
+	}
+	return false
+}
+
+// looks finishes a decided composite (res, each[i] part i's result) whose
+// counting parts only looked: a look whose class could not spend its Cost
+// now (Remaining < Cost: the key is spent, or in debt) refuses the
+// request. Its refusal is a take of its Cost, which spends nothing when
+// refused and says when the part could pass (a debt: when it is paid). If
+// that take passes after all (the key refilled in between), the part has
+// spent its Cost (Taken) and refuses nothing. A request a look refuses
+// gives back what the composite spent on every part that can give back; a
+// sliding or leaky part's units stay spent. looks returns the summary,
+// folded again from each.
+func looks(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Result, res sluice.Result) (sluice.Result, error) {
+	looked, short := false, false
+	for i := range ps {
+		p := &ps[i]
+		if !p.Rule.Counts || each[i].Remaining >= p.Cost {
+			continue
+		}
+		var r sluice.Result
+		var err error
+		if p.Headroom == 0 {
+			r, err = lim.Take(ctx, p.Key, p.Rule.Limit, p.Cost)
+		} else {
+			one := [1]sluice.Part{{Key: p.Key, Limit: p.Rule.Limit, Cost: p.Cost, Headroom: p.Headroom}}
+			r, err = lim.TakeAll(ctx, one[:], nil)
+		}
+		if err != nil {
+			giveBack(ctx, lim, ps, each, res.Allowed)
+			return sluice.Result{}, err
+		}
+		if r.Degraded { // the store's failure policy answered: the look stands
+			continue
+		}
+		looked = true
+		each[i] = r
+		p.Taken = r.Allowed
+		short = short || !r.Allowed
+	}
+	if !looked {
+		return res, nil
+	}
+	if short || !res.Allowed {
+		giveBack(ctx, lim, ps, each, res.Allowed)
+	}
+	return fold(each, res.Allowed && !short), nil
+}
+
+// giveBack gives back what a refused request's composite spent: on every
+// part when it had admitted it (all), else only what the counting parts'
+// takes spent (looks). A part that cannot give back (a sliding or leaky
+// one), or whose refund the store fails, keeps its units spent.
+func giveBack(ctx context.Context, lim *sluice.Limiter, ps []Part, each []sluice.Result, all bool) {
+	for i := range ps {
+		p := &ps[i]
+		c := p.takeCost()
+		if c <= 0 || !all && !p.Taken {
+			continue
+		}
+		p.Taken = false
+		if _, err := lim.Refund(ctx, p.Key, p.Rule.Limit, c, sluice.Result{Window: each[i].Window}); err == nil {
+			each[i].Remaining = min(each[i].Remaining+c, p.Quota())
+		}
+		each[i].Delay = 0
+	}
+}
+
+// fold is the summary of a composite whose parts' results are each,
+// allowed or not, as sluice.Limiter.TakeAll folds them.
+func fold(each []sluice.Result, allowed bool) sluice.Result {
+	r := sluice.Result{Allowed: allowed, Remaining: each[0].Remaining}
+	for i := range each {
+		e := &each[i]
+		r.Remaining = min(r.Remaining, e.Remaining)
+		r.ResetAfter = max(r.ResetAfter, e.ResetAfter)
+		if allowed {
+			r.Delay = max(r.Delay, e.Delay)
+		} else if !e.Allowed {
+			r.RetryAfter = max(r.RetryAfter, e.RetryAfter)
+		}
+	}
+	if len(each) == 1 {
+		r.Window = each[0].Window
+	}
+	return r
+}

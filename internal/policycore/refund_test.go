@@ -53,9 +53,9 @@ func TestTakeAndRefund(t *testing.T) {
 	if each[0].Remaining != 6 || each[1].Remaining != 6 || each[1].Window == 0 || each[3].Remaining != 10 {
 		t.Fatalf("each part's own result: %+v", each)
 	}
-	cs := policycore.AppendCharges(nil, ps, each)
+	cs := policycore.AppendSpends(nil, ps, each)
 	if len(cs) != 3 {
-		t.Fatalf("%d charges, want 3 (a part that spent nothing has none)", len(cs))
+		t.Fatalf("%d spends, want 3 (a part that spent nothing has none)", len(cs))
 	}
 
 	found, err := policycore.Refund(ctx, lim, cs, "", 3)
@@ -76,7 +76,7 @@ func TestTakeAndRefund(t *testing.T) {
 		t.Errorf("after refunding tb: %d and %d left, want 10 and 9", l1, l2)
 	}
 	if found, _ := policycore.Refund(ctx, lim, cs, "nope", 1); found {
-		t.Error("a name no charge has was found")
+		t.Error("a name no spend has was found")
 	}
 
 	// The window's last unit, once the window has ended, goes nowhere:
@@ -93,7 +93,7 @@ func TestTakeAndRefund(t *testing.T) {
 	}
 }
 
-// TestConcurrentRefunds: refunds at once of one request's charges give back
+// TestConcurrentRefunds: refunds at once of one request's spends give back
 // what it spent, never more (run with -race).
 func TestConcurrentRefunds(t *testing.T) {
 	ctx := context.Background()
@@ -105,7 +105,7 @@ func TestConcurrentRefunds(t *testing.T) {
 	if res, _, err := policycore.Take(ctx, lim, ps, each, true); err != nil || !res.Allowed {
 		t.Fatalf("take: %+v, %v", res, err)
 	}
-	cs := policycore.AppendCharges(nil, ps, each)
+	cs := policycore.AppendSpends(nil, ps, each)
 	// Another request spends the other 400: a refund beyond the 600 would
 	// show as more than 600 left.
 	if res, err := lim.Take(ctx, tb.KeyPrefix+"k", tb.Limit, 400); err != nil || !res.Allowed {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/observe"
 )
 
@@ -20,9 +21,16 @@ type Rule struct {
 	// Headroom is kept for critical requests (priority classes): the
 	// others pass only while Headroom units would stay after them (see
 	// sluice.Part.Headroom). 0 ≤ Headroom < Q.
-	Headroom  int64
-	Shadow    bool
-	Optional  bool
+	Headroom int64
+	Shadow   bool
+	Optional bool
+	// Settles: what a request actually used is read once its response is
+	// known (the door's Policy.Used), and its Spend settled to it (Settle).
+	Settles bool
+	// Counts: counting by outcome (the door's Policy.Count). The request's
+	// part only looks before the handler (Take) and is charged its Cost
+	// afterwards when the response's outcome counts (Settle).
+	Counts    bool
 	KeyPrefix string // KeyPrefix(the door's prefix, Name)
 	Q, W      int64  // Quota(Limit)
 	counts    counts
@@ -43,7 +51,8 @@ type Checker struct {
 }
 
 // Check checks r, the next policy, as its door's Policy gave it (Name,
-// Limit, Cost, Headroom, Shadow, Optional), and fills in the rest: a Cost of 0 is 1,
+// Limit, Cost, Headroom, Shadow, Optional, Settles, Counts), and fills in
+// the rest: a Cost of 0 is 1,
 // KeyPrefix, Q and W. costFunc says that a function reads each request's
 // cost, so that Cost need not fit the limit's capacity. The error names
 // the policy; the door says where it comes from.
@@ -62,6 +71,13 @@ func (c *Checker) Check(r *Rule, costFunc bool) error {
 	c.seen[r.Name] = true
 	if err := r.Limit.Validate(); err != nil {
 		return fmt.Errorf("policy %q: %w", r.Name, err)
+	}
+	if (r.Settles || r.Counts) && !algo.Chargeable(algo.Kind(r.Limit.Algorithm)) {
+		what := "charging what was used (Used)"
+		if r.Counts {
+			what = "counting by outcome (Count)"
+		}
+		return fmt.Errorf("policy %q: %s needs an algorithm that can be charged (token-bucket, gcra, fixed-window or aligned-window), not %s", r.Name, what, r.Limit.Algorithm)
 	}
 	switch {
 	case r.Cost < 0:

@@ -8,8 +8,8 @@
 -- ARGV     TTL margin (µs), the number of requests, then per request: now
 --          (µs, -1 for the server's TIME, read once for the script), its
 --          number of limits, then per limit: kind, rate, period (µs), burst,
---          cost, max delay (µs, -1 for none), headroom (units the part
---          leaves to higher classes: class.lua)
+--          debt allowance, cost, max delay (µs, -1 for none), headroom
+--          (units the part leaves to higher classes: class.lua)
 -- reply    per request, one decision per limit (see decision in the
 --          prelude), flattened; in a refused request, a part that granted
 --          reports a look (cost 0) at its key, since nothing was spent, and
@@ -25,21 +25,21 @@ local function steps_of(n, k, a)
   local ds, writes, fresh, lims, st = {}, {}, {}, {}, {}
   local all = true
   for i = 1, n do
-    local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), delay_bound(tonumber(ARGV[a + 6])), tonumber(ARGV[a + 7])}
+    local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), delay_bound(tonumber(ARGV[a + 7])), tonumber(ARGV[a + 8])}
     lims[i] = l
     -- Each part's state, loaded once, kept flat in st (7 values a part):
     -- a refused request looks at it again below.
     local j = 7 * (i - 1)
     st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] = load(KEYS[k + i])
-    ds[i], writes[i], fresh[i] = class_step(l[1], l[2], l[3], l[4], tonumber(ARGV[a + 5]), l[5], l[6], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
+    ds[i], writes[i], fresh[i] = class_step(l[1], l[2], l[3], l[4], l[5], tonumber(ARGV[a + 6]), l[6], l[7], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
     all = all and ds[i][1] == 1
-    a = a + 7
+    a = a + 8
   end
   if not all then
     for i = 1, n do
       if ds[i][1] == 1 then
         local l, j = lims[i], 7 * (i - 1)
-        local look, _, f = class_step(l[1], l[2], l[3], l[4], 0, l[5], l[6], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
+        local look, _, f = class_step(l[1], l[2], l[3], l[4], l[5], 0, l[6], l[7], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
         ds[i], fresh[i] = look, f
       end
     end
@@ -82,7 +82,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
     end
   end
-  a = a + 7 * n
+  a = a + 8 * n
   for i = 1, n do
     local d = code and failed(code) or ds[i]
     reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] = d[1], d[2], d[3], d[4], d[5], d[6]

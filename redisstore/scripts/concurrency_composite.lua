@@ -6,8 +6,8 @@
 -- KEYS     the hold key, then one key per part; all in one cluster slot
 -- ARGV     TTL margin (µs), now (µs, -1 for the server's TIME), the hold's
 --          limit, lifetime (µs), units and id, the number of parts, then
---          per part: kind, rate, period (µs), burst, cost, max delay (µs,
---          -1 for none), headroom (class.lua)
+--          per part: kind, rate, period (µs), burst, debt allowance, cost,
+--          max delay (µs, -1 for none), headroom (class.lua)
 -- reply    the hold's decision (as concurrency_main.lua's), then one
 --          decision per part (see decision in the prelude), flattened; in a
 --          refusal, a part that granted reports a look, and the hold, if
@@ -24,13 +24,13 @@ local function run(n)
   local ds, writes, fresh, lims, st = {}, {}, {}, {}, {}
   local all, a = ld[1] == 1, 7
   for i = 1, n do
-    local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), delay_bound(tonumber(ARGV[a + 6])), tonumber(ARGV[a + 7])}
+    local l = {steps[tonumber(ARGV[a + 1])], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), delay_bound(tonumber(ARGV[a + 7])), tonumber(ARGV[a + 8])}
     lims[i] = l
     local j = 7 * (i - 1)
     st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] = load(KEYS[1 + i])
-    ds[i], writes[i], fresh[i] = class_step(l[1], l[2], l[3], l[4], tonumber(ARGV[a + 5]), l[5], l[6], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
+    ds[i], writes[i], fresh[i] = class_step(l[1], l[2], l[3], l[4], l[5], tonumber(ARGV[a + 6]), l[6], l[7], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
     all = all and ds[i][1] == 1
-    a = a + 7
+    a = a + 8
   end
   if all then
     for i = 1, n do
@@ -44,7 +44,7 @@ local function run(n)
   for i = 1, n do
     if ds[i][1] == 1 then
       local l, j = lims[i], 7 * (i - 1)
-      local look, _, f = class_step(l[1], l[2], l[3], l[4], 0, l[5], l[6], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
+      local look, _, f = class_step(l[1], l[2], l[3], l[4], l[5], 0, l[6], l[7], st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7])
       ds[i], fresh[i] = look, f
     end
     store(KEYS[1 + i], nil, fresh[i])

@@ -51,15 +51,15 @@ local function guarded_clock(t)
 end
 
 -- One decision, load, step then write: what guarded runs under pcall.
-local function step_and_store(step, key, rate, period, burst, cost, bound)
-  local d, fields, fresh_at = step(rate, period, burst, cost, bound, load(key))
+local function step_and_store(step, key, rate, period, burst, debt, cost, bound)
+  local d, fields, fresh_at = step(rate, period, burst, debt, cost, bound, load(key))
   store(key, fields, fresh_at)
   return d
 end
 
 -- One decision at now: its reply, or failed(code) when it raised.
-local function guarded(step, key, rate, period, burst, cost, bound)
-  local ok, d = pcall(step_and_store, step, key, rate, period, burst, cost, bound)
+local function guarded(step, key, rate, period, burst, debt, cost, bound)
+  local ok, d = pcall(step_and_store, step, key, rate, period, burst, debt, cost, bound)
   if not ok then
     return failed(failure_code(d, false))
   end

@@ -1,7 +1,7 @@
 -- leaky-bucket: the mirror of internal/algo/leaky_bucket.go. Fields: the time the
 -- queue is empty again, D = a + b/rate µs, the latest time the key was seen
 -- (a clock that went back is read then); then the rate and period.
-steps[3] = function(rate, period, burst, cost, max_delay, k, a, b, c, r, p, raw)
+steps[3] = function(rate, period, burst, _, cost, max_delay, k, a, b, c, r, p, raw)
   local qs = burst * period
   local t, du, dr, bs
   if k == 3 and r == rate and p == period then

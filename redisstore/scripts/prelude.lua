@@ -10,15 +10,29 @@
 
 -- now is the decision's time (µs) and margin the TTL margin (µs); the main
 -- sets them. steps[kind] is each algorithm's step, the twin of its Go step
--- in package algo: step(rate, period, burst, cost, max_delay, ...) over the
--- state the main loaded (the values of load: kind, a, b, c, rate, period,
--- raw), as the Go step works on a State. It returns the decision, the fields
--- to store (nil: store nothing) and the time the state is equivalent to
--- fresh; the main stores them (store). The Go step updates its State in
--- place instead: a Lua table per decision would cost the server more than
--- the values.
+-- in package algo: step(rate, period, burst, debt, cost, max_delay, ...)
+-- over the state the main loaded (the values of load: kind, a, b, c, rate,
+-- period, raw), as the Go step works on a State; debt is the limit's debt
+-- allowance (0 but under the algorithms that can carry one). It returns
+-- the decision, the fields to store (nil: store nothing) and the time the
+-- state is equivalent to fresh; the main stores them (store). The Go step
+-- updates its State in place instead: a Lua table per decision would cost
+-- the server more than the values. charges[kind] is the charge of
+-- token-bucket, gcra, fixed-window and aligned-window (algo.Charge):
+-- charge(rate, period, burst, debt, units, ...) for units > 0, the same
+-- returns, always fields to store.
 local now, margin
-local steps = {}
+local steps, charges = {}, {}
+
+-- A charge of units under kind at now (algo.Charge): charges[kind], or a
+-- query (the step of cost 0) for units 0. The values after units are the
+-- state load returned.
+local function charge(kind, rate, period, burst, debt, units, ...)
+  if units == 0 then
+    return steps[kind](rate, period, burst, debt, 0, huge, ...)
+  end
+  return charges[kind](rate, period, burst, debt, units, ...)
+end
 
 -- A max delay argument (µs), -1 for none.
 local function delay_bound(x)

@@ -3,7 +3,8 @@
 -- aligned-window): cost units and, when
 -- they pass, up to want − cost more, never more than a look at the key
 -- (cost 0) finds available. One script, so no other take comes between the
--- look and the take.
+-- look and the take. A limit with a debt allowance takes no slices: the
+-- steps read the allowance 0.
 -- KEYS[1]  the key
 -- ARGV     kind, rate, period (µs), burst, cost, want, now (µs, -1 for the
 --          server's TIME), TTL margin (µs)
@@ -24,12 +25,12 @@ local cost, want = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local function take_slice()
   local k, a, b, c, r, p, raw = load(KEYS[1])
-  local look = step(rate, period, burst, 0, huge, k, a, b, c, r, p, raw)
+  local look = step(rate, period, burst, 0, 0, huge, k, a, b, c, r, p, raw)
   local n = min(max(want, cost), look[2])
   if n < cost then
     n = cost
   end
-  local d, fields, fresh_at = step(rate, period, burst, n, huge, k, a, b, c, r, p, raw)
+  local d, fields, fresh_at = step(rate, period, burst, 0, n, huge, k, a, b, c, r, p, raw)
   store(KEYS[1], fields, fresh_at)
   d[7], d[8] = d[1] == 1 and n or 0, now
   return d

@@ -1,7 +1,7 @@
 -- sliding-log: the mirror of internal/algo/sliding_log.go. Fields: the rate and
 -- period, then the admitted requests of the trailing period as time, cost
 -- pairs, oldest first; requests in the same µs share a pair.
-steps[6] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
+steps[6] = function(rate, period, burst, _, cost, _, k, a, b, c, r, p, raw)
   local t = now
   local log = {}
   local w = period

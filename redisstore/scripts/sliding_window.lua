@@ -1,7 +1,7 @@
 -- sliding-window: the mirror of internal/algo/sliding_window.go. Fields: the current
 -- window's index, the previous and current counts; then the rate and the
 -- window length.
-steps[5] = function(rate, period, burst, cost, _, k, a, b, c, r, p, raw)
+steps[5] = function(rate, period, burst, _, cost, _, k, a, b, c, r, p, raw)
   local t, w = now, period
   local kk = fdiv(t, w)
   local prev, cur = 0, 0

@@ -38,10 +38,9 @@ func TestRatesOnly(t *testing.T) {
 	storetest.Run(t, func(*testing.T) store.Store { return ratesOnly{newMapStore()} })
 }
 
-// noCharges is mapStore as a store that has not learnt charges yet
-// (redisstore, until its scripts mirror algo.Charge): it answers a Charge,
-// and any op under a limit with a debt allowance, with
-// errors.ErrUnsupported.
+// noCharges is mapStore as a store that has not learnt charges (as an
+// outside store may not have): it answers a Charge, and any op under a
+// limit with a debt allowance, with errors.ErrUnsupported.
 type noCharges struct{ *mapStore }
 
 func (s noCharges) Run(ctx context.Context, ops []store.Op) {

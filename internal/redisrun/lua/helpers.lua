@@ -24,8 +24,9 @@ local function clock(t)
   return server_time
 end
 
--- ⌊a/b⌋ for 0 ≤ a, 0 < b below 2^53: the double quotient, corrected by one.
--- (Go's integer division needs no correction: here a / b is a double.)
+-- ⌊a/b⌋ for |a| and 0 < b below 2^53: the double quotient, corrected by
+-- one. A negative a floors toward −∞ (a debt's remaining: −⌈−a/b⌉). (Go's
+-- integer division needs no correction: here a / b is a double.)
 local function fdiv(a, b)
   local q = floor(a / b)
   if q * b > a then

@@ -328,7 +328,9 @@ func replayUsage(fs *flag.FlagSet) func(io.Writer) {
 		fmt.Fprint(w, `Usage: sluice replay --limit RATE/PERIOD [--algorithm ALGO] [--burst B] [--store memory|redis://HOST:PORT/DB] [--prefix P] [--summary] < trace.jsonl > decisions.jsonl
 
 Reads one request a line, {"t_us": 1764000000000000, "key": "user:1", "cost": 1}
-(cost defaults to 1), decides each at its t_us, and writes one line per request:
+(cost defaults to 1; "charge": N in place of cost charges N units whatever the
+key has, never refused, leaving it in debt up to the limit's allowance:
+--limit "1000/1m debt 5000"), decides each at its t_us, and writes one line per request:
 its fields plus allowed, remaining, retry_after_us, reset_after_us, delay_us, or
 plus "error" for a request that could never pass. Time comes from the trace only,
 also in Redis, where each decision runs at the trace's time. t_us and cost are
@@ -395,11 +397,16 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 		return buf, fmt.Errorf("line %d: a line with a key needs --limit RATE/PERIOD (or give it \"parts\", each with its limit)", req.Line)
 	}
 	p := rp.p
-	if err := storelink.Check(req.Key, &p, req.Cost); err != nil {
+	op := store.Op{Kind: store.Take, Key: req.Key, Limit: storelink.LimitOf(&p), Cost: req.Cost, MaxDelay: store.Never}
+	check := storelink.Check
+	if req.Charge {
+		op.Kind, check = store.Charge, storelink.CheckCharge
+	}
+	if err := check(req.Key, &p, req.Cost); err != nil {
 		rp.tally.fail(req.Key)
 		return trace.AppendError(buf, req, err), nil
 	}
-	d, err := runat.Run(ctx, rp.store, store.Op{Kind: store.Take, Key: req.Key, Limit: storelink.LimitOf(&p), Cost: req.Cost, MaxDelay: store.Never}, req.T)
+	d, err := runat.Run(ctx, rp.store, op, req.T)
 	if errors.Is(err, sluice.ErrInvalidTime) { // t_us 0 on Redis: a line's error
 		rp.tally.fail(req.Key)
 		return trace.AppendError(buf, req, err), nil
@@ -407,7 +414,11 @@ func (rp *replayer) key(ctx context.Context, buf []byte, req trace.Request) ([]b
 	if err != nil {
 		return buf, fmt.Errorf("line %d: %w", req.Line, err)
 	}
-	rp.tally.add(req.Key, req.T, req.Cost, d)
+	if req.Charge {
+		rp.tally.charge(req.Key, req.Cost)
+	} else {
+		rp.tally.add(req.Key, req.T, req.Cost, d)
+	}
 	return trace.AppendDecision(buf, req, d), nil
 }
 
@@ -470,6 +481,7 @@ type tally struct {
 
 type keyTally struct {
 	allowed, denied, errors, units int64
+	charged                        int64   // units of the charges (charge lines), never refused
 	admitted                       []event // when admitted units proceed
 }
 
@@ -494,6 +506,9 @@ func (t *tally) key(k string) *keyTally {
 }
 
 func (t *tally) fail(k string) { t.key(k).errors++ }
+
+// charge counts a charge line's units: it neither passes nor is refused.
+func (t *tally) charge(k string, units int64) { t.key(k).charged += units }
 
 func (t *tally) add(k string, now, cost int64, d store.Decision) {
 	kt := t.key(k)
@@ -531,17 +546,32 @@ func (t *tally) print(w io.Writer) {
 	}
 	slices.Sort(names)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "key\tallowed\tdenied\terrors\tunits\tpeak/%s\t\n", time.Duration(t.periodUS)*time.Microsecond)
 	var all keyTally
 	for _, k := range names {
+		all.charged += t.keys[k].charged
+	}
+	// A trace with charge lines has a column of the units they charged.
+	row := func(name string, kt *keyTally) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t", name, kt.allowed, kt.denied, kt.errors, kt.units)
+		if all.charged > 0 {
+			fmt.Fprintf(tw, "%d\t", kt.charged)
+		}
+		fmt.Fprintf(tw, "%d\t\n", peak(kt.admitted, t.periodUS))
+	}
+	header := "key\tallowed\tdenied\terrors\tunits\t"
+	if all.charged > 0 {
+		header += "charged\t"
+	}
+	fmt.Fprintf(tw, "%speak/%s\t\n", header, time.Duration(t.periodUS)*time.Microsecond)
+	for _, k := range names {
 		kt := t.keys[k]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", strings.ReplaceAll(k, "\t", " "), kt.allowed, kt.denied, kt.errors, kt.units, peak(kt.admitted, t.periodUS))
+		row(strings.ReplaceAll(k, "\t", " "), kt)
 		all.allowed += kt.allowed
 		all.denied += kt.denied
 		all.errors += kt.errors
 		all.units += kt.units
 		all.admitted = append(all.admitted, kt.admitted...)
 	}
-	fmt.Fprintf(tw, "all %d keys\t%d\t%d\t%d\t%d\t%d\t\n", len(names), all.allowed, all.denied, all.errors, all.units, peak(all.admitted, t.periodUS))
+	row(fmt.Sprintf("all %d keys", len(names)), &all)
 	tw.Flush()
 }

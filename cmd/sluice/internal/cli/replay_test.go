@@ -67,6 +67,41 @@ func TestReplay(t *testing.T) {
 	}
 }
 
+// A charge line charges its units, never refused, leaving the key in
+// debt up to the limit's allowance; the takes wait for it, and --summary
+// counts the units charged apart.
+func TestReplayCharge(t *testing.T) {
+	in := `{"t_us": 1764000000000000, "key": "k", "charge": 4}
+{"t_us": 1764000000000000, "key": "k"}
+{"t_us": 1764000000000000, "key": "k", "charge": 9}
+{"t_us": 1764000000000000, "key": "k", "charge": 0}
+{"t_us": 1764000002500000, "key": "k"}
+`
+	code, out, errs := runCLI(t, in, "replay", "--limit", "2/1s debt 3", "--summary")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want := []string{
+		`{"t_us": 1764000000000000, "key": "k", "charge": 4,"allowed":true,"remaining":-2,"retry_after_us":0,"reset_after_us":2000000,"delay_us":0}`,
+		`{"t_us": 1764000000000000, "key": "k","allowed":false,"remaining":-2,"retry_after_us":1500000,"reset_after_us":2000000,"delay_us":0}`,
+		`{"t_us": 1764000000000000, "key": "k", "charge": 9,"allowed":false,"remaining":-3,"retry_after_us":0,"reset_after_us":2500000,"delay_us":0}`,
+		`{"t_us": 1764000000000000, "key": "k", "charge": 0,"allowed":true,"remaining":-3,"retry_after_us":0,"reset_after_us":2500000,"delay_us":0}`,
+		`{"t_us": 1764000002500000, "key": "k","allowed":true,"remaining":1,"retry_after_us":0,"reset_after_us":500000,"delay_us":0}`,
+	}
+	if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", out, strings.Join(want, "\n"))
+	}
+	if !strings.Contains(errs, "charged") || !strings.Contains(errs, "k        1       1       0      1       13        1") {
+		t.Errorf("summary:\n%s", errs)
+	}
+	// A charge under an algorithm that cannot carry a debt is the line's
+	// error.
+	code, out, _ = runCLI(t, `{"t_us": 1764000000000000, "key": "k", "charge": 1}`, "replay", "--limit", "2/1s", "--algorithm", "sliding-log")
+	if code != 0 || !strings.Contains(out, `"error":"sluice: only token-bucket`) {
+		t.Errorf("a charge on a sliding log: exit %d, %s", code, out)
+	}
+}
+
 func TestReplayMalformed(t *testing.T) {
 	for _, c := range []struct{ line, want string }{
 		{`not json`, "line 2: not a JSON object"},

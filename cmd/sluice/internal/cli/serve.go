@@ -166,7 +166,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.StringVar(&f.httpSAN, "http-tls-client-san", "", "with --http-tls-client-ca: also require the client certificate to be valid for this DNS name")
 	fs.StringVar(&f.token, "http-token", "", "bearer token every HTTP endpoint but /healthz and /readyz requires (visible in ps: prefer --http-token-file or SLUICE_HTTP_TOKEN)")
 	fs.StringVar(&f.tokenFile, "http-token-file", "", "read the HTTP bearer token from this file")
-	fs.BoolVar(&f.keyForm, "key-form", false, "let callers name budgets of their own: /v1/take, /v1/acquire, /v1/release and /v1/extend by \"key\" and \"limit\", within the limits table's units, window and lifetime (without it such calls are refused: callers spend only the configured limits)")
+	fs.BoolVar(&f.keyForm, "key-form", false, "let callers name budgets of their own: /v1/take, /v1/charge, /v1/settle, /v1/acquire, /v1/release and /v1/extend by \"key\" and \"limit\", within the limits table's units, window and lifetime (without it such calls are refused: callers spend only the configured limits)")
 	f.limits = limits.Defaults()
 	fs.Var(limitsFlag{&f.limits, map[*limits.Row]bool{}}, "limit", "raise or lower caps of the service's limits table: `NAME=VALUE`, comma-separated, the flag repeatable (docs/serve.md, \"Limits\": "+limitNames()+")")
 	for _, name := range []string{"max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"} {

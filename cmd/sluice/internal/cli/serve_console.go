@@ -41,6 +41,7 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 	go con.Sample(sampleCtx) // the slices' chart
 	o.Observer = observe.Multi(o.Observer, con)
 	o.Refused = con.Refused
+	o.Charged = con.Charged
 	o.Handler = con.Handler()
 	o.Login = con
 	o.ConsolePath = "/"
@@ -65,9 +66,9 @@ func consoleView(v serve.ConfigView) console.ConfigView {
 		if r.Name == "" {
 			name = r.Domain + "." + r.Path
 		}
-		cr := console.Rule{Domain: r.Domain, Path: r.Path, Name: name, Shadow: r.Shadow, Unlimited: r.Unlimited, Unit: r.Unit}
+		cr := console.Rule{Domain: r.Domain, Path: r.Path, Name: name, Shadow: r.Shadow, Unlimited: r.Unlimited, Unit: r.Unit, Charge: r.Charge}
 		if !r.Unlimited {
-			cr.Algorithm, cr.Rate, cr.Period, cr.Burst = r.Limit.Algorithm.String(), r.Limit.Rate, r.Limit.Period, r.Limit.Burst
+			cr.Algorithm, cr.Rate, cr.Period, cr.Burst, cr.Debt = r.Limit.Algorithm.String(), r.Limit.Rate, r.Limit.Period, r.Limit.Burst, r.Limit.Debt
 		}
 		out.Rules = append(out.Rules, cr)
 	}

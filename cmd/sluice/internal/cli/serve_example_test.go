@@ -20,8 +20,9 @@ import (
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
 
-// examples/serve/rules.yaml loads, and holds the rules its comments and the
-// README describe: a new rule there needs a case here.
+// examples/serve loads, and holds the rules the comments of rules.yaml and
+// llm.yaml and the README describe: a new rule there needs a case here.
+// (llm.yaml's calls are played by serve's TestLLMExample.)
 func TestExampleServeRules(t *testing.T) {
 	c, err := rlsconfig.Load(filepath.Join("..", "..", "..", "..", "examples", "serve"))
 	if err != nil {
@@ -35,21 +36,29 @@ func TestExampleServeRules(t *testing.T) {
 		return out
 	}
 	cases := []struct {
+		domain            string
 		desc              []rlsconfig.Entry
 		path, name, limit string
 		unlimited, shadow bool
+		charge            bool
 	}{
 		{desc: e("remote_address", "10.0.0.1"), path: "remote_address", limit: "100/1s aligned-window burst 100"},
 		{desc: e("api_key", "alice"), path: "api_key", limit: "5/1h0m0s token-bucket burst 5"},
 		{desc: e("api_key", "internal"), path: "api_key=internal", unlimited: true},
 		{desc: e("path", "/export/users", "api_key", "alice"), path: "path=/export/*/api_key", name: "exports", limit: "10/1h0m0s aligned-window burst 10"},
 		{desc: e("plan", "free", "api_key", "alice"), path: "plan=free/api_key", name: "free-plan", limit: "100/1h0m0s aligned-window burst 100", shadow: true},
+		{domain: "llm", desc: e("generic_key", "tokens", "api_key", "alice"), path: "generic_key=tokens/api_key", name: "tokens", limit: "10000/1m0s token-bucket burst 10000 debt 50000", charge: true},
+		{domain: "llm", desc: e("generic_key", "requests", "api_key", "alice"), path: "generic_key=requests/api_key", name: "requests", limit: "60/1m0s aligned-window burst 60"},
 	}
 	if n := len(c.Rules()); n != len(cases) {
 		t.Errorf("%d rules, want %d", n, len(cases))
 	}
 	for _, tc := range cases {
-		r := c.Resolve("edge", [][]rlsconfig.Entry{tc.desc})[0]
+		domain := tc.domain
+		if domain == "" {
+			domain = "edge"
+		}
+		r := c.Resolve(domain, [][]rlsconfig.Entry{tc.desc})[0]
 		if r == nil {
 			t.Errorf("%v: no rule", tc.desc)
 			continue
@@ -58,9 +67,9 @@ func TestExampleServeRules(t *testing.T) {
 		if !r.Unlimited {
 			limit = r.Limit.String()
 		}
-		if r.Path != tc.path || r.Name != tc.name || limit != tc.limit || r.Unlimited != tc.unlimited || r.Shadow != tc.shadow {
-			t.Errorf("%v: rule %s name %q limit %q unlimited %v shadow %v; want %s %q %q %v %v",
-				tc.desc, r.Path, r.Name, limit, r.Unlimited, r.Shadow, tc.path, tc.name, tc.limit, tc.unlimited, tc.shadow)
+		if r.Path != tc.path || r.Name != tc.name || limit != tc.limit || r.Unlimited != tc.unlimited || r.Shadow != tc.shadow || r.Charge != tc.charge {
+			t.Errorf("%v: rule %s name %q limit %q unlimited %v shadow %v charge %v; want %s %q %q %v %v %v",
+				tc.desc, r.Path, r.Name, limit, r.Unlimited, r.Shadow, r.Charge, tc.path, tc.name, tc.limit, tc.unlimited, tc.shadow, tc.charge)
 		}
 	}
 	// The one concurrency limit: the exports', with their rate limit.

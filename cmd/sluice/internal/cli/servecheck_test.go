@@ -13,7 +13,7 @@ import (
 // limits included, and what the per-second store cannot take.
 func TestServeCheck(t *testing.T) {
 	code, out, errs := runCLI(t, "", "serve", "--check", "--config", filepath.Join("..", "..", "..", "..", "examples", "serve"))
-	if code != 0 || out != "configuration OK: 1 domains, 5 rules, 1 concurrency limits, from 1 files\nserve would listen on gRPC 127.0.0.1:8081 and HTTP 127.0.0.1:8080, over memory\n" {
+	if code != 0 || out != "configuration OK: 2 domains, 7 rules, 1 concurrency limits, from 2 files\nserve would listen on gRPC 127.0.0.1:8081 and HTTP 127.0.0.1:8080, over memory\n" {
 		t.Fatalf("examples/serve: exit %d, %q %q", code, out, errs)
 	}
 	dir := t.TempDir()
@@ -102,7 +102,7 @@ func TestServeEnvDefaults(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "configuration OK: 1 domains, 5 rules, 1 concurrency limits, from 1 files\nserve would listen on gRPC 0.0.0.0:9081 and HTTP 0.0.0.0:9080, over memory\n"},
+		{nil, "configuration OK: 2 domains, 7 rules, 1 concurrency limits, from 2 files\nserve would listen on gRPC 0.0.0.0:9081 and HTTP 0.0.0.0:9080, over memory\n"},
 		{[]string{"--grpc", "127.0.0.1:7081", "--config", ""}, "configuration OK: 0 domains, 0 rules, 0 concurrency limits, from 0 files\nserve would listen on gRPC 127.0.0.1:7081 and HTTP 0.0.0.0:9080, over memory\n"},
 	} {
 		code, out, errs := runCLI(t, "", append([]string{"serve", "--check"}, c.args...)...)
@@ -116,7 +116,7 @@ func TestServeEnvDefaults(t *testing.T) {
 	t.Setenv("REDIS_URL", "127.0.0.1:1")
 	t.Setenv("GRPC_PORT", "7081")
 	code, out, errs := runCLI(t, "", "serve", "--check", "--envoy-env")
-	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "5 rules") {
+	if want := "serve would listen on gRPC 0.0.0.0:7081 and HTTP 0.0.0.0:8080, over redis://127.0.0.1:1"; code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "7 rules") {
 		t.Errorf("--envoy-env: exit %d, %q %q; want envoy's settings over the environment's defaults: %q", code, out, errs, want)
 	}
 }

@@ -38,7 +38,7 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	noColor := fs.Bool("no-color", false, "no ANSI colors (the default when stdout is not a terminal or NO_COLOR is set)")
 	steps := fs.Bool("steps", false, "walk one key through one algorithm (--algorithm) request by request: the state before and after, the arithmetic and the decision of each step")
 	fs.StringVar(&lf.algorithm, "algorithm", "token-bucket", "with --steps: the algorithm walked, one of the seven above")
-	requests := fs.String("requests", "", "with --steps: the requests, as offsets from a start, xN for N at once, cost=N (default \""+sim.DefaultWalk+"\"); --trace walks a trace's first key instead")
+	requests := fs.String("requests", "", "with --steps: the requests, as offsets from a start, xN for N at once, cost=N, or charge=N for a charge of N units (default \""+sim.DefaultWalk+"\"); --trace walks a trace's first key instead")
 	var names []string
 	for _, k := range algo.Kinds() {
 		names = append(names, k.String())
@@ -51,7 +51,7 @@ func simCmd(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
                  [--requests "0ms x3, 200ms, 1s cost=2" | --trace FILE]
 
 `)
-		fmt.Fprint(w, wrap(fmt.Sprintf(`Runs one bursty trace through each algorithm (%s), each with a key of its own, and prints per tick what arrives and what each admits, delays and denies. The default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick, under 10/1s with a burst of 10: --burst left out is the rate, as everywhere. --trace shows a replay trace instead ({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line). --steps walks one key through one algorithm instead, request by request, as the console's "Step through" does.`, strings.Join(names, ", ")), 80))
+		fmt.Fprint(w, wrap(fmt.Sprintf(`Runs one bursty trace through each algorithm (%s), each with a key of its own, and prints per tick what arrives and what each admits, delays and denies. The default trace is 4 quiet ticks, a burst of 8 in one tick, then 2 per tick, under 10/1s with a burst of 10: --burst left out is the rate, as everywhere. --trace shows a replay trace instead ({"t_us": 1764000000000000, "key": "user:1", "cost": 1} a line). --steps walks one key through one algorithm instead, request by request, as the console's "Step through" does; a charge ("charge=N" in --requests, "charge": N in place of "cost" in a trace) spends its units whatever the key has, leaving it in debt up to the limit's allowance (--limit "10/1s debt 20").`, strings.Join(names, ", ")), 80))
 		fmt.Fprint(w, "\n\n")
 		fs.PrintDefaults()
 	}
@@ -214,7 +214,7 @@ func readTrace(path string, stdin io.Reader) ([]sim.Arrival, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		out = append(out, sim.Arrival{T: req.T, Key: req.Key, Cost: req.Cost})
+		out = append(out, sim.Arrival{T: req.T, Key: req.Key, Cost: req.Cost, Charge: req.Charge})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no requests in the trace", path)

@@ -297,36 +297,45 @@ func TestSimBadFlags(t *testing.T) {
 
 // TestSimSteps: --steps prints the walk the console shows, step by step.
 func TestSimSteps(t *testing.T) {
-	code, out, errs := simCLI(t, "", "--steps", "--algorithm", "fixed-window", "--limit", "2/1s", "--requests", "0ms x3, 1s cost=2, 1500ms cost=3")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	for _, s := range []string{
-		"sluice sim --steps: fixed-window 2/1s: 2 per window of 1s opened by its first request",
-		"step 1  t+0s  cost 1  ->  decision allowed; remaining 1; retry after 0s; reset after 1s; delay 0s; window ends t+1s; fresh at t+1s",
-		"  math    no window is open: the request opens [t+0s, t+1s), count 0",
-		"step 3  t+0s  cost 1  ->  decision denied; remaining 0; retry after 1s;",
-		"          count + cost = 2 + 1 = 3 > rate 2: denied, nothing spent; retry after 1s",
-		"  after   window [t+1s, t+2s); count 2",
-		"step 5  t+1.5s  cost 3  ->  error: sluice: cost exceeds capacity: cost 3, capacity 2",
-	} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output lacks %q:\n%s", s, out)
-		}
-	}
-
 	// A trace: the walk follows its first key, from its first time.
 	tr := `{"t_us": 1764000000000000, "key": "a"}
 {"t_us": 1764000000100000, "key": "b"}
 {"t_us": 1764000000200000, "key": "a", "cost": 2}
 `
-	code, out, errs = simCLI(t, tr, "--steps", "--algorithm", "gcra", "--limit", "10/1s", "--burst", "2", "--trace", "-")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	for _, s := range []string{`1 requests of other keys are left out`, `key "a", 2 requests`, "step 2  t+200ms  cost 2  ->  decision allowed"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output lacks %q:\n%s", s, out)
+	for _, c := range []struct {
+		stdin string
+		args  []string
+		want  []string
+	}{
+		{"", []string{"--algorithm", "fixed-window", "--limit", "2/1s", "--requests", "0ms x3, 1s cost=2, 1500ms cost=3"}, []string{
+			"sluice sim --steps: fixed-window 2/1s: 2 per window of 1s opened by its first request",
+			"step 1  t+0s  cost 1  ->  decision allowed; remaining 1; retry after 0s; reset after 1s; delay 0s; window ends t+1s; fresh at t+1s",
+			"  math    no window is open: the request opens [t+0s, t+1s), count 0",
+			"step 3  t+0s  cost 1  ->  decision denied; remaining 0; retry after 1s;",
+			"          count + cost = 2 + 1 = 3 > rate 2: denied, nothing spent; retry after 1s",
+			"  after   window [t+1s, t+2s); count 2",
+			"step 5  t+1.5s  cost 3  ->  error: sluice: cost exceeds capacity: cost 3, capacity 2",
+		}},
+		// A charge, and the debt it leaves.
+		{"", []string{"--algorithm", "token-bucket", "--limit", "10/1s debt 3", "--burst", "2", "--requests", "0ms charge=4, 0ms"}, []string{
+			"sluice sim --steps: token-bucket 10/1s: a bucket of 2, refilled 1 per T = 100ms; a charge may leave it owing 3",
+			"step 1  t+0s  charge 4  ->  decision charged; remaining -2;",
+			"          tokens → -2 (in debt: owes 2)",
+			"  after   level 4 (units spent, not yet refilled); tokens -2;",
+			"step 2  t+0s  cost 1  ->  decision denied; remaining -2; retry after 300ms;",
+		}},
+		{tr, []string{"--algorithm", "gcra", "--limit", "10/1s", "--burst", "2", "--trace", "-"}, []string{
+			`1 requests of other keys are left out`, `key "a", 2 requests`, "step 2  t+200ms  cost 2  ->  decision allowed",
+		}},
+	} {
+		code, out, errs := simCLI(t, c.stdin, append([]string{"--steps"}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		for _, s := range c.want {
+			if !strings.Contains(out, s) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, s, out)
+			}
 		}
 	}
 

@@ -140,7 +140,8 @@ func liveCells(t *testing.T, ctx context.Context, rule string) (table, chart map
 }
 
 // TestBrowserLive: events observed while the page is open move its table's
-// and its chart's numbers by as many, and the refused keys are listed.
+// and its chart's numbers by as many, units charged its charged column,
+// and the refused keys are listed.
 func TestBrowserLive(t *testing.T) {
 	c, clk, ctx := browse(t, testView(), true)
 	const rule = "edge.api.user"
@@ -171,8 +172,9 @@ func TestBrowserLive(t *testing.T) {
 		c.Refused(rule, "user:mallory")
 	}
 	c.Refused(rule, "user:bob")
+	c.Charged(rule, 4000) // units charged, beside the decisions
 
-	want := map[string]int64{}
+	want := map[string]int64{"charged": table0["charged"] + 4000}
 	for o, n := range add {
 		want[o.String()] = table0[o.String()] + n
 	}
@@ -187,6 +189,9 @@ func TestBrowserLive(t *testing.T) {
 		if table1[k]-table0[k] != n || chart1[k]-chart0[k] != n {
 			t.Errorf("%s: the table moved %d→%d, the chart %d→%d; want +%d", k, table0[k], table1[k], chart0[k], chart1[k], n)
 		}
+	}
+	if table1["charged"]-table0["charged"] != 4000 {
+		t.Errorf("charged: the table moved %d→%d, want +4000", table0["charged"], table1["charged"])
 	}
 	if table1["latency_max_us"] != 500 {
 		t.Errorf("store latency max %d µs, want 500", table1["latency_max_us"])

@@ -69,6 +69,11 @@ type Rule struct {
 	Burst  int64
 	// Shadow rules only report; Unlimited rules never refuse.
 	Shadow, Unlimited bool
+	// Debt is how many units past empty a charge may leave a key owing
+	// (sluice.Limit.Debt); Charge, whether the rule charges its hits
+	// whatever the answer (rlsconfig.Rule.Charge).
+	Debt   int64
+	Charge bool
 	// Unit is the period's unit as the configuration names it ("second",
 	// "minute"), if it does.
 	Unit string
@@ -222,6 +227,12 @@ func (c *Console) Observe(e observe.Event) {
 	c.live.get(e.Policy).add(c.unix(), e.Outcome, e.Latency)
 }
 
+// Charged counts units charged under rule whatever the answer (a charge
+// rule's hits, /v1/charge), in its current second.
+func (c *Console) Charged(rule string, units int64) {
+	c.live.get(rule).charge(c.unix(), units)
+}
+
 // Refused counts one refusal of key under rule in a bounded summary of the
 // keys refused most often recently (the last one to two halves of the
 // window): its memory is bounded however many keys there are.
@@ -331,6 +342,7 @@ func sumPoints(since int64, points []Point) Point {
 		t.ShadowDenied += p.ShadowDenied
 		t.Error += p.Error
 		t.Degraded += p.Degraded
+		t.Charged += p.Charged
 		t.LatencyMaxUS = max(t.LatencyMaxUS, p.LatencyMaxUS)
 		t.LatencyN += p.LatencyN
 		latSum += p.LatencyAvgUS * p.LatencyN

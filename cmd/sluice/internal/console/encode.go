@@ -93,6 +93,8 @@ func appendPoint(b []byte, p *Point) []byte {
 	b = strconv.AppendInt(b, p.LatencyMaxUS, 10)
 	b = append(b, `,"latency_n":`...)
 	b = strconv.AppendInt(b, p.LatencyN, 10)
+	b = append(b, `,"charged":`...)
+	b = strconv.AppendInt(b, p.Charged, 10)
 	return append(b, '}')
 }
 

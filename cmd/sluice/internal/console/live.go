@@ -25,7 +25,10 @@ type slot struct {
 	latSum atomic.Int64 // µs, over the events that called the store
 	latN   atomic.Int64
 	latMax atomic.Int64 // µs
-	_      [128 - 8*(1+len(observe.Outcomes)+3)]byte
+	// charged counts the units charged whatever the answer (a charge
+	// rule's hits, /v1/charge), which no outcome counts.
+	charged atomic.Int64
+	_       [128 - 8*(1+len(observe.Outcomes)+4)]byte
 }
 
 // The coarse view keeps the last hours at a point a minute: coarseSlots
@@ -47,6 +50,7 @@ type minute struct {
 	m                    int64 // the minute, Unix seconds / coarseStep; -1 for none
 	counts               [len(observe.Outcomes)]int64
 	latSum, latN, latMax int64
+	charged              int64
 }
 
 // series is one rule's ring of per-second slots, and its minutes.
@@ -88,6 +92,7 @@ func (s *series) fold(sec int64, sl *slot) {
 	mn.latSum += sl.latSum.Load()
 	mn.latN += sl.latN.Load()
 	mn.latMax = max(mn.latMax, sl.latMax.Load())
+	mn.charged += sl.charged.Load()
 }
 
 // minutePoints returns the minutes from the one holding second since to the
@@ -102,7 +107,7 @@ func (s *series) minutePoints(since, now int64) []Point {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	add := func(m int64, counts func(i int) int64, latSum, latN, latMax int64) {
+	add := func(m int64, counts func(i int) int64, latSum, latN, latMax, charged int64) {
 		if m < first || m > last {
 			return
 		}
@@ -114,10 +119,11 @@ func (s *series) minutePoints(since, now int64) []Point {
 		a.latSum += latSum
 		a.latN += latN
 		a.latMax = max(a.latMax, latMax)
+		a.charged += charged
 	}
 	for m := first; m <= last; m++ {
 		if mn := &s.minutes[uint64(m)%coarseSlots]; mn.m == m {
-			add(m, func(i int) int64 { return mn.counts[i] }, mn.latSum, mn.latN, mn.latMax)
+			add(m, func(i int) int64 { return mn.counts[i] }, mn.latSum, mn.latN, mn.latMax, mn.charged)
 		}
 	}
 	// The ring's seconds not folded yet: within a short span, the span's
@@ -127,14 +133,14 @@ func (s *series) minutePoints(since, now int64) []Point {
 	if now-from < n {
 		for sec := from; sec <= now; sec++ {
 			if sl := &s.ring[uint64(sec)%uint64(n)]; sl.sec.Load() == sec {
-				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load(), sl.charged.Load())
 			}
 		}
 	} else {
 		for i := range s.ring {
 			sl := &s.ring[i]
 			if sec := sl.sec.Load(); sec >= 0 && sec <= now {
-				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load())
+				add(sec/coarseStep, func(i int) int64 { return sl.counts[i].Load() }, sl.latSum.Load(), sl.latN.Load(), sl.latMax.Load(), sl.charged.Load())
 			}
 		}
 	}
@@ -157,6 +163,7 @@ func minutePoint(a *minute) Point {
 		Degraded:     a.counts[observe.Degraded],
 		LatencyMaxUS: a.latMax,
 		LatencyN:     a.latN,
+		Charged:      a.charged,
 	}
 	if a.latN > 0 {
 		p.LatencyAvgUS = a.latSum / a.latN
@@ -188,6 +195,7 @@ func (s *series) slotAt(sec int64) *slot {
 		sl.latSum.Store(0)
 		sl.latN.Store(0)
 		sl.latMax.Store(0)
+		sl.charged.Store(0)
 		sl.sec.Store(sec)
 	}
 	return sl
@@ -203,6 +211,13 @@ func (s *series) addCounts(sec int64, n *[len(observe.Outcomes)]int64) {
 		if v != 0 {
 			sl.counts[i].Add(v)
 		}
+	}
+}
+
+// charge counts units charged at Unix second sec.
+func (s *series) charge(sec, units int64) {
+	if sl := s.slotAt(sec); sl != nil {
+		sl.charged.Add(units)
 	}
 }
 
@@ -244,6 +259,10 @@ type Point struct {
 	LatencyAvgUS int64 `json:"latency_avg_us"`
 	LatencyMaxUS int64 `json:"latency_max_us"`
 	LatencyN     int64 `json:"latency_n"`
+	// Charged is the units charged whatever the answer (a charge rule's
+	// hits, /v1/charge and /v1/settle), beside the decisions: a charged
+	// descriptor is also counted allowed or denied (over the limit).
+	Charged int64 `json:"charged"`
 }
 
 // points returns the seconds from since to now (both included) that hold
@@ -265,6 +284,7 @@ func (s *series) points(since, now int64) []Point {
 			Error:        sl.counts[observe.Error].Load(),
 			Degraded:     sl.counts[observe.Degraded].Load(),
 			LatencyMaxUS: sl.latMax.Load(),
+			Charged:      sl.charged.Load(),
 		}
 		if ln := sl.latN.Load(); ln > 0 {
 			p.LatencyAvgUS = sl.latSum.Load() / ln

@@ -53,6 +53,32 @@ func ruleLive(t *testing.T, l Live, rule string) RuleLive {
 	return RuleLive{}
 }
 
+// TestLiveCharged: the units a rule's charges spent are counted beside
+// its decisions, a second at a time and in the minutes past the window,
+// and shown in the report and the page's table.
+func TestLiveCharged(t *testing.T) {
+	c, clk := newTestConsole(t, Options{Window: 10 * time.Second, Config: func() ConfigView {
+		return ConfigView{Rules: []Rule{{Name: "llm.tokens"}}}
+	}})
+	c.Observe(observe.Event{Source: "serve", Policy: "llm.tokens", Outcome: observe.Allowed})
+	c.Charged("llm.tokens", 4000)
+	clk.Advance(time.Second)
+	c.Observe(observe.Event{Source: "serve", Policy: "llm.tokens", Outcome: observe.Denied})
+	c.Charged("llm.tokens", 9000)
+	l := ruleLive(t, c.Live(0), "llm.tokens")
+	if len(l.Points) != 2 || l.Points[0].Charged != 4000 || l.Points[1].Charged != 9000 || l.Totals.Charged != 13000 || l.Totals.Allowed != 1 || l.Totals.Denied != 1 {
+		t.Errorf("points %+v, totals %+v", l.Points, l.Totals)
+	}
+	clk.Advance(time.Hour)
+	if l := ruleLive(t, c.LiveRange(2*time.Hour, 0), "llm.tokens"); l.Totals.Charged != 13000 {
+		t.Errorf("an hour on, over 2 hours: totals %+v, want 13000 charged", l.Totals)
+	}
+	lr := c.LiveRange(2*time.Hour, 0)
+	if b := string(appendLive(nil, &lr)); !strings.Contains(b, `"charged":13000`) {
+		t.Errorf("the JSON lacks the units charged: %s", b)
+	}
+}
+
 func TestLiveCountsPerSecond(t *testing.T) {
 	c, clk := newTestConsole(t, Options{Window: 10 * time.Second, Config: func() ConfigView {
 		return ConfigView{Rules: []Rule{{Name: "quiet"}, {Name: "api"}}}

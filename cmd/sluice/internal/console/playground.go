@@ -322,7 +322,7 @@ func readTrace(text string, lt *limits.Table) ([]sim.Arrival, error) {
 		if int64(len(out)) == lt.RunArrivals {
 			return nil, lt.Over(limits.RunArrivals, "the trace's requests")
 		}
-		out = append(out, sim.Arrival{T: req.T, Key: req.Key, Cost: req.Cost})
+		out = append(out, sim.Arrival{T: req.T, Key: req.Key, Cost: req.Cost, Charge: req.Charge})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("trace: no requests (paste JSON lines such as {\"t_us\": 1764000000000000, \"key\": \"user:1\"})")

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/storelink"
 )
 
@@ -20,9 +21,10 @@ const ShapeTyped = "typed"
 
 // StepsRequest is a walk: one key through one algorithm, request by request
 // (sim.NewWalk, as `sluice sim --steps` runs it). The limit is a loaded
-// rule's or typed, as for a playground run; the requests are typed offsets,
+// rule's (with its debt allowance) or typed ("10/1s debt 20"), as for a
+// playground run; the requests are typed offsets (charge=N for a charge),
 // one of the playground's shapes, or a pasted trace (whose first key is
-// walked). A walk takes at most the service's walk-requests requests, and
+// walked; "charge" lines charge). A walk takes at most the service's walk-requests requests, and
 // its answer is at most its answer-bytes (package limits).
 type StepsRequest struct {
 	// Rule, when set, names a loaded rule whose algorithm, rate, period
@@ -70,14 +72,16 @@ func walk(req StepsRequest, view ConfigView, lt *limits.Table) (*StepsResult, er
 	if err != nil {
 		return nil, err
 	}
-	alg := strings.TrimSpace(req.Algorithm)
-	if alg == "" && req.Rule != "" {
-		for _, r := range view.Rules {
-			if r.Name == req.Rule {
-				alg = r.Algorithm
-				break
-			}
+	var rule *Rule
+	for i := range view.Rules {
+		if req.Rule != "" && view.Rules[i].Name == req.Rule {
+			rule = &view.Rules[i]
+			break
 		}
+	}
+	alg := strings.TrimSpace(req.Algorithm)
+	if alg == "" && rule != nil {
+		alg = rule.Algorithm
 	}
 	if alg == "" {
 		alg = "token-bucket"
@@ -89,6 +93,9 @@ func walk(req StepsRequest, view ConfigView, lt *limits.Table) (*StepsResult, er
 	lim, err := parseLimit(limText, burst)
 	if err != nil {
 		return nil, err
+	}
+	if rule != nil && lim.Debt == 0 && storelink.Refundable(algo.Kind(a)) {
+		lim.Debt = rule.Debt // the rule's debt allowance, which its charges may leave
 	}
 	p, err := storelink.Params(lim.WithAlgorithm(a))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-go/sluice/internal/algo"
@@ -84,6 +85,58 @@ func TestStepsAPI(t *testing.T) {
 	res, code, body := postSteps(t, srv, StepsRequest{Algorithm: "fixed-window", Limit: "2/1s", Shape: ShapeTrace, Trace: tr})
 	if code != 200 || res.LeftOut != 1 || res.Key != "a" || len(res.Steps) != 2 || res.Steps[1].At != "t+500ms" || res.Steps[1].Error == "" {
 		t.Errorf("a trace: %d %s", code, body)
+	}
+}
+
+// TestStepsCharge: a walk charges (charge=N, a trace's "charge" lines)
+// under a rule's debt allowance or a typed one, and shows the debt.
+func TestStepsCharge(t *testing.T) {
+	view := testView()
+	view.Rules = append(view.Rules, Rule{Domain: "llm", Path: "api_key", Name: "llm.tokens", Algorithm: "token-bucket", Rate: 10, Period: time.Second, Burst: 2, Debt: 3, Charge: true})
+	_, _, srv := newTestServer(t, view)
+	for _, c := range []struct {
+		name string
+		req  StepsRequest
+		p    algo.Params
+		reqs []sim.Arrival
+	}{
+		{"a rule's debt", StepsRequest{Rule: "llm.tokens", Requests: "0ms charge=4, 0ms"},
+			algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1e6, Burst: 2, Debt: 3}, mustParse(t, "0ms charge=4, 0ms")},
+		{"a typed debt", StepsRequest{Algorithm: "fixed-window", Limit: "2/1s debt 5", Requests: "0ms charge=6, 1s"},
+			algo.Params{Kind: algo.FixedWindow, Rate: 2, Period: 1e6, Debt: 5}, mustParse(t, "0ms charge=6, 1s")},
+		{"a trace's charge", StepsRequest{Algorithm: "gcra", Limit: "10/1s debt 3", Burst: ptr(int64(2)), Shape: ShapeTrace,
+			Trace: `{"t_us": 1764000000000000, "key": "a", "charge": 5}` + "\n" + `{"t_us": 1764000000100000, "key": "a"}`},
+			algo.Params{Kind: algo.GCRA, Rate: 10, Period: 1e6, Burst: 2, Debt: 3},
+			[]sim.Arrival{{T: 1764000000000000, Key: "a", Cost: 5, Charge: true}, {T: 1764000000100000, Key: "a", Cost: 1}}},
+	} {
+		res, code, body := postSteps(t, srv, c.req)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", c.name, code, body)
+		}
+		got, _ := json.Marshal(res.Walk)
+		if want := wantWalk(t, c.p, c.reqs[0].T, c.reqs); string(got) != want {
+			t.Errorf("%s: the walk\n%s\nsim.NewWalk's\n%s", c.name, got, want)
+		}
+		if !res.Steps[0].Charge || !strings.HasPrefix(res.Steps[0].Result[1].Value, "-") {
+			t.Errorf("%s: step 1 %+v, want a charge that leaves a debt", c.name, res.Steps[0])
+		}
+	}
+	// The page shows the charge and the debt it leaves.
+	resp, err := http.Post(srv.URL+"/console/steps", "application/x-www-form-urlencoded", strings.NewReader(url.Values{"rule": {"llm.tokens"}, "requests": {"0ms charge=4, 0ms"}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`<td class="num" data-label="Cost">charge 4</td>`,
+		`<td class="outcome-charged" data-label="Decision">charged</td><td class="num" data-label="Remaining">-2</td>`,
+		`<li>tokens → -2 (in debt: owes 2)</li>`,
+		`llm.tokens (10/1s token-bucket, burst 2, debt 3, charged)`,
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page lacks %q", want)
+		}
 	}
 }
 

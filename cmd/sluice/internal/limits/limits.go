@@ -121,7 +121,7 @@ var (
 		Why:   "an Envoy reports every bucket every 5 s and a new one at once: 1,000 buckets are 200 a second; gRPC's clients (A77) may report each bucket every 100 ms",
 		Test:  "TestRLQSReportsCap", at: func(t *Table) *int64 { return &t.RLQSReports }}
 	Units = &Row{Name: "units", Kind: Count, Default: 1_000_000,
-		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a call's units are at most its limit's)",
+		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a take's units are at most its limit's); and a charge's units, which a limit does not bound: a charge rule's hits, /v1/charge's, /v1/settle's estimate and actual",
 		Why:   "a sliding log keeps an entry per admitted call and a concurrency limit a hold per lease: the limit bounds what one key holds",
 		Test:  "TestUnitsCap", at: func(t *Table) *int64 { return &t.Units }}
 	Window = &Row{Name: "window", Kind: Duration, Default: int64(24 * time.Hour),

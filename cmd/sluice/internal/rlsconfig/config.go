@@ -1,6 +1,7 @@
 package rlsconfig
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // Entry is one entry of a request's descriptor: a key and the value sent
@@ -54,6 +56,11 @@ type Rule struct {
 	// QuotaMode and ValueToMetric are envoy's quota_mode and
 	// value_to_metric, kept for the caller's metrics and answers.
 	QuotaMode, ValueToMetric bool
+	// Charge: the rate_limit's charge (sluice's extension): a call's hits
+	// are charged whatever the answer (sluice.Limiter.Charge), leaving the
+	// key in debt up to Limit.Debt, rather than taken only when they fit;
+	// the descriptor is over the limit when they did not fit.
+	Charge bool
 	// Metadata is the metadata of the rule's descriptor, nil when none:
 	// envoy's arbitrary map, which it hands back to Envoy as dynamic
 	// metadata. Its values are what google.protobuf.Value holds, as
@@ -481,8 +488,8 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []le
 	switch {
 	case rl.unlimited && validUnit:
 		return nil, fail(rl.line, "should not specify rate limit unit when unlimited")
-	case rl.unlimited && (rl.hasAlgorithm || rl.hasBurst || rl.period != ""):
-		return nil, fail(rl.line, "an unlimited rate_limit takes no algorithm, burst or period")
+	case rl.unlimited && (rl.hasAlgorithm || rl.hasBurst || rl.period != "" || rl.hasDebt || rl.hasCharge):
+		return nil, fail(rl.line, "an unlimited rate_limit takes no algorithm, burst, period, debt or charge")
 	case !rl.unlimited && rl.period != "" && rl.unit != "":
 		return nil, fail(rl.periodLine, "rate_limit has both unit and period: give one (period is sluice's extension)")
 	case !rl.unlimited && rl.period == "" && !validUnit:
@@ -499,6 +506,7 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []le
 		QuotaMode:       d.quotaMode,
 		ValueToMetric:   d.valueToMetric,
 		Metadata:        d.metadata,
+		Charge:          rl.charge,
 		Replaces:        make([]string, 0, len(rl.replaces)),
 		levels:          levels,
 	}
@@ -548,12 +556,38 @@ func (b *builder) rule(file, domain, full, path string, d *yamlDesc, levels []le
 		}
 		r.Limit.Burst = rl.burst
 	}
+	if err := chargeable(r, rl); err != nil {
+		return nil, fail(rl.line, "%s", err)
+	}
 	if rate > 0 {
 		if err := r.Limit.Validate(); err != nil {
 			return nil, fail(rl.line, "sluice cannot count %d per %s exactly with %s: %v", rate, unitOrPeriod(r), alg, err)
 		}
 	}
 	return r, nil
+}
+
+// chargeable sets r's debt allowance from rl, or says why r cannot have
+// it or its charge: only the algorithms that can carry a debt can
+// (sluice.Limiter.Charge), and a requests_per_unit of 0 counts nothing.
+func chargeable(r *Rule, rl *yamlRateLimit) error {
+	if !rl.hasDebt && !r.Charge {
+		return nil
+	}
+	what := "debt"
+	if r.Charge {
+		what = "charge"
+	}
+	switch {
+	case !algo.Chargeable(algo.Kind(r.Limit.Algorithm)):
+		return fmt.Errorf("%s applies to token-bucket, gcra, fixed-window and aligned-window (the algorithms that can carry a debt), not %s", what, r.Limit.Algorithm)
+	case r.Limit.Rate == 0:
+		return fmt.Errorf("%s needs a requests_per_unit above 0", what)
+	case r.Charge && r.QuotaMode:
+		return errors.New("charge cannot be in quota_mode: a charge is never refused, so it cannot be one of the quota descriptors that refuse together")
+	}
+	r.Limit.Debt = rl.debt
+	return nil
 }
 
 func unitOrPeriod(r *Rule) string {

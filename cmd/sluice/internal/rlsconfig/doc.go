@@ -36,16 +36,26 @@
 // 604800, 2592000 and 31536000 seconds, any case), requests_per_unit,
 // unlimited, name and replaces (a list of {name: …}).
 //
-// sluice adds three fields to a rate_limit:
+// sluice adds five fields to a rate_limit:
 //
 //	algorithm: token-bucket   # any name sluice.ParseAlgorithm accepts; default aligned-window
 //	burst: 50                 # token-bucket, gcra, leaky-bucket; default requests_per_unit
 //	period: 90s               # a Go duration, instead of unit
+//	debt: 5000                # units a charge may leave the key owing past empty (sluice.Limit.Debt)
+//	charge: true              # a call's hits are charged whatever the answer (Rule.Charge)
 //
 // Without them a limit counts as envoy counts: sluice.AlignedWindow, the
 // window aligned to the Unix epoch (a minute's window starts on the minute,
 // a month's every 30 days from 1970), requests_per_unit per unit. A
 // requests_per_unit of 0 makes every hit over the limit, as in envoy.
+//
+// debt and charge apply to the algorithms that can carry a debt
+// (token-bucket, gcra, fixed-window, aligned-window) and need a
+// requests_per_unit above 0; a charge rule cannot be in quota_mode. A
+// charge rule is how costs known only after the work (an LLM call's
+// tokens) are counted exactly: Envoy sends them when the stream is done,
+// and a check of 0 hits before the next call is over the limit exactly
+// while the key is in debt (docs/serve.md, "Charges").
 //
 // sluice counts exactly, in integers that stay below 2^50 (see
 // sluice.Limit.Validate). envoy's windows (aligned-window, the default, and

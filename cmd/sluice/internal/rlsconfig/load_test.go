@@ -163,7 +163,14 @@ func TestLoadErrors(t *testing.T) {
 		{"burst on a window", rl("{unit: second, requests_per_unit: 1, burst: 5}"), 4, "test.k", "burst applies to token-bucket, gcra and leaky-bucket, not aligned-window"},
 		{"negative burst", rl("{unit: second, requests_per_unit: 1, algorithm: gcra, burst: -5}"), 4, "", "burst must be a whole number from 0"},
 		{"burst with no rate", rl("{unit: second, requests_per_unit: 0, algorithm: gcra, burst: 5}"), 4, "test.k", "burst needs a requests_per_unit above 0"},
-		{"unlimited with an algorithm", rl("{unlimited: true, algorithm: gcra}"), 4, "test.k", "an unlimited rate_limit takes no algorithm, burst or period"},
+		{"unlimited with an algorithm", rl("{unlimited: true, algorithm: gcra}"), 4, "test.k", "an unlimited rate_limit takes no algorithm, burst, period, debt or charge"},
+		{"unlimited with a charge", rl("{unlimited: true, charge: true}"), 4, "test.k", "an unlimited rate_limit takes no algorithm, burst, period, debt or charge"},
+		{"debt on a sliding window", rl("{unit: second, requests_per_unit: 5, algorithm: sliding-window, debt: 5}"), 4, "test.k", "debt applies to token-bucket, gcra, fixed-window and aligned-window (the algorithms that can carry a debt), not sliding-window"},
+		{"charge on a leaky bucket", rl("{unit: second, requests_per_unit: 5, algorithm: leaky-bucket, charge: true}"), 4, "test.k", "charge applies to token-bucket, gcra, fixed-window and aligned-window (the algorithms that can carry a debt), not leaky-bucket"},
+		{"debt with no rate", rl("{unit: second, requests_per_unit: 0, debt: 5}"), 4, "test.k", "debt needs a requests_per_unit above 0"},
+		{"negative debt", rl("{unit: second, requests_per_unit: 1, debt: -5}"), 4, "", "debt must be a whole number from 0"},
+		{"charge not a bool", rl("{unit: second, requests_per_unit: 1, charge: tokens}"), 4, "", "charge must be true or false, not tokens"},
+		{"charge in quota_mode", "domain: test\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1, charge: true}\n", 5, "test.k", "charge cannot be in quota_mode"},
 		{"beyond sluice's exact range", rl("{unit: day, requests_per_unit: 100000, algorithm: token-bucket, burst: 100000}"), 4, "test.k", "sluice cannot count 100000 per day exactly with token-bucket"},
 		{"token bucket with a zero burst", rl("{unit: second, requests_per_unit: 5, algorithm: token-bucket, burst: 0}"), 4, "test.k", "needs a burst of at least 1"},
 		// bounds
@@ -318,18 +325,27 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 0}
   - key: default
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: aligned-window}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token-bucket, debt: 5000, charge: true}
+  - key: owes
+    rate_limit: {unit: minute, requests_per_unit: 100, debt: 50}
+  - key: no_charge
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding-log, charge: false}
 `)
 	want := map[string]struct {
 		limit sluice.Limit
 		unit  string
 	}{
-		"tb":       {sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}, "second"},
-		"tb_burst": {sluice.Limit{Algorithm: sluice.GCRA, Rate: 60, Period: time.Minute, Burst: 5}, "minute"},
-		"period":   {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 3, Period: 1500 * time.Millisecond, Burst: 3}, ""},
-		"leaky":    {sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 100, Period: time.Hour, Burst: 0}, ""},
-		"sliding":  {sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour, Burst: 1000}, "hour"},
-		"zero":     {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 0, Period: time.Second}, "second"},
-		"default":  {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 2, Period: time.Second, Burst: 2}, "second"},
+		"tb":        {sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}, "second"},
+		"tb_burst":  {sluice.Limit{Algorithm: sluice.GCRA, Rate: 60, Period: time.Minute, Burst: 5}, "minute"},
+		"period":    {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 3, Period: 1500 * time.Millisecond, Burst: 3}, ""},
+		"leaky":     {sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 100, Period: time.Hour, Burst: 0}, ""},
+		"sliding":   {sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour, Burst: 1000}, "hour"},
+		"zero":      {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 0, Period: time.Second}, "second"},
+		"default":   {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 2, Period: time.Second, Burst: 2}, "second"},
+		"tokens":    {sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1000, Period: time.Minute, Burst: 1000, Debt: 5000}, "minute"},
+		"owes":      {sluice.Limit{Algorithm: sluice.AlignedWindow, Rate: 100, Period: time.Minute, Burst: 100, Debt: 50}, "minute"},
+		"no_charge": {sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 100, Period: time.Minute, Burst: 100}, "minute"},
 	}
 	rules := c.Rules()
 	if len(rules) != len(want) {
@@ -342,6 +358,9 @@ descriptors:
 			continue
 		}
 		checkLimit(t, r, w.limit, w.unit)
+		if r.Charge != (r.Path == "tokens") {
+			t.Errorf("%s: Charge %v", r.Path, r.Charge)
+		}
 	}
 }
 

@@ -66,6 +66,10 @@ type yamlRateLimit struct {
 	hasBurst     bool
 	period       string
 	periodLine   int
+	debt         int64
+	hasDebt      bool
+	charge       bool
+	hasCharge    bool
 }
 
 type yamlReplace struct {
@@ -92,7 +96,7 @@ var (
 	concurrencyKeys = map[string]bool{"max": true, "lifetime": true, "headroom": true, "reserve": true, "name": true}
 	rateLimitKeys   = map[string]bool{
 		"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true,
-		"algorithm": true, "burst": true, "period": true,
+		"algorithm": true, "burst": true, "period": true, "debt": true, "charge": true,
 	}
 	replaceKeys = map[string]bool{"name": true}
 )
@@ -441,6 +445,12 @@ func (r *reader) rateLimit(p pair) (*yamlRateLimit, error) {
 		case "burst":
 			rl.hasBurst = true
 			rl.burst, err = r.integer(p, 0, 1<<62)
+		case "debt":
+			rl.hasDebt = true
+			rl.debt, err = r.integer(p, 0, 1<<62)
+		case "charge":
+			rl.hasCharge = true
+			rl.charge, err = r.boolean(p)
 		default:
 			rl.hasAlgorithm = rl.hasAlgorithm || p.key == "algorithm"
 			if p.key == "period" {

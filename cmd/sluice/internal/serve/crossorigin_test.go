@@ -9,7 +9,7 @@ import (
 
 // A web page of another site cannot make a visitor's browser decide: the
 // red team's no-cors fetch (Origin https://evil.example, text/plain) to
-// /v1/take and /json, a cross-site form to the sign-in, and a cross-site
+// /v1/take and /json (and /v1/charge and /v1/settle, which spend too), a cross-site form to the sign-in, and a cross-site
 // POST to the console mounted at "/" are refused with 403 and spend nothing;
 // programs (no Origin, any Content-Type) and the console's own page pass.
 func TestCrossSiteRefused(t *testing.T) {
@@ -17,11 +17,12 @@ func TestCrossSiteRefused(t *testing.T) {
 	ts, _ := startTest(t, Options{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ })})
 	take := `{"key": "victim", "limit": "2/1m"}`
 	evil := []string{"Origin", "https://evil.example", "Content-Type", "text/plain"}
-	for _, path := range []string{"/v1/take", "/json"} {
-		body := take
-		if path == "/json" {
-			body = `{"domain": "test", "descriptors": [{"entries": [{"key": "key1", "value": "value1"}]}]}`
-		}
+	for path, body := range map[string]string{
+		"/v1/take":   take,
+		"/v1/charge": `{"key": "victim", "limit": "2/1m", "cost": 2}`,
+		"/v1/settle": `{"key": "victim", "limit": "2/1m", "estimate": 0, "actual": 2, "take": {"allowed": true}}`,
+		"/json":      `{"domain": "test", "descriptors": [{"entries": [{"key": "key1", "value": "value1"}]}]}`,
+	} {
 		for _, hdr := range [][]string{evil, {"Sec-Fetch-Site", "cross-site", "Content-Type", "text/plain"}, {"Origin", "http://127.0.0.1:1", "Sec-Fetch-Site", "same-site"}} {
 			if resp, out := httpPost(t, ts.base+path, body, hdr...); resp.StatusCode != http.StatusForbidden || !strings.Contains(out, "another origin") {
 				t.Errorf("%s %v: %d %s, want 403", path, hdr, resp.StatusCode, out)

@@ -66,7 +66,15 @@ type decision struct {
 	// quota_mode descriptors refuse the call (plan.quotaRefuses).
 	comp         sluice.Result
 	quotaRefused bool
-	both         []sluice.Part // the enforced parts, then the shadow parts (decideTogether)
+	// chg and chgOver are the charge parts' answers and whether each is
+	// over the limit; chgComp folds them (RetryAfter: the wait until the
+	// refusing ones are out of debt); chgRefused, whether they refuse the
+	// call (charge.go).
+	chg        []sluice.Result
+	chgOver    []bool
+	chgComp    sluice.Result
+	chgRefused bool
+	both       []sluice.Part // the enforced parts, then the shadow parts (decideTogether)
 }
 
 // size makes room for the answers of p's enforced and shadow parts.
@@ -75,23 +83,36 @@ func (d *decision) size(p *plan) {
 	d.results, d.over = grow(d.results, ne+ns), grow(d.over, ne+ns)
 	d.enf, d.sha = d.results[:ne], d.results[ne:]
 	d.enfOver, d.shaOver = d.over[:ne], d.over[ne:]
-	d.comp, d.quotaRefused = sluice.Result{}, false
+	d.comp, d.quotaRefused, d.chgRefused = sluice.Result{}, false, false
 }
 
 // decide makes the store calls plan p needs and leaves their answers in
-// d: the give-backs and the quota_mode parts first (decideQuota), then the
-// enforced parts, all or nothing, then the shadow parts. A call refused
-// before the enforced parts are decided (requests_per_unit 0, its quota
-// descriptors over) only looks at them, so that it spends nothing. Its
-// error is the store's: the call is not decided.
+// d: the give-backs first, then the charges (decideCharges), whatever the
+// answer, then the quota_mode parts (decideQuota), then the enforced
+// parts, all or nothing, then the shadow parts. A call refused before the
+// enforced parts are decided (requests_per_unit 0, a charge over the
+// limit, its quota descriptors over) only looks at them, so that it spends
+// nothing. Its error is the store's: the call is not decided.
 func (s *stores) decide(ctx context.Context, p *plan, d *decision) error {
 	d.size(p)
-	quotaOver, err := s.decideQuota(ctx, p, d, p.blocked)
+	d.refunded = grow(d.refunded, len(p.refunds))
+	if len(p.refunds) > 0 {
+		if err := s.giveBack(ctx, p.refunds, d.refunded); err != nil {
+			return err
+		}
+	}
+	chargeOver, err := s.decideCharges(ctx, p, d)
+	if err != nil {
+		return err
+	}
+	d.chgRefused = chargeOver
+	blocked := p.blocked || chargeOver
+	quotaOver, err := s.decideQuota(ctx, p, d, blocked)
 	d.quotaRefused = quotaOver
 	shadowDone := false // decideTogether decided the shadow parts too
 	switch {
-	case err != nil: // a give-back or a quota part failed: the call is not decided
-	case p.blocked || quotaOver:
+	case err != nil: // a quota part failed: the call is not decided
+	case blocked || quotaOver:
 		// Refused whatever the others say, so they spend nothing: a look.
 		if err = s.look(ctx, p.enforced, d.enf); err == nil {
 			for i := range d.enf {
@@ -289,16 +310,7 @@ func (s *stores) decideOn(ctx context.Context, lim *sluice.Limiter, parts []slui
 // others are decided, and if those refuse, what the per-second ones spent
 // is given back, so that a refused call spends nothing.
 func (s *stores) decideSplit(ctx context.Context, parts []sluice.Part, res []sluice.Result, over []bool) (sluice.Result, error) {
-	var idx [2][]int
-	var group [2][]sluice.Part
-	for i := range parts {
-		g := 0
-		if perSecond(parts[i].Limit) {
-			g = 1
-		}
-		idx[g] = append(idx[g], i)
-		group[g] = append(group[g], parts[i])
-	}
+	idx, group := splitPerSecond(parts)
 	var gres [2][]sluice.Result
 	var gover [2][]bool
 	for g := range 2 {
@@ -347,6 +359,21 @@ func (s *stores) decideSplit(ctx context.Context, parts []sluice.Part, res []slu
 		Delay:      max(rest.Delay, sec.Delay),
 		Degraded:   rest.Degraded || sec.Degraded,
 	}, nil
+}
+
+// splitPerSecond splits parts in two groups, the per-second ones (group
+// 1: Options.PerSecondStore's) and the others (group 0), each part's index
+// in parts beside.
+func splitPerSecond(parts []sluice.Part) (idx [2][]int, group [2][]sluice.Part) {
+	for i := range parts {
+		g := 0
+		if perSecond(parts[i].Limit) {
+			g = 1
+		}
+		idx[g] = append(idx[g], i)
+		group[g] = append(group[g], parts[i])
+	}
+	return idx, group
 }
 
 // perSecond reports whether l is counted per second: an epoch-aligned

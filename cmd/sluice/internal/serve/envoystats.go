@@ -96,7 +96,7 @@ func (e *envoyStats) record(st *state, p *plan) {
 			continue
 		}
 		_, fixed := st.counters[ds.rule]
-		e.count(st.envoyRules, ds.rule, p.entries[i], fixed, cost(p.req, p.req.Descriptors[i]), ds.res.Remaining, ds.over, ds.kind == kindShadow)
+		e.count(st.envoyRules, ds.rule, p.entries[i], fixed, cost(p.req, p.req.Descriptors[i]), ds.res.Remaining, ds.over, ds.shadow(), ds.kind == kindCharge && !ds.zero)
 	}
 }
 
@@ -105,7 +105,10 @@ func (e *envoyStats) record(st *state, p *plan) {
 // limiter does: hits are over the limit, near it or within it by where
 // they take the window's count, which envoy raises even for refused hits.
 // fixed: the configuration fixes r's stat name (state.counters has r).
-func (e *envoyStats) count(rs *ruleSeries, r *rlsconfig.Rule, entries []rlsconfig.Entry, fixed bool, hits, remaining int64, over, shadow bool) {
+// charged: the hits were charged whatever the answer, and remaining (less
+// than 0 in debt) is after them, refused or not: they took the count from
+// limit − remaining − hits to limit − remaining, over it past the limit.
+func (e *envoyStats) count(rs *ruleSeries, r *rlsconfig.Rule, entries []rlsconfig.Entry, fixed bool, hits, remaining int64, over, shadow, charged bool) {
 	var s *envoySeries
 	if fixed {
 		if v, ok := rs.m.Load(r); ok {
@@ -125,10 +128,15 @@ func (e *envoyStats) count(rs *ruleSeries, r *rlsconfig.Rule, entries []rlsconfi
 	left := uint64(min(max(remaining, 0), int64(limit)))
 	near := uint64(math.Floor(float64(float32(limit) * e.ratio)))
 	var before, after uint64
-	if over {
+	switch {
+	case charged:
+		after = limit + uint64(max(-remaining, 0)) - left
+		before = after - min(h, after)
+		over = after > limit
+	case over:
 		before = limit - left
 		after = before + h
-	} else {
+	default:
 		after = limit - left
 		before = after - min(h, after)
 	}

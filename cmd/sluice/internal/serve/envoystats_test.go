@@ -118,6 +118,41 @@ descriptors:
 	}
 }
 
+// A charge rule's hits are counted as envoy counts the hits it always adds
+// to a window: from the count before them to the count after, the part
+// past the limit over it, whether they fit or not.
+func TestEnvoyStatsCharge(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"d.yaml": `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, debt: 20, charge: true}
+`})
+	ts := start(t, Options{Config: dir, EnvoyStats: true}, &fakeClock{t: time.Unix(1e9, 0)})
+	for _, step := range []struct {
+		hits uint64
+		want string
+	}{
+		{7, "OK"},         // 0 → 7: within 7
+		{5, "OVER_LIMIT"}, // 7 → 12, charged: over 2, near 2 (the 9th and the 10th)
+		{0, "OVER_LIMIT"}, // a check in debt: nothing
+		{4, "OVER_LIMIT"}, // 12 → 16: over 4
+	} {
+		if resp := ts.call(t, "d", withHits(desc("k=x"), step.hits)); resp.OverallCode.String() != step.want {
+			t.Fatalf("%d hits: %v, want %s", step.hits, resp.OverallCode, step.want)
+		}
+	}
+	want := strings.Join([]string{
+		`ratelimit_service_rate_limit_near_limit{domain="d",key1="k"} 2`,
+		`ratelimit_service_rate_limit_over_limit{domain="d",key1="k"} 6`,
+		`ratelimit_service_rate_limit_total_hits{domain="d",key1="k"} 16`,
+		`ratelimit_service_rate_limit_within_limit{domain="d",key1="k"} 7`,
+	}, "\n")
+	if got := envoySeriesLines(t, ts); got != want {
+		t.Fatalf("envoy's series:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // envoy's stat name sanitizing and its mapping's labels.
 func TestEnvoyStatNames(t *testing.T) {
 	for _, c := range []struct{ key, want string }{

@@ -17,8 +17,9 @@ import (
 )
 
 // FuzzDecodeRequest feeds arbitrary bytes to the request decoders of every
-// door (/json's protojson, /v1/take's JSON, gRPC's protobuf) and decides
-// what they accept against a real configuration: an error or an answer,
+// door (/json's protojson, the JSON of /v1/take, /v1/charge and
+// /v1/settle, gRPC's protobuf) and decides what they accept against a real
+// configuration (charge rules among its rules): an error or an answer,
 // never a panic.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
@@ -31,6 +32,11 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"domain": "", "descriptors": []}`,
 		`{"domain": "meta", "hits_addend": 2, "descriptors": [{"entries": [{"key": "tenant", "value": "a"}]}, {"entries": [{"key": "user", "value": "b"}], "hits_addend": "1"}, {"entries": [{"key": "free", "value": "x"}]}]}`,
 		`{"domain": "gq", "descriptors": [{"entries": [{"key": "q", "value": "a"}]}, {"entries": [{"key": "sq", "value": "a"}]}, {"entries": [{"key": "user", "value": "a"}], "is_negative_hits": true, "hits_addend": "1"}]}`,
+		`{"domain": "llm", "descriptors": [{"entries": [{"key": "api_key", "value": "k"}], "hits_addend": "4000"}, {"entries": [{"key": "requests", "value": "k"}]}]}`,
+		`{"domain": "llm", "hits_addend": 7, "descriptors": [[{"key": "tenant", "value": "t"}], [{"key": "trial", "value": "x"}]]}`,
+		`{"key": "k", "limit": "1000/1m debt 5000", "cost": 4000}`,
+		`{"key": "k", "limit": "100/1m fixed-window debt 50", "estimate": 80, "actual": 130, "take": {"allowed": true, "window_us": 1764000060000000}}`,
+		`{"key": "k", "limit": "1/1s sliding-log", "estimate": 1, "actual": 0, "take": {"allowed": false, "degraded": true}}`,
 		`{`, `null`, `[]`, `{"domain": "test", "descriptors": [{}]}`,
 	} {
 		f.Add([]byte(s))
@@ -47,7 +53,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	s.state.Store(&state{cfg: cfg, counters: map[*rlsconfig.Rule]*ruleCounters{}})
 	// And envoy's modes: global quota, dynamic metadata, renamed headers,
 	// with the parts decided at once (as on Redis), and a per-second store.
-	mcfg, err := rlsconfig.Parse(map[string][]byte{"test.yaml": []byte(testConfig), "meta.yaml": []byte(metaConfig), "gq.yaml": []byte(globalQuotaConfig)})
+	mcfg, err := rlsconfig.Parse(map[string][]byte{"test.yaml": []byte(testConfig), "meta.yaml": []byte(metaConfig), "gq.yaml": []byte(globalQuotaConfig), "llm.yaml": []byte(chargeConfig)})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -72,10 +78,19 @@ func FuzzDecodeRequest(f *testing.F) {
 					t.Fatalf("encoding %v: %v", resp, err)
 				}
 			}
+			// As /v1/charge decides it: every limited descriptor charged.
+			m.decideCall(ctx, req, &pb.RateLimitResponse{}, HeadersDraft11, callOptions{chargeAll: true, debts: make([]int64, len(req.Descriptors))})
 		}
 		if tr, err := decodeTakeRequest(b); err == nil && tr.Key != "" {
 			if lim, err := sluice.ParseLimit(tr.Limit); err == nil && tr.Cost != nil {
 				s.lim.Take(ctx, tr.Key, lim, *tr.Cost)
+				s.lim.Charge(ctx, tr.Key, lim, *tr.Cost)
+			}
+		}
+		if sr, err := decodeSettleRequest(b); err == nil {
+			if lim, err := sluice.ParseLimit(sr.Limit); err == nil {
+				take := sluice.Result{Allowed: sr.Take.Allowed, Degraded: sr.Take.Degraded, Window: sr.Take.WindowUS}
+				s.lim.Settle(ctx, sr.Key, lim, *sr.Estimate, *sr.Actual, take)
 			}
 		}
 		var req pb.RateLimitRequest

@@ -89,7 +89,7 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 	case HeadersEnvoy:
 		best := -1
 		for i := range desc {
-			if !headed(desc[i].kind) {
+			if !headed(&desc[i]) {
 				continue
 			}
 			if best < 0 || (refuses(&desc[i]) && !refuses(&desc[best])) ||
@@ -111,7 +111,7 @@ func headers(mode Headers, names *EnvoyHeaderNames, desc []descState, sts []*pb.
 		var pol, cur []byte
 		for i := range desc {
 			d := &desc[i]
-			if !headed(d.kind) {
+			if !headed(d) {
 				continue
 			}
 			name := policyName(d.rule)

@@ -384,11 +384,13 @@ func (s *Server) Holds(n int) HoldsView {
 
 // The Policy of the observe.Events and Refused calls (Options.Observer,
 // Options.Refused) of the calls that name no rule: the acquires of
-// /v1/acquire (by key or by descriptors), and the takes of /v1/take by key
-// (a take by descriptors is its rules').
+// /v1/acquire (by key or by descriptors), the takes of /v1/take by key
+// (a take by descriptors is its rules'), and the charges and settles of
+// /v1/charge and /v1/settle by key (also Options.Charged's).
 const (
 	AcquirePolicy = "(acquire)"
 	TakePolicy    = "(take)"
+	ChargePolicy  = "(charge)"
 )
 
 // observeCall reports a call of policy on key: an event of outcome o, and
@@ -408,15 +410,24 @@ func (s *service) observeCall(policy, key string, o observe.Outcome, latency tim
 // asks (a bad limit, a key over key-bytes) decided nothing and is not
 // reported.
 func (s *service) recordTake(key string, res sluice.Result, err error, latency time.Duration) {
+	if o, decided := callOutcome(err, outcome(res.Allowed, res.Degraded)); decided {
+		s.observeCall(TakePolicy, key, o, latency)
+	}
+}
+
+// callOutcome is the outcome of a call by key that answered o or failed
+// with err (Error when the store or the call failed); decided is false
+// for a request refused for what it asks (a bad limit, a key over
+// key-bytes), which decided nothing and is not reported.
+func callOutcome(err error, o observe.Outcome) (_ observe.Outcome, decided bool) {
 	var re *requestError
 	switch {
 	case errors.As(err, &re):
-		return
+		return o, false
 	case err != nil:
-		s.observeCall(TakePolicy, key, observe.Error, latency)
-	default:
-		s.observeCall(TakePolicy, key, outcome(res.Allowed, res.Degraded), latency)
+		return observe.Error, true
 	}
+	return o, true
 }
 
 // outcome is an answer's outcome as the observer counts it.

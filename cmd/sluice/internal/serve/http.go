@@ -36,6 +36,8 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
 	mux.HandleFunc("POST /v1/take", s.serveTake)
+	mux.HandleFunc("POST /v1/charge", s.serveCharge)
+	mux.HandleFunc("POST /v1/settle", s.serveSettle)
 	mux.HandleFunc("POST /v1/acquire", s.serveLease("acquire"))
 	mux.HandleFunc("POST /v1/release", s.serveLease("release"))
 	mux.HandleFunc("POST /v1/extend", s.serveLease("extend"))
@@ -122,6 +124,19 @@ func (s *service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	return b, true
 }
 
+// readCall begins a call on door (the calls metric's): it reads the
+// body, within request-bytes, and returns it with done, which observes the
+// call's latency; ok is false when the body could not be read, which it
+// answered and counted.
+func (s *service) readCall(w http.ResponseWriter, r *http.Request, door string) (b []byte, done func(), ok bool) {
+	start := time.Now()
+	done = func() { s.metrics.latency.WithLabelValues(door).Observe(time.Since(start).Seconds()) }
+	if b, ok = s.readBody(w, r); !ok {
+		s.count(door, "invalid")
+	}
+	return b, done, ok
+}
+
 // decodeJSONRequest decodes /json's body: a RateLimitRequest in protojson.
 func decodeJSONRequest(b []byte) (*pb.RateLimitRequest, error) {
 	req := &pb.RateLimitRequest{}
@@ -150,11 +165,9 @@ func httpError(w http.ResponseWriter, err error) {
 // serveJSON is envoyproxy/ratelimit's POST /json: 200 with the response when
 // the call is OK, 429 when it is over the limit.
 func (s *service) serveJSON(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer func() { s.metrics.latency.WithLabelValues("json").Observe(time.Since(start).Seconds()) }()
-	b, ok := s.readBody(w, r)
+	b, done, ok := s.readCall(w, r, "json")
+	defer done()
 	if !ok {
-		s.count("json", "invalid")
 		return
 	}
 	req, err := decodeJSONRequest(b)
@@ -191,9 +204,9 @@ func setRetryAfter(h http.Header, wait time.Duration) {
 	h.Set("Retry-After", strconv.FormatInt(max(policycore.Seconds(wait), 1), 10))
 }
 
-// TakeRequest is the body of POST /v1/take: either a domain and its
-// descriptors, decided by the configuration as a gRPC call would be, or a key
-// and a limit of the caller's.
+// TakeRequest is the body of POST /v1/take and of POST /v1/charge: either
+// a domain and its descriptors, decided by the configuration as a gRPC call
+// would be, or a key and a limit of the caller's.
 type TakeRequest struct {
 	// Domain and Descriptors (each a list of entries) name configured
 	// limits; HitsAddend is the call's cost (default 1; 0 looks).
@@ -213,17 +226,22 @@ type TakeEntry struct {
 	Value string `json:"value,omitempty"`
 }
 
-// TakeResponse is the answer of POST /v1/take: every field of the decision
-// (sluice.Result, durations in microseconds) and, for a domain's
-// descriptors, each descriptor's status.
+// TakeResponse is the answer of POST /v1/take, /v1/charge and /v1/settle:
+// every field of the decision (sluice.Result, durations in microseconds;
+// Remaining negative for a key in debt) and, for a domain's descriptors,
+// each descriptor's status.
 type TakeResponse struct {
-	Allowed      bool         `json:"allowed"`
-	Remaining    int64        `json:"remaining"`
-	RetryAfterUS int64        `json:"retry_after_us"`
-	ResetAfterUS int64        `json:"reset_after_us"`
-	DelayUS      int64        `json:"delay_us"`
-	Degraded     bool         `json:"degraded"`
-	Statuses     []TakeStatus `json:"statuses,omitempty"`
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterUS int64 `json:"retry_after_us"`
+	ResetAfterUS int64 `json:"reset_after_us"`
+	DelayUS      int64 `json:"delay_us"`
+	Degraded     bool  `json:"degraded"`
+	// WindowUS names the window a key's decision counted in, under
+	// fixed-window and aligned-window (sluice.Result.Window): a settle
+	// gives units back only to it.
+	WindowUS int64        `json:"window_us,omitempty"`
+	Statuses []TakeStatus `json:"statuses,omitempty"`
 }
 
 // TakeStatus is one descriptor's status in a TakeResponse.
@@ -236,16 +254,25 @@ type TakeStatus struct {
 	ResetAfterUS    int64  `json:"reset_after_us"`
 }
 
-// decodeTakeRequest decodes and checks /v1/take's body.
-func decodeTakeRequest(b []byte) (*TakeRequest, error) {
+// decodeJSON decodes b, one JSON value, into v, refusing unknown fields.
+func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var t TakeRequest
-	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("bad request JSON: %w", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("bad request JSON: %w", err)
 	}
 	if dec.More() {
-		return nil, errors.New("bad request JSON: more than one value")
+		return errors.New("bad request JSON: more than one value")
+	}
+	return nil
+}
+
+// decodeTakeRequest decodes and checks the body of /v1/take and
+// /v1/charge.
+func decodeTakeRequest(b []byte) (*TakeRequest, error) {
+	var t TakeRequest
+	if err := decodeJSON(b, &t); err != nil {
+		return nil, err
 	}
 	byKey := t.Key != "" || t.Limit != "" || t.Cost != nil
 	byDomain := t.Domain != "" || t.Descriptors != nil || t.HitsAddend != nil
@@ -269,51 +296,107 @@ func decodeTakeRequest(b []byte) (*TakeRequest, error) {
 	return &t, nil
 }
 
-// serveTake is sluice's own JSON API.
+// cost is a key form call's units: its cost, default 1.
+func (t *TakeRequest) cost() int64 {
+	if t.Cost != nil {
+		return *t.Cost
+	}
+	return 1
+}
+
+// apiCall is what one of the JSON API's decisions (/v1/take, /v1/charge,
+// /v1/settle) does with a request that decodes: its answer and each
+// descriptor's status (descriptor form), or the error.
+type apiCall func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error)
+
+// serveAPI answers one call of the JSON API on door (the calls metric's):
+// read reads the call from the body and returns what deciding it does;
+// refuses: an answer not Allowed is a 429 (a take's), else a 200 (a
+// charge, a settle: never refused).
+func (s *service) serveAPI(door string, refuses bool, read func(b []byte) (apiCall, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, done, ok := s.readCall(w, r, door)
+		defer done()
+		if !ok {
+			return
+		}
+		call, err := read(b)
+		if err != nil {
+			s.count(door, "invalid")
+			status := http.StatusBadRequest
+			if errors.Is(err, errNoKeyForm) {
+				status = http.StatusForbidden
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		res, sts, err := call(r.Context(), w)
+		if err != nil {
+			s.count(door, codeLabel(grpcError(err)))
+			httpError(w, err)
+			return
+		}
+		out := TakeResponse{Allowed: res.Allowed, Remaining: res.Remaining, Degraded: res.Degraded, WindowUS: res.Window, Statuses: sts,
+			RetryAfterUS: res.RetryAfter.Microseconds(), ResetAfterUS: res.ResetAfter.Microseconds(), DelayUS: res.Delay.Microseconds()}
+		w.Header().Set("Content-Type", "application/json")
+		if res.Allowed {
+			s.count(door, "ok")
+		} else {
+			s.count(door, "over_limit")
+		}
+		if refuses && !res.Allowed {
+			setRetryAfter(w.Header(), res.RetryAfter)
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		json.NewEncoder(w).Encode(&out)
+	}
+}
+
+// serveTake is sluice's own JSON API: /v1/take.
 func (s *service) serveTake(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer func() { s.metrics.latency.WithLabelValues("take").Observe(time.Since(start).Seconds()) }()
-	b, ok := s.readBody(w, r)
-	if !ok {
-		s.count("take", "invalid")
-		return
-	}
+	s.serveAPI("take", true, func(b []byte) (apiCall, error) {
+		return s.takeCall(b, false, func(ctx context.Context, lim *sluice.Limiter, key string, l sluice.Limit, units int64) (sluice.Result, error) {
+			return lim.Take(ctx, key, l, units)
+		}, func(key string, _ int64, res sluice.Result, err error, latency time.Duration) {
+			s.recordTake(key, res, err, latency)
+		})
+	})(w, r)
+}
+
+// keyOp is what a call by key does on the limiter that keeps its limit's
+// budgets: key is its store key, units its cost.
+type keyOp func(ctx context.Context, lim *sluice.Limiter, key string, l sluice.Limit, units int64) (sluice.Result, error)
+
+// takeCall reads the body of /v1/take or /v1/charge (a TakeRequest) into
+// what deciding it does: by descriptors, a gRPC call's decision (every
+// limited descriptor charged when chargeAll is set); by key (refused when
+// Options.KeyForm is off), op on the caller's limit, reported by record.
+func (s *service) takeCall(b []byte, chargeAll bool, op keyOp, record func(key string, units int64, res sluice.Result, err error, latency time.Duration)) (apiCall, error) {
 	t, err := decodeTakeRequest(b)
-	if err != nil {
-		s.count("take", "invalid")
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	switch {
+	case err != nil:
+		return nil, err
+	case t.Key == "":
+		return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
+			return s.decideDomain(ctx, w, t, chargeAll)
+		}, nil
+	case !s.opts.KeyForm:
+		return nil, errNoKeyForm
 	}
-	var out TakeResponse
-	var res sluice.Result
-	if t.Key != "" && !s.opts.KeyForm {
-		s.count("take", "invalid")
-		http.Error(w, errNoKeyForm.Error(), http.StatusForbidden)
-		return
+	units := t.cost()
+	if chargeAll {
+		if err := s.checkChargeUnits(`"cost"`, units); err != nil {
+			return nil, err
+		}
 	}
-	if t.Key != "" {
+	return func(ctx context.Context, w http.ResponseWriter) (sluice.Result, []TakeStatus, error) {
 		called := time.Now()
-		res, err = s.takeKey(r.Context(), w, t)
-		s.recordTake(t.Key, res, err, time.Since(called))
-	} else {
-		res, out.Statuses, err = s.takeDomain(r.Context(), w, t)
-	}
-	if err != nil {
-		s.count("take", codeLabel(grpcError(err)))
-		httpError(w, err)
-		return
-	}
-	out.Allowed, out.Remaining, out.Degraded = res.Allowed, res.Remaining, res.Degraded
-	out.RetryAfterUS, out.ResetAfterUS, out.DelayUS = res.RetryAfter.Microseconds(), res.ResetAfter.Microseconds(), res.Delay.Microseconds()
-	w.Header().Set("Content-Type", "application/json")
-	if res.Allowed {
-		s.count("take", "ok")
-	} else {
-		s.count("take", "over_limit")
-		setRetryAfter(w.Header(), res.RetryAfter)
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	json.NewEncoder(w).Encode(&out)
+		res, err := s.decideKey(ctx, w, t.Key, t.Limit, func(lim *sluice.Limiter, key string, l sluice.Limit) (sluice.Result, error) {
+			return op(ctx, lim, key, l, units)
+		})
+		record(t.Key, units, res, err, time.Since(called))
+		return res, nil, err
+	}, nil
 }
 
 // takeKeyPrefix begins the store key of every key /v1/take is given. A
@@ -341,22 +424,21 @@ func (s *service) checkKeyForm(key string, units int64, row *limits.Row, what st
 	return capped(err)
 }
 
-// takeKey decides a key under the caller's limit.
-func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, error) {
-	lim, err := sluice.ParseLimit(t.Limit)
+// decideKey decides a call by key under the caller's limit (text, as
+// sluice.ParseLimit reads it): op makes the decision on the limiter that
+// keeps the limit's budgets, with the key's store key. A limit or units
+// the store refuses is a bad request.
+func (s *service) decideKey(ctx context.Context, w http.ResponseWriter, key, text string, op func(*sluice.Limiter, string, sluice.Limit) (sluice.Result, error)) (sluice.Result, error) {
+	lim, err := sluice.ParseLimit(text)
 	if err != nil {
 		return sluice.Result{}, badRequest("limit: %v", err)
 	}
 	// The units the caller names: its capacity, and its debt allowance,
 	// which a key may owe as long again.
-	if err := s.checkKeyForm(t.Key, max(lim.Capacity(), lim.Debt), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
+	if err := s.checkKeyForm(key, max(lim.Capacity(), lim.Debt), limits.Window, `the limit's refill (its window; a bucket's burst at its rate)`, lim.Refill()); err != nil {
 		return sluice.Result{}, err
 	}
-	c := int64(1)
-	if t.Cost != nil {
-		c = *t.Cost
-	}
-	res, err := s.limFor(lim).Take(ctx, takeKeyPrefix+t.Key, lim, c)
+	res, err := op(s.limFor(lim), takeKeyPrefix+key, lim)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return res, err
@@ -373,8 +455,9 @@ func (s *service) takeKey(ctx context.Context, w http.ResponseWriter, t *TakeReq
 	return res, nil
 }
 
-// takeDomain decides a domain's descriptors as a gRPC call.
-func (s *service) takeDomain(ctx context.Context, w http.ResponseWriter, t *TakeRequest) (sluice.Result, []TakeStatus, error) {
+// decideDomain decides a domain's descriptors as a gRPC call, charging
+// every limited one when chargeAll is set (/v1/charge).
+func (s *service) decideDomain(ctx context.Context, w http.ResponseWriter, t *TakeRequest, chargeAll bool) (sluice.Result, []TakeStatus, error) {
 	req := &pb.RateLimitRequest{Domain: t.Domain, Descriptors: make([]*rlv3.RateLimitDescriptor, len(t.Descriptors))}
 	for i, d := range t.Descriptors {
 		rd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d))}
@@ -387,13 +470,15 @@ func (s *service) takeDomain(ctx context.Context, w http.ResponseWriter, t *Take
 		req.Descriptors[i] = rd
 	}
 	resp := &pb.RateLimitResponse{}
-	res, err := s.shouldRateLimit(ctx, req, resp, HeadersDraft11)
+	debts := make([]int64, len(req.Descriptors))
+	res, err := s.decideCall(ctx, req, resp, HeadersDraft11, callOptions{chargeAll: chargeAll, debts: debts})
 	if err != nil {
 		return res, nil, err
 	}
-	if s.opts.GlobalShadow {
+	if s.opts.GlobalShadow && !chargeAll {
 		res.Allowed = true
 	}
+	res.Window = 0 // a call's descriptors name no one window: window_us is the key form's
 	sts := make([]TakeStatus, len(resp.Statuses))
 	for i, st := range resp.Statuses {
 		ts := &sts[i]
@@ -407,6 +492,9 @@ func (s *service) takeDomain(ctx context.Context, w http.ResponseWriter, t *Take
 		}
 		if st.LimitRemaining == math.MaxUint32 && st.CurrentLimit == nil {
 			ts.Remaining = -1 // unlimited
+		}
+		if debts[i] < 0 {
+			ts.Remaining = debts[i] // in debt
 		}
 	}
 	for _, hv := range resp.ResponseHeadersToAdd {
@@ -453,6 +541,7 @@ type configRule struct {
 	Unlimited       bool     `json:"unlimited,omitempty"`
 	Shadow          bool     `json:"shadow_mode,omitempty"`
 	QuotaMode       bool     `json:"quota_mode,omitempty"`
+	Charge          bool     `json:"charge,omitempty"`
 	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
 	ShareThreshold  bool     `json:"share_threshold,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
@@ -501,7 +590,7 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 	rules := make([]configRule, 0, len(v.Rules))
 	for _, ru := range v.Rules {
 		c := configRule{Domain: ru.Domain, Path: ru.Path, Name: ru.Name, Unit: ru.Unit, RequestsPerUnit: ru.RequestsPerUnit,
-			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
+			Unlimited: ru.Unlimited, Shadow: ru.Shadow, QuotaMode: ru.QuotaMode, Charge: ru.Charge, DetailedMetric: ru.DetailedMetric, ShareThreshold: ru.ShareThreshold, Replaces: ru.Replaces}
 		if !ru.Unlimited {
 			c.Limit = ru.Limit.String()
 		}
@@ -550,6 +639,9 @@ func (s *service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		if c.QuotaMode {
 			fmt.Fprint(w, " quota_mode")
+		}
+		if c.Charge {
+			fmt.Fprint(w, " charge")
 		}
 		if c.DetailedMetric {
 			fmt.Fprint(w, " detailed_metric")

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,14 +75,9 @@ const localLease = "local-"
 // caller's limit; in the descriptor form (t.byRules()) the zero
 // Concurrency, and the service checks the descriptors' bounds.
 func decodeLeaseRequest(b []byte, needLease bool) (*LeaseRequest, sluice.Concurrency, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var t LeaseRequest
-	if err := dec.Decode(&t); err != nil {
-		return nil, sluice.Concurrency{}, fmt.Errorf("bad request JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, sluice.Concurrency{}, errors.New("bad request JSON: more than one value")
+	if err := decodeJSON(b, &t); err != nil {
+		return nil, sluice.Concurrency{}, err
 	}
 	if t.Units != nil && *t.Units < 0 {
 		return nil, sluice.Concurrency{}, fmt.Errorf(`"units" %d is negative`, *t.Units)
@@ -131,11 +125,9 @@ func checkRulesForm(t *LeaseRequest, needLease bool) error {
 // serveLease answers one lease call (op "acquire", "release", "extend").
 func (s *service) serveLease(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() { s.metrics.latency.WithLabelValues(op).Observe(time.Since(start).Seconds()) }()
-		b, ok := s.readBody(w, r)
+		b, done, ok := s.readCall(w, r, op)
+		defer done()
 		if !ok {
-			s.count(op, "invalid")
 			return
 		}
 		t, c, err := decodeLeaseRequest(b, op != "acquire")

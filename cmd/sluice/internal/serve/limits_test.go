@@ -156,6 +156,25 @@ func TestUnitsCap(t *testing.T) {
 	// A limit override in a configured domain is a limit of the caller's.
 	rpc(t, ts, nil, withLimit(desc("key1=o"), uint32(n), typev3.RateLimitUnit_HOUR))
 	rpc(t, ts, limits.Units, withLimit(desc("key1=o"), uint32(n+1), typev3.RateLimitUnit_HOUR))
+	// A charge's units, which no capacity bounds: by key, by descriptors,
+	// a charge rule's hits over gRPC, a settle's estimate and actual.
+	post(t, ts, "/v1/charge", fmt.Sprintf(`{"key": "c", "limit": "1/1s debt 5", "cost": %d}`, n), 200, nil)
+	post(t, ts, "/v1/charge", fmt.Sprintf(`{"key": "c", "limit": "1/1s debt 5", "cost": %d}`, n+1), 0, limits.Units)
+	post(t, ts, "/v1/charge", fmt.Sprintf(`{"domain": "test", "hits_addend": %d, "descriptors": [[{"key": "key1", "value": "c"}]]}`, n), 200, nil)
+	post(t, ts, "/v1/charge", fmt.Sprintf(`{"domain": "test", "hits_addend": %d, "descriptors": [[{"key": "key1", "value": "c"}]]}`, n+1), 0, limits.Units)
+	for _, f := range []string{`"estimate": %d, "actual": 1`, `"estimate": 1, "actual": %d`} {
+		settle := `{"key": "c", "limit": "1/1s debt 5", "take": {"allowed": true}, ` + f + `}`
+		post(t, ts, "/v1/settle", fmt.Sprintf(settle, n), 200, nil)
+		post(t, ts, "/v1/settle", fmt.Sprintf(settle, n+1), 0, limits.Units)
+	}
+	cs, _ := startCharge(t, Options{})
+	for _, c := range []struct {
+		hits uint64
+		row  *limits.Row
+	}{{uint64(n), nil}, {uint64(n + 1), limits.Units}} {
+		_, err := cs.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "llm", Descriptors: []*rlv3.RateLimitDescriptor{withHits(desc("api_key=c"), c.hits)}})
+		checkRefusal(t, "a charge rule's hits over gRPC", c.row, status.Code(err) == codes.InvalidArgument, err)
+	}
 }
 
 // The time a caller's limit keeps its key: a take's refill (its window; a

@@ -20,6 +20,7 @@ type metrics struct {
 	calls        *prometheus.CounterVec   // door, code
 	latency      *prometheus.HistogramVec // door
 	decisions    *prometheus.CounterVec   // domain, rule, outcome
+	unitsCharged *prometheus.CounterVec   // domain, rule
 	concurrency  *prometheus.CounterVec   // domain, concurrency, outcome
 	storeErrors  prometheus.Counter
 	degraded     prometheus.Counter
@@ -66,7 +67,7 @@ func newMetrics(maxValues int64) *metrics {
 		maxValues: int(maxValues),
 		reg:       prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held).",
+			Name: "sluice_serve_calls_total", Help: "Calls answered, by door (grpc, json, take, charge, settle, acquire, release, extend) and code (ok, over_limit, invalid, unavailable, error; not_held: a release or an extension that found nothing held; a charge or a settle is over_limit when units were forgiven past the debt allowance).",
 		}, []string{"door", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_serve_call_duration_seconds", Help: "Time to answer a call, by door.",
@@ -76,6 +77,10 @@ func newMetrics(maxValues int64) *metrics {
 			Name: "sluice_serve_rule_decisions_total",
 			Help: "Descriptors decided, by domain, rule (its name, else its descriptor path; with detailed_metric or value_to_metric envoy's stat name with the values sent; \"override\" for a request's limit override) and outcome.",
 		}, []string{"domain", "rule", "outcome"}),
+		unitsCharged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_serve_units_charged_total",
+			Help: "Units charged whatever the answer (a charge rule's hits, /v1/charge, /v1/settle), by domain and rule (named as in sluice_serve_rule_decisions_total, but by the rule's name or path for detailed_metric and value_to_metric rules).",
+		}, []string{"domain", "rule"}),
 		concurrency: newConcurrencyVec(),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_serve_store_errors_total", Help: "Decisions the store could not make (the call failed, or a shadow rule was skipped).",
@@ -99,7 +104,7 @@ func newMetrics(maxValues int64) *metrics {
 			Name: "sluice_serve_store_may_evict", Help: "1 when a store's Redis may evict the limiter's keys (its maxmemory-policy is not noeviction: an evicted key forgets what was spent), as last checked, at start and by each /readyz.",
 		}),
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.concurrency, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
+	m.reg.MustRegister(m.calls, m.latency, m.decisions, m.unitsCharged, m.concurrency, m.storeErrors, m.degraded, m.globalShadow, m.loads, m.lastLoad, m.rules, m.mayEvict,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.grpcOK, m.grpcOver = m.calls.WithLabelValues("grpc", "ok"), m.calls.WithLabelValues("grpc", "over_limit")
 	m.grpcLatency = m.latency.WithLabelValues("grpc")
@@ -126,6 +131,12 @@ func (m *metrics) series(domain, rule string) outcomeCounters {
 type ruleCounters struct {
 	by   outcomeCounters
 	name string // domain.name, or domain.path
+	// label is the (domain, rule) of its series; charged its units
+	// charged, resolved with the others for a rule that charges or owes
+	// (a charge rule, or one with a debt allowance), else at its first
+	// charge (/v1/charge), so that the other rules show no series of 0.
+	label   [2]string
+	charged prometheus.Counter
 }
 
 // forRules resolves the counters of a configuration's rules (but those
@@ -155,7 +166,12 @@ func (m *metrics) forRules(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*ruleCo
 				*other = m.series(otherLabel, otherLabel)
 			}
 			c.by = *other
+			l = [2]string{otherLabel, otherLabel}
 			shared++
+		}
+		c.label = l
+		if r.Charge || r.Limit.Debt > 0 {
+			c.charged = m.unitsCharged.WithLabelValues(l[0], l[1])
 		}
 		out[r] = c
 	}
@@ -164,6 +180,7 @@ func (m *metrics) forRules(rules []*rlsconfig.Rule) (map[*rlsconfig.Rule]*ruleCo
 			for _, o := range observe.Outcomes {
 				m.decisions.DeleteLabelValues(l[0], l[1], o.String())
 			}
+			m.unitsCharged.DeleteLabelValues(l[0], l[1])
 		}
 	}
 	m.ruleLabels = labels
@@ -243,6 +260,29 @@ func (s *service) observe(st *state, domain string, r *rlsconfig.Rule, entries [
 	}
 }
 
+// observeCharge counts the units a descriptor of rule r charged, and
+// passes them to Options.Charged.
+func (s *service) observeCharge(st *state, domain string, r *rlsconfig.Rule, units int64) {
+	c := st.counters[r]
+	switch {
+	case c != nil && c.charged != nil:
+		c.charged.Add(float64(units))
+	case c != nil:
+		s.metrics.unitsCharged.WithLabelValues(c.label[0], c.label[1]).Add(float64(units))
+	case r.DetailedMetric || r.ValueToMetric:
+		s.metrics.unitsCharged.WithLabelValues(domain, policyName(r)).Add(float64(units))
+	default: // a limit override
+		s.metrics.unitsCharged.WithLabelValues(domain, "override").Add(float64(units))
+	}
+	if s.opts.Charged != nil {
+		name := r.Domain + "." + policyName(r)
+		if c != nil {
+			name = c.name
+		}
+		s.opts.Charged(name, units)
+	}
+}
+
 // observeError counts a failed call's limited descriptors as errors.
 func (s *service) observeError(st *state, p *plan, err error, latency time.Duration) {
 	if _, bad := err.(*requestError); !bad {
@@ -251,7 +291,7 @@ func (s *service) observeError(st *state, p *plan, err error, latency time.Durat
 	}
 	n := 0
 	for i := range p.desc {
-		if ds := &p.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow || ds.kind == kindQuota {
+		if ds := &p.desc[i]; ds.kind == kindEnforced || ds.kind == kindShadow || ds.kind == kindQuota || ds.kind == kindCharge {
 			s.observe(st, p.req.Domain, ds.rule, p.entries[i], observe.Error, latency, n)
 			n++
 		}

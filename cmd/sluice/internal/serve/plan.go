@@ -22,6 +22,7 @@ const (
 	kindShadow
 	kindQuota  // quota_mode: over only refuses when every quota descriptor is (quota.go)
 	kindRefund // is_negative_hits: gives its units back (quota.go)
+	kindCharge // a charge rule's, or any under /v1/charge: charged whatever the answer (charge.go)
 )
 
 // descState is one descriptor of a call: what plan made of it, then what
@@ -38,6 +39,12 @@ type descState struct {
 	out  observe.Outcome // what the descriptor is counted as (not for kindNone, kindRefund)
 }
 
+// shadow reports whether ds is over the limit without refusing the call:
+// a shadow_mode rule's, taken or charged.
+func (ds *descState) shadow() bool {
+	return ds.kind == kindShadow || ds.kind == kindCharge && ds.rule.Shadow
+}
+
 // plan is what one call asks of the stores: which rule each descriptor
 // matched, what kind of descriptor that makes it, and the parts to decide,
 // each kind apart.
@@ -48,7 +55,10 @@ type plan struct {
 	desc    []descState         // one per descriptor
 	// The parts of each kind, equal keys merged (two descriptors that name
 	// one counter spend it together), but refunds: one per give-back.
-	enforced, shadow, quota, refunds []sluice.Part
+	enforced, shadow, quota, refunds, charges []sluice.Part
+	// chargeAll: every limited descriptor is charged (/v1/charge), not
+	// only those of charge rules. Set before make.
+	chargeAll bool
 	// blocked: an enforced descriptor of requests_per_unit 0 refuses the
 	// call, whatever the stores say.
 	blocked bool
@@ -66,7 +76,7 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 	p.flatten(req.Descriptors)
 	rules := cfg.Resolve(req.Domain, p.entries)
 	p.desc = grow(p.desc, len(req.Descriptors))
-	p.enforced, p.shadow, p.quota, p.refunds = p.enforced[:0], p.shadow[:0], p.quota[:0], p.refunds[:0]
+	p.enforced, p.shadow, p.quota, p.refunds, p.charges = p.enforced[:0], p.shadow[:0], p.quota[:0], p.refunds[:0], p.charges[:0]
 	for i, d := range req.Descriptors {
 		var rule *rlsconfig.Rule
 		if i < len(rules) {
@@ -91,7 +101,7 @@ func (p *plan) make(req *pb.RateLimitRequest, cfg *rlsconfig.Config, o *Options)
 	for i := range p.desc {
 		ds := &p.desc[i]
 		switch {
-		case ds.kind == kindEnforced:
+		case ds.kind == kindEnforced || ds.kind == kindCharge && !ds.rule.Shadow:
 			p.blocked = p.blocked || ds.zero
 		case ds.kind == kindQuota:
 			p.quotaDecides = true
@@ -157,6 +167,11 @@ func (p *plan) add(i int, d *rlv3.RateLimitDescriptor, rule *rlsconfig.Rule, o *
 		return p.addRefund(i, ds, part)
 	}
 	switch {
+	case rule.Charge || p.chargeAll:
+		if err := p.checkCharge(i, ds, part, o); err != nil {
+			return err
+		}
+		ds.kind = kindCharge
 	case rule.Shadow:
 		ds.kind = kindShadow
 	case rule.QuotaMode || o.GlobalQuota:
@@ -171,6 +186,8 @@ func (p *plan) add(i int, d *rlv3.RateLimitDescriptor, rule *rlsconfig.Rule, o *
 		return nil
 	}
 	switch ds.kind {
+	case kindCharge:
+		ds.part = addPart(&p.charges, part)
 	case kindShadow:
 		ds.part = addPart(&p.shadow, part)
 	case kindQuota:
@@ -219,6 +236,8 @@ func (p *plan) clear() {
 	clear(p.shadow)
 	clear(p.quota)
 	clear(p.refunds)
+	clear(p.charges)
+	p.chargeAll = false
 }
 
 // validate checks a request against the service's limits (o.Limits).

@@ -31,21 +31,14 @@ func grow[T any](s []T, n int) []T {
 	return s
 }
 
-// decideQuota runs before the enforced parts are decided. It gives back
-// the call's is_negative_hits units, each on its own and whatever the
-// call's answer, so the call's spending can use them. Then it decides the
-// quota_mode parts, each on its own as envoy counts every descriptor: a part
-// with a cost spends it when it passes alone; a look (cost 0) is over when
-// nothing is left; when blocked (the call is refused already) every part
-// only looks. It reports whether the quota_mode descriptors refuse the
-// call (plan.quotaRefuses).
+// decideQuota runs before the enforced parts are decided, after the
+// give-backs (giveBack) and the charges. It decides the quota_mode parts,
+// each on its own as envoy counts every descriptor: a part with a cost
+// spends it when it passes alone; a look (cost 0) is over when nothing is
+// left; when blocked (the call is refused already) every part only looks.
+// It reports whether the quota_mode descriptors refuse the call
+// (plan.quotaRefuses).
 func (s *stores) decideQuota(ctx context.Context, p *plan, d *decision, blocked bool) (bool, error) {
-	d.refunded = grow(d.refunded, len(p.refunds))
-	if len(p.refunds) > 0 {
-		if err := s.giveBack(ctx, p.refunds, d.refunded); err != nil {
-			return false, err
-		}
-	}
 	q := &d.quota
 	n := len(p.quota)
 	q.res, q.over, q.spent = grow(q.res, n), grow(q.over, n), grow(q.spent, n)
@@ -58,9 +51,9 @@ func (s *stores) decideQuota(ctx context.Context, p *plan, d *decision, blocked 
 	return p.quotaRefuses(q.over), nil
 }
 
-// giveBack makes the call's is_negative_hits give-backs, refunded
-// receiving what a look sees afterwards. (Apart from decideQuota, as
-// takeQuota is, so that a call without them builds no closure.)
+// giveBack makes the call's is_negative_hits give-backs, each on its own
+// and whatever the call's answer, so the call's spending can use them,
+// refunded receiving what a look sees afterwards.
 func (s *stores) giveBack(ctx context.Context, refunds []sluice.Part, refunded []sluice.Result) error {
 	return s.each(len(refunds), func(i int) error {
 		p := &refunds[i]

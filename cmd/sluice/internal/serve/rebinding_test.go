@@ -45,6 +45,8 @@ func TestDNSRebindingRefused(t *testing.T) {
 	calls := []struct{ method, path, body string }{
 		{"POST", "/v1/acquire", `{"key": "victim", "limit": 1, "lifetime": "1m"}`},
 		{"POST", "/v1/take", `{"key": "victim", "limit": "1/1m"}`},
+		{"POST", "/v1/charge", `{"key": "victim", "limit": "1/1m debt 5", "cost": 6}`},
+		{"POST", "/v1/settle", `{"key": "victim", "limit": "1/1m debt 5", "estimate": 0, "actual": 6, "take": {"allowed": true}}`},
 		{"POST", "/json", `{"domain": "test", "descriptors": [{"entries": [{"key": "key1", "value": "value1"}]}]}`},
 		{"GET", "/console/api/live", ""},
 		{"GET", "/", ""},

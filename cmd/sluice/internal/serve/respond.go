@@ -47,16 +47,23 @@ type answer struct {
 // (descState), which the headers and the service's counters read.
 func respond(p *plan, d *decision, o *respondOptions, resp *pb.RateLimitResponse) answer {
 	code := pb.RateLimitResponse_OK
-	if (!d.comp.Allowed && len(p.enforced) > 0) || d.quotaRefused || p.blocked {
+	if (!d.comp.Allowed && len(p.enforced) > 0) || d.quotaRefused || d.chgRefused || p.blocked {
 		code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	boxes := newStatuses(resp, len(p.desc))
 	for i := range p.desc {
 		descStatus(&p.desc[i], d, &boxes[i], o.now)
 	}
-	a := answer{result: d.comp, degraded: d.comp.Degraded}
+	a := answer{result: d.comp, degraded: d.comp.Degraded || d.chgComp.Degraded}
 	if len(p.enforced) == 0 {
 		a.result = sluice.Result{Allowed: true, Remaining: math.MaxInt64}
+	}
+	if len(p.charges) > 0 {
+		c := &d.chgComp
+		a.result.Remaining = min(a.result.Remaining, c.Remaining)
+		a.result.ResetAfter = max(a.result.ResetAfter, c.ResetAfter)
+		a.result.RetryAfter = max(a.result.RetryAfter, c.RetryAfter)
+		a.result.Degraded = a.result.Degraded || c.Degraded
 	}
 	if code == pb.RateLimitResponse_OVER_LIMIT {
 		a.result.Allowed = false // a requests_per_unit of 0 refuses without the store
@@ -64,6 +71,12 @@ func respond(p *plan, d *decision, o *respondOptions, resp *pb.RateLimitResponse
 			code = pb.RateLimitResponse_OK
 			a.shadowed = true
 		}
+	}
+	if p.chargeAll {
+		// /v1/charge answers whether every unit was charged, as
+		// sluice.Limiter.Charge does; a charge is never refused.
+		a.result.Allowed = d.chgComp.Allowed && !p.blocked
+		a.result.RetryAfter = 0
 	}
 	resp.OverallCode = code
 	if o.headers != HeadersNone {
@@ -129,10 +142,12 @@ func descStatus(ds *descState, d *decision, b *statusBox, now int64) {
 		r, over = d.quota.res[ds.part], d.quota.over[ds.part]
 	case ds.kind == kindEnforced:
 		r, over = d.enf[ds.part], d.enfOver[ds.part]
+	case ds.kind == kindCharge:
+		r, over = d.chg[ds.part], d.chgOver[ds.part]
 	default:
 		r, over = d.sha[ds.part], d.shaOver[ds.part]
 	}
-	if over && ds.kind != kindShadow {
+	if over && !ds.shadow() {
 		b.st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	ds.res, ds.over = r, over
@@ -143,12 +158,15 @@ func descStatus(ds *descState, d *decision, b *statusBox, now int64) {
 	b.st.CurrentLimit = &b.lim
 	b.st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	reset := resetAfter(rule.Limit, r, now)
+	if ds.kind == kindCharge && over && !ds.zero {
+		reset = untilPaid(rule.Limit, r) // when the next check passes
+	}
 	b.dur.Seconds, b.dur.Nanos = int64(reset/time.Second), int32(reset%time.Second)
 	b.st.DurationUntilReset = &b.dur
 	switch {
 	case ds.kind == kindRefund:
 		// a give-back is not a decision: it is not counted
-	case ds.kind == kindShadow && over:
+	case ds.shadow() && over:
 		ds.out = observe.ShadowDenied
 	case over:
 		ds.out = observe.Denied
@@ -181,10 +199,11 @@ func protoUnit(u string) pb.RateLimitResponse_RateLimit_Unit {
 }
 
 // resetAfter is a descriptor's duration_until_reset: for an epoch-aligned
-// window the time to the window's end, as envoy counts it, else the
-// decision's ResetAfter. us is the time in µs since the Unix epoch.
+// window the time to the window's end, as envoy counts it, else (and for
+// a key in debt, which carries past the window) the decision's
+// ResetAfter. us is the time in µs since the Unix epoch.
 func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
-	if l.Algorithm == sluice.AlignedWindow && l.Period > 0 {
+	if l.Algorithm == sluice.AlignedWindow && l.Period > 0 && r.Remaining >= 0 {
 		p := l.Period.Microseconds()
 		if p > 0 {
 			return time.Duration(p-us%p) * time.Microsecond
@@ -193,10 +212,15 @@ func resetAfter(l sluice.Limit, r sluice.Result, us int64) time.Duration {
 	return r.ResetAfter
 }
 
-// headed reports whether a descriptor of kind k is a limit the headers
-// describe: an enforced or a quota_mode one.
-func headed(k uint8) bool { return k == kindEnforced || k == kindQuota }
+// headed reports whether ds is a limit the headers describe: an enforced,
+// a quota_mode or a charge one (not in shadow mode).
+func headed(ds *descState) bool {
+	return ds.kind == kindEnforced || ds.kind == kindQuota || ds.kind == kindCharge && !ds.rule.Shadow
+}
 
-// refuses reports whether ds refused the call on its own (an enforced
-// descriptor over its limit): envoy's headers describe such a one first.
-func refuses(ds *descState) bool { return ds.over && ds.kind == kindEnforced }
+// refuses reports whether ds refused the call on its own (an enforced or
+// a charge descriptor over its limit): envoy's headers describe such a one
+// first.
+func refuses(ds *descState) bool {
+	return ds.over && (ds.kind == kindEnforced || ds.kind == kindCharge && !ds.rule.Shadow)
+}

@@ -150,8 +150,8 @@ type Options struct {
 	// Limits are the caps on every quantity a caller chooses (package
 	// limits, docs/serve.md's "Limits"): a field left 0 is its default.
 	Limits limits.Table
-	// KeyForm lets callers name budgets of their own: /v1/take and the
-	// lease calls by "key" and "limit" (within Limits' limit, window and
+	// KeyForm lets callers name budgets of their own: /v1/take,
+	// /v1/charge, /v1/settle and the lease calls by "key" and "limit" (within Limits' limit, window and
 	// lifetime). Without it those calls are refused (403): a caller can
 	// only spend the budgets the configuration names.
 	KeyForm bool
@@ -186,6 +186,10 @@ type Options struct {
 	// ", " (the web console's most refused keys); a refused acquire's
 	// policy is AcquirePolicy, its key the call's.
 	Refused func(policy, key string)
+	// Charged, when set, is called with the units each charge spent
+	// whatever the answer, by policy (the Observer's Event.Policy; a
+	// charge by key's is ChargePolicy): the web console's units charged.
+	Charged func(policy string, units int64)
 }
 
 // Run starts a Server with o and serves until ctx ends, then shuts down

@@ -91,6 +91,23 @@ func (c *call) release() {
 // writes the response, and counts the outcome. Its error is a
 // requestError, or the store's.
 func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers) (sluice.Result, error) {
+	return s.decideCall(ctx, req, resp, hdr, callOptions{})
+}
+
+// callOptions are what the HTTP API's descriptor form asks of a call
+// beside a gRPC call's answer.
+type callOptions struct {
+	// chargeAll: every limited descriptor is charged (/v1/charge), not
+	// only those of charge rules.
+	chargeAll bool
+	// debts, when set, receives each descriptor's Remaining where it is
+	// negative (a key in debt), which a status's limit_remaining cannot
+	// hold; it must have a place per descriptor.
+	debts []int64
+}
+
+// decideCall is shouldRateLimit with co.
+func (s *service) decideCall(ctx context.Context, req *pb.RateLimitRequest, resp *pb.RateLimitResponse, hdr Headers, co callOptions) (sluice.Result, error) {
 	if err := validate(req, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -101,6 +118,7 @@ func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 	c := callPool.Get().(*call)
 	defer c.release()
 	p, d := &c.plan, &c.decision
+	p.chargeAll = co.chargeAll
 	if err := p.make(req, st.cfg, &s.opts); err != nil {
 		return sluice.Result{}, err
 	}
@@ -119,6 +137,9 @@ func (s *service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 	}
 	a := respond(p, d, &o, resp)
 	s.record(st, p, a, latency)
+	for i := range co.debts {
+		co.debts[i] = min(p.desc[i].res.Remaining, 0)
+	}
 	return a.result, nil
 }
 
@@ -133,6 +154,11 @@ func (s *service) record(st *state, p *plan, a answer, latency time.Duration) {
 		}
 		s.observe(st, p.req.Domain, ds.rule, p.entries[i], ds.out, latency, ev)
 		ev++
+		if ds.kind == kindCharge && !ds.zero {
+			if units := cost(p.req, p.req.Descriptors[i]); units > 0 {
+				s.observeCharge(st, p.req.Domain, ds.rule, units)
+			}
+		}
 	}
 	if s.envoy != nil {
 		s.envoy.record(st, p)

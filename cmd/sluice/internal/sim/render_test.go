@@ -83,7 +83,7 @@ func TestWriteText(t *testing.T) {
 func TestWriteTextErrorsAndOmitted(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Ticks, cfg.Start, cfg.Source = 2, 0, ""
-	res, err := Run(cfg, []Arrival{{1000, "a", 9}, {2000, "b", 1}, {900_000, "a", 1}})
+	res, err := Run(cfg, []Arrival{{T: 1000, Key: "a", Cost: 9}, {T: 2000, Key: "b", Cost: 1}, {T: 900_000, Key: "a", Cost: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

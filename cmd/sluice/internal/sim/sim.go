@@ -31,11 +31,13 @@ const MaxAutoTicks = 30
 const MaxTicks = 10000
 
 // Arrival is one request of a trace: cost units for Key at time T (µs since
-// the epoch).
+// the epoch), taken, or with Charge charged whatever the key has
+// (sluice.Limiter.Charge). Run takes only takes; a walk (NewWalk) both.
 type Arrival struct {
-	T    int64
-	Key  string
-	Cost int64
+	T      int64
+	Key    string
+	Cost   int64
+	Charge bool
 }
 
 // Config is what a simulation runs: one limit shaped by every algorithm, and
@@ -166,6 +168,7 @@ func Spread(counts []int, start int64, tick time.Duration, key string) []Arrival
 // order, and the units each window admits.
 func Setups(cfg Config) ([]Setup, int64, error) {
 	l := cfg.Limit
+	l.Debt = 0 // it matters only to charges, which Run does not take
 	if l.Burst < 1 {
 		return nil, 0, fmt.Errorf("burst %d: token-bucket and gcra need a burst of at least 1", l.Burst)
 	}
@@ -276,6 +279,9 @@ func Run(cfg Config, arrivals []Arrival) (*Result, error) {
 		}
 		if a.Cost < 0 {
 			return nil, fmt.Errorf("%w: %d is negative", sluice.ErrInvalidCost, a.Cost)
+		}
+		if a.Charge {
+			return nil, fmt.Errorf("a charge (of %d units at %dµs): the simulation shows what each algorithm admits of takes; walk a charge step by step (sluice sim --steps, the console's Step through)", a.Cost, a.T)
 		}
 		start, end = min(start, a.T), max(end, a.T)
 	}

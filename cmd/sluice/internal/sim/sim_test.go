@@ -156,7 +156,7 @@ func TestDefaultScenario(t *testing.T) {
 
 func TestSpread(t *testing.T) {
 	got := Spread([]int{0, 3, 1}, 1000, 90*time.Microsecond, "k")
-	want := []Arrival{{1090, "k", 1}, {1120, "k", 1}, {1150, "k", 1}, {1180, "k", 1}}
+	want := []Arrival{{T: 1090, Key: "k", Cost: 1}, {T: 1120, Key: "k", Cost: 1}, {T: 1150, Key: "k", Cost: 1}, {T: 1180, Key: "k", Cost: 1}}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
@@ -226,10 +226,10 @@ func TestRunTrace(t *testing.T) {
 	cfg.Ticks, cfg.Start = 0, 0 // fit the trace, from its first arrival
 	t0 := int64(1_000_000)
 	arr := []Arrival{
-		{t0, "a", 1}, {t0, "a", 1}, {t0, "a", 3}, // tick 0
-		{t0 + 50_000, "b", 1},  // tick 0, another key
-		{t0 + 250_000, "a", 9}, // tick 2: over every capacity
-		{t0 + 300_000, "a", 1}, // tick 3
+		{T: t0, Key: "a", Cost: 1}, {T: t0, Key: "a", Cost: 1}, {T: t0, Key: "a", Cost: 3}, // tick 0
+		{T: t0 + 50_000, Key: "b", Cost: 1},  // tick 0, another key
+		{T: t0 + 250_000, Key: "a", Cost: 9}, // tick 2: over every capacity
+		{T: t0 + 300_000, Key: "a", Cost: 1}, // tick 3
 	}
 	res, err := Run(cfg, arr)
 	if err != nil {
@@ -280,7 +280,7 @@ func TestRunTrace(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	ok := []Arrival{{1000, "k", 1}}
+	ok := []Arrival{{T: 1000, Key: "k", Cost: 1}}
 	bad := []struct {
 		name string
 		cfg  func(*Config)
@@ -290,9 +290,10 @@ func TestRunErrors(t *testing.T) {
 		{"no arrivals", nil, nil, "no arrivals"},
 		{"tick 0", func(c *Config) { c.Tick = 0 }, ok, "tick"},
 		{"too many ticks", func(c *Config) { c.Ticks = MaxTicks + 1 }, ok, "ticks"},
-		{"empty key", nil, []Arrival{{1000, "", 1}}, "empty key"},
-		{"negative cost", nil, []Arrival{{1000, "k", -1}}, "negative"},
-		{"bad time", nil, []Arrival{{-5, "k", 1}}, "outside"},
+		{"empty key", nil, []Arrival{{T: 1000, Key: "", Cost: 1}}, "empty key"},
+		{"negative cost", nil, []Arrival{{T: 1000, Key: "k", Cost: -1}}, "negative"},
+		{"bad time", nil, []Arrival{{T: -5, Key: "k", Cost: 1}}, "outside"},
+		{"a charge", nil, []Arrival{{T: 1000, Key: "k", Cost: 1, Charge: true}}, "walk a charge step by step"},
 		{"before start", func(c *Config) { c.Start = 5000 }, ok, "before the start"},
 	}
 	for _, tc := range bad {

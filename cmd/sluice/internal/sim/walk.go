@@ -39,6 +39,9 @@ type WalkStep struct {
 	T    int64  `json:"t_us"`
 	At   string `json:"at"`
 	Cost int64  `json:"cost"`
+	// Charge: the step charged Cost units whatever the key had
+	// (algo.Charge), rather than took them.
+	Charge bool `json:"charge,omitempty"`
 	// Before and After are the key's state as the algorithm keeps it, before
 	// and after the step: the state is what a store would hold.
 	Before []Field `json:"before"`
@@ -106,19 +109,27 @@ func NewWalk(p algo.Params, start int64, reqs []Arrival, maxBytes int64) (*Walk,
 		if i > 0 && r.T < reqs[i-1].T {
 			return nil, fmt.Errorf("request %d at %s comes before request %d at %s: give the requests in time order", i+1, w.at(r.T), i, w.at(reqs[i-1].T))
 		}
-		st := WalkStep{N: i + 1, T: r.T, At: w.at(r.T), Cost: r.Cost, Before: w.state(s)}
-		if err := storelink.Check(r.Key, &p, r.Cost); err != nil {
+		st := WalkStep{N: i + 1, T: r.T, At: w.at(r.T), Cost: r.Cost, Charge: r.Charge, Before: w.state(s)}
+		switch err := w.check(r); {
+		case err != nil:
 			st.Error = err.Error()
 			st.After = st.Before
 			st.Math = []string{fmt.Sprintf("cost %d is over the capacity %d: an error, not a denial; nothing is stored", r.Cost, p.Capacity())}
-		} else {
+			if r.Charge {
+				st.Math = []string{fmt.Sprintf("%s cannot carry a debt: a charge is an error; nothing is stored", p.Kind)}
+			}
+		default:
 			log := before.Log
 			before = s
 			before.Log = append(log[:0], s.Log...)
-			st.Decision = algo.Step(&p, &s, r.T, r.Cost, algo.Never)
+			if r.Charge {
+				algo.Charge(&p, &s, r.T, r.Cost, &st.Decision)
+			} else {
+				st.Decision = algo.Step(&p, &s, r.T, r.Cost, algo.Never)
+			}
 			st.After = w.state(s)
-			st.Math = w.explain(before, r.T, r.Cost, st.Decision, s)
-			st.Result = w.result(st.Decision)
+			st.Math = w.explain(before, r, st.Decision, s)
+			st.Result = w.result(st.Decision, r.Charge)
 		}
 		if size += st.Bytes(); maxBytes > 0 && size > maxBytes {
 			return nil, fmt.Errorf("%w: %d bytes by step %d of %d, over %d", ErrWalkTooLarge, size, i+1, len(reqs), maxBytes)
@@ -126,6 +137,16 @@ func NewWalk(p algo.Params, start int64, reqs []Arrival, maxBytes int64) (*Walk,
 		w.Steps = append(w.Steps, st)
 	}
 	return w, nil
+}
+
+// check says why r cannot be decided under the walk's limit: a take's
+// cost over its capacity, a charge under an algorithm that cannot carry a
+// debt.
+func (w *Walk) check(r Arrival) error {
+	if r.Charge {
+		return storelink.CheckCharge(r.Key, &w.Params, r.Cost)
+	}
+	return storelink.Check(r.Key, &w.Params, r.Cost)
 }
 
 // Bytes is the size of st's text: its time, its fields' names and values,
@@ -146,8 +167,16 @@ func (st *WalkStep) Bytes() int64 {
 
 // describe says what p is in a few words.
 func describe(p algo.Params) string {
-	t := interval(p.Rate, p.Period)
-	lim := fmt.Sprintf("%d/%s", p.Rate, fmtDur(p.Period))
+	s := describeKind(p, fmt.Sprintf("%d/%s", p.Rate, fmtDur(p.Period)), interval(p.Rate, p.Period))
+	if p.Debt > 0 {
+		s += fmt.Sprintf("; a charge may leave it owing %d", p.Debt)
+	}
+	return s
+}
+
+// describeKind says what p's algorithm does with lim (its RATE/PERIOD) and
+// t (its interval).
+func describeKind(p algo.Params, lim, t string) string {
 	switch p.Kind {
 	case algo.TokenBucket, algo.GCRA:
 		return fmt.Sprintf("%s: a bucket of %d, refilled 1 per T = %s", lim, p.Burst, t)
@@ -180,10 +209,15 @@ func dur(us int64) string {
 	return fmtDur(us)
 }
 
-// result formats every field of d.
-func (w *Walk) result(d algo.Decision) []Field {
+// result formats every field of d, a charge's when charge is set.
+func (w *Walk) result(d algo.Decision, charge bool) []Field {
 	verdict := "denied"
-	if d.Allowed {
+	switch {
+	case charge && d.Allowed:
+		verdict = "charged"
+	case charge:
+		verdict = "charged up to the debt allowance, the rest forgiven"
+	case d.Allowed:
 		verdict = "allowed"
 	}
 	window := "none"
@@ -203,9 +237,10 @@ func (w *Walk) result(d algo.Decision) []Field {
 
 // ParseRequests reads requests typed as offsets from a start: a list
 // separated by commas, each an offset in Go's duration syntax, then "xN"
-// for N requests at that offset and "cost=N" for their cost (default 1):
-// "0ms x3, 200ms, 1s cost=2". The offsets must not go back. It returns at
-// most limit requests (an error beyond), at start + offset, for key.
+// for N requests at that offset and "cost=N" for their cost (default 1),
+// or "charge=N" for a charge of N units: "0ms x3, 200ms, 1s cost=2, 2s
+// charge=40". The offsets must not go back. It returns at most limit
+// requests (an error beyond), at start + offset, for key.
 func ParseRequests(text string, start int64, key string, limit int) ([]Arrival, error) {
 	var out []Arrival
 	last := int64(0)
@@ -230,6 +265,7 @@ func ParseRequests(text string, start int64, key string, limit int) ([]Arrival, 
 		}
 		last = us
 		n, cost := int64(1), int64(1)
+		units := "" // cost= or charge=, once
 		for _, w := range words[1:] {
 			switch {
 			case strings.HasPrefix(w, "x") || strings.HasPrefix(w, "×"):
@@ -238,21 +274,25 @@ func ParseRequests(text string, start int64, key string, limit int) ([]Arrival, 
 					return nil, fmt.Errorf("request %d: %q: want xN with N at least 1", i+1, w)
 				}
 				n = v
-			case strings.HasPrefix(w, "cost="):
-				v, err := strconv.ParseInt(w[len("cost="):], 10, 64)
-				if err != nil || v < 0 {
-					return nil, fmt.Errorf("request %d: %q: want cost=N with N at least 0", i+1, w)
+			case strings.HasPrefix(w, "cost=") || strings.HasPrefix(w, "charge="):
+				name, num, _ := strings.Cut(w, "=")
+				if units != "" {
+					return nil, fmt.Errorf("request %d: %q after %s=: give a request one cost=N or charge=N", i+1, w, units)
 				}
-				cost = v
+				v, err := strconv.ParseInt(num, 10, 64)
+				if err != nil || v < 0 {
+					return nil, fmt.Errorf("request %d: %q: want %s=N with N at least 0", i+1, w, name)
+				}
+				units, cost = name, v
 			default:
-				return nil, fmt.Errorf("request %d: %q: want xN (a count) or cost=N after the offset", i+1, w)
+				return nil, fmt.Errorf("request %d: %q: want xN (a count), cost=N or charge=N after the offset", i+1, w)
 			}
 		}
 		if n > int64(limit-len(out)) {
 			return nil, fmt.Errorf("%w: more than %d", ErrTooManyRequests, limit)
 		}
 		for range n {
-			out = append(out, Arrival{T: start + us, Key: key, Cost: cost})
+			out = append(out, Arrival{T: start + us, Key: key, Cost: cost, Charge: units == "charge"})
 		}
 	}
 	return out, nil
@@ -293,7 +333,11 @@ func WriteWalk(out io.Writer, w *Walk) error {
 		return strings.Join(parts, "; ")
 	}
 	for _, st := range w.Steps {
-		fmt.Fprintf(bw, "\nstep %d  %s  cost %d  ->  ", st.N, st.At, st.Cost)
+		what := "cost"
+		if st.Charge {
+			what = "charge"
+		}
+		fmt.Fprintf(bw, "\nstep %d  %s  %s %d  ->  ", st.N, st.At, what, st.Cost)
 		if st.Error != "" {
 			fmt.Fprintf(bw, "error: %s\n", st.Error)
 		} else {

@@ -86,9 +86,9 @@ func (w *Walk) state(s algo.State) []Field {
 	case algo.LeakyBucket:
 		return []Field{{"queue empty at", w.ratTime(s.A, s.B, p.Rate)}, {"last seen", w.at(s.C)}}
 	case algo.FixedWindow:
-		return []Field{{"window", fmt.Sprintf("[%s, %s)", w.at(s.B-p.Period), w.at(s.B))}, {"count", strconv.FormatInt(s.A, 10)}}
+		return owed([]Field{{"window", fmt.Sprintf("[%s, %s)", w.at(s.B-p.Period), w.at(s.B))}, {"count", strconv.FormatInt(s.A, 10)}}, s.C)
 	case algo.AlignedWindow:
-		return []Field{{"window", w.window(s.A, p.Period)}, {"count", strconv.FormatInt(s.B, 10)}}
+		return owed([]Field{{"window", w.window(s.A, p.Period)}, {"count", strconv.FormatInt(s.B, 10)}}, s.C)
 	case algo.SlidingWindow:
 		return []Field{
 			{"window", w.window(s.A, p.Period)},
@@ -102,6 +102,15 @@ func (w *Walk) state(s algo.State) []Field {
 		}
 		return []Field{{"log", w.logEntries(s.Log)}, {"units in the log", strconv.FormatInt(units, 10)}}
 	}
+}
+
+// owed adds a window's debt to its fields, when it owes any: units
+// charged past its rate, which the windows after it count.
+func owed(fs []Field, o int64) []Field {
+	if o > 0 {
+		fs = append(fs, Field{"owed", strconv.FormatInt(o, 10) + " (charged past the rate: the next windows count them)"})
+	}
+	return fs
 }
 
 // logShown is how many of a sliding log's entries a state shows one by
@@ -128,9 +137,13 @@ func (w *Walk) logEntries(log []algo.Entry) string {
 	return strings.Join(parts, ", ")
 }
 
-// explain restates the step from s (before) at now for cost, which decided
-// d and left after.
-func (w *Walk) explain(s algo.State, now, cost int64, d algo.Decision, after algo.State) []string {
+// explain restates the step of r from s (before), which decided d and
+// left after.
+func (w *Walk) explain(s algo.State, r Arrival, d algo.Decision, after algo.State) []string {
+	now, cost := r.T, r.Cost
+	if r.Charge && cost > 0 {
+		return w.explainCharge(s, now, cost, d)
+	}
 	var lines []string
 	switch w.Params.Kind {
 	case algo.TokenBucket:
@@ -146,10 +159,81 @@ func (w *Walk) explain(s algo.State, now, cost int64, d algo.Decision, after alg
 	default:
 		lines = w.explainLog(s, now, cost, d, after)
 	}
-	if cost == 0 {
+	switch {
+	case cost == 0 && r.Charge:
+		lines = append(lines, "a charge of 0 is a query: nothing is stored")
+	case cost == 0:
 		lines = append(lines, "cost 0 is a query: nothing is stored")
 	}
 	return lines
+}
+
+// explainCharge explains a charge of units > 0 (algo.Charge): never
+// refused, it spends the units past what the key has, down to its debt
+// allowance; the units past that are forgiven.
+func (w *Walk) explainCharge(s algo.State, now, units int64, d algo.Decision) []string {
+	p := w.Params
+	var lines []string
+	switch p.Kind {
+	case algo.TokenBucket:
+		var lvl *big.Rat
+		lines, lvl = w.bucketLevel(s, now)
+		tokens := rsub(rat(p.Burst), lvl)
+		charged := rmin(rat(units), radd(tokens, rat(p.Debt)))
+		lines = append(lines,
+			fmt.Sprintf("tokens = burst − level = %d − %s = %s", p.Burst, num(lvl), num(tokens)),
+			fmt.Sprintf("charged = min(units, tokens + debt) = min(%d, %s + %d) = %s", units, num(tokens), p.Debt, num(charged)))
+		lvl = radd(lvl, charged)
+		tokens = rsub(rat(p.Burst), lvl)
+		lines = append(lines, fmt.Sprintf("tokens → %s%s", num(tokens), inDebt(tokens)))
+		lines = append(lines, forgiven(d, units, charged),
+			fmt.Sprintf("remaining = ⌊tokens⌋ = ⌊%s⌋ = %d", num(tokens), d.Remaining),
+			fmt.Sprintf("reset after = ⌈level × T⌉ = ⌈%s × %s⌉ = %s", num(lvl), rdur(frac(p.Period, p.Rate)), dur(d.ResetAfter)))
+	case algo.GCRA:
+		t := frac(p.Period, p.Rate)
+		var backlog *big.Rat
+		lines, backlog = w.tatBacklog(s, now, "TAT", p.Burst+p.Debt)
+		room := rsub(rat(p.Burst+p.Debt), new(big.Rat).Quo(backlog, t))
+		charged := rmin(rat(units), room)
+		backlog = radd(backlog, rmul(charged, t))
+		tokens := rsub(rat(p.Burst), new(big.Rat).Quo(backlog, t))
+		lines = append(lines,
+			fmt.Sprintf("charged = min(units, burst + debt − backlog / T) = min(%d, %s) = %s", units, num(room), num(charged)),
+			fmt.Sprintf("TAT moves on by charged × T = %s: backlog %s, tokens = burst − backlog / T = %s%s", rdur(rmul(charged, t)), rdur(backlog), num(tokens), inDebt(tokens)),
+			forgiven(d, units, charged),
+			fmt.Sprintf("remaining = ⌊(burst × T − backlog) / T⌋ = %d", d.Remaining),
+			fmt.Sprintf("reset after = ⌈backlog⌉ = ⌈%s⌉ = %s", rdur(backlog), dur(d.ResetAfter)))
+	default: // the fixed and aligned windows
+		var c, o int64
+		lines, c, o = w.windowOpen(s, now, true)
+		fill := min(units, max(0, p.Rate-c))
+		owe := min(units-fill, p.Debt-o)
+		lines = append(lines,
+			fmt.Sprintf("fill = min(units, max(0, rate − count)) = min(%d, max(0, %d − %d)) = %d", units, p.Rate, c, fill),
+			fmt.Sprintf("owe = min(units − fill, debt − owed) = min(%d, %d − %d) = %d", units-fill, p.Debt, o, owe),
+			fmt.Sprintf("count → %d, owed → %d", c+fill, o+owe),
+			forgiven(d, units, rat(fill+owe)),
+			fmt.Sprintf("remaining = max(0, rate − count) − owed = %d − %d = %d", max(0, p.Rate-c-fill), o+owe, d.Remaining),
+			windowReset("reset after = window end − now", o+owe, d))
+	}
+	return lines
+}
+
+// inDebt says, for tokens below 0, what the key owes.
+func inDebt(tokens *big.Rat) string {
+	if tokens.Sign() >= 0 {
+		return ""
+	}
+	return " (in debt: owes " + num(new(big.Rat).Neg(tokens)) + ")"
+}
+
+// forgiven is the line saying whether a charge of units counted them all
+// (charged of them): the decision's allowed.
+func forgiven(d algo.Decision, units int64, charged *big.Rat) string {
+	if d.Allowed {
+		return "every unit charged (a charge is never refused; takes are, while the key owes)"
+	}
+	return fmt.Sprintf("%s of %d units forgiven, past the debt allowance (a charge is never refused: the key owes all it may)", num(rsub(rat(units), charged)), units)
 }
 
 // verdict is the line saying whether need ≤ room let the request pass.
@@ -160,22 +244,27 @@ func verdict(d algo.Decision, need, room string) string {
 	return fmt.Sprintf("%s > %s: denied, nothing spent; retry after %s", need, room, dur(d.RetryAfter))
 }
 
+// bucketLevel reads a token bucket's state s at now: the lines saying so,
+// and its level (units spent, not yet refilled; past the burst in debt).
+func (w *Walk) bucketLevel(s algo.State, now int64) ([]string, *big.Rat) {
+	p := w.Params
+	if s.Kind == 0 {
+		return []string{fmt.Sprintf("a fresh key: level 0, %d tokens", p.Burst)}, rat(0)
+	}
+	t := frac(p.Period, p.Rate)
+	e := now - s.B
+	refill := frac(e, 1)
+	refill.Quo(refill, t)
+	lvl := rmin(rmax(rsub(frac(s.A, p.Period), refill), rat(0)), rat(p.Burst+p.Debt))
+	return []string{fmt.Sprintf("%s since the last update refill %s units (one per T = %s): level %s → %s",
+		fmtDur(e), num(refill), rdur(t), num(frac(s.A, p.Period)), num(lvl))}, lvl
+}
+
 func (w *Walk) explainTokenBucket(s algo.State, now, cost int64, d algo.Decision) []string {
 	p := w.Params
 	t := frac(p.Period, p.Rate)
 	b := rat(p.Burst)
-	var lines []string
-	lvl := rat(0)
-	if s.Kind == 0 {
-		lines = append(lines, fmt.Sprintf("a fresh key: level 0, %d tokens", p.Burst))
-	} else {
-		e := now - s.B
-		refill := frac(e, 1)
-		refill.Quo(refill, t)
-		lvl = rmin(rmax(rsub(frac(s.A, p.Period), refill), rat(0)), b)
-		lines = append(lines, fmt.Sprintf("%s since the last update refill %s units (one per T = %s): level %s → %s",
-			fmtDur(e), num(refill), rdur(t), num(frac(s.A, p.Period)), num(lvl)))
-	}
+	lines, lvl := w.bucketLevel(s, now)
 	tokens := rsub(b, lvl)
 	lines = append(lines, fmt.Sprintf("tokens = burst − level = %d − %s = %s", p.Burst, num(lvl), num(tokens)))
 	lines = append(lines, verdict(d, fmt.Sprintf("cost %d", cost), "tokens "+num(tokens)))
@@ -189,25 +278,31 @@ func (w *Walk) explainTokenBucket(s algo.State, now, cost int64, d algo.Decision
 	return lines
 }
 
+// tatBacklog reads the timestamp name of a gcra or leaky-bucket state s
+// at now, at most capUnits × T ahead: the lines saying so, and its backlog
+// (µs).
+func (w *Walk) tatBacklog(s algo.State, now int64, name string, capUnits int64) ([]string, *big.Rat) {
+	p := w.Params
+	if s.Kind == 0 {
+		return []string{fmt.Sprintf("a fresh key: %s = now, backlog 0", name)}, rat(0)
+	}
+	t := frac(p.Period, p.Rate)
+	ts := radd(rat(s.A-now), frac(s.B, p.Rate))
+	backlog := rmin(rmax(ts, rat(0)), rmul(rat(capUnits), t))
+	return []string{fmt.Sprintf("backlog = max(0, %s − now) = %s = %s × T (T = %s)", name, rdur(backlog), num(new(big.Rat).Quo(backlog, t)), rdur(t))}, backlog
+}
+
 // explainTAT explains gcra (whose timestamp is the TAT, when the bucket is
 // full again) and leaky-bucket (whose timestamp D is when its queue is
 // empty): both keep backlog = timestamp − now, in units of T the level.
 func (w *Walk) explainTAT(s algo.State, now, cost int64, d algo.Decision) []string {
 	p := w.Params
 	t := frac(p.Period, p.Rate)
-	name, capUnits := "TAT", p.Burst
+	name, capUnits := "TAT", p.Burst+p.Debt
 	if p.Kind == algo.LeakyBucket {
 		name, capUnits = "D", p.Burst+1
 	}
-	var lines []string
-	backlog := rat(0)
-	if s.Kind == 0 {
-		lines = append(lines, fmt.Sprintf("a fresh key: %s = now, backlog 0", name))
-	} else {
-		ts := radd(rat(s.A-now), frac(s.B, p.Rate))
-		backlog = rmin(rmax(ts, rat(0)), rmul(rat(capUnits), t))
-		lines = append(lines, fmt.Sprintf("backlog = max(0, %s − now) = %s = %s × T (T = %s)", name, rdur(backlog), num(new(big.Rat).Quo(backlog, t)), rdur(t)))
-	}
+	lines, backlog := w.tatBacklog(s, now, name, capUnits)
 	ct := rmul(rat(cost), t)
 	if p.Kind == algo.GCRA {
 		room := rmul(rat(p.Burst), t)
@@ -237,46 +332,117 @@ func (w *Walk) explainTAT(s algo.State, now, cost int64, d algo.Decision) []stri
 
 func (w *Walk) explainFixed(s algo.State, now, cost int64, d algo.Decision) []string {
 	p := w.Params
-	var lines []string
-	c, end := int64(0), int64(0)
+	lines, c, o := w.windowOpen(s, now, cost > 0)
+	if lines == nil {
+		return []string{"no window is open and a query opens none", fmt.Sprintf("remaining = rate = %d", d.Remaining)}
+	}
+	return append(countLines(lines, p.Rate, c, o, cost, d), windowReset("reset after = window end − now", o, d))
+}
+
+// windowReset is a window's reset after line, plain when it owes nothing:
+// a debt runs to the end of the last window it reaches.
+func windowReset(plain string, o int64, d algo.Decision) string {
+	if o > 0 {
+		return fmt.Sprintf("reset after = window end + ⌈owed / rate⌉ × period − now = %s (to the end of the last window the debt reaches)", dur(d.ResetAfter))
+	}
+	return fmt.Sprintf("%s = %s", plain, dur(d.ResetAfter))
+}
+
+// windowOpen reads a fixed or aligned window's state s at now, as a take
+// (or a charge: opens) of units would: the lines saying so, and the count
+// and the debt of the window of now. A window that owes is followed by
+// others back to back, each counting what is still owed up to the rate,
+// until the debt is paid.
+func (w *Walk) windowOpen(s algo.State, now int64, opens bool) (lines []string, c, o int64) {
+	p := w.Params
+	if p.Kind == algo.AlignedWindow {
+		k := now / p.Period
+		switch {
+		case s.Kind == 0:
+		case s.A == k:
+			c, o = s.B, s.C
+		case s.C > 0 && k-s.A <= ceilDiv(s.C, p.Rate):
+			c, o = carried(s.C, k-s.A, p.Rate)
+			return []string{fmt.Sprintf("now is in window %s, the %s after window %d, which owed %d: it counts %d of what is owed and owes %d",
+				w.window(k, p.Period), nth(k-s.A), s.A, s.C, c, o)}, c, o
+		default:
+			line := fmt.Sprintf("now is in window %s, which counts 0 (the count of window %d is left behind)", w.window(k, p.Period), s.A)
+			return []string{line}, 0, 0
+		}
+		return []string{fmt.Sprintf("now is in window %s, which counts %d%s", w.window(k, p.Period), c, owing(o))}, c, o
+	}
+	end := int64(0)
 	if s.Kind != 0 {
-		c, end = s.A, s.B
+		c, end, o = s.A, s.B, s.C
 	}
 	switch {
 	case now < end:
-		lines = append(lines, fmt.Sprintf("now is in the open window [%s, %s), which counts %d", w.at(end-p.Period), w.at(end), c))
-	case cost == 0:
-		lines = append(lines, "no window is open and a query opens none")
-		return append(lines, fmt.Sprintf("remaining = rate = %d", d.Remaining))
-	default:
-		c, end = 0, now+p.Period
-		lines = append(lines, fmt.Sprintf("no window is open: the request opens [%s, %s), count 0", w.at(now), w.at(end)))
+		lines = append(lines, fmt.Sprintf("now is in the open window [%s, %s), which counts %d%s", w.at(end-p.Period), w.at(end), c, owing(o)))
+	case o > 0 && (now-end)/p.Period+1 <= ceilDiv(o, p.Rate):
+		j := (now-end)/p.Period + 1
+		c, o = carried(o, j, p.Rate)
+		e := end + j*p.Period
+		lines = append(lines, fmt.Sprintf("the window that ended at %s owed %d: the windows after it follow back to back while anything is owed; now is in the %s, [%s, %s), which counts %d of what is owed and owes %d",
+			w.at(end), s.C, nth(j), w.at(e-p.Period), w.at(e), c, o))
+	case opens:
+		c, o = 0, 0
+		lines = append(lines, fmt.Sprintf("no window is open: the request opens [%s, %s), count 0", w.at(now), w.at(now+p.Period)))
 	}
-	return append(countLines(lines, p.Rate, c, cost, d), fmt.Sprintf("reset after = window end − now = %s", dur(d.ResetAfter)))
+	return lines, c, o
 }
 
-// countLines adds a window counter's verdict (count c, cost asked, out of
-// rate) and what remains after it to lines.
-func countLines(lines []string, rate, c, cost int64, d algo.Decision) []string {
+// carried is the count and debt of the j-th window after one that owed o
+// under rate (j within the ⌈o/rate⌉ windows the debt reaches).
+func carried(o, j, rate int64) (c, left int64) {
+	o -= (j - 1) * rate
+	c = min(o, rate)
+	return c, o - c
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// nth names the j-th window after one: "next", "2nd", "3rd", "4th".
+func nth(j int64) string {
+	switch {
+	case j == 1:
+		return "next"
+	case j%10 == 2 && j%100 != 12:
+		return fmt.Sprintf("%dnd", j)
+	case j%10 == 3 && j%100 != 13:
+		return fmt.Sprintf("%drd", j)
+	case j%10 == 1 && j%100 != 11:
+		return fmt.Sprintf("%dst", j)
+	}
+	return fmt.Sprintf("%dth", j)
+}
+
+// owing is ", and owes o" for a window that owes, else "".
+func owing(o int64) string {
+	if o == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", and owes %d", o)
+}
+
+// countLines adds a window counter's verdict (count c owing o, cost asked,
+// out of rate) and what remains after it to lines.
+func countLines(lines []string, rate, c, o, cost int64, d algo.Decision) []string {
 	lines = append(lines, verdict(d, fmt.Sprintf("count + cost = %d + %d = %d", c, cost, c+cost), fmt.Sprintf("rate %d", rate)))
 	if d.Allowed {
 		c += cost
+	}
+	if o > 0 {
+		return append(lines, fmt.Sprintf("remaining = max(0, rate − count) − owed = %d − %d = %d", max(0, rate-c), o, d.Remaining))
 	}
 	return append(lines, fmt.Sprintf("remaining = rate − count = %d − %d = %d", rate, c, d.Remaining))
 }
 
 func (w *Walk) explainAligned(s algo.State, now, cost int64, d algo.Decision) []string {
-	p := w.Params
-	k := now / p.Period
-	c := int64(0)
-	if s.Kind != 0 && s.A == k {
-		c = s.B
+	lines, c, o := w.windowOpen(s, now, true)
+	if o > 0 {
+		return append(countLines(lines, w.Params.Rate, c, o, cost, d), windowReset("", o, d))
 	}
-	lines := []string{fmt.Sprintf("now is in window %s, which counts %d", w.window(k, p.Period), c)}
-	if s.Kind != 0 && s.A != k {
-		lines[0] += fmt.Sprintf(" (the count of window %d is left behind)", s.A)
-	}
-	return append(countLines(lines, p.Rate, c, cost, d), fmt.Sprintf("reset after = %s (the window's end − now, while it counts anything)", dur(d.ResetAfter)))
+	return append(countLines(lines, w.Params.Rate, c, o, cost, d), fmt.Sprintf("reset after = %s (the window's end − now, while it counts anything)", dur(d.ResetAfter)))
 }
 
 func (w *Walk) explainSliding(s algo.State, now, cost int64, d algo.Decision) []string {

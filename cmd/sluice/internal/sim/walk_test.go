@@ -19,12 +19,17 @@ var walkLimits = []struct{ rate, period int64 }{
 }
 
 // randomWalk draws a limit of kind k and a sequence of requests in time
-// order, some of them queries and some over the capacity.
+// order, some of them queries and some over the capacity; under the
+// algorithms that can carry a debt, a debt allowance (often) and charges.
 func randomWalk(r *rand.Rand, k algo.Kind) (algo.Params, []Arrival) {
 	l := walkLimits[r.IntN(len(walkLimits))]
 	p := algo.Params{Kind: k, Rate: l.rate, Period: l.period, Burst: 1 + r.Int64N(6)}
 	if k == algo.LeakyBucket {
 		p.Burst = r.Int64N(6)
+	}
+	charges := algo.Chargeable(k) && r.IntN(4) > 0
+	if charges && r.IntN(4) > 0 {
+		p.Debt = r.Int64N(3 * p.Capacity())
 	}
 	t := DefaultStart + r.Int64N(l.period)
 	var reqs []Arrival
@@ -38,15 +43,20 @@ func randomWalk(r *rand.Rand, k algo.Kind) (algo.Params, []Arrival) {
 		default:
 			t += r.Int64N(3*l.period + 1)
 		}
-		reqs = append(reqs, Arrival{T: t, Key: "k", Cost: r.Int64N(p.Capacity() + 2)})
+		a := Arrival{T: t, Key: "k", Cost: r.Int64N(p.Capacity() + 2)}
+		if charges && r.IntN(3) == 0 {
+			a.Charge, a.Cost = true, r.Int64N(p.Capacity()+p.Debt+3)
+		}
+		reqs = append(reqs, a)
 	}
 	return p, reqs
 }
 
-// TestWalkMatchesModel: on random sequences, every step's decision is the
-// exact model's, the state it leaves answers a query as the model's does,
-// each step's state before is the previous step's after, and a cost over
-// the capacity is an error that changes nothing.
+// TestWalkMatchesModel: on random sequences, takes and charges, every
+// step's decision is the exact model's, the state it leaves answers a
+// query as the model's does, each step's state before is the previous
+// step's after, and a cost over the capacity is an error that changes
+// nothing.
 func TestWalkMatchesModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(testenv.Seed(t), 27))
 	for _, k := range algo.Kinds() {
@@ -56,21 +66,27 @@ func TestWalkMatchesModel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v: %v", p, err)
 			}
-			m := model.New(k, p.Rate, p.Period, p.Burst)
+			m := model.NewKeys().Model(model.Limit{Kind: k, Rate: p.Rate, Period: p.Period, Burst: p.Burst, Debt: p.Debt})
 			var s algo.State // the key's state, stepped beside the walk
 			for i, st := range w.Steps {
-				where := fmt.Sprintf("%v rate=%d period=%d burst=%d trial %d step %d (%s cost %d)", k, p.Rate, p.Period, p.Burst, trial, st.N, st.At, st.Cost)
+				where := fmt.Sprintf("%v rate=%d period=%d burst=%d debt=%d trial %d step %d (%s cost %d charge %v)", k, p.Rate, p.Period, p.Burst, p.Debt, trial, st.N, st.At, st.Cost, st.Charge)
 				if i > 0 && fmt.Sprint(st.Before) != fmt.Sprint(w.Steps[i-1].After) {
 					t.Fatalf("%s: before %v is not the previous after %v", where, st.Before, w.Steps[i-1].After)
 				}
-				if st.Cost > p.Capacity() {
+				if st.Cost > p.Capacity() && !st.Charge {
 					if st.Error == "" || fmt.Sprint(st.After) != fmt.Sprint(st.Before) || st.Result != nil {
 						t.Fatalf("%s: a cost over capacity %d gave %+v", where, p.Capacity(), st)
 					}
 					continue
 				}
-				want := m.Take("k", st.T, st.Cost)
-				algo.Step(&p, &s, st.T, st.Cost, algo.Never)
+				var want algo.Decision
+				if st.Charge {
+					want, _ = m.Charge("k", st.T, st.Cost)
+					algo.Charge(&p, &s, st.T, st.Cost, new(algo.Decision))
+				} else {
+					want = m.Take("k", st.T, st.Cost)
+					algo.Step(&p, &s, st.T, st.Cost, algo.Never)
+				}
 				got := st.Decision
 				got.FreshAt = 0
 				if got != want {
@@ -96,6 +112,9 @@ func checkResult(t *testing.T, where string, w *Walk, st WalkStep) {
 	t.Helper()
 	d := st.Decision
 	verdict := map[bool]string{true: "allowed", false: "denied"}[d.Allowed]
+	if st.Charge {
+		verdict = map[bool]string{true: "charged", false: "charged up to the debt allowance, the rest forgiven"}[d.Allowed]
+	}
 	want := map[string]string{
 		"decision": verdict, "remaining": fmt.Sprint(d.Remaining), "retry after": dur(d.RetryAfter),
 		"reset after": dur(d.ResetAfter), "delay": dur(d.Delay), "fresh at": w.at(d.FreshAt),
@@ -113,11 +132,14 @@ func checkResult(t *testing.T, where string, w *Walk, st WalkStep) {
 		t.Fatalf("%s: %d result fields, want the decision's 7", where, len(st.Result))
 	}
 	math := strings.Join(st.Math, "\n")
-	if !strings.Contains(math, verdict) && st.Cost > 0 {
+	switch says := map[bool]string{true: "every unit charged", false: "forgiven"}[d.Allowed]; {
+	case st.Charge && st.Cost > 0 && !strings.Contains(math, says):
+		t.Fatalf("%s: the arithmetic %q never says %s", where, st.Math, says)
+	case !st.Charge && !strings.Contains(math, verdict) && st.Cost > 0:
 		t.Fatalf("%s: the arithmetic %q never says %s", where, st.Math, verdict)
 	}
 	// The arithmetic ends where the decision does.
-	if !d.Allowed && !strings.Contains(math, "retry after "+dur(d.RetryAfter)) {
+	if !d.Allowed && !st.Charge && !strings.Contains(math, "retry after "+dur(d.RetryAfter)) {
 		t.Fatalf("%s: the arithmetic %q never gives the retry after %s", where, st.Math, dur(d.RetryAfter))
 	}
 	for _, l := range st.Math {
@@ -164,6 +186,53 @@ func TestWalkSteps(t *testing.T) {
 	}
 }
 
+// TestWalkCharges: a charge leaves a bucket in debt, which a take waits
+// for; a window's debt is counted by the windows after it.
+func TestWalkCharges(t *testing.T) {
+	for _, c := range []struct {
+		p        algo.Params
+		requests string
+		want     []string // per step: its result's decision and remaining, then its arithmetic
+	}{
+		{algo.Params{Kind: algo.TokenBucket, Rate: 10, Period: 1_000_000, Burst: 2, Debt: 3}, "0ms charge=4, 0ms, 200ms, 300ms charge=9, 500ms charge=0",
+			[]string{
+				"charged -2|a fresh key: level 0, 2 tokens|tokens = burst − level = 2 − 0 = 2|charged = min(units, tokens + debt) = min(4, 2 + 3) = 4|tokens → -2 (in debt: owes 2)|every unit charged (a charge is never refused; takes are, while the key owes)|remaining = ⌊tokens⌋ = ⌊-2⌋ = -2|reset after = ⌈level × T⌉ = ⌈4 × 100ms⌉ = 400ms",
+				"denied -2|0s since the last update refill 0 units (one per T = 100ms): level 4 → 4|tokens = burst − level = 2 − 4 = -2|cost 1 > tokens -2: denied, nothing spent; retry after 300ms|remaining = ⌊tokens⌋ = ⌊-2⌋ = -2|reset after = ⌈level × T⌉ = ⌈4 × 100ms⌉ = 400ms",
+				"denied 0|200ms since the last update refill 2 units (one per T = 100ms): level 4 → 2|tokens = burst − level = 2 − 2 = 0|cost 1 > tokens 0: denied, nothing spent; retry after 100ms|remaining = ⌊tokens⌋ = ⌊0⌋ = 0|reset after = ⌈level × T⌉ = ⌈2 × 100ms⌉ = 200ms",
+				"charged up to the debt allowance, the rest forgiven -3|100ms since the last update refill 1 units (one per T = 100ms): level 2 → 1|tokens = burst − level = 2 − 1 = 1|charged = min(units, tokens + debt) = min(9, 1 + 3) = 4|tokens → -3 (in debt: owes 3)|5 of 9 units forgiven, past the debt allowance (a charge is never refused: the key owes all it may)|remaining = ⌊tokens⌋ = ⌊-3⌋ = -3|reset after = ⌈level × T⌉ = ⌈5 × 100ms⌉ = 500ms",
+				"charged -1|200ms since the last update refill 2 units (one per T = 100ms): level 5 → 3|tokens = burst − level = 2 − 3 = -1|cost 0 ≤ tokens -1: allowed|remaining = ⌊tokens⌋ = ⌊-1⌋ = -1|reset after = ⌈level × T⌉ = ⌈3 × 100ms⌉ = 300ms|a charge of 0 is a query: nothing is stored",
+			}},
+		{algo.Params{Kind: algo.FixedWindow, Rate: 2, Period: 1_000_000, Debt: 5}, "0ms charge=5, 500ms, 1s, 2500ms",
+			[]string{
+				"charged -3|no window is open: the request opens [t+0s, t+1s), count 0|fill = min(units, max(0, rate − count)) = min(5, max(0, 2 − 0)) = 2|owe = min(units − fill, debt − owed) = min(3, 5 − 0) = 3|count → 2, owed → 3|every unit charged (a charge is never refused; takes are, while the key owes)|remaining = max(0, rate − count) − owed = 0 − 3 = -3|reset after = window end + ⌈owed / rate⌉ × period − now = 3s (to the end of the last window the debt reaches)",
+				"denied -3|now is in the open window [t+0s, t+1s), which counts 2, and owes 3|count + cost = 2 + 1 = 3 > rate 2: denied, nothing spent; retry after 1.5s|remaining = max(0, rate − count) − owed = 0 − 3 = -3|reset after = window end + ⌈owed / rate⌉ × period − now = 2.5s (to the end of the last window the debt reaches)",
+				"denied -1|the window that ended at t+1s owed 3: the windows after it follow back to back while anything is owed; now is in the next, [t+1s, t+2s), which counts 2 of what is owed and owes 1|count + cost = 2 + 1 = 3 > rate 2: denied, nothing spent; retry after 1s|remaining = max(0, rate − count) − owed = 0 − 1 = -1|reset after = window end + ⌈owed / rate⌉ × period − now = 2s (to the end of the last window the debt reaches)",
+				"allowed 0|the window that ended at t+2s owed 1: the windows after it follow back to back while anything is owed; now is in the next, [t+2s, t+3s), which counts 1 of what is owed and owes 0|count + cost = 1 + 1 = 2 ≤ rate 2: allowed|remaining = rate − count = 2 − 2 = 0|reset after = window end − now = 500ms",
+			}},
+	} {
+		reqs, err := ParseRequests(c.requests, DefaultStart, "k", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewWalk(c.p, DefaultStart, reqs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range w.Steps {
+			got := st.Result[0].Value + " " + st.Result[1].Value + "|" + strings.Join(st.Math, "|")
+			if i >= len(c.want) || got != c.want[i] {
+				t.Errorf("%v step %d:\n got %s\nwant %s", c.p.Kind, i+1, got, c.want[min(i, len(c.want)-1)])
+			}
+		}
+	}
+	// A charge under an algorithm that cannot carry a debt is an error
+	// that changes nothing.
+	w, err := NewWalk(algo.Params{Kind: algo.SlidingLog, Rate: 2, Period: 1_000_000}, DefaultStart, []Arrival{{T: DefaultStart, Key: "k", Cost: 1, Charge: true}}, 0)
+	if err != nil || w.Steps[0].Error == "" || !strings.Contains(w.Steps[0].Math[0], "cannot carry a debt") {
+		t.Errorf("a charge on a sliding log: %+v, %v", w.Steps, err)
+	}
+}
+
 func TestParseRequests(t *testing.T) {
 	for _, c := range []struct {
 		in, want string
@@ -179,6 +248,9 @@ func TestParseRequests(t *testing.T) {
 		{"soon", "error: request 1: \"soon\" is not an offset"},
 		{"0ms x0", "error: request 1: \"x0\": want xN"},
 		{"0ms cost=-1", "error: request 1: \"cost=-1\": want cost=N"},
+		{"0ms charge=40, 1s charge=0 x2", "0/40c 1000000/0c 1000000/0c"},
+		{"0ms charge=-1", "error: request 1: \"charge=-1\": want charge=N"},
+		{"0ms cost=1 charge=2", "error: request 1: \"charge=2\" after cost=: give a request one cost=N or charge=N"},
 		{"0ms please", "error: request 1: \"please\": want xN"},
 		{"0ms x11", "error: too many requests: more than 10"},
 		{"0ms x9223372036854775807", "error: too many requests: more than 10"},
@@ -186,7 +258,11 @@ func TestParseRequests(t *testing.T) {
 		reqs, err := ParseRequests(c.in, DefaultStart, "k", 10)
 		var got []string
 		for _, r := range reqs {
-			got = append(got, fmt.Sprintf("%d/%d", r.T-DefaultStart, r.Cost))
+			c := ""
+			if r.Charge {
+				c = "c"
+			}
+			got = append(got, fmt.Sprintf("%d/%d%s", r.T-DefaultStart, r.Cost, c))
 		}
 		g := strings.Join(got, " ")
 		if err != nil {
@@ -201,7 +277,7 @@ func TestParseRequests(t *testing.T) {
 // FuzzParseRequests: any text gives requests in time order within the
 // bound, or an error; never a panic.
 func FuzzParseRequests(f *testing.F) {
-	for _, s := range []string{"0ms x3, 200ms, 1s cost=2", "", ",", "1h ×5 cost=0", "9999999h"} {
+	for _, s := range []string{"0ms x3, 200ms, 1s cost=2", "", ",", "1h ×5 cost=0", "9999999h", "0ms charge=40 x2, 1s cost=0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -3,7 +3,9 @@
 //
 // A request line is a JSON object with t_us (a JSON integer: µs since the
 // epoch), key (a non-empty string) and optionally cost (a JSON integer ≥ 0,
-// default 1); or, for a composite request, t_us and parts in place of key and
+// default 1), or charge in place of cost (a JSON integer ≥ 0: units charged
+// whatever the key has, never refused, as sluice.Limiter.Charge charges
+// them); or, for a composite request, t_us and parts in place of key and
 // cost: a non-empty array of objects, each with key, limit (RATE/PERIOD),
 // and optionally algorithm, burst and cost (default 1). Other fields are
 // carried through. A decision line is the
@@ -39,8 +41,10 @@ type Request struct {
 	T    int64 // µs since the epoch
 	Key  string
 	Cost int64
-	// Parts, when set, make the line a composite request; Key and Cost are
-	// then unused.
+	// Charge: the line is a charge (its "charge"), of Cost units.
+	Charge bool
+	// Parts, when set, make the line a composite request; Key, Cost and
+	// Charge are then unused.
 	Parts []Part
 }
 
@@ -138,7 +142,7 @@ func Parse(b []byte) (Request, error) {
 	if err != nil {
 		return req, err
 	}
-	var t, key, cost, parts []byte
+	var t, key, cost, charge, parts []byte
 	var drop []member
 	for _, m := range members {
 		var dst *[]byte
@@ -149,6 +153,8 @@ func Parse(b []byte) (Request, error) {
 			dst = &key
 		case "cost":
 			dst = &cost
+		case "charge":
+			dst = &charge
 		case "parts":
 			dst = &parts
 		default:
@@ -174,8 +180,8 @@ func Parse(b []byte) (Request, error) {
 	}
 	req.T = n
 	if parts != nil {
-		if key != nil || cost != nil {
-			return req, errors.New(`"parts" and "key" or "cost" on one line: a composite's keys and costs are its parts'`)
+		if key != nil || cost != nil || charge != nil {
+			return req, errors.New(`"parts" and "key", "cost" or "charge" on one line: a composite's keys and costs are its parts'`)
 		}
 		if req.Parts, err = parseParts(parts); err != nil {
 			return req, err
@@ -197,13 +203,23 @@ func Parse(b []byte) (Request, error) {
 	if req.Key == "" {
 		return req, errors.New(`"key" is empty, want a non-empty string`)
 	}
+	if cost != nil && charge != nil {
+		return req, errors.New(`"cost" and "charge" on one line: a line takes its cost or charges its units, not both`)
+	}
+	if charge != nil {
+		cost, req.Charge = charge, true
+	}
 	if cost != nil {
-		c, err := integer("cost", cost, "units")
+		name := "cost"
+		if req.Charge {
+			name = "charge"
+		}
+		c, err := integer(name, cost, "units")
 		if err != nil {
 			return req, err
 		}
 		if c < 0 {
-			return req, fmt.Errorf(`"cost" %d is negative, want a whole number ≥ 0`, c)
+			return req, fmt.Errorf(`%q %d is negative, want a whole number ≥ 0`, name, c)
 		}
 		req.Cost = c
 	}

@@ -27,6 +27,18 @@ func TestReader(t *testing.T) {
 	}
 }
 
+// A charge line gives "charge" in place of "cost": its units, charged.
+func TestChargeLine(t *testing.T) {
+	r := NewReader(strings.NewReader(`{"t_us": 10, "key": "a", "charge": 4000}` + "\n" + `{"t_us": 11, "key": "a", "charge": 0}` + "\n" + `{"t_us": 12, "key": "a"}`))
+	for _, want := range []Request{{Line: 1, T: 10, Key: "a", Cost: 4000, Charge: true}, {Line: 2, T: 11, Key: "a", Cost: 0, Charge: true}, {Line: 3, T: 12, Key: "a", Cost: 1}} {
+		got, err := r.Read()
+		got.Raw = nil
+		if err != nil || got.Line != want.Line || got.T != want.T || got.Key != want.Key || got.Cost != want.Cost || got.Charge != want.Charge || got.Parts != nil {
+			t.Errorf("read %+v, %v; want %+v", got, err, want)
+		}
+	}
+}
+
 func TestAppend(t *testing.T) {
 	req, err := Parse([]byte(`{ "t_us": 10, "key": "a" }`))
 	if err != nil {
@@ -85,6 +97,11 @@ func TestParseErrors(t *testing.T) {
 		{`{"t_us": 1, "key": "k", "cost": "2"}`, `"cost" is the string "2", want a JSON integer`},
 		{`{"t_us": 1, "key": "k", "cost": -2}`, `"cost" -2 is negative`},
 		{`{"t_us": 1, "key": "k", "t_us": 2}`, `"t_us" appears twice`},
+		{`{"t_us": 1, "key": "k", "charge": -2}`, `"charge" -2 is negative`},
+		{`{"t_us": 1, "key": "k", "charge": 1.5}`, `"charge" 1.5 is not a whole number`},
+		{`{"t_us": 1, "key": "k", "charge": 2, "cost": 1}`, `"cost" and "charge" on one line`},
+		{`{"t_us": 1, "key": "k", "charge": 2, "charge": 1}`, `"charge" appears twice`},
+		{`{"t_us": 1, "charge": 2, "parts": [{"key": "a"}]}`, `"parts" and "key", "cost" or "charge" on one line`},
 		{`{"t_us": 1, "key": "k"`, `not a JSON object: unexpected end of JSON input`},
 		{`{"t_us": 1, "key": x}`, `not a JSON object: invalid character 'x' looking for beginning of value (at column 20)`},
 		{`{"t_us": 1, "key": "k"} {}`, `text after the JSON object (at column 25)`},
@@ -148,6 +165,8 @@ func FuzzParse(f *testing.F) {
 		`{"t_us": "1", "key": "k"}`,
 		`{"allowed": 1, "t_us": 1, "key": "k", "remaining": 2, "error": "e"}`,
 		`{"t_us": 1, "\u0065rror": 1, "key": "k", "delay_us": 0}`,
+		`{"t_us": 1764000000000000, "key": "user:1", "charge": 4000}`,
+		`{"t_us": 1, "key": "k", "charge": 0, "cost": 1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -195,7 +214,7 @@ func FuzzParse(f *testing.F) {
 				seen[m.name] = true
 			}
 			again, err := Parse(bytes.TrimSpace(out))
-			if err != nil || again.T != req.T || again.Key != req.Key || again.Cost != req.Cost {
+			if err != nil || again.T != req.T || again.Key != req.Key || again.Cost != req.Cost || again.Charge != req.Charge {
 				t.Fatalf("output for %q parses to %+v, %v; want %+v", b, again, err, req)
 			}
 		}

@@ -7,8 +7,11 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   const POLL_MS = 1000;
   // The live table's column names, which a stacked row shows beside each cell.
-  const LABELS = { allowed: "Allowed", denied: "Denied", shadow_denied: "Shadow denied", error: "Errors", degraded: "Degraded",
+  const LABELS = { allowed: "Allowed", denied: "Denied", charged: "Charged (units)", shadow_denied: "Shadow denied", error: "Errors", degraded: "Degraded",
     latency_avg_us: "Store latency, mean (µs)", latency_max_us: "Store latency, max (µs)" };
+  // The live table's columns: the outcomes, with the units charged beside
+  // the allowed and the denied, and the store's latency.
+  const COLUMNS = ["allowed", "denied", "charged", "shadow_denied", "error", "degraded", "latency_avg_us", "latency_max_us"];
 
   // ---- Live ----
   // rules: rule -> Map(t -> point). step is the seconds a point stands for
@@ -44,10 +47,11 @@
   }
 
   function totals(rule) {
-    const t = { allowed: 0, denied: 0, shadow_denied: 0, error: 0, degraded: 0, latency_avg_us: 0, latency_max_us: 0 };
+    const t = { allowed: 0, denied: 0, charged: 0, shadow_denied: 0, error: 0, degraded: 0, latency_avg_us: 0, latency_max_us: 0 };
     let n = 0, sum = 0;
     for (const p of (live.rules.get(rule) || new Map()).values()) {
       for (const k of OUTCOMES) t[k] += p[k];
+      t.charged += p.charged || 0;
       t.latency_max_us = Math.max(t.latency_max_us, p.latency_max_us);
       n += p.latency_n; sum += p.latency_avg_us * p.latency_n;
     }
@@ -86,12 +90,12 @@
       const tr = document.createElement("tr");
       tr.dataset.rule = rule;
       tr.append(cell("th", rule, { scope: "row", "data-label": "Rule" }));
-      for (const k of [...OUTCOMES, "latency_avg_us", "latency_max_us"]) {
+      for (const k of COLUMNS) {
         tr.append(cell("td", String(t[k]), { class: "num", "data-k": k, "data-label": LABELS[k] }));
       }
       rows.push(tr);
     }
-    fill(body, rows, "No rules and no decisions yet.", 8);
+    fill(body, rows, "No rules and no decisions yet.", COLUMNS.length + 1);
     document.getElementById("live-span").textContent = spanText();
     document.getElementById("live-as-of").textContent = "as of " + new Date(live.now * 1000).toISOString().replace(".000Z", "Z");
   }
