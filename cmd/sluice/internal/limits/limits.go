@@ -110,7 +110,7 @@ var (
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
 	RLQSClients = &Row{Name: "rlqs-clients", Kind: Count, Default: 1000,
 		Where: "RLQS streams open at once (--rlqs); one more is refused RESOURCE_EXHAUSTED",
-		Why:   "a stream holds its buckets, their shares and a sender: about 400 bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.2 GB at most",
+		Why:   "a stream holds its buckets, their shares and a sender: a few hundred bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.2 GB at most",
 		Test:  "TestRLQSClientsCap", at: func(t *Table) *int64 { return &t.RLQSClients }}
 	RLQSBuckets = &Row{Name: "rlqs-buckets", Kind: Count, Default: 1000,
 		Where: "buckets one RLQS stream reports; a bucket beyond is answered DENY_ALL and not kept",

@@ -55,6 +55,11 @@ type rlqsService struct {
 	holders    map[rlqs.Holder]*rlqsBucket
 	nextHolder rlqs.Holder
 	metrics    *rlqsMetrics
+	// stopping is closed when the server shuts down: the streams end
+	// (a stream lasts as long as its client, and would hold up a
+	// graceful stop until its timeout).
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // rlqsStream is one client: one RLQS stream, its domain and buckets.
@@ -67,6 +72,7 @@ type rlqsStream struct {
 	// reports, and the rounds' pushes (dropped when it is full).
 	out    chan *rlqspb.RateLimitQuotaResponse
 	warned map[*limits.Row]bool // the caps whose refusals were logged
+	closed bool                 // close has run: a late report is refused
 }
 
 // rlqsBucket is one bucket a client reports.
@@ -95,7 +101,7 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 		clock := o.Now
 		now = func() int64 { return clock().UnixMicro() }
 	}
-	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}}
+	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{})}
 	q.metrics = newRLQSMetrics(q)
 	a.Start(now()) // the warm-up runs from the server's start
 	return q, nil
@@ -143,9 +149,13 @@ func (q *rlqsService) close(st *rlqsStream) {
 	for _, b := range st.buckets {
 		q.release(b)
 	}
+	st.closed = true
 	delete(q.streams, st)
 	q.metrics.streams.Dec()
 }
+
+// shutdown ends every stream (the server is stopping).
+func (q *rlqsService) shutdown() { q.stopOnce.Do(func() { close(q.stopping) }) }
 
 // release lets b's holder go.
 func (q *rlqsService) release(b *rlqsBucket) {
@@ -171,6 +181,9 @@ func (q *rlqsService) report(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuo
 	lt := &q.s.opts.Limits
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if st.closed {
+		return nil, status.Error(codes.Canceled, "the stream has ended")
+	}
 	switch d := msg.GetDomain(); {
 	case st.domain == "" && d == "":
 		return nil, status.Error(codes.InvalidArgument, "the stream's first message names no domain")

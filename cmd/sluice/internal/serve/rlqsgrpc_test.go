@@ -72,3 +72,32 @@ func TestRLQSOverGRPC(t *testing.T) {
 		t.Error("the stream goes on after the client closed it")
 	}
 }
+
+// A shutdown ends the RLQS streams (UNAVAILABLE, so that clients
+// reconnect) rather than waiting out its timeout for clients that never
+// end them.
+func TestRLQSShutdownEndsStreams(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), RLQS: &RLQSOptions{Now: clock.Now}}, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(ts.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "sim", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"free": "x"}, 1, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- ts.stop() }()
+	_, err = stream.Recv()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("the stream at shutdown: %v, want UNAVAILABLE, shutting down", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}

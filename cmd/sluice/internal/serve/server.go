@@ -371,6 +371,9 @@ func (s *Server) consoleURL() string {
 // shutdown timeout, then closes what is left.
 func (s *Server) shutdown() {
 	s.health.Shutdown()
+	if s.rlqs != nil {
+		s.rlqs.shutdown() // its streams last as long as their clients
+	}
 	s.log.Info("shutting down: finishing calls in flight", "timeout", s.opts.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
