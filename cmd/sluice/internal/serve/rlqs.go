@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -60,6 +61,10 @@ type rlqsService struct {
 	// graceful stop until its timeout).
 	stopping chan struct{}
 	stopOnce sync.Once
+	// badRules are the rules whose rate RLQS cannot express, logged once
+	// each, with the configuration they came in (a reload's rules are
+	// new: the map is emptied when another configuration's rule comes).
+	badRules map[*rlsconfig.Rule]*rlsconfig.Config
 }
 
 // rlqsStream is one client: one RLQS stream, its domain and buckets.
@@ -101,7 +106,7 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 		clock := o.Now
 		now = func() int64 { return clock().UnixMicro() }
 	}
-	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{})}
+	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
 	q.metrics = newRLQSMetrics(q)
 	a.Start(now()) // the warm-up runs from the server's start
 	return q, nil
@@ -236,9 +241,8 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 	if b.cfg != cfg {
 		q.match(b, st.domain, cfg, entries)
 	}
-	used := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if b.holder == 0 {
-		if used > 0 {
+		if u.GetNumRequestsAllowed() > 0 || u.GetNumRequestsDenied() > 0 {
 			b.lastUse = now
 		}
 		if now-b.lastUse >= q.idle() {
@@ -276,6 +280,11 @@ func (q *rlqsService) idle() int64 {
 // requests_per_unit per unit (or period).
 func (q *rlqsService) match(b *rlqsBucket, domain string, cfg *rlsconfig.Config, entries []rlsconfig.Entry) {
 	b.cfg = cfg
+	for r, c := range q.badRules {
+		if c != cfg {
+			delete(q.badRules, r)
+		}
+	}
 	rule := cfg.Resolve(domain, [][]rlsconfig.Entry{entries})[0]
 	var budget rlqs.Budget
 	switch {
@@ -293,7 +302,10 @@ func (q *rlqsService) match(b *rlqsBucket, domain string, cfg *rlsconfig.Config,
 	if err := budget.Check(); err != nil {
 		q.release(b)
 		b.fixed = typev3.RateLimitStrategy_DENY_ALL
-		q.s.log.Warn("RLQS: a rule's rate cannot be assigned to token buckets: its buckets are denied", "domain", domain, "rule", policyName(rule), "err", err)
+		if q.badRules[rule] == nil {
+			q.badRules[rule] = cfg
+			q.s.log.Warn("RLQS: a rule's rate cannot be assigned to token buckets: its buckets are denied", "domain", domain, "rule", policyName(rule), "err", err)
+		}
 		return
 	}
 	if b.holder != 0 && b.budget.Key == budget.Key {
@@ -311,7 +323,8 @@ func (q *rlqsService) match(b *rlqsBucket, domain string, cfg *rlsconfig.Config,
 // ALLOW_ALL unless configured), logged once per stream and cap.
 func (q *rlqsService) refuse(st *rlqsStream, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	row := "error"
-	if ex, ok := err.(*limits.Exceeded); ok {
+	var ex *limits.Exceeded
+	if errors.As(err, &ex) {
 		row = ex.Row.Name
 		if !st.warned[ex.Row] {
 			st.warned[ex.Row] = true
