@@ -89,9 +89,7 @@ type simBucket struct {
 	allowAll   bool              // an ALLOW_ALL in force
 	gen        int               // timers of an earlier state are stale
 	limiter    int               // index of its open limiter in the budget's trace, -1 none
-	demand     func(t int64) float64
-	nextArrive int64
-	timerGen   int // A77 per-bucket timer
+	timerGen   int               // A77 per-bucket timer
 }
 
 // simClient is one client (one process, one domain, one stream at a
@@ -117,11 +115,10 @@ type simClient struct {
 // budgetTrace is what happened to one budget: the limiters clients
 // enforced and the requests they admitted.
 type budgetTrace struct {
-	rate, fill int64
-	limiters   []rlqs.Limiter
-	admitted   []int64
-	unbounded  []int64 // admissions under ALLOW_ALL
-	demanded   int64   // requests that arrived
+	limiters  []rlqs.Limiter
+	admitted  []int64
+	unbounded []int64 // admissions under ALLOW_ALL
+	demanded  int64   // requests that arrived
 }
 
 // sim is the event loop, the server and the clients.
