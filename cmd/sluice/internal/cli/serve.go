@@ -46,7 +46,7 @@ type serveFlags struct {
 	slices                                                                           time.Duration // --store-slices (or --store-leases)
 	oldSlices                                                                        bool          // --store-leases given: --store-slices's deprecated name
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
-	mergeDomains, checkOnly, keyForm                                                 bool
+	mergeDomains, checkOnly, keyForm, rlqs                                           bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
 	grpcSAN, httpSAN, perSecond, allowedHosts                                        string
 	gogc, gcMinHeap, pipelines                                                       int
@@ -154,6 +154,7 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
 	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
 	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment (HOST, PORT, GRPC_HOST, GRPC_PORT, GRPC_UDS, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE (FILE, or GRPC_XDS_SOTW with CONFIG_GRPC_XDS_*, XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG), USE_PROMETHEUS, NEAR_LIMIT_RATIO, REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS, CACHE_KEY_PREFIX, LOG_LEVEL, LOG_FORMAT, LIMIT_*, SHADOW_MODE, QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, GRPC_MAX_CONNECTION_AGE*, GRPC_SERVER_*TLS*), its defaults included (0.0.0.0:8080 and :8081), as the flags it stands for; a flag given on the command line wins")
+	fs.BoolVar(&f.rlqs, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener: clients report their usage per bucket, and each bucket a rule limits shares the rule's rate among them, within a stated bound (docs/rlqs.md)")
 	fs.BoolVar(&f.domainSlot, "domain-slot", false, "Redis Cluster: keep each domain's keys in one hash slot, so a call's descriptors are decided atomically there too (a domain's traffic then goes to one master)")
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
 	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "PEM private key for the gRPC listener")
@@ -386,6 +387,9 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 	}
 	if o.HTTPToken, err = f.httpToken(); err != nil {
 		return o, nothing, err
+	}
+	if f.rlqs {
+		o.RLQS = &serve.RLQSOptions{}
 	}
 	restore := logRedisTo(o.Logger)
 	closeStores, err := f.openStores(&o)

@@ -31,6 +31,11 @@ type Table struct {
 	EntryBytes   int64 // a domain, a key or a value
 	KeyBytes     int64 // the store key a call names: a descriptor's entries, or the key form's key
 
+	// RLQS (--rlqs): its clients and what they report.
+	RLQSClients int64 // streams open at once
+	RLQSBuckets int64 // buckets one stream reports
+	RLQSReports int64 // bucket reports one stream sends per second
+
 	// A limit of the caller's: the key form of /v1/take and /v1/acquire,
 	// and a descriptor's limit override.
 	Units    int64         // its units (a take's capacity, an acquire's limit); a call's units are at most it
@@ -94,15 +99,27 @@ var (
 		Where: "descriptors in one call", Why: "an Envoy route sends one per rate_limits action, rarely more than a few",
 		Test: "TestDescriptorsCap", at: func(t *Table) *int64 { return &t.Descriptors }}
 	Entries = &Row{Name: "entries", Alias: "max-entries", Kind: Count, Default: 32,
-		Where: "entries in one descriptor", Why: "one per action of a rate_limits entry; 32 is many times what configurations nest",
+		Where: "entries in one descriptor, or in an RLQS bucket id", Why: "one per action of a rate_limits entry; 32 is many times what configurations nest",
 		Test: "TestEntriesCap", at: func(t *Table) *int64 { return &t.Entries }}
 	EntryBytes = &Row{Name: "entry-bytes", Alias: "max-entry-bytes", Kind: Bytes, Default: 1024,
-		Where: "a domain, a key or a value", Why: "an address, a path or an API key fits; a store key is made of them",
+		Where: "a domain, a key or a value (an RLQS bucket id's too)", Why: "an address, a path or an API key fits; a store key is made of them",
 		Test: "TestEntryBytesCap", at: func(t *Table) *int64 { return &t.EntryBytes }}
 	KeyBytes = &Row{Name: "key-bytes", Kind: Bytes, Default: 2048,
-		Where: "the store key a call names: a descriptor's keys and values together, or the key form's key",
+		Where: "the store key a call names: a descriptor's keys and values together, or the key form's key; an RLQS bucket id's keys and values together",
 		Why:   "a key lives in the store as long as its window or lease; without it 32 entries of 1 KiB made 32 KiB keys that a day-long override kept",
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
+	RLQSClients = &Row{Name: "rlqs-clients", Kind: Count, Default: 1000,
+		Where: "RLQS streams open at once (--rlqs); one more is refused RESOURCE_EXHAUSTED",
+		Why:   "a stream holds its buckets, their shares and a sender: a few hundred bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.2 GB at most",
+		Test:  "TestRLQSClientsCap", at: func(t *Table) *int64 { return &t.RLQSClients }}
+	RLQSBuckets = &Row{Name: "rlqs-buckets", Kind: Count, Default: 1000,
+		Where: "buckets one RLQS stream reports; a bucket beyond is answered DENY_ALL and not kept",
+		Why:   "each bucket is about 1.2 KB of state and a share every round; an Envoy reports every bucket in one message, which request-bytes also caps (about 60 bytes a bucket with a short id)",
+		Test:  "TestRLQSBucketsCap", at: func(t *Table) *int64 { return &t.RLQSBuckets }}
+	RLQSReports = &Row{Name: "rlqs-reports", Kind: Count, Default: 1000,
+		Where: "bucket reports one RLQS stream sends a second, ten seconds of it at once; a message beyond ends the stream RESOURCE_EXHAUSTED",
+		Why:   "an Envoy reports every bucket every 5 s and a new one at once: 1,000 buckets are 200 a second; gRPC's clients (A77) may report each bucket every 100 ms",
+		Test:  "TestRLQSReportsCap", at: func(t *Table) *int64 { return &t.RLQSReports }}
 	Units = &Row{Name: "units", Kind: Count, Default: 1_000_000,
 		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a take's units are at most its limit's); and a charge's units, which a limit does not bound: a charge rule's hits, /v1/charge's, /v1/settle's estimate and actual",
 		Why:   "a sliding log keeps an entry per admitted call and a concurrency limit a hold per lease: the limit bounds what one key holds",
@@ -168,7 +185,7 @@ var (
 
 // Rows is the table, in docs/serve.md's order.
 var Rows = []*Row{
-	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
+	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, RLQSClients, RLQSBuckets, RLQSReports, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
 	ValueSeries, StatSeries, WalkRequests, AnswerBytes, RunTicks, RunArrivals, RunBodyBytes, ViewKeys, ViewLeases, ViewBytes,
 }
 

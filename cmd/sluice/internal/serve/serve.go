@@ -141,6 +141,12 @@ type Options struct {
 	// nothing but the keys' names.
 	DomainSlot bool
 
+	// RLQS, when set, serves Envoy's Rate Limit Quota Service
+	// (envoy.service.rate_limit_quota.v3) on the gRPC listener beside
+	// RLS: each bucket a rule limits is a budget of the rule's rate,
+	// shared among the clients that report it (docs/rlqs.md).
+	RLQS *RLQSOptions
+
 	// Limits are the caps on every quantity a caller chooses (package
 	// limits, docs/serve.md's "Limits"): a field left 0 is its default.
 	Limits limits.Table

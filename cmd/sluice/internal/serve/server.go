@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -49,6 +50,13 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{service: newService(o)}
+	if o.RLQS != nil {
+		q, err := newRLQSService(s.service, o.RLQS)
+		if err != nil {
+			return nil, err
+		}
+		s.rlqs = q
+	}
 	if o.Handler != nil {
 		s.SetHandler(o.Handler)
 	}
@@ -100,6 +108,9 @@ func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
 	s.health.SetServingStatus("ratelimit", st) // envoyproxy/ratelimit's name
+	if s.rlqs != nil {
+		s.health.SetServingStatus(rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName, st)
+	}
 }
 
 // bind takes the listeners given in the options, or listens on their
@@ -161,6 +172,9 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	}
 	srv := grpc.NewServer(gopts...)
 	pb.RegisterRateLimitServiceServer(srv, rls{s.service})
+	if s.rlqs != nil {
+		rlqspb.RegisterRateLimitQuotaServiceServer(srv, rlqsServer{s.rlqs})
+	}
 	return srv
 }
 
@@ -291,6 +305,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { defer wg.Done(); s.xds.run(wctx) }()
 	}
 	go func() { defer wg.Done(); s.watch(wctx) }()
+	if s.rlqs != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.rlqs.run(wctx) }()
+	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.sweepStores(wctx, sweepEvery) }()
 	go func() {
@@ -353,6 +371,9 @@ func (s *Server) consoleURL() string {
 // shutdown timeout, then closes what is left.
 func (s *Server) shutdown() {
 	s.health.Shutdown()
+	if s.rlqs != nil {
+		s.rlqs.shutdown() // its streams last as long as their clients
+	}
 	s.log.Info("shutting down: finishing calls in flight", "timeout", s.opts.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()

@@ -31,10 +31,11 @@ type service struct {
 	state   atomic.Pointer[state]
 	metrics *metrics
 	log     *slog.Logger
-	loads   loads       // the configuration's loads (config.go)
-	envoy   *envoyStats // envoy's per-rule series (Options.EnvoyStats), nil without
-	holds   *holdTable  // the concurrency leases the lease calls hold (holds.go)
-	all     allHolds    // the units every instance holds on the keys of holds' view (holdsall.go)
+	loads   loads        // the configuration's loads (config.go)
+	envoy   *envoyStats  // envoy's per-rule series (Options.EnvoyStats), nil without
+	holds   *holdTable   // the concurrency leases the lease calls hold (holds.go)
+	rlqs    *rlqsService // Options.RLQS's service, nil without
+	all     allHolds     // the units every instance holds on the keys of holds' view (holdsall.go)
 	// sliceStores are the stores with slices, by label (slicingStores).
 	sliceStores map[string]*redisstore.Store
 

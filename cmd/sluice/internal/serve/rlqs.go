@@ -1,0 +1,459 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
+)
+
+// RLQSOptions turn on Envoy's Rate Limit Quota Service (Options.RLQS,
+// docs/rlqs.md): clients report their usage per bucket, and each bucket
+// the rules limit is a budget whose rate the server shares among them.
+type RLQSOptions struct {
+	// Config are the allocator's parameters (report interval, TTL,
+	// slack, burst, reserve, headroom, band, idle reports); zero fields
+	// default.
+	rlqs.Config
+	// Now is the service's clock, for tests; nil is time.Now.
+	Now func() time.Time
+}
+
+// WeightHeader is the gRPC metadata a client sets (Envoy: the
+// GrpcService's initial_metadata) to weigh its share of every budget
+// (1 to MaxWeight; 1 when absent).
+const WeightHeader = "x-sluice-weight"
+
+// MaxWeight is the largest weight a client may claim.
+const MaxWeight = 1000
+
+// rlqsService is the Rate Limit Quota Service: the allocator, and the
+// open streams with their buckets. One mutex serialises reports, rounds
+// and scrapes; each takes it for one message, one round or one scrape.
+type rlqsService struct {
+	s     *service
+	alloc *rlqs.Allocator
+	now   func() int64 // µs
+	mu    sync.Mutex
+	// streams are the open streams; holders maps the allocator's holders
+	// to the buckets that report them.
+	streams    map[*rlqsStream]struct{}
+	holders    map[rlqs.Holder]*rlqsBucket
+	nextHolder rlqs.Holder
+	metrics    *rlqsMetrics
+	// stopping is closed when the server shuts down: the streams end
+	// (a stream lasts as long as its client, and would hold up a
+	// graceful stop until its timeout).
+	stopping chan struct{}
+	stopOnce sync.Once
+	// badRules are the rules whose rate RLQS cannot express, logged once
+	// each, with the configuration they came in (a reload's rules are
+	// new: the map is emptied when another configuration's rule comes).
+	badRules map[*rlsconfig.Rule]*rlsconfig.Config
+}
+
+// rlqsStream is one client: one RLQS stream, its domain and buckets.
+type rlqsStream struct {
+	domain  string
+	weight  int64
+	buckets map[string]*rlqsBucket // by bucketKey
+	pace    *rlqs.TokenBucket      // its reports (limits.RLQSReports)
+	// out carries what the stream's sender writes: the answers to its
+	// reports, and the rounds' pushes (dropped when it is full).
+	out    chan *rlqspb.RateLimitQuotaResponse
+	warned map[*limits.Row]bool // the caps whose refusals were logged
+	closed bool                 // close has run: a late report is refused
+}
+
+// rlqsBucket is one bucket a client reports.
+type rlqsBucket struct {
+	st *rlqsStream
+	id *rlqspb.BucketId // as the client sent it: actions echo it
+	// cfg is the configuration it was matched under; a reload matches it
+	// again.
+	cfg *rlsconfig.Config
+	// holder is its share of a budget, 0 when it has none: fixed is then
+	// its blanket answer (no rule, unlimited or shadow: ALLOW_ALL;
+	// requests_per_unit 0 or a rate RLQS cannot express: DENY_ALL).
+	holder  rlqs.Holder
+	budget  rlqs.Budget
+	fixed   typev3.RateLimitStrategy_BlanketRule
+	lastUse int64 // µs: the last report that counted a request (fixed buckets' idleness)
+}
+
+func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
+	a, err := rlqs.New(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	now := func() int64 { return time.Now().UnixMicro() }
+	if o.Now != nil {
+		clock := o.Now
+		now = func() int64 { return clock().UnixMicro() }
+	}
+	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
+	q.metrics = newRLQSMetrics(q)
+	a.Start(now()) // the warm-up runs from the server's start
+	return q, nil
+}
+
+// open starts a client's stream, weight its WeightHeader values (none:
+// 1). Its error is a gRPC status: too many streams, or a bad weight.
+func (q *rlqsService) open(weight []string) (*rlqsStream, error) {
+	w := int64(1)
+	if len(weight) > 0 {
+		v, err := strconv.ParseInt(strings.TrimSpace(weight[len(weight)-1]), 10, 64)
+		if err != nil || v < 1 || v > MaxWeight {
+			return nil, status.Errorf(codes.InvalidArgument, "%s %q: want a whole number from 1 to %d", WeightHeader, weight[len(weight)-1], MaxWeight)
+		}
+		w = v
+	}
+	lt := &q.s.opts.Limits
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n := int64(len(q.streams)); n >= lt.RLQSClients {
+		return nil, status.Error(codes.ResourceExhausted, lt.Check(limits.RLQSClients, "RLQS streams open", n+1).Error())
+	}
+	rate := lt.RLQSReports
+	st := &rlqsStream{weight: w, buckets: map[string]*rlqsBucket{}, warned: map[*limits.Row]bool{},
+		pace: rlqs.NewTokenBucket(rate, rate*rlqsReportBurst, int64(time.Second/time.Microsecond), q.now()),
+		out:  make(chan *rlqspb.RateLimitQuotaResponse, rlqsOutBuffer)}
+	q.streams[st] = struct{}{}
+	q.metrics.streams.Inc()
+	return st, nil
+}
+
+// rlqsReportBurst is how many seconds of the report rate a stream may
+// send at once (an Envoy sends every bucket in one message).
+const rlqsReportBurst = 10
+
+// rlqsOutBuffer is how many messages wait for a stream's sender before a
+// round's push to it is dropped (an answer to a report waits instead).
+const rlqsOutBuffer = 4
+
+// close ends st: its holders are gone (their leases count until they
+// end).
+func (q *rlqsService) close(st *rlqsStream) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, b := range st.buckets {
+		q.release(b)
+	}
+	st.closed = true
+	delete(q.streams, st)
+	q.metrics.streams.Dec()
+}
+
+// shutdown ends every stream (the server is stopping).
+func (q *rlqsService) shutdown() { q.stopOnce.Do(func() { close(q.stopping) }) }
+
+// release lets b's holder go.
+func (q *rlqsService) release(b *rlqsBucket) {
+	if b.holder != 0 {
+		q.alloc.Close(b.holder)
+		delete(q.holders, b.holder)
+		b.holder = 0
+	}
+}
+
+// report answers one message of st's, received at now (µs). Its error is
+// a gRPC status that ends the stream: no domain in the first message, a
+// domain that changes, or reports faster than the cap. Nothing else in a
+// message is refused as a whole; a bucket over a cap is answered
+// DENY_ALL, and the rest as usual. Reports are never validated against
+// the protocol's own rules, which real clients break (time_elapsed 0,
+// no usages, no domain after the first message).
+func (q *rlqsService) report(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
+	state := q.s.state.Load()
+	if state == nil {
+		return nil, status.Error(codes.Unavailable, errNoConfig.Error())
+	}
+	lt := &q.s.opts.Limits
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st.closed {
+		return nil, status.Error(codes.Canceled, "the stream has ended")
+	}
+	switch d := msg.GetDomain(); {
+	case st.domain == "" && d == "":
+		return nil, status.Error(codes.InvalidArgument, "the stream's first message names no domain")
+	case st.domain == "":
+		if err := lt.Check(limits.EntryBytes, "domain", int64(len(d))); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		st.domain = d
+	case d != "" && d != st.domain:
+		return nil, status.Errorf(codes.InvalidArgument, "domain %.64q: the stream's domain is %q", d, st.domain)
+	}
+	usages := msg.GetBucketQuotaUsages()
+	if !st.pace.Take(now, int64(len(usages))) {
+		q.metrics.refused.WithLabelValues(limits.RLQSReports.Name).Add(float64(len(usages)))
+		return nil, status.Error(codes.ResourceExhausted, lt.Over(limits.RLQSReports, fmt.Sprintf("%d bucket reports on one stream", len(usages))).Error())
+	}
+	q.metrics.reports.Add(float64(len(usages)))
+	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(usages))}
+	for _, u := range usages {
+		if len(u.GetBucketId().GetBucket()) == 0 {
+			continue // nothing to answer: clients drop actions without a bucket id
+		}
+		if act := q.usage(now, st, state.cfg, u); act != nil {
+			resp.BucketAction = append(resp.BucketAction, act)
+		}
+	}
+	if len(resp.BucketAction) == 0 {
+		return nil, nil
+	}
+	return resp, nil
+}
+
+// usage answers one bucket's report; nil is no answer (the server is
+// warming up: rlqs.Action.Wait).
+func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	id := u.GetBucketId()
+	entries, err := bucketEntries(id.GetBucket(), &q.s.opts.Limits)
+	if err != nil {
+		return q.refuse(st, id, err)
+	}
+	key := bucketKey(entries)
+	b := st.buckets[key]
+	if b == nil {
+		if n := int64(len(st.buckets)); n >= q.s.opts.Limits.RLQSBuckets {
+			return q.refuse(st, id, q.s.opts.Limits.Check(limits.RLQSBuckets, "buckets on one stream", n+1))
+		}
+		b = &rlqsBucket{st: st, id: id, lastUse: now}
+		st.buckets[key] = b
+	}
+	if b.cfg != cfg {
+		q.match(b, st.domain, cfg, entries)
+	}
+	if b.holder == 0 {
+		if u.GetNumRequestsAllowed() > 0 || u.GetNumRequestsDenied() > 0 {
+			b.lastUse = now
+		}
+		if now-b.lastUse >= q.idle() {
+			delete(st.buckets, key)
+			q.metrics.actions.WithLabelValues("abandon").Inc()
+			return abandonAction(b.id)
+		}
+		q.metrics.actions.WithLabelValues(strings.ToLower(b.fixed.String())).Inc()
+		return blanketAction(b.id, b.fixed, q.alloc.Config().TTL)
+	}
+	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+	if err != nil { // a budget the allocator cannot share: match refuses those
+		return q.refuse(st, id, err)
+	}
+	switch {
+	case act.Wait:
+		return nil
+	case act.Abandon:
+		q.release(b)
+		delete(st.buckets, key)
+	}
+	return q.action(b.id, act)
+}
+
+// idle is how long a bucket without a share may report nothing before it
+// is abandoned: the allocator's idle reports.
+func (q *rlqsService) idle() int64 {
+	c := q.alloc.Config()
+	return c.ReportInterval.Microseconds() * int64(c.IdleReports)
+}
+
+// match finds b's rule under cfg: its entries, sorted by key, are a
+// descriptor of the stream's domain. A limited rule makes b a holder of
+// the rule's budget (its key as the rule names its counter), its rate
+// requests_per_unit per unit (or period).
+func (q *rlqsService) match(b *rlqsBucket, domain string, cfg *rlsconfig.Config, entries []rlsconfig.Entry) {
+	b.cfg = cfg
+	for r, c := range q.badRules {
+		if c != cfg {
+			delete(q.badRules, r)
+		}
+	}
+	rule := cfg.Resolve(domain, [][]rlsconfig.Entry{entries})[0]
+	var budget rlqs.Budget
+	switch {
+	case rule == nil || rule.Unlimited || rule.Shadow:
+		q.release(b)
+		b.fixed = typev3.RateLimitStrategy_ALLOW_ALL
+		return
+	case rule.RequestsPerUnit == 0:
+		q.release(b)
+		b.fixed = typev3.RateLimitStrategy_DENY_ALL
+		return
+	default:
+		budget = rlqs.Budget{Key: rule.Key(entries), Family: domain + "\x00" + policyName(rule), Rate: rule.RequestsPerUnit, Fill: rule.Limit.Period}
+	}
+	if err := budget.Check(); err != nil {
+		q.release(b)
+		b.fixed = typev3.RateLimitStrategy_DENY_ALL
+		if q.badRules[rule] == nil {
+			q.badRules[rule] = cfg
+			q.s.log.Warn("RLQS: a rule's rate cannot be assigned to token buckets: its buckets are denied", "domain", domain, "rule", policyName(rule), "err", err)
+		}
+		return
+	}
+	if b.holder != 0 && b.budget.Key == budget.Key {
+		b.budget = budget // the same budget, maybe another rate
+		return
+	}
+	q.release(b)
+	q.nextHolder++
+	b.holder, b.budget = q.nextHolder, budget
+	q.holders[b.holder] = b
+}
+
+// refuse answers a bucket over a cap: DENY_ALL (it is not tracked, and
+// a client that heard nothing would apply its no-assignment default,
+// ALLOW_ALL unless configured), logged once per stream and cap.
+func (q *rlqsService) refuse(st *rlqsStream, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	row := "error"
+	var ex *limits.Exceeded
+	if errors.As(err, &ex) {
+		row = ex.Row.Name
+		if !st.warned[ex.Row] {
+			st.warned[ex.Row] = true
+			q.s.log.Warn("RLQS: a bucket over the service's limits is denied", "domain", st.domain, "err", err)
+		}
+	}
+	q.metrics.refused.WithLabelValues(row).Inc()
+	q.metrics.actions.WithLabelValues("deny_all").Inc()
+	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().TTL)
+}
+
+// bucketEntries are a BucketId's entries sorted by key: the descriptor
+// it names. Its error is a *limits.Exceeded: too many entries, a key or
+// value too long, or too long all together.
+func bucketEntries(m map[string]string, lt *limits.Table) ([]rlsconfig.Entry, error) {
+	if n := int64(len(m)); n > lt.Entries {
+		return nil, lt.Check(limits.Entries, "a bucket id's entries", n)
+	}
+	entries := make([]rlsconfig.Entry, 0, len(m))
+	size := int64(0)
+	for k, v := range m {
+		if n := int64(max(len(k), len(v))); n > lt.EntryBytes {
+			return nil, lt.Check(limits.EntryBytes, "a bucket id's key or value", n)
+		}
+		size += int64(len(k) + len(v))
+		entries = append(entries, rlsconfig.Entry{Key: k, Value: v})
+	}
+	if size > lt.KeyBytes {
+		return nil, lt.Check(limits.KeyBytes, "a bucket id's keys and values", size)
+	}
+	slices.SortFunc(entries, func(a, b rlsconfig.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return entries, nil
+}
+
+// bucketKey names a bucket id on its stream: its sorted entries, each
+// length-prefixed (no two ids share one).
+func bucketKey(entries []rlsconfig.Entry) string {
+	var b strings.Builder
+	for _, e := range entries {
+		b.WriteString(strconv.Itoa(len(e.Key)))
+		b.WriteByte(':')
+		b.WriteString(e.Key)
+		b.WriteString(strconv.Itoa(len(e.Value)))
+		b.WriteByte(':')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
+
+// round shares every budget at now and returns the pushes, one message
+// per stream.
+func (q *rlqsService) round(now int64) map[*rlqsStream]*rlqspb.RateLimitQuotaResponse {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := map[*rlqsStream]*rlqspb.RateLimitQuotaResponse{}
+	q.alloc.Round(now, func(h rlqs.Holder, act rlqs.Action) {
+		b := q.holders[h]
+		if b == nil {
+			return
+		}
+		m := out[b.st]
+		if m == nil {
+			m = &rlqspb.RateLimitQuotaResponse{}
+			out[b.st] = m
+		}
+		m.BucketAction = append(m.BucketAction, q.action(b.id, act))
+	})
+	return out
+}
+
+// push hands the round's messages to their streams' senders, dropping
+// those a stream has no room for (its client is slow: the grant is
+// resent at its next report).
+func (q *rlqsService) push(msgs map[*rlqsStream]*rlqspb.RateLimitQuotaResponse) {
+	for st, m := range msgs {
+		select {
+		case st.out <- m:
+			q.metrics.pushes.Inc()
+		default:
+			q.metrics.dropped.Inc()
+		}
+	}
+}
+
+// run has rounds every Round until ctx ends.
+func (q *rlqsService) run(ctx context.Context) {
+	t := time.NewTicker(q.alloc.Config().Round)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			q.push(q.round(q.now()))
+		}
+	}
+}
+
+// action is an allocator's Action as the protocol says it, for bucket id.
+func (q *rlqsService) action(id *rlqspb.BucketId, act rlqs.Action) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	switch {
+	case act.Abandon:
+		q.metrics.actions.WithLabelValues("abandon").Inc()
+		return abandonAction(id)
+	case act.DenyAll():
+		q.metrics.actions.WithLabelValues("deny_all").Inc()
+		return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, act.TTL)
+	}
+	q.metrics.actions.WithLabelValues("token_bucket").Inc()
+	return assignAction(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     uint32(act.Burst),
+		TokensPerFill: wrapperspb.UInt32(uint32(act.Tokens)),
+		FillInterval:  durationpb.New(act.Fill),
+	}}}, act.TTL)
+}
+
+func blanketAction(id *rlqspb.BucketId, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return assignAction(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}, ttl)
+}
+
+func assignAction(id *rlqspb.BucketId, s *typev3.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl),
+			RateLimitStrategy:    s,
+		}}}
+}
+
+func abandonAction(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+}
