@@ -165,14 +165,17 @@ func charge(ctx context.Context, name string, units int64) error {
 // usedWriter is the ResponseWriter of a request under policies that
 // settle or count: it keeps what Settle asks of the response (the
 // policycore.Outcome), and passes everything on.
+//
+// Its fields are few on purpose: with the request and its state it makes
+// settleReq, which stays within 512 bytes, the largest allocation the
+// runtime makes without a header.
 type usedWriter struct {
 	http.ResponseWriter
-	m      *Middleware
-	st     *state
+	st     *state        // its Middleware is st.m
 	r      *http.Request // the handler's
 	status int
 	bytes  int64
-	scans  []*usage // each Used.JSON's (policy.scan), made at the first write
+	scans  *[]*usage // each Used.JSON's (policy.scan), made at the first write
 }
 
 // WriteHeader keeps the response's status: the first that is not 1xx.
@@ -190,11 +193,11 @@ func (uw *usedWriter) Write(b []byte) (int, error) {
 	}
 	n, err := uw.ResponseWriter.Write(b)
 	uw.bytes += int64(n)
-	if uw.m.scans > 0 {
+	if uw.st.m.scans > 0 {
 		if uw.scans == nil {
 			uw.startScans()
 		}
-		for _, s := range uw.scans {
+		for _, s := range *uw.scans {
 			s.write(b[:n])
 		}
 	}
@@ -203,12 +206,14 @@ func (uw *usedWriter) Write(b []byte) (int, error) {
 
 // startScans makes a usage for each Used.JSON, for the body's type.
 func (uw *usedWriter) startScans() {
-	uw.scans = make([]*usage, uw.m.scans)
+	m := uw.st.m
+	scans := make([]*usage, m.scans)
+	uw.scans = &scans
 	ct := uw.Header().Get("Content-Type")
-	for _, ps := range [][]*policy{uw.m.enforced, uw.m.shadows} {
+	for _, ps := range [][]*policy{m.enforced, m.shadows} {
 		for _, p := range ps {
 			if p.scan >= 0 {
-				uw.scans[p.scan] = newUsage(p.used.JSON, p.maxBytes(), ct)
+				scans[p.scan] = newUsage(p.used.JSON, p.maxBytes(), ct)
 			}
 		}
 	}
@@ -228,16 +233,16 @@ func (uw *usedWriter) Unwrap() http.ResponseWriter { return uw.ResponseWriter }
 
 // Counts is Policy.Count of the response's status.
 func (uw *usedWriter) Counts(r *policycore.Rule) bool {
-	return uw.m.policyOf(r).count(uw.status)
+	return uw.st.m.policyOf(r).count(uw.status)
 }
 
 // Used is what the response says the request used under r's Used; what
 // cannot be read goes to WithErrorLog's function and says nothing.
 func (uw *usedWriter) Used(r *policycore.Rule) (int64, bool) {
-	p := uw.m.policyOf(r)
+	p := uw.st.m.policyOf(r)
 	n, ok, err := p.readUsed(uw.r, Response{StatusCode: uw.status, Header: uw.Header(), Bytes: uw.bytes}, uw.scanOf(p))
 	if err != nil {
-		uw.m.logError(uw.st, uw.r, err)
+		uw.st.m.logError(uw.st, uw.r, err)
 	}
 	return n, ok
 }
@@ -248,7 +253,7 @@ func (uw *usedWriter) scanOf(p *policy) *usage {
 	if p.scan < 0 || uw.scans == nil || uw.bytes == 0 { // no body says nothing
 		return nil
 	}
-	return uw.scans[p.scan]
+	return (*uw.scans)[p.scan]
 }
 
 // readUsed is what resp (and, for Used.JSON, its body's usage s) says r
@@ -308,7 +313,7 @@ func (m *Middleware) serveNext(w http.ResponseWriter, req *http.Request, st *sta
 		return
 	}
 	uw := st.uw
-	uw.ResponseWriter, uw.m, uw.st, uw.r = w, m, st, req
+	uw.ResponseWriter, uw.st, uw.r = w, st, req
 	defer m.settle(uw)
 	next.ServeHTTP(uw, req)
 }
