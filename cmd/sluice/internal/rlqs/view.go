@@ -238,3 +238,6 @@ func (a *Allocator) state(now int64, ho *holder) string {
 	}
 	return "active"
 }
+
+// Budgets is how many budgets a holds.
+func (a *Allocator) Budgets() int { return len(a.list) }
