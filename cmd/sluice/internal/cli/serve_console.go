@@ -129,7 +129,7 @@ func consoleRLQS(v serve.RLQSView) *console.RLQS {
 	}
 	for _, b := range v.Top {
 		cb := console.RLQSBudget{Domain: b.Domain, Rule: b.Rule, Key: b.Key, Rate: b.Rate, FillS: int64(b.Fill / time.Second),
-			Outstanding: b.Outstanding, Headroom: b.Headroom, Clients: b.Clients, Holders: b.Holders,
+			Outstanding: b.Outstanding, Room: b.Room, Clients: b.Clients, Holders: b.Holders,
 			Demand: b.Demand, Granted: b.Granted, Shares: []console.RLQSShare{}}
 		for _, sh := range b.Shares {
 			cs := console.RLQSShare{Holder: uint64(sh.Holder), Weight: sh.Weight, State: sh.State, Granted: sh.Granted, Outstanding: sh.Outstanding,

@@ -21,7 +21,7 @@ import (
 )
 
 // With --rlqs, the console's /console/api/rlqs shows the budget an RLQS
-// client reports: its rule, rate, leases and headroom, and the client's
+// client reports: its rule, rate, leases and room, and the client's
 // share, demand and lease.
 func TestServeConsoleRLQS(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "r.yaml")
@@ -64,7 +64,7 @@ func TestServeConsoleRLQS(t *testing.T) {
 	}
 	b := v.Top[0]
 	if b.Domain != "sim" || b.Rule != "name" || b.Key != "sim/name=x" || b.Rate != 6000 || b.FillS != 60 || b.Clients != 1 ||
-		b.Outstanding <= 0 || b.Headroom != b.Rate-b.Outstanding || len(b.Shares) != 1 {
+		b.Outstanding <= 0 || b.Room != b.Rate-b.Outstanding || len(b.Shares) != 1 {
 		t.Fatalf("the budget: %s", body)
 	}
 	if s := b.Shares[0]; s.State != "active" || s.Demand == nil || *s.Demand <= 0 || s.Granted <= 0 || s.Granted != b.Granted || s.Outstanding != b.Outstanding || s.LeaseEndsUS <= 0 {

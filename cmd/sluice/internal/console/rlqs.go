@@ -33,10 +33,10 @@ type RLQSBudget struct {
 	Rate   int64  `json:"rate"`
 	FillS  int64  `json:"fill_s"`
 	// Outstanding is Σ of the clients' leases (what they may still
-	// enforce), Headroom Rate − Outstanding: what the bound leaves to
+	// enforce), Room Rate − Outstanding: what the bound leaves to
 	// grant now.
 	Outstanding int64 `json:"outstanding"`
-	Headroom    int64 `json:"headroom"`
+	Room        int64 `json:"room"`
 	// Clients take a share now; Holders are those and the clients gone
 	// whose leases still count.
 	Clients int `json:"clients"`

@@ -16,7 +16,7 @@ func fakeRLQS(budgets, shares int) Options {
 		v := &RLQS{Budgets: budgets + 5, Clients: shares, Bytes: 4321, Bound: "the RLQS view's bytes with another budget: 4400, over the service's limit view-bytes of 4321", Top: []RLQSBudget{}}
 		for i := range budgets {
 			b := RLQSBudget{Domain: "envoy", Rule: "per_user", Key: fmt.Sprintf("envoy/user=<u%d>", i), Rate: 600, FillS: 60,
-				Outstanding: 550, Headroom: 50, Clients: shares, Holders: shares + 1, Demand: 812.25, Granted: 540}
+				Outstanding: 550, Room: 50, Clients: shares, Holders: shares + 1, Demand: 812.25, Granted: 540}
 			for j := range shares {
 				d := 100.5
 				s := RLQSShare{Holder: uint64(10*i + j + 1), Weight: 1, State: "active", Granted: 90, Outstanding: 95, GrantEndsUS: 5_500_000, LeaseEndsUS: 6_500_000}
@@ -33,7 +33,7 @@ func fakeRLQS(budgets, shares int) Options {
 }
 
 // GET /console/api/rlqs answers the RLQS view: the budgets, their
-// rate, leases, headroom and clients, and the shares; the page shows the
+// rate, leases, room and clients, and the shares; the page shows the
 // same without the script.
 func TestRLQSEndpoint(t *testing.T) {
 	c, _ := newTestConsole(t, fakeRLQS(2, 3))
@@ -47,16 +47,16 @@ func TestRLQSEndpoint(t *testing.T) {
 	if v.Budgets != 7 || v.MaxBytes != c.lim.ViewBytes || v.Bound == "" || len(v.Top) != 2 || len(v.Top[0].Shares) != 3 {
 		t.Fatalf("the view: %+v", v)
 	}
-	if b := v.Top[0]; b.Headroom != 50 || b.Outstanding != 550 || b.Rate != 600 || b.FillS != 60 || b.Rule != "per_user" || b.Shares[0].Demand != nil || *b.Shares[1].Demand != 100.5 {
+	if b := v.Top[0]; b.Room != 50 || b.Outstanding != 550 || b.Rate != 600 || b.FillS != 60 || b.Rule != "per_user" || b.Shares[0].Demand != nil || *b.Shares[1].Demand != 100.5 {
 		t.Errorf("the first budget: %+v", b)
 	}
-	for _, want := range []string{`"headroom":50`, `"lease_ends_us":6500000`, `"grant_ends_us":5500000`, `"holders":4`, `"state":"active"`} {
+	for _, want := range []string{`"room":50`, `"lease_ends_us":6500000`, `"grant_ends_us":5500000`, `"holders":4`, `"state":"active"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the JSON lacks %s", want)
 		}
 	}
 	_, _, page := get(t, srv.URL+"/")
-	for _, want := range []string{`<a href="#rlqs">RLQS</a>`, `<section id="rlqs"`, `<code>envoy/user=&lt;u1&gt;</code>`, `data-k="headroom">50<`, `600 per 60s`, `data-k="demand" data-label="Demand">—<`, `data-label="Demand">100.5<`, `data-label="Lease ends in">6.5s<`, `Budgets were left out`} {
+	for _, want := range []string{`<a href="#rlqs">RLQS</a>`, `<section id="rlqs"`, `<code>envoy/user=&lt;u1&gt;</code>`, `data-k="room">50<`, `600 per 60s`, `data-k="demand" data-label="Demand">—<`, `data-label="Demand">100.5<`, `data-label="Lease ends in">6.5s<`, `Budgets were left out`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}

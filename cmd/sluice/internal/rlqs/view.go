@@ -96,9 +96,10 @@ type BucketView struct {
 	Rate        int64
 	Fill        time.Duration
 	// Outstanding is Σ of the leases (at most Rate, but after a reload
-	// lowered the rate or changed the fill interval), Headroom is Rate − Outstanding: what the bound
-	// leaves to grant now (negative while a lowered rate's leases end).
-	Outstanding, Headroom int64
+	// lowered the rate or changed the fill interval), Room is Rate −
+	// Outstanding: what the bound leaves to grant now (negative while
+	// the leases of a rate lowered end).
+	Outstanding, Room int64
 	// Clients are the holders taking a share, Holders every holder kept
 	// (with those gone or abandoned whose leases have not ended).
 	Clients, Holders int
@@ -182,7 +183,7 @@ func (a *Allocator) Hottest(now int64, n, m int, f func(*BucketView) bool) {
 func (a *Allocator) view(now int64, bk *bucket, m int, hs *[]*holder) *BucketView {
 	v := &BucketView{Key: bk.key, Family: bk.family, Rate: bk.rate, Fill: time.Duration(bk.fill) * time.Microsecond,
 		Outstanding: a.outstanding(now, bk), Holders: len(bk.holders)}
-	v.Headroom = v.Rate - v.Outstanding
+	v.Room = v.Rate - v.Outstanding
 	for _, ho := range bk.holders {
 		if a.active(now, ho) {
 			v.Clients++

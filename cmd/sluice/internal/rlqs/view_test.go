@@ -91,7 +91,7 @@ func checkHottest(t *testing.T, a *Allocator, now int64, step int, seed uint64) 
 		if cmpProducts(uint64(b.demand), uint64(w.fill), uint64(w.demand), uint64(b.fill)) != 0 {
 			t.Fatalf("seed %d step %d: #%d is %q (demand %d per %d), want %q's %d per %d", seed, step, i, v.Key, b.demand, b.fill, w.key, w.demand, w.fill)
 		}
-		if v.Headroom != v.Rate-v.Outstanding || v.Holders != len(b.holders) || len(v.Shares) != min(m, len(b.holders)) {
+		if v.Room != v.Rate-v.Outstanding || v.Holders != len(b.holders) || len(v.Shares) != min(m, len(b.holders)) {
 			t.Fatalf("seed %d step %d: %q: %+v", seed, step, v.Key, v)
 		}
 		grants := make([]int64, 0, len(b.holders))

@@ -58,7 +58,7 @@ func startRLQSView(t *testing.T, lt limits.Table) *testServer {
 }
 
 // The RLQS view lists the budgets whose clients demand the most, with
-// their rate, leases, headroom and clients, and the largest shares; n
+// their rate, leases, room and clients, and the largest shares; n
 // and m bound it.
 func TestRLQSView(t *testing.T) {
 	ts := startRLQSView(t, limits.Defaults())
@@ -70,7 +70,7 @@ func TestRLQSView(t *testing.T) {
 	if x.Key != "sim/name=x" || y.Key != "sim/name=y" || x.Domain != "sim" || x.Rule != "name" || x.Demand <= y.Demand {
 		t.Fatalf("the budgets: %q (%s %s, demand %v), %q (demand %v); want name=x, the hotter, first", x.Key, x.Domain, x.Rule, x.Demand, y.Key, y.Demand)
 	}
-	if x.Rate != 6000 || x.Fill != time.Minute || x.Clients != 3 || x.Holders != 3 || len(x.Shares) != 3 || x.Headroom != x.Rate-x.Outstanding || x.Outstanding <= 0 || x.Outstanding > x.Rate {
+	if x.Rate != 6000 || x.Fill != time.Minute || x.Clients != 3 || x.Holders != 3 || len(x.Shares) != 3 || x.Room != x.Rate-x.Outstanding || x.Outstanding <= 0 || x.Outstanding > x.Rate {
 		t.Errorf("name=x: %+v", x.BucketView)
 	}
 	var leased, granted int64
