@@ -70,12 +70,7 @@ type RLQSShare struct {
 
 // DemandText is the share's demand as the table shows it: "—" when not
 // known yet.
-func (s RLQSShare) DemandText() string {
-	if s.Demand == nil {
-		return "—"
-	}
-	return oneDecimal(*s.Demand)
-}
+func (s RLQSShare) DemandText() string { return orDash(s.Demand, oneDecimal) }
 
 // DemandText is the budget's demand with one decimal.
 func (b RLQSBudget) DemandText() string { return oneDecimal(b.Demand) }
