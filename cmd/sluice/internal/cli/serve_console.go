@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/console"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
@@ -32,6 +33,13 @@ func runServe(ctx context.Context, o serve.Options, withConsole bool) error {
 			return consoleSlots(s.Holds(n))
 		}
 		return console.Slots{}
+	}, RLQS: func(n int) *console.RLQS {
+		if s := srv.Load(); s != nil {
+			if v, ok := s.RLQS(n, n); ok {
+				return consoleRLQS(v)
+			}
+		}
+		return nil
 	}})
 	if err != nil {
 		return err
@@ -109,6 +117,30 @@ func consoleSlots(v serve.HoldsView) console.Slots {
 			h.HeldAll = &k.HeldAll
 		}
 		out.Top = append(out.Top, h)
+	}
+	return out
+}
+
+// consoleRLQS is what the console shows of the RLQS budgets.
+func consoleRLQS(v serve.RLQSView) *console.RLQS {
+	out := &console.RLQS{Budgets: v.Budgets, Clients: v.Clients, Bytes: v.Bytes, Top: []console.RLQSBudget{}}
+	if v.Bound != nil {
+		out.Bound = v.Bound.Error()
+	}
+	for _, b := range v.Top {
+		cb := console.RLQSBudget{Domain: b.Domain, Rule: b.Rule, Key: b.Key, Rate: b.Rate, FillS: int64(b.Fill / time.Second),
+			Outstanding: b.Outstanding, Room: b.Room, Clients: b.Clients, Holders: b.Holders,
+			Demand: b.Demand, Granted: b.Granted, Shares: []console.RLQSShare{}}
+		for _, sh := range b.Shares {
+			cs := console.RLQSShare{Holder: uint64(sh.Holder), Weight: sh.Weight, State: sh.State, Granted: sh.Granted, Outstanding: sh.Outstanding,
+				GrantEndsUS: sh.GrantEnds.Microseconds(), LeaseEndsUS: sh.LeaseEnds.Microseconds()}
+			if sh.DemandKnown {
+				d := sh.Demand
+				cs.Demand = &d
+			}
+			cb.Shares = append(cb.Shares, cs)
+		}
+		out.Top = append(out.Top, cb)
 	}
 	return out
 }

@@ -79,6 +79,14 @@ func TestServeConsoleLogin(t *testing.T) {
 // listeners until the test ends, and returns its HTTP base URL.
 func serveWithConsole(t *testing.T, o serve.Options) string {
 	t.Helper()
+	base, _ := serveWithConsoleAddrs(t, o)
+	return base
+}
+
+// serveWithConsoleAddrs is serveWithConsole, and also returns the gRPC
+// listener's address.
+func serveWithConsoleAddrs(t *testing.T, o serve.Options) (base, grpcAddr string) {
+	t.Helper()
 	var lns [2]net.Listener
 	for i := range lns {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,7 +106,7 @@ func serveWithConsole(t *testing.T, o serve.Options) string {
 			t.Errorf("runServe: %v", err)
 		}
 	})
-	return "http://" + lns[1].Addr().String()
+	return "http://" + lns[1].Addr().String(), lns[0].Addr().String()
 }
 
 // Takes by key show in Live as the rule (take), their refused keys among

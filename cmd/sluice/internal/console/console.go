@@ -22,6 +22,8 @@
 //	                             and what is held now: the stores' slices
 //	                             (Options.Slices) and the concurrency slots
 //	                             (Options.Slots), holding.go
+//	GET  /console/api/rlqs       the RLQS budgets most in demand and their
+//	                             shares (Options.RLQS), rlqs.go
 //	POST /console/api/sim        a playground run (JSON or form in, JSON out)
 //	POST /console/playground     the same run, rendered as the page (no script)
 //	POST /console/api/steps      a walk: one key through one algorithm, step
@@ -131,6 +133,11 @@ type Options struct {
 	// the most. It is called for each page and each live report. Nil: the
 	// page shows no slots.
 	Slots func(n int) Slots
+	// RLQS returns the RLQS budgets shared now, the n whose clients
+	// demand the most, each with its n largest shares; nil when the
+	// service does not run RLQS. It is called for each page and each
+	// /console/api/rlqs request. Nil: the page shows no RLQS budgets.
+	RLQS func(n int) *RLQS
 	// Limits are the service's caps (package limits): a run's requests,
 	// ticks, arrivals, body and answer. A field left 0 is its default.
 	Limits limits.Table
@@ -152,6 +159,7 @@ type Console struct {
 	token, session string
 	slices         func(n int) []StoreSlices // Options.Slices
 	slots          func(n int) Slots         // Options.Slots
+	rlqs           func(n int) *RLQS         // Options.RLQS
 	topN           int                       // Options.TopK
 	// sliceLive holds each slicing store's decisions and slices per
 	// second (SampleSlices), sampler the counters last sampled.
@@ -211,6 +219,7 @@ func New(o Options) (*Console, error) {
 		session: session,
 		slices:  o.Slices,
 		slots:   o.Slots,
+		rlqs:    o.RLQS,
 		topN:    o.TopK,
 		// Stores are named by Options.Slices (main, per_second): a few.
 		sliceLive: newLive(int(w)),
@@ -363,6 +372,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /console/assets/", http.StripPrefix("/console/assets/", http.HandlerFunc(c.serveAsset)))
 	mux.HandleFunc("GET /console/api/config", c.serveConfig)
 	mux.HandleFunc("GET /console/api/live", c.serveLive)
+	mux.HandleFunc("GET /console/api/rlqs", c.serveRLQS)
 	mux.HandleFunc("POST /console/api/sim", c.serveSim)
 	mux.HandleFunc("POST /console/playground", c.servePlayground)
 	mux.HandleFunc("POST /console/api/steps", c.serveStepsAPI)

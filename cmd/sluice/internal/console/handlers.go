@@ -81,6 +81,8 @@ type pageData struct {
 	// holds the first maxPageRules of them.
 	RulesTotal int
 	Live       Live
+	// RLQS is the RLQS budgets' view, nil without Options.RLQS.
+	RLQS       *RLQS
 	Algorithms []string
 	Form       formValues
 	Sim        *SimResult
@@ -132,6 +134,7 @@ func (c *Console) render(w http.ResponseWriter, status int, d pageData, run page
 	d.RulesTotal = len(d.Config.Rules)
 	d.Config.Rules = d.Config.Rules[:min(len(d.Config.Rules), maxPageRules)]
 	d.Live = c.Live(0)
+	d.RLQS = c.rlqsView()
 	d.MaxTicks = c.lim.RunTicks
 	d.MaxSteps = c.lim.WalkRequests
 	d.TopN = c.topN

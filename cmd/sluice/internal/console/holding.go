@@ -173,10 +173,15 @@ type HeldKey struct {
 
 // HeldAllText is HeldAll as the slots table shows it: "—" when unknown.
 func (k HeldKey) HeldAllText() string {
-	if k.HeldAll == nil {
+	return orDash(k.HeldAll, func(n int64) string { return strconv.FormatInt(n, 10) })
+}
+
+// orDash is f(*p), or "—" when p is nil: a figure not known.
+func orDash[T any](p *T, f func(T) string) string {
+	if p == nil {
 		return "—"
 	}
-	return strconv.FormatInt(*k.HeldAll, 10)
+	return f(*p)
 }
 
 // Slots is what the console shows of the concurrency leases held.

@@ -178,7 +178,7 @@ var (
 		Where: "leases the slots view follows per key", Why: "the oldest and the next to expire are what a reader looks for",
 		Test: "TestViewLeasesCap", at: func(t *Table) *int64 { return &t.ViewLeases }}
 	ViewBytes = &Row{Name: "view-bytes", Kind: Bytes, Default: 4 << 20,
-		Where: "bytes the slots view holds, its keys and names together",
+		Where: "bytes the slots view holds, its keys and names together; the bytes of the RLQS view's budgets",
 		Why:   "keys and names are callers' strings: a count alone let 1 KiB names grow the view to 213 MB",
 		Test:  "TestViewBytesCap", at: func(t *Table) *int64 { return &t.ViewBytes }}
 )

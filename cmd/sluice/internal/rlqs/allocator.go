@@ -193,6 +193,7 @@ type Allocator struct {
 	born    int64 // the first instant seen, +1 (0: none yet)
 	buckets map[string]*bucket
 	list    []*bucket // in creation order: rounds go through them in it
+	hot     []*bucket // a max-heap by demand per second (view.go)
 	holders map[Holder]*holder
 
 	// scratch space of a round
@@ -206,6 +207,8 @@ type bucket struct {
 	rate, fill  int64 // tokens per fill; fill in µs
 	holders     []*holder
 	idx         int   // in Allocator.list
+	hot         int   // in Allocator.hot
+	demand      int64 // Σ of its holders' demands known, scaled tokens per fill
 	lastReport  int64 // µs
 	// sum is Σ of the holders' outstanding rates, valid until next: the
 	// earliest instant a lease in force ends.
@@ -361,6 +364,7 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 	// requests per fill interval, scaled: pending·fill·scale/dt
 	s := mulDiv(ho.pending, uint64(ho.b.fill)*scale, uint64(dt))
 	rate := int64(min(s, uint64(maxTokens)*scale))
+	old := demandOf(ho)
 	switch {
 	case !ho.demandKnown,
 		rate >= ho.demand && ho.refused && ho.hasCur && clearlyAbove(ho.pending, a.expect(a.headroom(ho.cur.Tokens*scale), dt, ho.b.fill)),
@@ -373,6 +377,7 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 		ho.demand -= (ho.demand - rate) / 2
 	}
 	ho.demandKnown, ho.sampleStart, ho.pending, ho.refused = true, now, 0, false
+	a.addDemand(ho.b, ho.demand-old)
 }
 
 // Close marks holder h gone (its stream closed): it gets no more
@@ -391,6 +396,7 @@ func (a *Allocator) bucket(now int64, b Budget) *bucket {
 		bk = &bucket{key: b.Key, family: b.Family, rate: b.Rate, fill: fill, idx: len(a.list), lastReport: now}
 		a.buckets[b.Key] = bk
 		a.list = append(a.list, bk)
+		a.hotPush(bk)
 		return bk
 	}
 	bk.family, bk.rate = b.Family, b.Rate
@@ -402,6 +408,7 @@ func (a *Allocator) bucket(now int64, b Budget) *bucket {
 			ho.hasTarget = false
 		}
 		bk.fill, bk.fresh = fill, false
+		a.hotFix(bk)
 	}
 	return bk
 }
@@ -538,6 +545,7 @@ func (a *Allocator) prune(now int64, bk *bucket) {
 		bk.holders[last] = nil
 		bk.holders = bk.holders[:last]
 		delete(a.holders, ho.id)
+		a.addDemand(bk, -demandOf(ho))
 		bk.fresh = false
 	}
 }
@@ -549,6 +557,7 @@ func (a *Allocator) dropBucket(bk *bucket) {
 	a.list[last] = nil
 	a.list = a.list[:last]
 	delete(a.buckets, bk.key)
+	a.hotRemove(bk)
 }
 
 // share waterfills bk's capacity (its rate less the reserve) over its
@@ -682,9 +691,7 @@ func (a *Allocator) Each(now int64, f func(BudgetStats)) {
 			if ho.demandKnown {
 				st.Demand += float64(ho.demand) / scale
 			}
-			if ho.hasCur && now < ho.curAt+a.ttl {
-				st.Granted += ho.cur.Tokens
-			}
+			st.Granted += a.granted(now, ho)
 		}
 		f(st)
 	}
