@@ -67,6 +67,15 @@ type Config struct {
 	// client abandon a bucket, and of silence make it count as gone
 	// (default 3).
 	IdleReports int
+	// Sliced makes each budget's capacity the slice of its rate a store
+	// leased this replica (SetSlices, slices.go) instead of the whole
+	// rate: several replicas share the rate. A budget has no slice (it
+	// grants nothing) until one is set.
+	Sliced bool
+	// SliceLife is how long a slice lasts from the instant it was asked
+	// for (default a lease, TTL + Slack, and three rounds): a replica
+	// grants from a slice only what ends before it does.
+	SliceLife time.Duration
 }
 
 // The defaults of Config's fields.
@@ -109,6 +118,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.IdleReports == 0 {
 		c.IdleReports = DefaultIdleReports
 	}
+	if c.SliceLife == 0 {
+		c.SliceLife = c.TTL + c.Slack + 3*c.Round
+	}
 	switch {
 	case c.ReportInterval < 100*time.Millisecond || c.Round < time.Millisecond || c.Slack < 0 || c.Burst < 0:
 		return c, fmt.Errorf("rlqs: report interval %v, round %v, slack %v, burst %v: want a report interval of 100ms or more, a round of 1ms or more, no negative slack or burst", c.ReportInterval, c.Round, c.Slack, c.Burst)
@@ -118,6 +130,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("rlqs: reserve %v, headroom %v, band %v: want a reserve and a band in [0, 1), a headroom in [0, 10]", c.Reserve, c.Headroom, c.Band)
 	case c.IdleReports < 1:
 		return c, fmt.Errorf("rlqs: idle reports %d: want 1 or more", c.IdleReports)
+	case c.SliceLife <= c.TTL+c.Slack:
+		return c, fmt.Errorf("rlqs: slice life %v: want more than a lease (TTL and slack, %v)", c.SliceLife, c.TTL+c.Slack)
 	}
 	return c, nil
 }
@@ -186,7 +200,7 @@ func (a Action) DenyAll() bool { return !a.Wait && !a.Abandon && a.Tokens == 0 }
 type Allocator struct {
 	cfg Config
 	// the config in µs and parts per million
-	ttl, slack, lease, round, idle, burst int64
+	ttl, slack, lease, round, idle, burst, sliceLife int64
 	reservePPM, headroomPPM, bandPPM      int64
 
 	last    int64 // the latest instant seen: time never goes back
@@ -211,6 +225,11 @@ type bucket struct {
 	// earliest instant a lease in force ends.
 	sum, next int64
 	fresh     bool // sum and next hold
+	// slice is the capacity grants come from: the rate, or (Config.Sliced)
+	// the tokens a store leased this replica, until sliceEnd (µs); fair
+	// is the share of the rate the store finds fair for it, which the
+	// rounds share out. asked is the slice last asked for.
+	slice, sliceEnd, fair, asked int64
 }
 
 type holder struct {
@@ -251,7 +270,7 @@ func New(cfg Config) (*Allocator, error) {
 	ppm := func(f float64) int64 { return int64(math.Round(f * 1e6)) }
 	return &Allocator{
 		cfg: c, ttl: us(c.TTL), slack: us(c.Slack), lease: us(c.TTL + c.Slack), round: us(c.Round),
-		idle: us(c.ReportInterval) * int64(c.IdleReports), burst: us(c.Burst),
+		idle: us(c.ReportInterval) * int64(c.IdleReports), burst: us(c.Burst), sliceLife: us(c.SliceLife),
 		reservePPM: ppm(c.Reserve), headroomPPM: ppm(c.Headroom), bandPPM: ppm(c.Band),
 		buckets: map[string]*bucket{}, holders: map[Holder]*holder{},
 	}, nil
@@ -275,8 +294,10 @@ func (a *Allocator) clock(now int64) int64 {
 func (a *Allocator) Start(now int64) { a.clock(now) }
 
 // warming reports whether now is within a lease of the Allocator's first
-// instant, when it grants nothing (Action.Wait).
-func (a *Allocator) warming(now int64) bool { return now < a.born-1+a.lease }
+// instant, when it grants nothing (Action.Wait). A sliced Allocator does
+// not warm up: the slices of the replica it replaces count in the store
+// until the leases granted from them end.
+func (a *Allocator) warming(now int64) bool { return !a.cfg.Sliced && now < a.born-1+a.lease }
 
 // Report takes holder h's usage of budget b at now (µs, the server's
 // clock when the report arrived): allowed and denied requests since its
@@ -451,7 +472,7 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 	bk := ho.b
 	sum := a.outstanding(now, bk)
 	mine := ho.leases.at(now)
-	room := max(0, bk.rate-(sum-mine))
+	room := max(0, a.capacity(now, bk)-(sum-mine))
 	valid := ho.hasCur && !ho.cur.Abandon && now < ho.curAt+a.ttl && ho.cur.Fill == time.Duration(bk.fill)*time.Microsecond
 	g := min(want, room)
 	if valid {
@@ -464,6 +485,7 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 		default:
 			g = c
 		}
+		g = min(g, room) // a slice that ended (or a rate lowered) cuts it
 		if g == c && !resend {
 			return ho.cur, false
 		}
@@ -571,7 +593,8 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action)) {
 	for i, ho := range act {
 		a.caps[i], a.weights[i] = a.capOf(ho), ho.weight
 	}
-	capacity := (bk.rate - a.reserve(bk)) * scale
+	share := a.shareOf(bk)
+	capacity := (share - a.reserve(bk)*share/max(bk.rate, 1)) * scale
 	waterfill(capacity, a.caps, a.weights, a.shares, a.order)
 	apportion(a.shares, a.targets, a.order)
 	for i, ho := range act {
