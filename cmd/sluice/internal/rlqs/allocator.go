@@ -201,7 +201,7 @@ type Allocator struct {
 	cfg Config
 	// the config in µs and parts per million
 	ttl, slack, lease, round, idle, burst, sliceLife int64
-	reservePPM, headroomPPM, bandPPM      int64
+	reservePPM, headroomPPM, bandPPM                 int64
 
 	last    int64 // the latest instant seen: time never goes back
 	born    int64 // the first instant seen, +1 (0: none yet)
@@ -689,6 +689,9 @@ type BudgetStats struct {
 	Holders              int
 	Demand               float64
 	Granted, Outstanding int64
+	// Slice is what grants come from: the rate, or with Config.Sliced
+	// this replica's slice of it (0 once it ends).
+	Slice int64
 }
 
 // Each calls f with every budget's figures at now.
@@ -696,7 +699,7 @@ func (a *Allocator) Each(now int64, f func(BudgetStats)) {
 	now = max(now, a.last)
 	for _, bk := range a.list {
 		st := BudgetStats{Key: bk.key, Family: bk.family, Rate: bk.rate, Fill: time.Duration(bk.fill) * time.Microsecond,
-			Outstanding: a.outstanding(now, bk)}
+			Outstanding: a.outstanding(now, bk), Slice: a.capacity(now, bk)}
 		for _, ho := range bk.holders {
 			if !a.active(now, ho) {
 				continue

@@ -114,15 +114,3 @@ func (a *Allocator) shareOf(bk *bucket) int64 {
 	}
 	return min(bk.rate, bk.fair)
 }
-
-// Slices calls f with each budget's slice at now (µs): its tokens, its
-// fair share and when it ends (µs); with Config.Sliced off, the rate.
-func (a *Allocator) Slices(now int64, f func(key string, tokens, fair, end int64)) {
-	for _, bk := range a.list {
-		if !a.cfg.Sliced {
-			f(bk.key, bk.rate, bk.rate, 0)
-			continue
-		}
-		f(bk.key, a.capacity(max(now, a.last), bk), bk.fair, bk.sliceEnd)
-	}
-}
