@@ -35,9 +35,11 @@ func (h rlqsServer) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_St
 	sent, received := make(chan error, 1), make(chan error, 1)
 	go func() { sent <- h.send(ctx, stream, st) }()
 	go func() { received <- h.recv(ctx, stream, st) }()
+	senderDone := false
 	select {
 	case err = <-received:
 	case err = <-sent:
+		senderDone = true
 	case <-h.q.stopping:
 		err = errShuttingDown
 	}
@@ -45,8 +47,10 @@ func (h rlqsServer) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_St
 	// The sender is done with the stream before this returns; the
 	// receiver may wait in Recv until the stream ends, and then finds
 	// its stream closed.
-	if serr := <-sent; err == nil {
-		err = serr
+	if !senderDone {
+		if serr := <-sent; err == nil {
+			err = serr
+		}
 	}
 	return err
 }

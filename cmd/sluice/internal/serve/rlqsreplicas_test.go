@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 
@@ -157,4 +158,41 @@ func TestRLQSReplicasStoreDown(t *testing.T) {
 		t.Errorf("failed renewals counted: %v", n)
 	}
 	s.checkBound(map[string]int64{"b0": 6000}, 60*simSec)
+}
+
+// Two servers over one Redis, on real time and Redis's clock, over gRPC:
+// a client of each gets a grant once the rounds have leased the slices,
+// and the two grants together stay within the rate.
+func TestRLQSReplicasOverGRPC(t *testing.T) {
+	stores := redisStores(t, redistest.Standalone(t).Client())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tokens := [2]int64{}
+	for i := range 2 {
+		ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), Store: stores(), RLQS: &RLQSOptions{}}, nil)
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(ts.conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "sim", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 1, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+		// The first answer comes before any slice (DENY_ALL, or a grant
+		// when a round came first); a round's push brings the grant.
+		for tokens[i] == 0 {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("replica %d: %v", i, err)
+			}
+			for _, a := range resp.GetBucketAction() {
+				if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+					tokens[i] = int64(tb.GetTokensPerFill().GetValue())
+				}
+			}
+		}
+	}
+	t.Logf("grants: %v of 6000 a minute", tokens)
+	if tokens[0]+tokens[1] > 6000 {
+		t.Errorf("grants %v add up to more than the rate", tokens)
+	}
 }
