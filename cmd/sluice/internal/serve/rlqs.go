@@ -78,14 +78,12 @@ type rlqsService struct {
 
 	// slicer, when set, leases this replica (named replica) its slice of
 	// every budget's rate each round (the allocator is Config.Sliced);
-	// serverTime: the slices' ends are on Redis's TIME. claims and
-	// rateClaims are a round's scratch space; failing is set while
-	// renewals fail (logged once a streak).
+	// serverTime: the slices' ends are on Redis's TIME; failing is set
+	// while renewals fail (logged once a streak). Only run (or the
+	// tests' rounds) renews.
 	slicer     rateSlicer
 	replica    string
 	serverTime bool
-	claims     []rlqs.Claim
-	rateClaims []redisstore.RateClaim
 	failing    bool
 }
 
@@ -158,14 +156,12 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 		return
 	}
 	q.mu.Lock()
-	q.claims = q.alloc.Claims(now, q.claims[:0])
-	rc := q.rateClaims[:0]
-	for _, c := range q.claims {
-		rc = append(rc, redisstore.RateClaim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight})
-	}
-	q.rateClaims = rc
-	claims := slices.Clone(q.claims)
+	claims := q.alloc.Claims(now, nil)
 	q.mu.Unlock()
+	rc := make([]redisstore.RateClaim, len(claims))
+	for i, c := range claims {
+		rc[i] = redisstore.RateClaim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
+	}
 	if len(claims) == 0 {
 		return
 	}
