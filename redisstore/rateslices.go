@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/redisrun"
@@ -48,14 +49,13 @@ var rateSlicesScript = redisrun.NewScript(mustRead("rate_slices.lua"))
 
 // ClaimRates leases holder its slices of shared rates, one per claim, in
 // one script per group of keys (a Redis Cluster's hash slot) and at most
-// MaxRateClaims: at every instant the slices of a rate, over every
-// holder, add up to at most the rate. Each slice lasts life from now
-// (µs; -1 for Redis's TIME, the clock every holder must then share), and
-// a holder's slice counts against the others' until it ends, whatever
-// becomes of the holder. Holder names one holder among all that share
-// the store (a replica's random name), 1 to 256 bytes.
-// sluice serve --rlqs shares its budgets across replicas with it
-// (docs/rlqs.md).
+// MaxRateClaims, up to 16 scripts at once: at every instant the slices of
+// a rate, over every holder, add up to at most the rate. Each slice lasts
+// life from now (µs; -1 for Redis's TIME, the clock every holder must
+// then share), and a holder's slice counts against the others' until it
+// ends, whatever becomes of the holder. Holder names one holder among all
+// that share the store (a replica's random name), 1 to 256 bytes. sluice
+// serve --rlqs shares its budgets across replicas with it (docs/rlqs.md).
 func (s *Store) ClaimRates(ctx context.Context, holder string, now int64, life time.Duration, claims []RateClaim) []RateSlice {
 	out := make([]RateSlice, len(claims))
 	lifeUS := life.Microseconds()
@@ -86,25 +86,43 @@ func (s *Store) ClaimRates(ctx context.Context, holder string, now int64, life t
 		}
 		groups[at] = append(groups[at], i)
 	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, rateClaimsInFlight)
 	for _, g := range groups {
-		c := &redisrun.Call{Script: rateSlicesScript, Keys: make([]string, 0, len(g)), Args: make([]any, 0, 3+4*len(g))}
-		c.Args = append(c.Args, holder, now, lifeUS)
-		for _, i := range g {
-			cl := claims[i]
-			c.Keys = append(c.Keys, s.rateKey(cl.Key))
-			c.Args = append(c.Args, cl.Rate, cl.Want, cl.Demand, cl.Weight)
-		}
-		err := s.call(ctx, c)
-		if err == nil && len(c.Reply) != 2*len(g)+1 {
-			err = fmt.Errorf("%w: rate slices script replied %d values for %d claims", redisrun.ErrBadReply, len(c.Reply), len(g))
-		}
-		for k, i := range g {
-			if err != nil {
-				out[i].Err = err
-				continue
-			}
-			out[i].Tokens, out[i].Fair = c.Reply[2*k], c.Reply[2*k+1]
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.claimGroup(ctx, holder, now, lifeUS, claims, g, out)
+		}()
 	}
+	wg.Wait()
 	return out
+}
+
+// rateClaimsInFlight is how many of ClaimRates's scripts run at once (a
+// Redis Cluster's budgets are in as many slots).
+const rateClaimsInFlight = 16
+
+// claimGroup runs the script over the claims of indices g, one group's,
+// and sets their answers in out.
+func (s *Store) claimGroup(ctx context.Context, holder string, now, lifeUS int64, claims []RateClaim, g []int, out []RateSlice) {
+	c := &redisrun.Call{Script: rateSlicesScript, Keys: make([]string, 0, len(g)), Args: make([]any, 0, 3+4*len(g))}
+	c.Args = append(c.Args, holder, now, lifeUS)
+	for _, i := range g {
+		cl := claims[i]
+		c.Keys = append(c.Keys, s.rateKey(cl.Key))
+		c.Args = append(c.Args, cl.Rate, cl.Want, cl.Demand, cl.Weight)
+	}
+	err := s.call(ctx, c)
+	if err == nil && len(c.Reply) != 2*len(g)+1 {
+		err = fmt.Errorf("%w: rate slices script replied %d values for %d claims", redisrun.ErrBadReply, len(c.Reply), len(g))
+	}
+	for k, i := range g {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Tokens, out[i].Fair = c.Reply[2*k], c.Reply[2*k+1]
+	}
 }
