@@ -14,7 +14,9 @@
 // lease until it ends; a client idle for a few reports is told to
 // abandon the bucket. For a lease's time after it starts an Allocator
 // grants nothing: a server that restarted cannot see the leases granted
-// before it, which its clients still enforce. SEMANTICS.md ("RLQS")
+// before it, which its clients still enforce. Several replicas share a
+// budget through slices of its rate leased from a store (Config.Sliced,
+// slices.go). SEMANTICS.md ("RLQS")
 // states the bound on what all
 // clients together admit, and Check (bound.go) checks a trace against it.
 //
