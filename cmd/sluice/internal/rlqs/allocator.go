@@ -14,7 +14,9 @@
 // lease until it ends; a client idle for a few reports is told to
 // abandon the bucket. For a lease's time after it starts an Allocator
 // grants nothing: a server that restarted cannot see the leases granted
-// before it, which its clients still enforce. SEMANTICS.md ("RLQS")
+// before it, which its clients still enforce. Several replicas share a
+// budget through slices of its rate leased from a store (Config.Sliced,
+// slices.go). SEMANTICS.md ("RLQS")
 // states the bound on what all
 // clients together admit, and Check (bound.go) checks a trace against it.
 //
@@ -67,6 +69,15 @@ type Config struct {
 	// client abandon a bucket, and of silence make it count as gone
 	// (default 3).
 	IdleReports int
+	// Sliced makes each budget's capacity the slice of its rate a store
+	// leased this replica (SetSlices, slices.go) instead of the whole
+	// rate: several replicas share the rate. A budget has no slice (it
+	// grants nothing) until one is set.
+	Sliced bool
+	// SliceLife is how long a slice lasts from the instant it was asked
+	// for (default a lease, TTL + Slack, and three rounds): a replica
+	// grants from a slice only what ends before it does.
+	SliceLife time.Duration
 }
 
 // The defaults of Config's fields.
@@ -109,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.IdleReports == 0 {
 		c.IdleReports = DefaultIdleReports
 	}
+	if c.SliceLife == 0 {
+		c.SliceLife = c.TTL + c.Slack + 3*c.Round
+	}
 	switch {
 	case c.ReportInterval < 100*time.Millisecond || c.Round < time.Millisecond || c.Slack < 0 || c.Burst < 0:
 		return c, fmt.Errorf("rlqs: report interval %v, round %v, slack %v, burst %v: want a report interval of 100ms or more, a round of 1ms or more, no negative slack or burst", c.ReportInterval, c.Round, c.Slack, c.Burst)
@@ -118,6 +132,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("rlqs: reserve %v, headroom %v, band %v: want a reserve and a band in [0, 1), a headroom in [0, 10]", c.Reserve, c.Headroom, c.Band)
 	case c.IdleReports < 1:
 		return c, fmt.Errorf("rlqs: idle reports %d: want 1 or more", c.IdleReports)
+	case c.SliceLife <= c.TTL+c.Slack:
+		return c, fmt.Errorf("rlqs: slice life %v: want more than a lease (TTL and slack, %v)", c.SliceLife, c.TTL+c.Slack)
 	}
 	return c, nil
 }
@@ -186,8 +202,8 @@ func (a Action) DenyAll() bool { return !a.Wait && !a.Abandon && a.Tokens == 0 }
 type Allocator struct {
 	cfg Config
 	// the config in µs and parts per million
-	ttl, slack, lease, round, idle, burst int64
-	reservePPM, headroomPPM, bandPPM      int64
+	ttl, slack, lease, round, idle, burst, sliceLife int64
+	reservePPM, headroomPPM, bandPPM                 int64
 
 	last    int64 // the latest instant seen: time never goes back
 	born    int64 // the first instant seen, +1 (0: none yet)
@@ -214,6 +230,11 @@ type bucket struct {
 	// earliest instant a lease in force ends.
 	sum, next int64
 	fresh     bool // sum and next hold
+	// slice is the capacity grants come from: the rate, or (Config.Sliced)
+	// the tokens a store leased this replica, until sliceEnd (µs); fair
+	// is the share of the rate the store finds fair for it, which the
+	// rounds share out. asked is the slice last asked for.
+	slice, sliceEnd, fair, asked int64
 }
 
 type holder struct {
@@ -254,7 +275,7 @@ func New(cfg Config) (*Allocator, error) {
 	ppm := func(f float64) int64 { return int64(math.Round(f * 1e6)) }
 	return &Allocator{
 		cfg: c, ttl: us(c.TTL), slack: us(c.Slack), lease: us(c.TTL + c.Slack), round: us(c.Round),
-		idle: us(c.ReportInterval) * int64(c.IdleReports), burst: us(c.Burst),
+		idle: us(c.ReportInterval) * int64(c.IdleReports), burst: us(c.Burst), sliceLife: us(c.SliceLife),
 		reservePPM: ppm(c.Reserve), headroomPPM: ppm(c.Headroom), bandPPM: ppm(c.Band),
 		buckets: map[string]*bucket{}, holders: map[Holder]*holder{},
 	}, nil
@@ -278,8 +299,10 @@ func (a *Allocator) clock(now int64) int64 {
 func (a *Allocator) Start(now int64) { a.clock(now) }
 
 // warming reports whether now is within a lease of the Allocator's first
-// instant, when it grants nothing (Action.Wait).
-func (a *Allocator) warming(now int64) bool { return now < a.born-1+a.lease }
+// instant, when it grants nothing (Action.Wait). A sliced Allocator does
+// not warm up: the slices of the replica it replaces count in the store
+// until the leases granted from them end.
+func (a *Allocator) warming(now int64) bool { return !a.cfg.Sliced && now < a.born-1+a.lease }
 
 // Report takes holder h's usage of budget b at now (µs, the server's
 // clock when the report arrived): allowed and denied requests since its
@@ -458,7 +481,7 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 	bk := ho.b
 	sum := a.outstanding(now, bk)
 	mine := ho.leases.at(now)
-	room := max(0, bk.rate-(sum-mine))
+	room := max(0, a.capacity(now, bk)-(sum-mine))
 	valid := ho.hasCur && !ho.cur.Abandon && now < ho.curAt+a.ttl && ho.cur.Fill == time.Duration(bk.fill)*time.Microsecond
 	g := min(want, room)
 	if valid {
@@ -471,6 +494,7 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 		default:
 			g = c
 		}
+		g = min(g, room) // a slice that ended (or a rate lowered) cuts it
 		if g == c && !resend {
 			return ho.cur, false
 		}
@@ -580,7 +604,8 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action)) {
 	for i, ho := range act {
 		a.caps[i], a.weights[i] = a.capOf(ho), ho.weight
 	}
-	capacity := (bk.rate - a.reserve(bk)) * scale
+	share := a.shareOf(bk)
+	capacity := (share - a.reserve(bk)*share/max(bk.rate, 1)) * scale
 	waterfill(capacity, a.caps, a.weights, a.shares, a.order)
 	apportion(a.shares, a.targets, a.order)
 	for i, ho := range act {
@@ -675,6 +700,9 @@ type BudgetStats struct {
 	Holders              int
 	Demand               float64
 	Granted, Outstanding int64
+	// Slice is what grants come from: the rate, or with Config.Sliced
+	// this replica's slice of it (0 once it ends).
+	Slice int64
 }
 
 // Each calls f with every budget's figures at now.
@@ -682,7 +710,7 @@ func (a *Allocator) Each(now int64, f func(BudgetStats)) {
 	now = max(now, a.last)
 	for _, bk := range a.list {
 		st := BudgetStats{Key: bk.key, Family: bk.family, Rate: bk.rate, Fill: time.Duration(bk.fill) * time.Microsecond,
-			Outstanding: a.outstanding(now, bk)}
+			Outstanding: a.outstanding(now, bk), Slice: a.capacity(now, bk)}
 		for _, ho := range bk.holders {
 			if !a.active(now, ho) {
 				continue

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +22,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
+	"github.com/sluice-go/sluice/redisstore"
 )
 
 // RLQSOptions turn on Envoy's Rate Limit Quota Service (Options.RLQS,
@@ -30,8 +33,15 @@ type RLQSOptions struct {
 	// slack, burst, reserve, headroom, band, idle reports); zero fields
 	// default.
 	rlqs.Config
-	// Now is the service's clock, for tests; nil is time.Now.
+	// Now is the service's clock, for tests; nil is time.Now. With it,
+	// the slices' ends in Redis are on it too (else on Redis's TIME).
 	Now func() time.Time
+}
+
+// rateSlicer leases slices of shared rates: a redisstore.Store, which
+// Options.Store is when several replicas share one Redis.
+type rateSlicer interface {
+	ClaimRates(ctx context.Context, holder string, now int64, life time.Duration, claims []redisstore.RateClaim) []redisstore.RateSlice
 }
 
 // WeightHeader is the gRPC metadata a client sets (Envoy: the
@@ -65,6 +75,16 @@ type rlqsService struct {
 	// each, with the configuration they came in (a reload's rules are
 	// new: the map is emptied when another configuration's rule comes).
 	badRules map[*rlsconfig.Rule]*rlsconfig.Config
+
+	// slicer, when set, leases this replica (named replica) its slice of
+	// every budget's rate each round (the allocator is Config.Sliced);
+	// serverTime: the slices' ends are on Redis's TIME; failing is set
+	// while renewals fail (logged once a streak). Only run (or the
+	// tests' rounds) renews.
+	slicer     rateSlicer
+	replica    string
+	serverTime bool
+	failing    bool
 }
 
 // rlqsStream is one client: one RLQS stream, its domain and buckets.
@@ -97,7 +117,10 @@ type rlqsBucket struct {
 }
 
 func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
-	a, err := rlqs.New(o.Config)
+	cfg := o.Config
+	slicer, _ := s.opts.Store.(*redisstore.Store)
+	cfg.Sliced = slicer != nil
+	a, err := rlqs.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +131,65 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 	}
 	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
 	q.metrics = newRLQSMetrics(q)
+	if slicer != nil {
+		var name [8]byte
+		_, _ = rand.Read(name[:]) // never fails (crypto/rand)
+		q.slicer, q.replica, q.serverTime = slicer, hex.EncodeToString(name[:]), o.Now == nil
+	}
 	a.Start(now()) // the warm-up runs from the server's start
 	return q, nil
+}
+
+// rlqsSliceKey is the store key of budget key's slices (one per fill
+// interval: a reload that changes a rule's unit counts the old unit's
+// slices apart until they end).
+func rlqsSliceKey(key string, fill time.Duration) string {
+	return "rlqs/" + strconv.FormatInt(int64(fill/time.Second), 10) + "/" + key
+}
+
+// renew leases the replica's slice of every budget's rate at now (µs)
+// from the store, the service's lock released while it waits. A budget
+// whose slice cannot be renewed grants from the slice it holds until that
+// ends, then nothing (DENY_ALL).
+func (q *rlqsService) renew(ctx context.Context, now int64) {
+	if q.slicer == nil {
+		return
+	}
+	q.mu.Lock()
+	claims := q.alloc.Claims(now, nil)
+	q.mu.Unlock()
+	rc := make([]redisstore.RateClaim, len(claims))
+	for i, c := range claims {
+		rc[i] = redisstore.RateClaim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
+	}
+	if len(claims) == 0 {
+		return
+	}
+	at := now
+	if q.serverTime {
+		at = -1
+	}
+	got := q.slicer.ClaimRates(ctx, q.replica, at, q.alloc.Config().SliceLife, rc)
+	set := make([]rlqs.Slice, 0, len(got))
+	var failed error
+	for i, g := range got {
+		if g.Err != nil {
+			failed = g.Err
+			q.metrics.sliceFailures.Inc()
+			continue
+		}
+		set = append(set, rlqs.Slice{Key: claims[i].Key, Fill: claims[i].Fill, Tokens: g.Tokens, Fair: g.Fair})
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.alloc.SetSlices(now, set)
+	switch {
+	case failed != nil && !q.failing:
+		q.s.log.Warn("RLQS: this replica cannot renew its slices of the budgets' rates: it grants from those it holds until they end, then DENY_ALL", "replica", q.replica, "err", failed)
+	case failed == nil && q.failing:
+		q.s.log.Info("RLQS: this replica renews its slices again", "replica", q.replica)
+	}
+	q.failing = failed != nil
 }
 
 // open starts a client's stream, weight its WeightHeader values (none:
@@ -418,6 +498,7 @@ func (q *rlqsService) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			q.renew(ctx, q.now())
 			q.push(q.round(q.now()))
 		}
 	}

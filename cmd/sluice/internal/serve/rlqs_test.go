@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
+	"github.com/sluice-go/sluice/store"
 )
 
 // simRules is one budget per value of "name", 6000 a minute (100 a
@@ -69,9 +70,6 @@ func TestRLQSSimSmall(t *testing.T) {
 // them. The race detector makes it a tenth of the budgets for one phase
 // (CI runs it whole without).
 func TestRLQSHundredClients(t *testing.T) {
-	seed := testenv.Seed(t)
-	rng := rand.New(rand.NewPCG(seed, 9))
-	const clients, rate = 100, 1000.0
 	budgets, phases := 50, 2
 	switch {
 	case raceEnabled:
@@ -79,8 +77,28 @@ func TestRLQSHundredClients(t *testing.T) {
 	case testenv.Long():
 		phases = 6
 	}
+	hundredClients(t, hundred{budgets: budgets, phases: phases, replicas: 1})
+}
+
+// hundred is a run of hundredClients: budgets × phases of 30s, over
+// replicas over store (nil: one memstore each); moves: every phase a
+// tenth of the clients move to the next replica; kill: the last replica
+// is killed 5s into the second phase and restarted 10s later.
+type hundred struct {
+	budgets, phases, replicas int
+	store                     func() store.Store
+	moves, kill               bool
+}
+
+// hundredClients runs h, checks the bound and returns the utilisation
+// while demand exceeds the rate (and fails below 90%).
+func hundredClients(t *testing.T, h hundred) float64 {
+	seed := testenv.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	const clients, rate = 100, 1000.0
+	budgets, phases := h.budgets, h.phases
 	const phase = 30 * simSec
-	s := newSim(t, strings.ReplaceAll(simRules, "6000", "60000"), RLQSOptions{}, seed)
+	s := newSimReplicas(t, strings.ReplaceAll(simRules, "6000", "60000"), RLQSOptions{}, seed, h.replicas, h.store)
 	// demand[p][j][i]: client i's rate for budget j in phase p
 	demand := make([][][]float64, phases)
 	totals := make([][]float64, phases)
@@ -108,11 +126,23 @@ func TestRLQSHundredClients(t *testing.T) {
 			o.profile, o.reportEvery = a77Profile, 2*simSec
 		}
 		c := s.addClient(fmt.Sprintf("c%02d", i), "sim", o)
+		c.rep = i % h.replicas
 		for j := range budgets {
 			c.demand(map[string]string{"name": fmt.Sprintf("b%02d", j)}, func(at int64) float64 {
 				return demand[min(int(at/phase), phases-1)][j][i]
 			})
 		}
+		if h.moves && i%10 == 3 {
+			for p := 1; p < phases; p++ {
+				s.at(int64(p)*phase+int64(i)*simSec/10, func() { c.move((c.rep + 1) % h.replicas) })
+			}
+		}
+	}
+	if h.kill && phases > 1 {
+		s.at(phase+5*simSec, func() { s.restartReplica(h.replicas-1, 10*simSec) })
+	}
+	if h.store != nil {
+		s.checkSlices(60000)
 	}
 	end := int64(phases) * phase
 	s.run(end)
@@ -148,10 +178,11 @@ func TestRLQSHundredClients(t *testing.T) {
 			windows++
 		}
 	}
-	t.Logf("utilisation while demand exceeds the rate: %.1f%% over %d budget-phases, the lowest %.1f%%", 100*used/offered, windows, 100*worst)
-	if used/offered < 0.9 {
+	t.Logf("%d replicas: utilisation while demand exceeds the rate: %.1f%% over %d budget-phases, the lowest %.1f%%", h.replicas, 100*used/offered, windows, 100*worst)
+	if windows > 0 && used/offered < 0.9 {
 		t.Errorf("utilisation %.1f%%, want at least 90%%", 100*used/offered)
 	}
+	return used / offered
 }
 
 // usageOf is a report of one bucket id with counts.

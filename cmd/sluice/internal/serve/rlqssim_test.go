@@ -2,6 +2,7 @@ package serve
 
 import (
 	"container/heap"
+	"context"
 	"io"
 	"log/slog"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
+	"github.com/sluice-go/sluice/store"
 )
 
 // This file is a simulator of RLQS clients, faithful to what the brief
@@ -101,7 +103,11 @@ type simClient struct {
 	o       simOptions
 	buckets []*simBucket
 	byKey   map[string]*simBucket
-	// the stream: its server side while it is open
+	// rep is the replica it connects to (another when that one is down,
+	// as a load balancer would send it); the stream: its server side
+	// while it is open, on replica srep
+	rep        int
+	srep       *simReplica
 	stream     *rlqsStream
 	streamGen  int
 	sentFirst  bool // A77: the domain was sent on this stream
@@ -121,15 +127,25 @@ type budgetTrace struct {
 	demanded  int64   // requests that arrived
 }
 
-// sim is the event loop, the server and the clients.
+// simReplica is one replica of the server.
+type simReplica struct {
+	svc  *service
+	q    *rlqsService
+	down bool // the replica is restarting: streams cannot open
+}
+
+// sim is the event loop, the servers and the clients.
 type sim struct {
-	t       testing.TB
-	now     int64
-	seq     int
-	events  simEvents
+	t      testing.TB
+	now    int64
+	seq    int
+	events simEvents
+	// reps are the replicas (one unless newSimReplicas), over store (nil:
+	// each its own memstore); svc and q are the first's.
+	reps    []*simReplica
+	store   func() store.Store
 	svc     *service
 	q       *rlqsService
-	down    bool // the server is restarting: streams cannot open
 	clients []*simClient
 	streams map[*rlqsStream]*simClient
 	trace   map[string]*budgetTrace
@@ -179,18 +195,32 @@ func (s *sim) run(end int64) {
 // newSim starts a server on rules (a rules file's YAML) with o, its
 // rounds every o.Round from 0.
 func newSim(t testing.TB, rules string, o RLQSOptions, seed uint64) *sim {
+	return newSimReplicas(t, rules, o, seed, 1, nil)
+}
+
+// newSimReplicas starts n replicas, each over the store st returns (nil:
+// a memstore each), their rounds every o.Round from 0, each round after
+// the replica renewed its slices (over Redis).
+func newSimReplicas(t testing.TB, rules string, o RLQSOptions, seed uint64, n int, st func() store.Store) *sim {
 	t.Helper()
 	s := &sim{t: t, streams: map[*rlqsStream]*simClient{}, trace: map[string]*budgetTrace{},
-		rng: rand.New(rand.NewPCG(seed, 77)), latency: 2000, opts: o, rules: rules}
-	s.boot()
+		rng: rand.New(rand.NewPCG(seed, 77)), latency: 2000, opts: o, rules: rules, store: st}
+	for i := range n {
+		s.reps = append(s.reps, &simReplica{})
+		s.boot(i)
+	}
 	round := o.Round
 	if round == 0 {
 		round = rlqs.DefaultRound
 	}
 	var tick func()
 	tick = func() {
-		if !s.down {
-			for st, m := range s.q.round(s.now) {
+		for _, r := range s.reps {
+			if r.down {
+				continue
+			}
+			r.q.renew(context.Background(), s.now)
+			for st, m := range r.q.round(s.now) {
 				if c := s.streams[st]; c != nil {
 					c.receive(m)
 				}
@@ -202,34 +232,53 @@ func newSim(t testing.TB, rules string, o RLQSOptions, seed uint64) *sim {
 	return s
 }
 
-// boot starts a fresh server: a service with the rules, and an RLQS core
-// on the simulation's clock.
-func (s *sim) boot() {
+// boot starts a fresh replica i: a service with the rules, and an RLQS
+// core on the simulation's clock.
+func (s *sim) boot(i int) {
 	o := Options{Config: writeConfig(s.t, map[string]string{"rules.yaml": s.rules}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if s.store != nil {
+		o.Store = s.store()
+	}
 	if err := o.setDefaults(); err != nil {
 		s.t.Fatal(err)
 	}
-	s.svc = newService(o)
-	if err := s.svc.reload(); err != nil {
+	svc := newService(o)
+	if err := svc.reload(); err != nil {
 		s.t.Fatal(err)
 	}
 	ro := s.opts
 	ro.Now = func() time.Time { return time.UnixMicro(s.now) }
-	q, err := newRLQSService(s.svc, &ro)
+	q, err := newRLQSService(svc, &ro)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.q = q
+	s.reps[i].svc, s.reps[i].q = svc, q
+	if i == 0 {
+		s.svc, s.q = svc, q
+	}
 }
 
-// restart stops the server at once (every stream ends) and boots a fresh
-// one, with nothing of the old's, after downtime.
-func (s *sim) restart(downtime int64) {
+// restart stops the first replica at once (every stream on it ends) and
+// boots a fresh one, with nothing of the old's, after downtime.
+func (s *sim) restart(downtime int64) { s.restartReplica(0, downtime) }
+
+// restartReplica is restart of replica i.
+func (s *sim) restartReplica(i int, downtime int64) {
+	r := s.reps[i]
 	for _, c := range s.clients {
-		c.lost()
+		if c.srep == r {
+			c.lost()
+		}
 	}
-	s.down = true
-	s.at(s.now+downtime, func() { s.boot(); s.down = false })
+	r.down = true
+	s.at(s.now+downtime, func() { s.boot(i); r.down = false })
+}
+
+// move has client c talk to replica i: its stream ends, and it opens one
+// to i when it next reports (Envoy) or reconnects (A77).
+func (c *simClient) move(i int) {
+	c.kill()
+	c.rep = i
 }
 
 // addClient adds a client.
@@ -427,16 +476,24 @@ func (c *simClient) reopen() {
 	c.s.at(c.s.now+c.backoff, try)
 }
 
-// open opens a stream to the server; false when it is down.
+// open opens a stream to the client's replica, or when that one is down
+// to the next that is up; false when every one is down.
 func (c *simClient) open() bool {
-	if c.s.down {
+	var r *simReplica
+	for k := range c.s.reps {
+		if x := c.s.reps[(c.rep+k)%len(c.s.reps)]; !x.down {
+			r = x
+			break
+		}
+	}
+	if r == nil {
 		return false
 	}
-	st, err := c.s.q.open([]string{strconv.FormatInt(c.o.weight, 10)})
+	st, err := r.q.open([]string{strconv.FormatInt(c.o.weight, 10)})
 	if err != nil {
 		c.s.t.Fatalf("%s: open: %v", c.name, err)
 	}
-	c.stream, c.sentFirst = st, false
+	c.stream, c.srep, c.sentFirst = st, r, false
 	c.streamGen++
 	c.s.streams[st] = c
 	return true
@@ -458,8 +515,8 @@ func (c *simClient) lost() {
 
 // kill ends the stream on both sides.
 func (c *simClient) kill() {
-	if c.stream != nil && !c.s.down {
-		c.s.q.close(c.stream)
+	if c.stream != nil && !c.srep.down {
+		c.srep.q.close(c.stream)
 	}
 	c.lost()
 }
@@ -498,16 +555,16 @@ func (c *simClient) send(bs []*simBucket) {
 	if c.blackholed {
 		return
 	}
-	st, gen := c.stream, c.streamGen
+	st, gen, r := c.stream, c.streamGen, c.srep
 	c.s.at(c.s.now+c.s.latency, func() {
-		if c.streamGen != gen || c.s.down {
+		if c.streamGen != gen || r.down {
 			return // the stream ended while the message was on its way
 		}
 		var in rlqspb.RateLimitQuotaUsageReports
 		if err := proto.Unmarshal(wire, &in); err != nil {
 			c.s.t.Fatal(err)
 		}
-		resp, err := c.s.q.report(c.s.now, st, &in)
+		resp, err := r.q.report(c.s.now, st, &in)
 		if err != nil {
 			c.s.t.Errorf("%s: the server ended the stream: %v", c.name, err)
 			c.kill()
