@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice/internal/rateslice"
 	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/redisstore"
@@ -39,14 +40,14 @@ func TestClaimRates(t *testing.T) {
 			for step := 0; step < 400; step++ {
 				now += int64(r.IntN(20_000))
 				h := fmt.Sprintf("h%d", r.IntN(4))
-				var claims []redisstore.RateClaim
+				var claims []rateslice.Claim
 				for _, k := range keys {
 					if r.IntN(3) == 0 {
 						continue
 					}
-					claims = append(claims, redisstore.RateClaim{Key: k, Rate: rates[k], Want: r.Int64N(rates[k] + 1), Demand: r.Int64N(rates[k] + 1), Weight: 1 + r.Int64N(3)})
+					claims = append(claims, rateslice.Claim{Key: k, Rate: rates[k], Want: r.Int64N(rates[k] + 1), Demand: r.Int64N(rates[k] + 1), Weight: 1 + r.Int64N(3)})
 				}
-				got := st.ClaimRates(ctx, h, now, life, claims)
+				got := rateslice.For(st)(ctx, h, now, life, claims)
 				for i, cl := range claims {
 					if got[i].Err != nil {
 						t.Fatalf("step %d: %s: %v", step, cl.Key, got[i].Err)
@@ -76,22 +77,22 @@ func TestClaimRates(t *testing.T) {
 			// Fair shares: demands 10 and 100 (weight 1 each) of 60, then
 			// weights 1 and 2 of 90 both wanting all.
 			now += 2 * life.Microseconds()
-			st.ClaimRates(ctx, "x", now, life, []redisstore.RateClaim{{Key: "fair", Rate: 60, Want: 10, Demand: 10, Weight: 1}})
-			got := st.ClaimRates(ctx, "y", now, life, []redisstore.RateClaim{{Key: "fair", Rate: 60, Want: 100, Demand: 100, Weight: 1}})
+			rateslice.For(st)(ctx, "x", now, life, []rateslice.Claim{{Key: "fair", Rate: 60, Want: 10, Demand: 10, Weight: 1}})
+			got := rateslice.For(st)(ctx, "y", now, life, []rateslice.Claim{{Key: "fair", Rate: 60, Want: 100, Demand: 100, Weight: 1}})
 			if got[0].Tokens != 50 || got[0].Fair != 50 {
 				t.Errorf("y: got %+v, want 50 tokens, fair 50", got[0])
 			}
-			st.ClaimRates(ctx, "x", now, life, []redisstore.RateClaim{{Key: "fair2", Rate: 90, Want: 0, Demand: 90, Weight: 1}})
-			got = st.ClaimRates(ctx, "y", now, life, []redisstore.RateClaim{{Key: "fair2", Rate: 90, Want: 90, Demand: 90, Weight: 2}})
+			rateslice.For(st)(ctx, "x", now, life, []rateslice.Claim{{Key: "fair2", Rate: 90, Want: 0, Demand: 90, Weight: 1}})
+			got = rateslice.For(st)(ctx, "y", now, life, []rateslice.Claim{{Key: "fair2", Rate: 90, Want: 90, Demand: 90, Weight: 2}})
 			if got[0].Tokens != 90 || got[0].Fair != 60 {
 				t.Errorf("y, weight 2: got %+v, want 90 tokens (x holds none), fair 60", got[0])
 			}
 			// Bad claims are refused one by one.
-			got = st.ClaimRates(ctx, "x", now, life, []redisstore.RateClaim{{Key: "bad", Rate: 10, Want: -1, Weight: 1}, {Key: "fair", Rate: 60, Want: 10, Demand: 10, Weight: 1}})
-			if !errors.Is(got[0].Err, redisstore.ErrRateClaim) || got[1].Err != nil || got[1].Tokens != 10 {
+			got = rateslice.For(st)(ctx, "x", now, life, []rateslice.Claim{{Key: "bad", Rate: 10, Want: -1, Weight: 1}, {Key: "fair", Rate: 60, Want: 10, Demand: 10, Weight: 1}})
+			if !errors.Is(got[0].Err, rateslice.ErrClaim) || got[1].Err != nil || got[1].Tokens != 10 {
 				t.Errorf("a bad claim beside a good one: got %+v", got)
 			}
-			if got := st.ClaimRates(ctx, "", now, life, []redisstore.RateClaim{{Key: "fair", Rate: 60, Weight: 1}}); !errors.Is(got[0].Err, redisstore.ErrRateClaim) {
+			if got := rateslice.For(st)(ctx, "", now, life, []rateslice.Claim{{Key: "fair", Rate: 60, Weight: 1}}); !errors.Is(got[0].Err, rateslice.ErrClaim) {
 				t.Errorf("no holder: got %+v", got)
 			}
 		})

@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
-	"github.com/sluice-go/sluice/redisstore"
+	"github.com/sluice-go/sluice/internal/rateslice"
 )
 
 // RLQSOptions turn on Envoy's Rate Limit Quota Service (Options.RLQS,
@@ -36,12 +36,6 @@ type RLQSOptions struct {
 	// Now is the service's clock, for tests; nil is time.Now. With it,
 	// the slices' ends in Redis are on it too (else on Redis's TIME).
 	Now func() time.Time
-}
-
-// rateSlicer leases slices of shared rates: a redisstore.Store, which
-// Options.Store is when several replicas share one Redis.
-type rateSlicer interface {
-	ClaimRates(ctx context.Context, holder string, now int64, life time.Duration, claims []redisstore.RateClaim) []redisstore.RateSlice
 }
 
 // WeightHeader is the gRPC metadata a client sets (Envoy: the
@@ -81,7 +75,7 @@ type rlqsService struct {
 	// serverTime: the slices' ends are on Redis's TIME; failing is set
 	// while renewals fail (logged once a streak). Only run (or the
 	// tests' rounds) renews.
-	slicer     rateSlicer
+	slicer     rateslice.Func
 	replica    string
 	serverTime bool
 	failing    bool
@@ -118,7 +112,7 @@ type rlqsBucket struct {
 
 func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 	cfg := o.Config
-	slicer, _ := s.opts.Store.(*redisstore.Store)
+	slicer := rateslice.For(s.opts.Store) // redisstore's, nil in memory
 	cfg.Sliced = slicer != nil
 	a, err := rlqs.New(cfg)
 	if err != nil {
@@ -158,9 +152,9 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 	q.mu.Lock()
 	claims := q.alloc.Claims(now, nil)
 	q.mu.Unlock()
-	rc := make([]redisstore.RateClaim, len(claims))
+	rc := make([]rateslice.Claim, len(claims))
 	for i, c := range claims {
-		rc[i] = redisstore.RateClaim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
+		rc[i] = rateslice.Claim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
 	}
 	if len(claims) == 0 {
 		return
@@ -169,7 +163,7 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 	if q.serverTime {
 		at = -1
 	}
-	got := q.slicer.ClaimRates(ctx, q.replica, at, q.alloc.Config().SliceLife, rc)
+	got := q.slicer(ctx, q.replica, at, q.alloc.Config().SliceLife, rc)
 	set := make([]rlqs.Slice, 0, len(got))
 	var failed error
 	for i, g := range got {
