@@ -424,16 +424,43 @@ func (a *Allocator) bucket(now int64, b Budget) *bucket {
 	}
 	bk.family, bk.rate = b.Family, b.Rate
 	if bk.fill != fill {
-		// A reload changed the rule's unit: leases are counted in the new
-		// unit, rounded up.
-		for _, ho := range bk.holders {
-			ho.leases.rescale(bk.fill, fill)
-			ho.hasTarget = false
-		}
-		bk.fill, bk.fresh = fill, false
-		a.hotFix(bk)
+		a.refill(bk, fill)
 	}
 	return bk
+}
+
+// refill converts bk from its fill interval to fill (µs), as a reload
+// that changed the rule's unit does: every figure keeps the rate (tokens
+// per second) it stands for. The leases round up, so that the rate they
+// hold is never under-counted: a grant comes only from the new rate less
+// the old leases as new-unit rates, and nothing new is granted while they
+// fill it. The slice rounds down (it is capacity: the old unit's slice in
+// the store covers it until it ends), what was asked of it up; the
+// demand estimates carry over to the new unit.
+func (a *Allocator) refill(bk *bucket, fill int64) {
+	from := bk.fill
+	bk.demand = 0
+	for _, ho := range bk.holders {
+		ho.leases.rescale(from, fill)
+		ho.hasTarget = false
+		ho.demand = min(convert(ho.demand, from, fill, true), maxTokens*scale)
+		bk.demand += demandOf(ho)
+	}
+	bk.slice = convert(bk.slice, from, fill, false)
+	bk.fair = convert(bk.fair, from, fill, false)
+	bk.asked = convert(bk.asked, from, fill, true)
+	bk.fill, bk.fresh = fill, false
+	a.hotFix(bk)
+}
+
+// convert is x per from µs as a whole number per to µs, rounded up or
+// down, at most 2·maxTokens·scale.
+func convert(x, from, to int64, up bool) int64 {
+	q := mulDiv(uint64(x), uint64(to), uint64(from))
+	if up {
+		q = mulDivCeil(uint64(x), uint64(to), uint64(from))
+	}
+	return int64(min(q, 2*maxTokens*scale))
 }
 
 // outstanding is Σ of bk's holders' outstanding rates at now.

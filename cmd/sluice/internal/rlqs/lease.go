@@ -106,7 +106,7 @@ func staircase(ls []lease) int {
 // up: the rate each stands for is never under-counted.
 func (s *leases) rescale(fromFill, toFill int64) {
 	for i := range s.n {
-		s.l[i].tokens = int64(min(mulDivCeil(uint64(s.l[i].tokens), uint64(toFill), uint64(fromFill)), maxTokens*2))
+		s.l[i].tokens = min(convert(s.l[i].tokens, fromFill, toFill, true), maxTokens*2)
 	}
 	s.n = staircase(s.l[:s.n])
 }
