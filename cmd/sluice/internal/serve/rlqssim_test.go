@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
+	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -122,6 +125,7 @@ type simClient struct {
 // enforced and the requests they admitted.
 type budgetTrace struct {
 	limiters  []rlqs.Limiter
+	fills     []int64 // each limiter's fill interval, µs
 	admitted  []int64
 	unbounded []int64 // admissions under ALLOW_ALL
 	demanded  int64   // requests that arrived
@@ -396,13 +400,14 @@ func (c *simClient) apply(b *simBucket, st simStrategy, fallback bool) {
 	b.tb, b.allowAll, b.params = nil, st.allow, nil
 	if !st.allow && !st.deny {
 		b.tb = rlqs.NewTokenBucket(st.tokens, st.burst, st.fill, c.s.now)
-		c.openLimiter(b, st.tokens, st.burst, fallback)
+		c.openLimiter(b, st.tokens, st.burst, st.fill, fallback)
 	}
 }
 
-func (c *simClient) openLimiter(b *simBucket, tokens, burst int64, fallback bool) {
+func (c *simClient) openLimiter(b *simBucket, tokens, burst, fill int64, fallback bool) {
 	bt := c.s.budget(b.budget)
 	bt.limiters = append(bt.limiters, rlqs.Limiter{Start: c.s.now, End: math.MaxInt64 / 4, Tokens: tokens, Burst: burst, Fallback: fallback})
+	bt.fills = append(bt.fills, fill)
 	b.limiter = len(bt.limiters) - 1
 }
 
@@ -754,5 +759,121 @@ func (s *sim) checkBound(rates map[string]int64, fill int64) {
 		if v != nil {
 			s.t.Errorf("budget %s: %v", n, v)
 		}
+	}
+}
+
+// reloadRules has every replica load rules in place of its own.
+func (s *sim) reloadRules(rules string) {
+	s.t.Helper()
+	s.rules = rules
+	for _, r := range s.reps {
+		if err := os.WriteFile(filepath.Join(r.svc.opts.Config, "rules.yaml"), []byte(rules), 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+		if err := r.svc.reload(); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+// checkReload checks budget n's trace across a reload, its rates per fill
+// (µs, which every limiter's fill interval divides): over the whole run
+// the larger of the rates before (from) and after (to) it, and from
+// settled on (the old leases ended) the new rate alone, the limiters in
+// force at settled counted from it (at most full there).
+func (s *sim) checkReload(n string, fill, from, to, settled int64) {
+	s.t.Helper()
+	s.finish()
+	bt := s.trace[n]
+	if bt == nil || len(bt.admitted) == 0 {
+		s.t.Fatalf("budget %s: nothing admitted", n)
+	}
+	if len(bt.unbounded) > 0 {
+		s.t.Errorf("budget %s: %d admissions under ALLOW_ALL (unbounded)", n, len(bt.unbounded))
+	}
+	ls := slices.Clone(bt.limiters)
+	for i := range ls {
+		if fill%bt.fills[i] != 0 {
+			s.t.Fatalf("limiter fill %dµs does not divide %dµs", bt.fills[i], fill)
+		}
+		ls[i].Tokens *= fill / bt.fills[i]
+	}
+	var late []rlqs.Limiter
+	for _, l := range ls {
+		if l.End > settled {
+			l.Start = max(l.Start, settled)
+			late = append(late, l)
+		}
+	}
+	var lateAdmitted []int64
+	for _, t := range bt.admitted {
+		if t >= settled {
+			lateAdmitted = append(lateAdmitted, t)
+		}
+	}
+	for _, c := range []struct {
+		what     string
+		rate     int64
+		ls       []rlqs.Limiter
+		admitted []int64
+	}{
+		{"the whole run", max(from, to), ls, bt.admitted},
+		{"once the old leases ended", to, late, lateAdmitted},
+	} {
+		if at, sum, ok := rlqs.CheckRates(c.rate, c.ls); !ok {
+			s.t.Errorf("budget %s, %s: at %dµs the clients enforce %d tokens per %dµs, over %d", n, c.what, at, sum, fill, c.rate)
+		}
+		v, err := rlqs.Check(c.rate, fill, c.ls, c.admitted)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if v != nil {
+			s.t.Errorf("budget %s, %s: %v", n, c.what, v)
+		}
+		s.t.Logf("budget %s, %s: %d admitted, within %d per %dµs", n, c.what, len(c.admitted), c.rate, fill)
+	}
+}
+
+// Rules reloaded mid-run, the clients asking more than the budget: a
+// lowered rate, and a unit changed (a minute to a second, and the rate
+// lowered with it). Over the whole run the clients admit within the
+// bound of the larger rate, and from a report interval and a lease after
+// the reload (when every holder has reported under the new rules and the
+// leases granted before have ended) within the new rate's: 0 windows
+// over either.
+func TestRLQSSimReload(t *testing.T) {
+	for _, tc := range []struct {
+		name, after string
+		from, to    int64 // per minute
+	}{
+		{"lowered", "{unit: minute, requests_per_unit: 1500}", 6000, 1500},
+		{"unit", "{unit: second, requests_per_unit: 50}", 6000, 3000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, simRules, RLQSOptions{}, testenv.SeedOr(t, 1))
+			deny := simOptions{noAssignment: simDenyAll}
+			for i, r := range []float64{20, 60, 200} {
+				c := s.addClient(string(rune('a'+i)), "sim", deny)
+				r := r
+				c.demand(map[string]string{"name": "b0"}, func(int64) float64 { return r })
+			}
+			reload := 40 * simSec
+			s.run(reload)
+			s.reloadRules(strings.Replace(simRules, "{unit: minute, requests_per_unit: 6000}", tc.after, 1))
+			s.run(100 * simSec)
+			c := s.q.alloc.Config()
+			settled := reload + (5*time.Second + c.TTL + c.Slack + c.Round).Microseconds()
+			var after int
+			for _, at := range s.trace["b0"].admitted {
+				if at >= settled {
+					after++
+				}
+			}
+			perMinute := float64(after) * 60 / float64(100*simSec-settled) * float64(simSec)
+			if perMinute < 0.8*float64(tc.to) {
+				t.Errorf("after the reload %.0f a minute admitted, want most of the new rate %d", perMinute, tc.to)
+			}
+			s.checkReload("b0", 60*simSec, tc.from, tc.to, settled)
+		})
 	}
 }
