@@ -173,7 +173,8 @@ func TestReloadBoundRandom(t *testing.T) {
 }
 
 // A sliced replica's slice changes unit with its budget, rounded down:
-// 6000 a minute is 100 a second (not 6000), 100 a second 6000 a minute.
+// 6000 a minute is 100 a second (not 6000), 100 a second 6000 a minute;
+// a replica grants from no more than a lowered rate.
 func TestReloadSlice(t *testing.T) {
 	for _, tc := range []struct {
 		from, to Budget
@@ -182,6 +183,8 @@ func TestReloadSlice(t *testing.T) {
 	}{
 		{Budget{Key: "k", Rate: 60000, Fill: time.Minute}, Budget{Key: "k", Rate: 1000, Fill: time.Second}, 6059, 100},
 		{Budget{Key: "k", Rate: 1000, Fill: time.Second}, Budget{Key: "k", Rate: 60000, Fill: time.Minute}, 100, 6000},
+		// a rate lowered: no more than it from a slice leased before
+		{Budget{Key: "k", Rate: 1000, Fill: time.Second}, Budget{Key: "k", Rate: 200, Fill: time.Second}, 1000, 200},
 	} {
 		a, err := New(Config{Sliced: true})
 		if err != nil {

@@ -94,8 +94,10 @@ func (a *Allocator) SetSlices(sent int64, slices []Slice) {
 	}
 }
 
-// capacity is what bk grants from at now: its rate, or its slice when a
-// grant made now ends before the slice does (else nothing).
+// capacity is what bk grants from at now: its rate, or its slice (no
+// more than the rate: one leased before a reload lowered it may be
+// larger) when a grant made now ends before the slice does (else
+// nothing).
 func (a *Allocator) capacity(now int64, bk *bucket) int64 {
 	if !a.cfg.Sliced {
 		return bk.rate
@@ -103,7 +105,7 @@ func (a *Allocator) capacity(now int64, bk *bucket) int64 {
 	if now+a.lease > bk.sliceEnd {
 		return 0
 	}
-	return bk.slice
+	return min(bk.slice, bk.rate)
 }
 
 // shareOf is the rate bk's rounds share out: its rate, or its fair share
