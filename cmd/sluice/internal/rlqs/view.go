@@ -95,10 +95,10 @@ type BucketView struct {
 	Key, Family string
 	Rate        int64
 	Fill        time.Duration
-	// Outstanding is Σ of the leases (at most Rate, but after a reload
-	// lowered the rate or changed the fill interval), Room is Rate −
-	// Outstanding: what the bound leaves to grant now (negative while
-	// the leases of a rate lowered end).
+	// Outstanding is Σ of the leases (at most Rate, but for the leases
+	// granted before a reload lowered the rate or changed the fill
+	// interval, counted in the new one), Room is Rate − Outstanding: what
+	// the bound leaves to grant now (negative while those leases end).
 	Outstanding, Room int64
 	// Clients are the holders taking a share, Holders every holder kept
 	// (with those gone or abandoned whose leases have not ended).
