@@ -34,12 +34,7 @@ descriptors:
 // A few clients on one budget, by hand: they share it, within the bound.
 func TestRLQSSimSmall(t *testing.T) {
 	s := newSim(t, simRules, RLQSOptions{}, testenv.SeedOr(t, 1))
-	deny := simOptions{noAssignment: simDenyAll}
-	for i, r := range []float64{20, 60, 200} {
-		c := s.addClient(string(rune('a'+i)), "sim", deny)
-		r := r
-		c.demand(map[string]string{"name": "b0"}, func(int64) float64 { return r })
-	}
+	s.threeClients()
 	s.run(60 * simSec)
 	var before [3]int64
 	for i, c := range s.clients {

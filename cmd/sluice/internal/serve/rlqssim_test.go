@@ -762,6 +762,16 @@ func (s *sim) checkBound(rates map[string]int64, fill int64) {
 	}
 }
 
+// threeClients adds clients a, b and c, DENY_ALL without an assignment,
+// asking 20, 60 and 200 a second of budget b0.
+func (s *sim) threeClients() {
+	deny := simOptions{noAssignment: simDenyAll}
+	for i, r := range []float64{20, 60, 200} {
+		c := s.addClient(string(rune('a'+i)), "sim", deny)
+		c.demand(map[string]string{"name": "b0"}, func(int64) float64 { return r })
+	}
+}
+
 // reloadRules has every replica load rules in place of its own.
 func (s *sim) reloadRules(rules string) {
 	s.t.Helper()
@@ -851,12 +861,7 @@ func TestRLQSSimReload(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSim(t, simRules, RLQSOptions{}, testenv.SeedOr(t, 1))
-			deny := simOptions{noAssignment: simDenyAll}
-			for i, r := range []float64{20, 60, 200} {
-				c := s.addClient(string(rune('a'+i)), "sim", deny)
-				r := r
-				c.demand(map[string]string{"name": "b0"}, func(int64) float64 { return r })
-			}
+			s.threeClients()
 			reload := 40 * simSec
 			s.run(reload)
 			s.reloadRules(strings.Replace(simRules, "{unit: minute, requests_per_unit: 6000}", tc.after, 1))
