@@ -45,6 +45,12 @@ func (s *Store) claimRates(ctx context.Context, holder string, now int64, life t
 		case c.Rate < 0 || c.Want < 0 || c.Demand < 0 || c.Weight < 1:
 			bad(i, fmt.Sprintf("rate %d, want %d, demand %d, weight %d: want no negative figure and a weight of 1 or more", c.Rate, c.Want, c.Demand, c.Weight))
 			continue
+		case c.Rate > rateslice.MaxRate || c.Want > rateslice.MaxRate || c.Demand > rateslice.MaxRate:
+			bad(i, fmt.Sprintf("rate %d, want %d, demand %d: want %d at most", c.Rate, c.Want, c.Demand, int64(rateslice.MaxRate)))
+			continue
+		case c.Unit < time.Second || c.Unit > rateslice.MaxUnit || c.Unit%time.Second != 0:
+			bad(i, fmt.Sprintf("unit %v: want whole seconds from 1s to %v", c.Unit, rateslice.MaxUnit))
+			continue
 		}
 		g, ok := s.group(s.rateKey(c.Key))
 		at, seen := byGroup[g]
@@ -78,12 +84,12 @@ const rateClaimsInFlight = 16
 // claimGroup runs the script over the claims of indices g, one group's,
 // and sets their answers in out.
 func (s *Store) claimGroup(ctx context.Context, holder string, now, lifeUS int64, claims []rateslice.Claim, g []int, out []rateslice.Slice) {
-	c := &redisrun.Call{Script: rateSlicesScript, Keys: make([]string, 0, len(g)), Args: make([]any, 0, 3+4*len(g))}
+	c := &redisrun.Call{Script: rateSlicesScript, Keys: make([]string, 0, len(g)), Args: make([]any, 0, 3+5*len(g))}
 	c.Args = append(c.Args, holder, now, lifeUS)
 	for _, i := range g {
 		cl := claims[i]
 		c.Keys = append(c.Keys, s.rateKey(cl.Key))
-		c.Args = append(c.Args, cl.Rate, cl.Want, cl.Demand, cl.Weight)
+		c.Args = append(c.Args, cl.Rate, cl.Want, cl.Demand, cl.Weight, int64(cl.Unit/time.Second))
 	}
 	err := s.call(ctx, c)
 	if err == nil && len(c.Reply) != 2*len(g)+1 {

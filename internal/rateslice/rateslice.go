@@ -19,8 +19,15 @@ type Claim struct {
 	// Key names the rate (the store's prefix goes before it).
 	Key string
 	// Rate is the rate the holders share; Want the slice asked for, at
-	// least what the holder's own grants from its slice still hold.
+	// least what the holder's own grants from its slice still hold: each
+	// at most MaxRate tokens per Unit.
 	Rate, Want int64
+	// Unit is what Rate, Want, Demand and the answer's figures are per:
+	// whole seconds, 1s to MaxUnit. Holders of one rate may claim it in
+	// different units (a reload changed it): their slices count against
+	// one another as the rates they stand for, rounded so that no rate is
+	// under-counted.
+	Unit time.Duration
 	// Demand and Weight (at least 1) are what the holder's own users
 	// want and weigh: the fair shares follow them (weighted max-min).
 	Demand, Weight int64
@@ -39,6 +46,13 @@ type Slice struct {
 	// was until it ends).
 	Err error
 }
+
+// MaxRate is the most tokens per Unit a claim's figures may be; MaxUnit
+// the longest Unit (over a year: 2^25 seconds).
+const (
+	MaxRate = 1<<33 - 1
+	MaxUnit = 1 << 25 * time.Second
+)
 
 // MaxClaims is how many claims one script takes: a longer list is sent
 // as several scripts, so that none holds the store long.

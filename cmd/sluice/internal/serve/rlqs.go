@@ -134,12 +134,10 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 	return q, nil
 }
 
-// rlqsSliceKey is the store key of budget key's slices (one per fill
-// interval: a reload that changes a rule's unit counts the old unit's
-// slices apart until they end).
-func rlqsSliceKey(key string, fill time.Duration) string {
-	return "rlqs/" + strconv.FormatInt(int64(fill/time.Second), 10) + "/" + key
-}
+// rlqsSliceKey is the store key of budget key's slices, whatever its
+// unit: a reload that changes a rule's unit counts the old unit's slices
+// against the new unit's, as rates (rateslice.Claim.Unit).
+func rlqsSliceKey(key string) string { return "rlqs/" + key }
 
 // renew leases the replica's slice of every budget's rate at now (µs)
 // from the store, the service's lock released while it waits. A budget
@@ -154,7 +152,7 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 	q.mu.Unlock()
 	rc := make([]rateslice.Claim, len(claims))
 	for i, c := range claims {
-		rc[i] = rateslice.Claim{Key: rlqsSliceKey(c.Key, c.Fill), Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
+		rc[i] = rateslice.Claim{Key: rlqsSliceKey(c.Key), Unit: c.Fill, Rate: c.Rate, Want: c.Want, Demand: c.Demand, Weight: c.Weight}
 	}
 	if len(claims) == 0 {
 		return

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
+	"github.com/sluice-go/sluice/internal/testsupport/redistest"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/store"
 )
@@ -772,17 +773,17 @@ func (s *sim) threeClients() {
 	}
 }
 
-// reloadRules has every replica load rules in place of its own.
-func (s *sim) reloadRules(rules string) {
+// reloadRules has replica i load rules in place of its own (and a
+// replica booted later too).
+func (s *sim) reloadRules(i int, rules string) {
 	s.t.Helper()
 	s.rules = rules
-	for _, r := range s.reps {
-		if err := os.WriteFile(filepath.Join(r.svc.opts.Config, "rules.yaml"), []byte(rules), 0o644); err != nil {
-			s.t.Fatal(err)
-		}
-		if err := r.svc.reload(); err != nil {
-			s.t.Fatal(err)
-		}
+	r := s.reps[i]
+	if err := os.WriteFile(filepath.Join(r.svc.opts.Config, "rules.yaml"), []byte(rules), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := r.svc.reload(); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -846,7 +847,8 @@ func (s *sim) checkReload(n string, fill, from, to, settled int64) {
 
 // Rules reloaded mid-run, the clients asking more than the budget: a
 // lowered rate, and a unit changed (a minute to a second, and the rate
-// lowered with it). Over the whole run the clients admit within the
+// lowered with it; over two replicas on Redis, and there raised, the
+// replicas reloading 5s apart). Over the whole run the clients admit within the
 // bound of the larger rate, and from a report interval and a lease after
 // the reload (when every holder has reported under the new rules and the
 // leases granted before have ended) within the new rate's: 0 windows
@@ -855,19 +857,33 @@ func TestRLQSSimReload(t *testing.T) {
 	for _, tc := range []struct {
 		name, after string
 		from, to    int64 // per minute
+		replicas    int   // over Redis when more than 1
 	}{
-		{"lowered", "{unit: minute, requests_per_unit: 1500}", 6000, 1500},
-		{"unit", "{unit: second, requests_per_unit: 50}", 6000, 3000},
+		{"lowered", "{unit: minute, requests_per_unit: 1500}", 6000, 1500, 1},
+		{"unit", "{unit: second, requests_per_unit: 50}", 6000, 3000, 1},
+		{"unit/replicas=2", "{unit: second, requests_per_unit: 50}", 6000, 3000, 2},
+		// the second replica 5s after the first, the rate raised: the
+		// first's new slice counts the second's old one
+		{"unit raised/replicas=2", "{unit: second, requests_per_unit: 200}", 6000, 12000, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSim(t, simRules, RLQSOptions{}, testenv.SeedOr(t, 1))
+			var st func() store.Store
+			if tc.replicas > 1 {
+				st = redisStores(t, redistest.Standalone(t).Client())
+			}
+			s := newSimReplicas(t, simRules, RLQSOptions{}, testenv.SeedOr(t, 1), tc.replicas, st)
 			s.threeClients()
-			reload := 40 * simSec
-			s.run(reload)
-			s.reloadRules(strings.Replace(simRules, "{unit: minute, requests_per_unit: 6000}", tc.after, 1))
+			for i, c := range s.clients {
+				c.rep = i % tc.replicas
+			}
+			reload, stagger := 40*simSec, 5*simSec
+			for i := range tc.replicas {
+				s.run(reload + int64(i)*stagger)
+				s.reloadRules(i, strings.Replace(simRules, "{unit: minute, requests_per_unit: 6000}", tc.after, 1))
+			}
 			s.run(100 * simSec)
 			c := s.q.alloc.Config()
-			settled := reload + (5*time.Second + c.TTL + c.Slack + c.Round).Microseconds()
+			settled := reload + int64(tc.replicas-1)*stagger + (5*time.Second + c.TTL + c.Slack + c.Round).Microseconds()
 			var after int
 			for _, at := range s.trace["b0"].admitted {
 				if at >= settled {
