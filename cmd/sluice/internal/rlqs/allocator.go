@@ -434,9 +434,9 @@ func (a *Allocator) bucket(now int64, b Budget) *bucket {
 // per second) it stands for. The leases round up, so that the rate they
 // hold is never under-counted: a grant comes only from the new rate less
 // the old leases as new-unit rates, and nothing new is granted while they
-// fill it. The slice rounds down (it is capacity: the old unit's slice in
-// the store covers it until it ends), what was asked of it up; the
-// demand estimates carry over to the new unit.
+// fill it. The slice rounds down (it is capacity: the store counts the
+// slice it leased as the rate it stands for, whatever the unit), what
+// was asked of it up; the demand estimates carry over to the new unit.
 func (a *Allocator) refill(bk *bucket, fill int64) {
 	from := bk.fill
 	bk.demand = 0
