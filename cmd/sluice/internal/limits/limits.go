@@ -35,6 +35,7 @@ type Table struct {
 	RLQSClients int64 // streams open at once
 	RLQSBuckets int64 // buckets one stream reports
 	RLQSReports int64 // bucket reports one stream sends per second
+	RLQSWeight  int64 // the fairness weight a stream claims
 
 	// A limit of the caller's: the key form of /v1/take and /v1/acquire,
 	// and a descriptor's limit override.
@@ -83,6 +84,9 @@ type Row struct {
 	// Default is the cap when the operator sets none (a Duration's in
 	// nanoseconds).
 	Default int64
+	// Max is the largest cap an operator may set, 0 when only int64
+	// bounds it (a cap whose arithmetic could overflow past it).
+	Max int64
 	// Where is what the cap applies to, Why why its default is what it is.
 	Where, Why string
 	// Test names the test that sends the cap + 1 and sees it refused.
@@ -120,6 +124,10 @@ var (
 		Where: "bucket reports one RLQS stream sends a second, ten seconds of it at once; a message beyond ends the stream RESOURCE_EXHAUSTED",
 		Why:   "an Envoy reports every bucket every 5 s and a new one at once: 1,000 buckets are 200 a second; gRPC's clients (A77) may report each bucket every 100 ms",
 		Test:  "TestRLQSReportsCap", at: func(t *Table) *int64 { return &t.RLQSReports }}
+	RLQSWeight = &Row{Name: "rlqs-weight", Kind: Count, Default: 1000, Max: 1 << 20,
+		Where: "the weight an RLQS stream claims in every share (its x-sluice-weight metadata); a larger one is refused INVALID_ARGUMENT",
+		Why:   "a client's weight multiplies its share of every budget it reports: 1,000 lets one Envoy stand for a thousand without letting it starve the others to a token; at most 2^20, so that the weights of rlqs-clients streams sum within 64 bits",
+		Test:  "TestRLQSWeightCap", at: func(t *Table) *int64 { return &t.RLQSWeight }}
 	Units = &Row{Name: "units", Kind: Count, Default: 1_000_000,
 		Where: "the units of a limit the caller names: the key form's limit and its debt allowance, a descriptor's limit override's requests_per_unit (a take's units are at most its limit's); and a charge's units, which a limit does not bound: a charge rule's hits, /v1/charge's, /v1/settle's estimate and actual",
 		Why:   "a sliding log keeps an entry per admitted call and a concurrency limit a hold per lease: the limit bounds what one key holds",
@@ -185,7 +193,7 @@ var (
 
 // Rows is the table, in docs/serve.md's order.
 var Rows = []*Row{
-	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, RLQSClients, RLQSBuckets, RLQSReports, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
+	RequestBytes, Descriptors, Entries, EntryBytes, KeyBytes, RLQSClients, RLQSBuckets, RLQSReports, RLQSWeight, Units, Window, Lifetime, ConfigBytes, Rules, Depth,
 	ValueSeries, StatSeries, WalkRequests, AnswerBytes, RunTicks, RunArrivals, RunBodyBytes, ViewKeys, ViewLeases, ViewBytes,
 }
 
@@ -252,10 +260,13 @@ func (r *Row) Parse(text string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v <= 0 || v > math.MaxInt64/scale {
+	if err != nil || v <= 0 || v > math.MaxInt64/scale || (r.Max > 0 && v*scale > r.Max) {
 		want := "a positive whole number"
 		if r.Kind == Bytes {
 			want += " of bytes, or of KiB or MiB (64KiB)"
+		}
+		if r.Max > 0 {
+			want += " up to " + r.Format(r.Max)
 		}
 		return 0, fmt.Errorf("limit %s=%q: want %s", r.Name, text, want)
 	}

@@ -24,7 +24,7 @@ func TestFormatParse(t *testing.T) {
 	for _, c := range []struct {
 		row  *Row
 		text string
-	}{{Lifetime, "0s"}, {Lifetime, "-1h"}, {Lifetime, "1"}, {Rules, "0"}, {Rules, "-3"}, {Rules, "1e3"}, {RequestBytes, "64KB"}, {RequestBytes, "9999999999999999MiB"}} {
+	}{{Lifetime, "0s"}, {Lifetime, "-1h"}, {Lifetime, "1"}, {Rules, "0"}, {Rules, "-3"}, {Rules, "1e3"}, {RequestBytes, "64KB"}, {RequestBytes, "9999999999999999MiB"}, {RLQSWeight, "1048577"}} {
 		if _, err := c.row.Parse(c.text); err == nil {
 			t.Errorf("%s: Parse(%q) accepted", c.row.Name, c.text)
 		}

@@ -40,11 +40,9 @@ type RLQSOptions struct {
 
 // WeightHeader is the gRPC metadata a client sets (Envoy: the
 // GrpcService's initial_metadata) to weigh its share of every budget
-// (1 to MaxWeight; 1 when absent).
+// (a whole number from 1 to the limits table's rlqs-weight; 1 when
+// absent).
 const WeightHeader = "x-sluice-weight"
-
-// MaxWeight is the largest weight a client may claim.
-const MaxWeight = 1000
 
 // rlqsService is the Rate Limit Quota Service: the allocator, and the
 // open streams with their buckets. One mutex serialises reports, rounds
@@ -187,15 +185,18 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 // open starts a client's stream, weight its WeightHeader values (none:
 // 1). Its error is a gRPC status: too many streams, or a bad weight.
 func (q *rlqsService) open(weight []string) (*rlqsStream, error) {
+	lt := &q.s.opts.Limits
 	w := int64(1)
 	if len(weight) > 0 {
 		v, err := strconv.ParseInt(strings.TrimSpace(weight[len(weight)-1]), 10, 64)
-		if err != nil || v < 1 || v > MaxWeight {
-			return nil, status.Errorf(codes.InvalidArgument, "%s %q: want a whole number from 1 to %d", WeightHeader, weight[len(weight)-1], MaxWeight)
+		if err != nil || v < 1 {
+			return nil, status.Errorf(codes.InvalidArgument, "%s %q: want a whole number from 1 to %d", WeightHeader, weight[len(weight)-1], lt.RLQSWeight)
+		}
+		if err := lt.Check(limits.RLQSWeight, WeightHeader, v); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		w = v
 	}
-	lt := &q.s.opts.Limits
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if n := int64(len(q.streams)); n >= lt.RLQSClients {

@@ -373,17 +373,22 @@ func TestRLQSWarmupWaits(t *testing.T) {
 }
 
 // A client's weight comes from its stream's metadata: a whole number
-// from 1 to MaxWeight.
-func TestRLQSWeightHeader(t *testing.T) {
+// from 1 to the rlqs-weight cap; the cap + 1 is refused naming the row.
+func TestRLQSWeightCap(t *testing.T) {
 	s := newSim(t, simRules, RLQSOptions{}, 1)
-	for _, bad := range []string{"0", "-1", "1001", "x", "1.5"} {
+	for _, bad := range []string{"0", "-1", "x", "1.5"} {
 		if _, err := s.q.open([]string{bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), WeightHeader) {
 			t.Errorf("weight %q: %v, want InvalidArgument naming %s", bad, err, WeightHeader)
 		}
 	}
-	st, err := s.q.open([]string{" 1000 "})
-	if err != nil || st.weight != 1000 {
-		t.Errorf("weight 1000: %v, %v", st, err)
+	c := limits.RLQSWeight.Default
+	_, err := s.q.open([]string{fmt.Sprint(c + 1)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), capRefusal(limits.RLQSWeight)) || !strings.Contains(err.Error(), limits.RLQSWeight.Flag()) {
+		t.Errorf("weight %d: %v, want InvalidArgument naming the cap", c+1, err)
+	}
+	st, err := s.q.open([]string{fmt.Sprintf(" %d ", c)})
+	if err != nil || st.weight != c {
+		t.Errorf("weight %d: %v, %v", c, st, err)
 	}
 }
 
