@@ -42,9 +42,11 @@ type Config struct {
 	// Round is how often the caller calls Round (default 1s).
 	Round time.Duration
 	// TTL is each assignment's time to live, whole seconds (Envoy reads
-	// only the seconds); default ReportInterval + Round, rounded up. It
-	// must be at least ReportInterval + Round: a client's next report
-	// (or a round's refresh) extends it before it ends.
+	// only the seconds); default two rounds and the slack, rounded up
+	// (3s). Rounds resend a grant before its TTL runs out, so a client
+	// that hears nothing for a TTL falls back; and a cut frees capacity
+	// a lease (TTL and slack) after it is sent, so the TTL is how fast
+	// shares follow demand. It must exceed a round and the slack.
 	TTL time.Duration
 	// Slack is added to the TTL when a lease's end is counted: the time
 	// an assignment may take to reach its client and start its timer
@@ -80,6 +82,14 @@ type Config struct {
 	SliceLife time.Duration
 }
 
+// ReportTTL is the time to live of an answer that only reports renew (a
+// blanket ALLOW_ALL or DENY_ALL the server gives a bucket no budget
+// shares; rounds do not resend them): the report interval, a round and
+// the slack, rounded up to whole seconds. c's defaults must be filled.
+func (c Config) ReportTTL() time.Duration {
+	return (c.ReportInterval + c.Round + c.Slack + time.Second - 1).Truncate(time.Second)
+}
+
 // The defaults of Config's fields.
 const (
 	DefaultReportInterval = 5 * time.Second
@@ -103,7 +113,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Slack = c.Round
 	}
 	if c.TTL == 0 {
-		c.TTL = (c.ReportInterval + c.Round + time.Second - 1).Truncate(time.Second)
+		c.TTL = (2*c.Round + c.Slack + time.Second - 1).Truncate(time.Second)
 	}
 	if c.Burst == 0 {
 		c.Burst = DefaultBurst
@@ -126,8 +136,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.ReportInterval < 100*time.Millisecond || c.Round < time.Millisecond || c.Slack < 0 || c.Burst < 0:
 		return c, fmt.Errorf("rlqs: report interval %v, round %v, slack %v, burst %v: want a report interval of 100ms or more, a round of 1ms or more, no negative slack or burst", c.ReportInterval, c.Round, c.Slack, c.Burst)
-	case c.TTL%time.Second != 0 || c.TTL < c.ReportInterval+c.Round:
-		return c, fmt.Errorf("rlqs: TTL %v: want whole seconds, at least the report interval and a round (%v)", c.TTL, c.ReportInterval+c.Round)
+	case c.TTL%time.Second != 0 || c.TTL <= c.Round+c.Slack:
+		return c, fmt.Errorf("rlqs: TTL %v: want whole seconds, more than a round and the slack (%v)", c.TTL, c.Round+c.Slack)
 	case !(c.Reserve >= 0 && c.Reserve < 1 && c.Headroom >= 0 && c.Headroom <= 10 && c.Band >= 0 && c.Band < 1):
 		return c, fmt.Errorf("rlqs: reserve %v, headroom %v, band %v: want a reserve and a band in [0, 1), a headroom in [0, 10]", c.Reserve, c.Headroom, c.Band)
 	case c.IdleReports < 1:
@@ -235,6 +245,9 @@ type bucket struct {
 	// is the share of the rate the store finds fair for it, which the
 	// rounds share out. asked is the slice last asked for.
 	slice, sliceEnd, fair, asked int64
+	// rushed is when a report last shared it out of the rounds (µs): once
+	// a round at most, so that reports cost no more than rounds do.
+	rushed int64
 }
 
 type holder struct {
@@ -311,7 +324,13 @@ func (a *Allocator) warming(now int64) bool { return !a.cfg.Sliced && now < a.bo
 // answer: an assignment (the grant in force, resent to extend its TTL,
 // or a new one) or an abandon. A holder is bound to the budget of its
 // first report; the caller uses another Holder for another budget.
-func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed, denied uint64) (Action, error) {
+//
+// A report that moves the holder's demand estimate at once (its first
+// known demand, or a sample clearly off) shares the budget again without
+// waiting for the round, once a round at most: push is then called for
+// the budget's other holders whose assignments change, as a round's
+// would be (nil: they wait for the round).
+func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed, denied uint64, push func(Holder, Action)) (Action, error) {
 	if err := b.Check(); err != nil {
 		return Action{}, err
 	}
@@ -335,7 +354,7 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 	if count < allowed {
 		count = math.MaxUint64
 	}
-	a.sample(now, ho, count, denied > 0)
+	jumped := a.sample(now, ho, count, denied > 0)
 	if count == 0 {
 		if !ho.idle {
 			ho.idle, ho.idleSince = true, ho.lastReport
@@ -350,6 +369,10 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 	}
 	if a.warming(now) {
 		return Action{Wait: true}, nil
+	}
+	if jumped && push != nil && now-bk.rushed >= a.round {
+		bk.rushed = now
+		a.share(now, bk, push, ho)
 	}
 	want := a.newcomerGrant(bk)
 	switch {
@@ -369,11 +392,12 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 // clearly off (by more than twice the square root of what was expected,
 // and one: Poisson noise seldom goes so far) is taken at once: below the
 // estimate, the client asks less; above its grant and the headroom, with
-// requests refused, it wants more than it has. The next round shows it.
-func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
+// requests refused, it wants more than it has. It reports whether the
+// estimate was set at once (the first sample, or one clearly off).
+func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) (jumped bool) {
 	if !ho.started {
 		ho.started, ho.sampleStart, ho.pending = true, now, 0
-		return
+		return false
 	}
 	ho.refused = ho.refused || denied
 	ho.pending += count
@@ -382,7 +406,7 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 	}
 	dt := now - ho.sampleStart
 	if dt < int64(time.Second/time.Microsecond) {
-		return
+		return false
 	}
 	// requests per fill interval, scaled: pending·fill·scale/dt
 	s := mulDiv(ho.pending, uint64(ho.b.fill)*scale, uint64(dt))
@@ -393,7 +417,7 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 		rate >= ho.demand && ho.refused && ho.hasCur && clearlyAbove(ho.pending, a.expect(a.headroom(ho.cur.Tokens*scale), dt, ho.b.fill)),
 		rate >= ho.demand && ho.refused && !ho.hasCur,
 		rate < ho.demand && clearlyAbove(a.expect(ho.demand, dt, ho.b.fill), ho.pending):
-		ho.demand = rate
+		ho.demand, jumped = rate, true
 	case rate >= ho.demand:
 		ho.demand += (rate - ho.demand) / 2
 	default:
@@ -401,6 +425,7 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) {
 	}
 	ho.demandKnown, ho.sampleStart, ho.pending, ho.refused = true, now, 0, false
 	a.addDemand(ho.b, ho.demand-old)
+	return jumped
 }
 
 // Close marks holder h gone (its stream closed): it gets no more
@@ -416,7 +441,7 @@ func (a *Allocator) bucket(now int64, b Budget) *bucket {
 	fill := b.Fill.Microseconds()
 	bk := a.buckets[b.Key]
 	if bk == nil {
-		bk = &bucket{key: b.Key, family: b.Family, rate: b.Rate, fill: fill, idx: len(a.list), lastReport: now}
+		bk = &bucket{key: b.Key, family: b.Family, rate: b.Rate, fill: fill, idx: len(a.list), lastReport: now, rushed: now - a.round}
 		a.buckets[b.Key] = bk
 		a.list = append(a.list, bk)
 		a.hotPush(bk)
@@ -570,7 +595,7 @@ func (a *Allocator) Round(now int64, push func(Holder, Action)) {
 			continue
 		}
 		if !a.warming(now) {
-			a.share(now, bk, push)
+			a.share(now, bk, push, nil)
 		}
 		i++
 	}
@@ -612,8 +637,9 @@ func (a *Allocator) dropBucket(bk *bucket) {
 }
 
 // share waterfills bk's capacity (its rate less the reserve) over its
-// active holders and sends the changes.
-func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action)) {
+// active holders and sends the changes, but for skip's (a reporting
+// holder, which its report answers).
+func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action), skip *holder) {
 	act := a.live[:0]
 	for _, ho := range bk.holders {
 		if a.active(now, ho) {
@@ -642,7 +668,7 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action)) {
 	// leases end; then the rises, the holders with the least per weight
 	// first.
 	for _, ho := range act {
-		if ho.hasCur && ho.target < ho.cur.Tokens {
+		if ho != skip && ho.hasCur && ho.target < ho.cur.Tokens {
 			a.send(now, ho, push)
 		}
 	}
@@ -650,16 +676,18 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action)) {
 		return cmpProducts(uint64(x.cur.Tokens), uint64(y.weight), uint64(y.cur.Tokens), uint64(x.weight))
 	})
 	for _, ho := range act {
-		if !ho.hasCur || ho.target >= ho.cur.Tokens {
+		if ho != skip && (!ho.hasCur || ho.target >= ho.cur.Tokens) {
 			a.send(now, ho, push)
 		}
 	}
 }
 
 // send decides ho's grant for its target and pushes it when it changed or
-// its TTL is due for a refresh.
+// its TTL is due for a refresh: when it would run out before the next
+// round's refresh reached the client (a round, and the slack for its
+// trip).
 func (a *Allocator) send(now int64, ho *holder, push func(Holder, Action)) {
-	refresh := ho.hasCur && now >= ho.curAt+a.ttl-a.round/2
+	refresh := ho.hasCur && now+a.round+a.slack >= ho.curAt+a.ttl
 	if act, ok := a.decide(now, ho, ho.target, refresh); ok {
 		push(ho.id, act)
 	}

@@ -39,7 +39,12 @@ func (h *harness) advance(d time.Duration) { h.now += d.Microseconds() }
 
 func (h *harness) report(b Budget, id Holder, weight int64, allowed, denied uint64) Action {
 	h.t.Helper()
-	act, err := h.a.Report(h.now, b, id, weight, allowed, denied)
+	act, err := h.a.Report(h.now, b, id, weight, allowed, denied, func(other Holder, act Action) {
+		if other == id {
+			h.t.Fatalf("a report of holder %d pushed to it", id)
+		}
+		h.sent[other] = append(h.sent[other], sentAction{h.now, act})
+	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -83,12 +88,11 @@ func (h *harness) outstanding(t int64) int64 {
 var perSecond = Budget{Key: "edge/k", Family: "k", Rate: 1000, Fill: time.Second}
 
 // A newcomer is granted from the reserve at once: half of 2% of 1000 a
-// second, with a second's burst and a TTL of the report interval and a
-// round.
+// second, with a second's burst and a TTL of two rounds and the slack.
 func TestNewcomerFromReserve(t *testing.T) {
 	h := newHarness(t, Config{})
 	got := h.report(perSecond, 1, 1, 1, 0)
-	want := Action{Tokens: 10, Burst: 10, Fill: time.Second, TTL: 6 * time.Second}
+	want := Action{Tokens: 10, Burst: 10, Fill: time.Second, TTL: 3 * time.Second}
 	if got != want {
 		t.Errorf("newcomer: %+v, want %+v", got, want)
 	}
@@ -184,7 +188,7 @@ func TestResendIdentical(t *testing.T) {
 	first := h.report(b, 1, 1, 1, 0)
 	for range 3 {
 		h.advance(5 * time.Second)
-		if got := h.report(b, 1, 1, 5, 0); got != first {
+		if got := h.report(b, 1, 1, 50, 0); got != first { // 10 a second: its grant
 			t.Errorf("resent %+v, want %+v", got, first)
 		}
 	}
@@ -202,7 +206,7 @@ func TestDenyAllWhenLeased(t *testing.T) {
 		t.Fatalf("second: %d", got)
 	}
 	got := h.report(b, 3, 1, 1, 0)
-	if !got.DenyAll() || got.Burst != 0 || got.TTL != 6*time.Second {
+	if !got.DenyAll() || got.Burst != 0 || got.TTL != 3*time.Second {
 		t.Errorf("third: %+v, want DENY_ALL", got)
 	}
 }
@@ -214,14 +218,17 @@ func TestAbandonIdle(t *testing.T) {
 	b := Budget{Key: "k", Rate: 1000, Fill: time.Second}
 	h.report(b, 1, 1, 1, 0)
 	for i := range 3 {
-		h.advance(5 * time.Second)
+		for range 5 { // rounds refresh the grant between reports
+			h.advance(time.Second)
+			h.round()
+		}
 		if got := h.report(b, 1, 1, 0, 0); got.Abandon != (i == 2) {
 			t.Fatalf("idle report %d: %+v", i+1, got)
 		}
 	}
 	bk := h.a.buckets["k"]
-	if o := h.a.outstanding(h.now, bk); o != 10 {
-		t.Errorf("outstanding after the abandon: %d, want the lease's 10", o)
+	if o, want := h.a.outstanding(h.now, bk), h.held(1, h.now); o != want || o == 0 {
+		t.Errorf("outstanding after the abandon: %d, want the lease's %d", o, want)
 	}
 	h.advance(h.a.cfg.TTL + h.a.cfg.Slack)
 	h.round()
@@ -288,7 +295,7 @@ func TestFillChange(t *testing.T) {
 	b := Budget{Key: "k", Rate: 1000, Fill: time.Second}
 	h.report(b, 1, 1, 1, 0) // 10 a second
 	b.Fill, b.Rate = time.Minute, 1000
-	h.advance(time.Second)
+	h.advance(time.Second / 2) // too soon for a sample of its demand
 	got := h.report(b, 1, 1, 1, 0)
 	if got.Fill != time.Minute || got.Tokens != 10 {
 		t.Fatalf("after the change: %+v, want the grant in force, 10, now a minute", got)
@@ -298,7 +305,7 @@ func TestFillChange(t *testing.T) {
 	}
 	// Same tokens and burst, another fill interval.
 	a, _ := New(Config{Reserve: 0.02})
-	a.Report(0, Budget{Key: "x", Rate: 100, Fill: time.Second}, 1, 1, 1, 0)
+	a.Report(0, Budget{Key: "x", Rate: 100, Fill: time.Second}, 1, 1, 1, 0, nil)
 	ho := a.holders[1]
 	ho.cur, ho.hasCur = Action{Tokens: 1, Burst: 1, Fill: 2 * time.Second, TTL: 6 * time.Second}, true
 	ho.leases = leases{}
@@ -384,8 +391,8 @@ func TestOutstandingNeverOverRate(t *testing.T) {
 // what is wanted, never a panic.
 func TestBadConfigAndBudget(t *testing.T) {
 	for _, c := range []Config{
-		{TTL: 5500 * time.Millisecond},
-		{TTL: 3 * time.Second},
+		{TTL: 2500 * time.Millisecond},
+		{TTL: 2 * time.Second},
 		{ReportInterval: time.Millisecond},
 		{Reserve: 1},
 		{Band: -0.1},
@@ -404,12 +411,12 @@ func TestBadConfigAndBudget(t *testing.T) {
 		{Key: "k", Rate: 1, Fill: 0},
 		{Key: "k", Rate: 1, Fill: 400 * 24 * time.Hour},
 	} {
-		if _, err := a.Report(0, b, 1, 1, 1, 0); !errors.Is(err, ErrBudget) {
+		if _, err := a.Report(0, b, 1, 1, 1, 0, nil); !errors.Is(err, ErrBudget) {
 			t.Errorf("Report(%+v): %v, want ErrBudget", b, err)
 		}
 	}
-	a.Report(0, Budget{Key: "k", Rate: 1, Fill: time.Second}, 1, 1, 1, 0)
-	if _, err := a.Report(0, Budget{Key: "other", Rate: 1, Fill: time.Second}, 1, 1, 1, 0); !errors.Is(err, ErrBudget) {
+	a.Report(0, Budget{Key: "k", Rate: 1, Fill: time.Second}, 1, 1, 1, 0, nil)
+	if _, err := a.Report(0, Budget{Key: "other", Rate: 1, Fill: time.Second}, 1, 1, 1, 0, nil); !errors.Is(err, ErrBudget) {
 		t.Errorf("a holder reporting another budget: %v, want ErrBudget", err)
 	}
 }
@@ -423,7 +430,7 @@ func TestWarmup(t *testing.T) {
 	start := int64(5_000_000)
 	pushed := 0
 	for at := start; at < start+a.lease; at += 500_000 {
-		act, err := a.Report(at, b, 1, 1, 10, 0)
+		act, err := a.Report(at, b, 1, 1, 10, 0, nil)
 		if err != nil || act != (Action{Wait: true}) {
 			t.Fatalf("at +%dµs: %+v, %v; want Wait", at-start, act, err)
 		}
@@ -432,7 +439,7 @@ func TestWarmup(t *testing.T) {
 	if pushed != 0 {
 		t.Errorf("%d pushes while warming up", pushed)
 	}
-	if act, _ := a.Report(start+a.lease, b, 1, 1, 10, 0); act.Wait || act.Tokens == 0 {
+	if act, _ := a.Report(start+a.lease, b, 1, 1, 10, 0, nil); act.Wait || act.Tokens == 0 {
 		t.Errorf("after the warm-up: %+v, want a grant", act)
 	}
 }

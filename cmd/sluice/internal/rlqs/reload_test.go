@@ -104,6 +104,7 @@ func TestReloadKeepsBound(t *testing.T) {
 				return d
 			}
 			demand := demandOf()
+			h.advance(time.Millisecond) // after the round's refreshes
 			since := h.now
 			h.report(tc.to, 1, 1, per(tc.from)/5, per(tc.from)/5)
 			h.reloadBound(tc.to, since, held, "the first report after it")
@@ -161,6 +162,7 @@ func TestReloadBoundRandom(t *testing.T) {
 				h.round()
 			default:
 				if seen != b {
+					h.advance(time.Microsecond) // after a round at this instant
 					seen, since, held = b, h.now, h.ratesHeld(h.now, 0)
 				}
 				id := Holder(1 + rng.IntN(n))
@@ -190,12 +192,12 @@ func TestReloadSlice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Report(0, tc.from, 1, 1, 1, 0); err != nil {
+		if _, err := a.Report(0, tc.from, 1, 1, 1, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		a.buckets["k"].asked = tc.slice
 		a.SetSlices(0, []Slice{{Key: "k", Fill: tc.from.Fill, Tokens: tc.slice, Fair: tc.slice}})
-		if _, err := a.Report(1, tc.to, 1, 1, 1, 0); err != nil {
+		if _, err := a.Report(1, tc.to, 1, 1, 1, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := a.capacity(1, a.buckets["k"]); got != tc.want {

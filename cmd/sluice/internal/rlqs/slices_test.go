@@ -96,7 +96,7 @@ func slicesTrace(t *testing.T, r *rand.Rand) {
 		default:
 			h := Holder(r.IntN(8)*replicas + i + 1)
 			n := uint64(r.IntN(int(b.Rate)*6 + 1))
-			act, err := as[i].Report(now, b, h, 1, n/2, n/2)
+			act, err := as[i].Report(now, b, h, 1, n/2, n/2, func(o Holder, act Action) { record(i, o, now, act) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -250,53 +250,72 @@ func (q *rlqsService) release(b *rlqsBucket) {
 // message is refused as a whole; a bucket over a cap is answered
 // DENY_ALL, and the rest as usual. Reports are never validated against
 // the protocol's own rules, which real clients break (time_elapsed 0,
-// no usages, no domain after the first message).
+// no usages, no domain after the first message). A report that shares a
+// budget again at once pushes to the budget's other clients as a round
+// does.
 func (q *rlqsService) report(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
+	resp, pushes, err := q.answer(now, st, msg)
+	q.push(pushes)
+	return resp, err
+}
+
+// answer is report's answer, and the messages for other streams it
+// leaves to the caller to push.
+func (q *rlqsService) answer(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuotaUsageReports) (resp *rlqspb.RateLimitQuotaResponse, pushes map[*rlqsStream]*rlqspb.RateLimitQuotaResponse, err error) {
 	state := q.s.state.Load()
 	if state == nil {
-		return nil, status.Error(codes.Unavailable, errNoConfig.Error())
+		return nil, nil, status.Error(codes.Unavailable, errNoConfig.Error())
 	}
 	lt := &q.s.opts.Limits
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if st.closed {
-		return nil, status.Error(codes.Canceled, "the stream has ended")
+		return nil, nil, status.Error(codes.Canceled, "the stream has ended")
 	}
 	switch d := msg.GetDomain(); {
 	case st.domain == "" && d == "":
-		return nil, status.Error(codes.InvalidArgument, "the stream's first message names no domain")
+		return nil, nil, status.Error(codes.InvalidArgument, "the stream's first message names no domain")
 	case st.domain == "":
 		if err := lt.Check(limits.EntryBytes, "domain", int64(len(d))); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		st.domain = d
 	case d != "" && d != st.domain:
-		return nil, status.Errorf(codes.InvalidArgument, "domain %.64q: the stream's domain is %q", d, st.domain)
+		return nil, nil, status.Errorf(codes.InvalidArgument, "domain %.64q: the stream's domain is %q", d, st.domain)
 	}
 	usages := msg.GetBucketQuotaUsages()
 	if !st.pace.Take(now, int64(len(usages))) {
 		q.metrics.refused.WithLabelValues(limits.RLQSReports.Name).Add(float64(len(usages)))
-		return nil, status.Error(codes.ResourceExhausted, lt.Over(limits.RLQSReports, fmt.Sprintf("%d bucket reports on one stream", len(usages))).Error())
+		return nil, nil, status.Error(codes.ResourceExhausted, lt.Over(limits.RLQSReports, fmt.Sprintf("%d bucket reports on one stream", len(usages))).Error())
 	}
 	q.metrics.reports.Add(float64(len(usages)))
-	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(usages))}
+	resp = &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(usages))}
+	pushes = map[*rlqsStream]*rlqspb.RateLimitQuotaResponse{}
 	for _, u := range usages {
 		if len(u.GetBucketId().GetBucket()) == 0 {
 			continue // nothing to answer: clients drop actions without a bucket id
 		}
-		if act := q.usage(now, st, state.cfg, u); act != nil {
+		if act := q.usage(now, st, state.cfg, u, pushes); act != nil {
 			resp.BucketAction = append(resp.BucketAction, act)
 		}
 	}
-	if len(resp.BucketAction) == 0 {
-		return nil, nil
+	if mine := pushes[st]; mine != nil {
+		// After its own answers: clients apply a message's actions in
+		// order, the later one for a bucket in force.
+		resp.BucketAction = append(resp.BucketAction, mine.BucketAction...)
+		delete(pushes, st)
 	}
-	return resp, nil
+	if len(resp.BucketAction) == 0 {
+		return nil, pushes, nil
+	}
+	return resp, pushes, nil
 }
 
 // usage answers one bucket's report; nil is no answer (the server is
 // warming up: rlqs.Action.Wait).
-func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// A report that shares its budget again at once adds what it sends the
+// budget's other clients to pushes.
+func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, pushes map[*rlqsStream]*rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	id := u.GetBucketId()
 	entries, err := bucketEntries(id.GetBucket(), &q.s.opts.Limits)
 	if err != nil {
@@ -324,9 +343,9 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 			return abandonAction(b.id)
 		}
 		q.metrics.actions.WithLabelValues(strings.ToLower(b.fixed.String())).Inc()
-		return blanketAction(b.id, b.fixed, q.alloc.Config().TTL)
+		return blanketAction(b.id, b.fixed, q.alloc.Config().ReportTTL())
 	}
-	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), q.collect(pushes))
 	if err != nil { // a budget the allocator cannot share: match refuses those
 		return q.refuse(st, id, err)
 	}
@@ -406,7 +425,7 @@ func (q *rlqsService) refuse(st *rlqsStream, id *rlqspb.BucketId, err error) *rl
 	}
 	q.metrics.refused.WithLabelValues(row).Inc()
 	q.metrics.actions.WithLabelValues("deny_all").Inc()
-	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().TTL)
+	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().ReportTTL())
 }
 
 // bucketEntries are a BucketId's entries sorted by key: the descriptor
@@ -453,7 +472,14 @@ func (q *rlqsService) round(now int64) map[*rlqsStream]*rlqspb.RateLimitQuotaRes
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := map[*rlqsStream]*rlqspb.RateLimitQuotaResponse{}
-	q.alloc.Round(now, func(h rlqs.Holder, act rlqs.Action) {
+	q.alloc.Round(now, q.collect(out))
+	return out
+}
+
+// collect returns the allocator's push for a round or a report: each
+// assignment goes into its stream's message in out.
+func (q *rlqsService) collect(out map[*rlqsStream]*rlqspb.RateLimitQuotaResponse) func(rlqs.Holder, rlqs.Action) {
+	return func(h rlqs.Holder, act rlqs.Action) {
 		b := q.holders[h]
 		if b == nil {
 			return
@@ -464,8 +490,7 @@ func (q *rlqsService) round(now int64) map[*rlqsStream]*rlqspb.RateLimitQuotaRes
 			out[b.st] = m
 		}
 		m.BucketAction = append(m.BucketAction, q.action(b.id, act))
-	})
-	return out
+	}
 }
 
 // push hands the round's messages to their streams' senders, dropping

@@ -570,7 +570,7 @@ func (c *simClient) send(bs []*simBucket) {
 		if err := proto.Unmarshal(wire, &in); err != nil {
 			c.s.t.Fatal(err)
 		}
-		resp, err := r.q.report(c.s.now, st, &in)
+		resp, pushes, err := r.q.answer(c.s.now, st, &in)
 		if err != nil {
 			c.s.t.Errorf("%s: the server ended the stream: %v", c.name, err)
 			c.kill()
@@ -578,6 +578,11 @@ func (c *simClient) send(bs []*simBucket) {
 		}
 		if resp != nil {
 			c.receive(resp)
+		}
+		for st, m := range pushes {
+			if other := c.s.streams[st]; other != nil {
+				other.receive(m)
+			}
 		}
 	})
 }
