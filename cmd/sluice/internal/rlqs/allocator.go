@@ -428,6 +428,21 @@ func (a *Allocator) sample(now int64, ho *holder, count uint64, denied bool) (ju
 	return jumped
 }
 
+// Reload applies b's rate and fill to the budget of b's key, when the
+// Allocator has one: a reload changed its rule. The leases, the slice
+// and the demand estimates convert to the new fill interval as a report
+// under the new rule would convert them, and the next round shares the
+// new rate.
+func (a *Allocator) Reload(now int64, b Budget) error {
+	if err := b.Check(); err != nil {
+		return err
+	}
+	if a.buckets[b.Key] != nil {
+		a.bucket(a.clock(now), b)
+	}
+	return nil
+}
+
 // Close marks holder h gone (its stream closed): it gets no more
 // assignments and no share, and its lease counts until it ends.
 func (a *Allocator) Close(h Holder) {

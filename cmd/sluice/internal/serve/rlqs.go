@@ -57,6 +57,8 @@ type rlqsService struct {
 	streams    map[*rlqsStream]struct{}
 	holders    map[rlqs.Holder]*rlqsBucket
 	nextHolder rlqs.Holder
+	// roundCfg is the configuration the rounds last matched buckets to.
+	roundCfg *rlsconfig.Config
 	metrics    *rlqsMetrics
 	// stopping is closed when the server shuts down: the streams end
 	// (a stream lasts as long as its client, and would hold up a
@@ -471,9 +473,36 @@ func bucketKey(entries []rlsconfig.Entry) string {
 func (q *rlqsService) round(now int64) map[*rlqsStream]*rlqspb.RateLimitQuotaResponse {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if state := q.s.state.Load(); state != nil && state.cfg != q.roundCfg {
+		q.rematch(now, state.cfg)
+		q.roundCfg = state.cfg
+	}
 	out := map[*rlqsStream]*rlqspb.RateLimitQuotaResponse{}
 	q.alloc.Round(now, q.collect(out))
 	return out
+}
+
+// rematch matches every bucket to cfg's rules after a reload, so that
+// the round that follows shares the new rates: a budget whose rule
+// changed its rate or unit takes them at once rather than at its next
+// report. A bucket whose budget changed altogether gets its new holder
+// at its next report, its old lease counted until it ends.
+func (q *rlqsService) rematch(now int64, cfg *rlsconfig.Config) {
+	for st := range q.streams {
+		for _, b := range st.buckets {
+			if b.cfg == cfg {
+				continue
+			}
+			entries, err := bucketEntries(b.id.GetBucket(), &q.s.opts.Limits)
+			if err != nil {
+				continue // answered at its report, as any bucket over a cap
+			}
+			q.match(b, st.domain, cfg, entries)
+			if b.holder != 0 {
+				q.alloc.Reload(now, b.budget) // match checked it
+			}
+		}
+	}
 }
 
 // collect returns the allocator's push for a round or a report: each
