@@ -369,6 +369,78 @@
     poll();
   }
 
+  // ---- RLQS budgets ----
+  // The section is rendered on the server; the script refreshes it from
+  // /console/api/rlqs every RLQS_POLL_MS, building the same markup.
+  const RLQS_POLL_MS = 2000;
+
+  function rlqsBudget(b, topN) {
+    const div = cell("div", "", { class: "rlqs-budget", "data-key": b.key });
+    const h = document.createElement("h3");
+    h.append(b.domain + " ", cell("code", b.rule), ": ", cell("code", b.key));
+    const dl = cell("dl", "", { class: "stats" });
+    for (const [k, label, text] of [["rate", "Rate", b.rate + " per " + b.fill_s + "s"], ["outstanding", "Outstanding", String(b.outstanding)],
+      ["room", "Room under the rate", String(b.room)], ["clients", "Clients", String(b.clients)],
+      ["demand", "Demand", b.demand.toFixed(1)], ["granted", "Granted", String(b.granted)]]) {
+      const d = document.createElement("div");
+      d.append(cell("dt", label), cell("dd", text, { "data-k": k }));
+      dl.append(d);
+    }
+    const table = cell("table", "", { class: "stack rlqs-shares" });
+    table.append(cell("caption", "The largest shares (at most " + topN + " of " + b.holders + " clients)"));
+    const head = document.createElement("thead"), hr = document.createElement("tr");
+    for (const [text, num] of [["Client", false], ["State", false], ["Weight", true], ["Demand", true], ["Share", true], ["Lease", true], ["Grant ends in", true], ["Lease ends in", true]]) {
+      hr.append(cell("th", text, num ? { scope: "col", class: "num" } : { scope: "col" }));
+    }
+    head.append(hr);
+    const body = document.createElement("tbody");
+    fill(body, (b.shares || []).map((s) => {
+      const tr = document.createElement("tr");
+      tr.dataset.holder = String(s.holder);
+      tr.append(cell("td", String(s.holder), { "data-label": "Client" }), cell("td", s.state, { "data-k": "state", "data-label": "State" }));
+      for (const [k, label, text] of [["weight", "Weight", String(s.weight)], ["demand", "Demand", s.demand === undefined ? "—" : s.demand.toFixed(1)],
+        ["granted", "Share", String(s.granted)], ["outstanding", "Lease", String(s.outstanding)],
+        ["grant_ends", "Grant ends in", durUS(s.grant_ends_us)], ["lease_ends", "Lease ends in", durUS(s.lease_ends_us)]]) {
+        tr.append(cell("td", text, { class: "num", "data-k": k, "data-label": label }));
+      }
+      return tr;
+    }), "No client holds a share now.", 8);
+    table.append(head, body);
+    const scroll = cell("div", "", { class: "scroll" });
+    scroll.append(table);
+    div.append(h, dl, scroll);
+    return div;
+  }
+
+  function renderRLQS(v) {
+    const section = document.getElementById("rlqs");
+    const sum = document.getElementById("rlqs-summary");
+    sum.replaceChildren("Budgets shared: ", cell("span", String(v.budgets), { "data-k": "budgets" }), "; clients connected: ",
+      cell("span", String(v.clients), { "data-k": "clients" }), "; shown in ", cell("span", String(v.bytes), { "data-k": "bytes" }),
+      " of the view's ", cell("span", String(v.max_bytes), { "data-k": "max_bytes" }), " bytes.");
+    if (v.bound) sum.append(" Budgets were left out: ", cell("span", v.bound, { "data-k": "bound" }), ".");
+    for (const old of section.querySelectorAll(".rlqs-budget, #rlqs-none")) old.remove();
+    const top = v.top || [];
+    section.append(...(top.length ? top.map((b) => rlqsBudget(b, section.dataset.topn)) :
+      [cell("p", "No budget is shared now: no RLQS client reports a bucket a rule limits.", { id: "rlqs-none" })]));
+  }
+
+  let rlqsTimer = 0;
+  async function pollRLQS() {
+    try {
+      const resp = await fetch("/console/api/rlqs", { cache: "no-store" });
+      if (resp.ok) {
+        renderRLQS(await resp.json());
+        document.body.dataset.rlqsPolls = String(Number(document.body.dataset.rlqsPolls || 0) + 1);
+      }
+    } catch (e) {
+      // the live view's status line says when the service is unreachable
+    } finally {
+      clearTimeout(rlqsTimer);
+      rlqsTimer = setTimeout(pollRLQS, RLQS_POLL_MS);
+    }
+  }
+
   // ---- Playground ----
   function showShapeFields(prefix) {
     const shape = document.getElementById(prefix + "-shape").value;
@@ -468,6 +540,7 @@
     document.getElementById("live-rule").addEventListener("change", renderChart);
     document.getElementById("live-range").addEventListener("change", changeRange);
     poll();
+    if (document.getElementById("rlqs")) rlqsTimer = setTimeout(pollRLQS, RLQS_POLL_MS);
 
     const shape = document.getElementById("sim-shape");
     shape.addEventListener("change", () => showShapeFields("sim"));
