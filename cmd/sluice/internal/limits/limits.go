@@ -106,7 +106,7 @@ var (
 		Where: "entries in one descriptor, or in an RLQS bucket id", Why: "one per action of a rate_limits entry; 32 is many times what configurations nest",
 		Test: "TestEntriesCap", at: func(t *Table) *int64 { return &t.Entries }}
 	EntryBytes = &Row{Name: "entry-bytes", Alias: "max-entry-bytes", Kind: Bytes, Default: 1024,
-		Where: "a domain, a key or a value (an RLQS bucket id's too)", Why: "an address, a path or an API key fits; a store key is made of them",
+		Where: "a domain, a key or a value (an RLQS bucket id's too); an RLQS client's name (x-sluice-client)", Why: "an address, a path or an API key fits; a store key is made of them",
 		Test: "TestEntryBytesCap", at: func(t *Table) *int64 { return &t.EntryBytes }}
 	KeyBytes = &Row{Name: "key-bytes", Kind: Bytes, Default: 2048,
 		Where: "the store key a call names: a descriptor's keys and values together, or the key form's key; an RLQS bucket id's keys and values together",

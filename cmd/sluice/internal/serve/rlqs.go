@@ -15,6 +15,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -38,6 +39,13 @@ type RLQSOptions struct {
 	Now func() time.Time
 }
 
+// ClientHeader is the gRPC metadata a client may set (Envoy: the
+// GrpcService's initial_metadata) to name itself across its streams: a
+// stream that opens under the name of one still open ends that one at
+// once (codes.Aborted), its shares let go, instead of both counting
+// until the old one is found silent. At most entry-bytes long.
+const ClientHeader = "x-sluice-client"
+
 // WeightHeader is the gRPC metadata a client sets (Envoy: the
 // GrpcService's initial_metadata) to weigh its share of every budget
 // (a whole number from 1 to the limits table's rlqs-weight; 1 when
@@ -55,11 +63,12 @@ type rlqsService struct {
 	// streams are the open streams; holders maps the allocator's holders
 	// to the buckets that report them.
 	streams    map[*rlqsStream]struct{}
+	clients    map[string]*rlqsStream // the open streams that name their client
 	holders    map[rlqs.Holder]*rlqsBucket
 	nextHolder rlqs.Holder
 	// roundCfg is the configuration the rounds last matched buckets to.
 	roundCfg *rlsconfig.Config
-	metrics    *rlqsMetrics
+	metrics  *rlqsMetrics
 	// stopping is closed when the server shuts down: the streams end
 	// (a stream lasts as long as its client, and would hold up a
 	// graceful stop until its timeout).
@@ -92,6 +101,10 @@ type rlqsStream struct {
 	out    chan *rlqspb.RateLimitQuotaResponse
 	warned map[*limits.Row]bool // the caps whose refusals were logged
 	closed bool                 // close has run: a late report is refused
+	// client is its ClientHeader ("" when none); replaced is closed when
+	// another stream of the same client ends it.
+	client   string
+	replaced chan struct{}
 }
 
 // rlqsBucket is one bucket a client reports.
@@ -123,7 +136,7 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 		clock := o.Now
 		now = func() int64 { return clock().UnixMicro() }
 	}
-	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
+	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, clients: map[string]*rlqsStream{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
 	q.metrics = newRLQSMetrics(q)
 	if slicer != nil {
 		var name [8]byte
@@ -184,10 +197,18 @@ func (q *rlqsService) renew(ctx context.Context, now int64) {
 	q.failing = failed != nil
 }
 
-// open starts a client's stream, weight its WeightHeader values (none:
-// 1). Its error is a gRPC status: too many streams, or a bad weight.
-func (q *rlqsService) open(weight []string) (*rlqsStream, error) {
+// open starts a client's stream with its metadata: its WeightHeader
+// (none: 1) and its ClientHeader, whose stream still open it ends. Its
+// error is a gRPC status: too many streams, a bad weight or name.
+func (q *rlqsService) open(md metadata.MD) (*rlqsStream, error) {
 	lt := &q.s.opts.Limits
+	weight, client := md.Get(WeightHeader), ""
+	if c := md.Get(ClientHeader); len(c) > 0 {
+		client = strings.TrimSpace(c[len(c)-1])
+		if err := lt.Check(limits.EntryBytes, ClientHeader, int64(len(client))); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	w := int64(1)
 	if len(weight) > 0 {
 		v, err := strconv.ParseInt(strings.TrimSpace(weight[len(weight)-1]), 10, 64)
@@ -201,13 +222,21 @@ func (q *rlqsService) open(weight []string) (*rlqsStream, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if old := q.clients[client]; client != "" && old != nil {
+		close(old.replaced)
+		q.closeLocked(old)
+	}
 	if n := int64(len(q.streams)); n >= lt.RLQSClients {
 		return nil, status.Error(codes.ResourceExhausted, lt.Check(limits.RLQSClients, "RLQS streams open", n+1).Error())
 	}
 	rate := lt.RLQSReports
-	st := &rlqsStream{weight: w, buckets: map[string]*rlqsBucket{}, warned: map[*limits.Row]bool{},
-		pace: rlqs.NewTokenBucket(rate, rate*rlqsReportBurst, int64(time.Second/time.Microsecond), q.now()),
-		out:  make(chan *rlqspb.RateLimitQuotaResponse, rlqsOutBuffer)}
+	st := &rlqsStream{weight: w, client: client, buckets: map[string]*rlqsBucket{}, warned: map[*limits.Row]bool{},
+		pace:     rlqs.NewTokenBucket(rate, rate*rlqsReportBurst, int64(time.Second/time.Microsecond), q.now()),
+		out:      make(chan *rlqspb.RateLimitQuotaResponse, rlqsOutBuffer),
+		replaced: make(chan struct{})}
+	if client != "" {
+		q.clients[client] = st
+	}
 	q.streams[st] = struct{}{}
 	q.metrics.streams.Inc()
 	return st, nil
@@ -226,11 +255,22 @@ const rlqsOutBuffer = 4
 func (q *rlqsService) close(st *rlqsStream) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.closeLocked(st)
+}
+
+// closeLocked is close under q.mu; a stream closed already is left as is.
+func (q *rlqsService) closeLocked(st *rlqsStream) {
+	if st.closed {
+		return
+	}
 	for _, b := range st.buckets {
 		q.release(b)
 	}
 	st.closed = true
 	delete(q.streams, st)
+	if q.clients[st.client] == st {
+		delete(q.clients, st.client)
+	}
 	q.metrics.streams.Dec()
 }
 

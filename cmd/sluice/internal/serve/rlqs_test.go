@@ -13,6 +13,7 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -382,16 +383,16 @@ func TestRLQSWarmupWaits(t *testing.T) {
 func TestRLQSWeightCap(t *testing.T) {
 	s := newSim(t, simRules, RLQSOptions{}, 1)
 	for _, bad := range []string{"0", "-1", "x", "1.5"} {
-		if _, err := s.q.open([]string{bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), WeightHeader) {
+		if _, err := s.q.open(metadata.Pairs(WeightHeader, bad)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), WeightHeader) {
 			t.Errorf("weight %q: %v, want InvalidArgument naming %s", bad, err, WeightHeader)
 		}
 	}
 	c := limits.RLQSWeight.Default
-	_, err := s.q.open([]string{fmt.Sprint(c + 1)})
+	_, err := s.q.open(metadata.Pairs(WeightHeader, fmt.Sprint(c+1)))
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), capRefusal(limits.RLQSWeight)) || !strings.Contains(err.Error(), limits.RLQSWeight.Flag()) {
 		t.Errorf("weight %d: %v, want InvalidArgument naming the cap", c+1, err)
 	}
-	st, err := s.q.open([]string{fmt.Sprintf(" %d ", c)})
+	st, err := s.q.open(metadata.Pairs(WeightHeader, fmt.Sprintf(" %d ", c)))
 	if err != nil || st.weight != c {
 		t.Errorf("weight %d: %v, %v", c, st, err)
 	}

@@ -66,8 +66,8 @@ func TestRLQSDocsEnvoyConfig(t *testing.T) {
 	if quota.GetDomain() != "edge" || quota.GetRlqsServer().GetEnvoyGrpc().GetClusterName() != "sluice" {
 		t.Errorf("domain %q, cluster %q", quota.GetDomain(), quota.GetRlqsServer().GetEnvoyGrpc().GetClusterName())
 	}
-	if md := quota.GetRlqsServer().GetInitialMetadata(); len(md) != 1 || md[0].GetKey() != WeightHeader {
-		t.Errorf("initial_metadata %v, want %s", md, WeightHeader)
+	if md := quota.GetRlqsServer().GetInitialMetadata(); len(md) != 2 || md[0].GetKey() != WeightHeader || md[1].GetKey() != ClientHeader {
+		t.Errorf("initial_metadata %v, want %s and %s", md, WeightHeader, ClientHeader)
 	}
 	action, err := quota.GetBucketMatchers().GetOnNoMatch().GetAction().GetTypedConfig().UnmarshalNew()
 	if err != nil {

@@ -21,11 +21,12 @@ var errShuttingDown = status.Error(codes.Unavailable, "the server is shutting do
 // StreamRateLimitQuotas serves one client: each report is answered on
 // the stream, and the rounds push what changes in between. One goroutine
 // writes to the stream (a push it has no room for is dropped), another
-// reads; the stream ends when the client ends it, when either fails, or
-// when the server shuts down.
+// reads; the stream ends when the client ends it, when either fails,
+// when the server shuts down, or when a stream of the same client
+// (ClientHeader) replaces it.
 func (h rlqsServer) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	md, _ := metadata.FromIncomingContext(stream.Context())
-	st, err := h.q.open(md.Get(WeightHeader))
+	st, err := h.q.open(md)
 	if err != nil {
 		return err
 	}
@@ -42,6 +43,8 @@ func (h rlqsServer) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_St
 		senderDone = true // the stream's context ended, or a Send failed
 	case <-h.q.stopping:
 		err = errShuttingDown
+	case <-st.replaced:
+		err = status.Errorf(codes.Aborted, "a newer stream of client %q has replaced this one", st.client)
 	}
 	cancel()
 	// The sender is done with the stream before this returns; the

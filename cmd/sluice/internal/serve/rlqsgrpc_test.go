@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 )
 
 // RLQS over gRPC, beside RLS on one listener: a stream's reports are
@@ -99,5 +100,73 @@ func TestRLQSShutdownEndsStreams(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// A stream that names its client (x-sluice-client) replaces the client's
+// stream still open: the old one ends ABORTED at once and its shares go
+// (a stream the client gave up on, half-open to the server, no longer
+// takes shares until found silent), even at the clients' cap; another
+// client's stream is left alone.
+func TestRLQSClientReplacesStream(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	lt := limits.Defaults()
+	lt.RLQSClients = 2
+	ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), Limits: lt, RLQS: &RLQSOptions{Now: clock.Now}}, clock)
+	clock.Set(t0.Add(time.Minute)) // past the warm-up
+	client := rlqspb.NewRateLimitQuotaServiceClient(ts.conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func(name string) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {
+		t.Helper()
+		stream, err := client.StreamRateLimitQuotas(metadata.AppendToOutgoingContext(ctx, ClientHeader, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "sim", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 1, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("%s's answer: %v", name, err)
+		}
+		return stream
+	}
+	first, other := open("envoy-a"), open("envoy-b")
+	open("envoy-a") // at the cap of 2: it replaces the first
+	if _, err := first.Recv(); status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), `"envoy-a"`) {
+		t.Errorf("the replaced stream: %v, want ABORTED naming the client", err)
+	}
+	ts.rlqs.mu.Lock()
+	n, named := len(ts.rlqs.streams), len(ts.rlqs.clients)
+	ts.rlqs.mu.Unlock()
+	if n != 2 || named != 2 {
+		t.Errorf("%d streams open, %d named; want 2 and 2", n, named)
+	}
+	var holders int
+	ts.rlqs.mu.Lock()
+	ts.rlqs.alloc.Each(ts.rlqs.now(), func(b rlqs.BudgetStats) { holders += b.Holders })
+	ts.rlqs.mu.Unlock()
+	if holders != 2 {
+		t.Errorf("%d clients take a share, want 2 (the replaced stream's gone)", holders)
+	}
+	if err := other.Send(&rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 1, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Recv(); err != nil {
+		t.Errorf("the other client's stream: %v", err)
+	}
+}
+
+// A client's name is at most entry-bytes long: the cap + 1 is refused
+// INVALID_ARGUMENT naming the row.
+func TestRLQSClientNameCap(t *testing.T) {
+	s := newSim(t, simRules, RLQSOptions{}, 1)
+	c := limits.EntryBytes.Default
+	if _, err := s.q.open(metadata.Pairs(ClientHeader, strings.Repeat("a", int(c)))); err != nil {
+		t.Errorf("a name of %d bytes: %v", c, err)
+	}
+	_, err := s.q.open(metadata.Pairs(ClientHeader, strings.Repeat("a", int(c)+1)))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), capRefusal(limits.EntryBytes)) || !strings.Contains(err.Error(), ClientHeader) {
+		t.Errorf("a name of %d bytes: %v, want INVALID_ARGUMENT naming the cap", c+1, err)
 	}
 }

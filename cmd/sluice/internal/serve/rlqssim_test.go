@@ -17,6 +17,7 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -495,7 +496,7 @@ func (c *simClient) open() bool {
 	if r == nil {
 		return false
 	}
-	st, err := r.q.open([]string{strconv.FormatInt(c.o.weight, 10)})
+	st, err := r.q.open(metadata.Pairs(WeightHeader, strconv.FormatInt(c.o.weight, 10)))
 	if err != nil {
 		c.s.t.Fatalf("%s: open: %v", c.name, err)
 	}
