@@ -114,11 +114,11 @@ var (
 		Test:  "TestKeyBytesCap", at: func(t *Table) *int64 { return &t.KeyBytes }}
 	RLQSClients = &Row{Name: "rlqs-clients", Kind: Count, Default: 1000,
 		Where: "RLQS streams open at once (--rlqs); one more is refused RESOURCE_EXHAUSTED",
-		Why:   "a stream holds its buckets, their shares and a sender: a few hundred bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.2 GB at most",
+		Why:   "a stream holds its buckets, their shares and a sender: a few hundred bytes with no bucket; an Envoy opens one per RLQS server and domain; with rlqs-buckets, about 1.7 GB at most",
 		Test:  "TestRLQSClientsCap", at: func(t *Table) *int64 { return &t.RLQSClients }}
 	RLQSBuckets = &Row{Name: "rlqs-buckets", Kind: Count, Default: 1000,
 		Where: "buckets one RLQS stream reports; a bucket beyond is answered DENY_ALL and not kept",
-		Why:   "each bucket is about 1.2 KB of state and a share every round; an Envoy reports every bucket in one message, which request-bytes also caps (about 60 bytes a bucket with a short id)",
+		Why:   "each bucket is about 1.7 KB of state and a share every round; an Envoy reports every bucket in one message, which request-bytes also caps (about 60 bytes a bucket with a short id)",
 		Test:  "TestRLQSBucketsCap", at: func(t *Table) *int64 { return &t.RLQSBuckets }}
 	RLQSReports = &Row{Name: "rlqs-reports", Kind: Count, Default: 1000,
 		Where: "bucket reports one RLQS stream sends a second, ten seconds of it at once; a message beyond ends the stream RESOURCE_EXHAUSTED",

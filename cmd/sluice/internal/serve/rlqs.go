@@ -117,9 +117,12 @@ type rlqsBucket struct {
 	// holder is its share of a budget, 0 when it has none: fixed is then
 	// its blanket answer (no rule, unlimited or shadow: ALLOW_ALL;
 	// requests_per_unit 0 or a rate RLQS cannot express: DENY_ALL).
-	holder  rlqs.Holder
-	budget  rlqs.Budget
-	fixed   typev3.RateLimitStrategy_BlanketRule
+	holder rlqs.Holder
+	budget rlqs.Budget
+	fixed  typev3.RateLimitStrategy_BlanketRule
+	// sent is the holder's last action, sentMsg its message (actionOf).
+	sent    rlqs.Action
+	sentMsg *rlqspb.RateLimitQuotaResponse_BucketAction
 	lastUse int64 // µs: the last report that counted a request (fixed buckets' idleness)
 }
 
@@ -398,7 +401,7 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 		q.release(b)
 		delete(st.buckets, key)
 	}
-	return q.action(b.id, act)
+	return q.actionOf(b, act)
 }
 
 // idle is how long a bucket without a share may report nothing before it
@@ -558,7 +561,7 @@ func (q *rlqsService) collect(out map[*rlqsStream]*rlqspb.RateLimitQuotaResponse
 			m = &rlqspb.RateLimitQuotaResponse{}
 			out[b.st] = m
 		}
-		m.BucketAction = append(m.BucketAction, q.action(b.id, act))
+		m.BucketAction = append(m.BucketAction, q.actionOf(b, act))
 	}
 }
 
@@ -591,17 +594,41 @@ func (q *rlqsService) run(ctx context.Context) {
 	}
 }
 
-// action is an allocator's Action as the protocol says it, for bucket id.
-func (q *rlqsService) action(id *rlqspb.BucketId, act rlqs.Action) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// actionOf is b's action for act: the one sent last when act is the
+// same (a refresh: rounds resend most grants unchanged every few
+// seconds), else a new one. A message is only read once made (marshalled,
+// perhaps by several streams' senders at once), so it may be shared.
+func (q *rlqsService) actionOf(b *rlqsBucket, act rlqs.Action) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	if b.sentMsg != nil && b.sent == act {
+		q.count(act)
+		return b.sentMsg
+	}
+	m := q.action(b.id, act)
+	b.sent, b.sentMsg = act, m
+	return m
+}
+
+// count counts act in the actions' metric.
+func (q *rlqsService) count(act rlqs.Action) {
 	switch {
 	case act.Abandon:
-		q.metrics.actions.WithLabelValues("abandon").Inc()
+		q.metrics.abandon.Inc()
+	case act.DenyAll():
+		q.metrics.denyAll.Inc()
+	default:
+		q.metrics.tokenBucket.Inc()
+	}
+}
+
+// action is an allocator's Action as the protocol says it, for bucket id.
+func (q *rlqsService) action(id *rlqspb.BucketId, act rlqs.Action) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	q.count(act)
+	switch {
+	case act.Abandon:
 		return abandonAction(id)
 	case act.DenyAll():
-		q.metrics.actions.WithLabelValues("deny_all").Inc()
 		return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, act.TTL)
 	}
-	q.metrics.actions.WithLabelValues("token_bucket").Inc()
 	return assignAction(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 		MaxTokens:     uint32(act.Burst),
 		TokensPerFill: wrapperspb.UInt32(uint32(act.Tokens)),

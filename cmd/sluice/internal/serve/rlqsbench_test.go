@@ -37,6 +37,24 @@ func rlqsFleet(b *testing.B, o RLQSOptions) (*sim, []*rlqsStream, [][]byte) {
 			b.Fatal(err)
 		}
 	}
+	// Two more reports of each stream, 5s apart, with the rounds between:
+	// demands known and shares settled, as in a server that has run a
+	// while (a client's first samples share its budgets at once).
+	for range 2 {
+		for i, st := range sts {
+			s.now += 5 * simSec / streams
+			var m rlqspb.RateLimitQuotaUsageReports
+			if err := proto.Unmarshal(wires[i], &m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.q.report(s.now, st, &m); err != nil {
+				b.Fatal(err)
+			}
+			if (i+1)%(streams/5) == 0 {
+				s.q.round(s.now)
+			}
+		}
+	}
 	return s, sts, wires
 }
 

@@ -17,6 +17,8 @@ type rlqsMetrics struct {
 	reports, pushes, dropped prometheus.Counter
 	sliceFailures            prometheus.Counter
 	actions, refused         *prometheus.CounterVec
+	// the actions' counters, by action (the rounds count one per bucket)
+	tokenBucket, denyAll, abandon prometheus.Counter
 
 	rate, demand, granted, outstanding, clients, slice *prometheus.Desc
 }
@@ -40,9 +42,8 @@ func newRLQSMetrics(q *rlqsService) *rlqsMetrics {
 		slice:       prometheus.NewDesc("sluice_rlqs_budget_slice", "The rate this replica grants from, per second, summed over the rule's budgets: the rate, or over Redis its slice of it.", family, nil),
 	}
 	q.s.metrics.reg.MustRegister(m.streams, m.reports, m.pushes, m.dropped, m.sliceFailures, m.actions, m.refused, m)
-	for _, a := range []string{"token_bucket", "allow_all", "deny_all", "abandon"} {
-		m.actions.WithLabelValues(a)
-	}
+	m.actions.WithLabelValues("allow_all")
+	m.tokenBucket, m.denyAll, m.abandon = m.actions.WithLabelValues("token_bucket"), m.actions.WithLabelValues("deny_all"), m.actions.WithLabelValues("abandon")
 	return m
 }
 
