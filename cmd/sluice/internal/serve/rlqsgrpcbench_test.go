@@ -226,8 +226,10 @@ func BenchmarkRLQSFleetGRPC(b *testing.B) {
 // The rounds alone: for each 5s op the clients report nothing (they
 // reported once each just before, outside the timer: a holder silent
 // for three report intervals takes no share), and the rounds every
-// second push the grants they refresh (each holder's about every 2s, its
-// TTL being 3s). Metrics as BenchmarkRLQSFleetGRPC's.
+// second push the grants they refresh (a grant is resent once a round
+// and the slack, 2s, would take it past its 3s TTL: each holder's every
+// round or every other, as the rounds' ticks fall). Metrics as
+// BenchmarkRLQSFleetGRPC's.
 func BenchmarkRLQSRoundsGRPC(b *testing.B) {
 	r := startRLQSBench(b, rlqs.Config{}, 0)
 	b.ResetTimer()
@@ -256,7 +258,7 @@ func BenchmarkRLQSRoundsGRPC(b *testing.B) {
 func TestRLQSBenchClient(t *testing.T) {
 	addr := os.Getenv(rlqsBenchEnv)
 	if addr == "" {
-		t.Skip("the benchmarks' clients: run by BenchmarkRLQSReportGRPC and BenchmarkRLQSFleetGRPC")
+		t.Skip("the clients of the RLQS gRPC benchmarks, run by them (" + rlqsBenchEnv + " unset)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
