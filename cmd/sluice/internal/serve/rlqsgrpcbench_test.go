@@ -280,7 +280,9 @@ func TestRLQSBenchClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitAnswered(cs)
+	if err := waitAnswered(cs); err != nil {
+		t.Fatal(err)
+	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -300,7 +302,11 @@ func TestRLQSBenchClient(t *testing.T) {
 					if err := c.send(); err != nil {
 						return err
 					}
-					<-c.got // its answer (or a push: the next waits less)
+					select {
+					case <-c.got: // its answer (or a push: the next waits less)
+					case <-c.ended:
+						return fmt.Errorf("stream %d: %w", i, c.err)
+					}
 				}
 				return nil
 			})
@@ -325,7 +331,9 @@ func TestRLQSBenchClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitAnswered(cs)
+		if err := waitAnswered(cs); err != nil {
+			t.Fatal(err)
+		}
 		fmt.Println("done", int64(cpuTime()-before), total.Load()-got, actions.Load()-acts)
 	}
 	for _, c := range cs {
@@ -343,10 +351,12 @@ type rlqsBenchClient struct {
 	report *rlqspb.RateLimitQuotaUsageReports
 	// sent and received count the stream's messages, total and actions
 	// all streams' messages and bucket actions received; got has a token
-	// for each message received (dropped when full).
+	// for each message received (dropped when full); ended is closed
+	// when the stream has ended, with err.
 	sent, received atomic.Int64
 	total, actions *atomic.Int64
-	got            chan struct{}
+	got, ended     chan struct{}
+	err            error
 }
 
 func newRLQSBenchClient(ctx context.Context, addr string, i int, total, actions *atomic.Int64) (*rlqsBenchClient, error) {
@@ -362,7 +372,7 @@ func newRLQSBenchClient(ctx context.Context, addr string, i int, total, actions 
 	for j := range rlqsBenchBuckets {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, usageOf(map[string]string{"name": fmt.Sprintf("b%05d", (i*rlqsBenchBuckets+j)%rlqsBenchBudgets)}, 40, 10))
 	}
-	return &rlqsBenchClient{conn: conn, stream: stream, report: m, total: total, actions: actions, got: make(chan struct{}, 64)}, nil
+	return &rlqsBenchClient{conn: conn, stream: stream, report: m, total: total, actions: actions, got: make(chan struct{}, 64), ended: make(chan struct{})}, nil
 }
 
 func (c *rlqsBenchClient) send() error {
@@ -375,6 +385,8 @@ func (c *rlqsBenchClient) drain() {
 	for {
 		m, err := c.stream.Recv()
 		if err != nil {
+			c.err = err
+			close(c.ended)
 			return
 		}
 		c.received.Add(1)
@@ -389,16 +401,21 @@ func (c *rlqsBenchClient) drain() {
 
 // waitAnswered waits until every stream has received at least as many
 // messages as it sent (a push may stand in for an answer still on its
-// way), and empties the tokens.
-func waitAnswered(cs []*rlqsBenchClient) {
-	for _, c := range cs {
+// way), and empties the tokens; or until a stream ends.
+func waitAnswered(cs []*rlqsBenchClient) error {
+	for i, c := range cs {
 		for c.received.Load() < c.sent.Load() {
-			time.Sleep(time.Millisecond)
+			select {
+			case <-c.ended:
+				return fmt.Errorf("stream %d: %w", i, c.err)
+			case <-time.After(time.Millisecond):
+			}
 		}
 		for len(c.got) > 0 {
 			<-c.got
 		}
 	}
+	return nil
 }
 
 // each runs f for every client at once and returns the first error.
