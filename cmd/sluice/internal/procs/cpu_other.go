@@ -4,5 +4,5 @@ package procs
 
 import "time"
 
-// processCPU cannot read the process's CPU time here.
-func processCPU() (time.Duration, bool) { return 0, false }
+// ProcessCPU cannot read the process's CPU time here: false.
+func ProcessCPU() (time.Duration, bool) { return 0, false }

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) every thread of the
+// ProcessCPU returns the CPU time (user and system) every thread of the
 // process has used.
-func processCPU() (time.Duration, bool) {
+func ProcessCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false

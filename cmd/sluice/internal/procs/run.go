@@ -37,7 +37,7 @@ type Runner struct {
 // Supported reports whether Start can read the process's CPU time here
 // (Unix systems); where it cannot, Start leaves GOMAXPROCS alone.
 func Supported() bool {
-	_, ok := processCPU()
+	_, ok := ProcessCPU()
 	return ok
 }
 
@@ -53,7 +53,7 @@ func Start(changed func(from, to int, used float64)) *Runner {
 	go func() {
 		defer t.Stop()
 		defer re.Stop()
-		r.run(env{cpu: processCPU, set: runtime.GOMAXPROCS, now: time.Now, tick: t.C, ceiling: defaultProcs, recheck: re.C}, changed)
+		r.run(env{cpu: ProcessCPU, set: runtime.GOMAXPROCS, now: time.Now, tick: t.C, ceiling: defaultProcs, recheck: re.C}, changed)
 	}()
 	return r
 }
