@@ -62,10 +62,9 @@ type rlqsService struct {
 	mu    sync.Mutex
 	// streams are the open streams; holders maps the allocator's holders
 	// to the buckets that report them.
-	streams    map[*rlqsStream]struct{}
-	clients    map[string]*rlqsStream // the open streams that name their client
-	holders    map[rlqs.Holder]*rlqsBucket
-	nextHolder rlqs.Holder
+	streams map[*rlqsStream]struct{}
+	clients map[string]*rlqsStream // the open streams that name their client
+	holders holderSlots
 	// roundCfg is the configuration the rounds last matched buckets to.
 	roundCfg *rlsconfig.Config
 	metrics  *rlqsMetrics
@@ -139,7 +138,7 @@ func newRLQSService(s *service, o *RLQSOptions) (*rlqsService, error) {
 		clock := o.Now
 		now = func() int64 { return clock().UnixMicro() }
 	}
-	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, clients: map[string]*rlqsStream{}, holders: map[rlqs.Holder]*rlqsBucket{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
+	q := &rlqsService{s: s, alloc: a, now: now, streams: map[*rlqsStream]struct{}{}, clients: map[string]*rlqsStream{}, stopping: make(chan struct{}), badRules: map[*rlsconfig.Rule]*rlsconfig.Config{}}
 	q.metrics = newRLQSMetrics(q)
 	if slicer != nil {
 		var name [8]byte
@@ -284,7 +283,7 @@ func (q *rlqsService) shutdown() { q.stopOnce.Do(func() { close(q.stopping) }) }
 func (q *rlqsService) release(b *rlqsBucket) {
 	if b.holder != 0 {
 		q.alloc.Close(b.holder)
-		delete(q.holders, b.holder)
+		q.holders.remove(b.holder)
 		b.holder = 0
 	}
 }
@@ -450,9 +449,7 @@ func (q *rlqsService) match(b *rlqsBucket, domain string, cfg *rlsconfig.Config,
 		return
 	}
 	q.release(b)
-	q.nextHolder++
-	b.holder, b.budget = q.nextHolder, budget
-	q.holders[b.holder] = b
+	b.holder, b.budget = q.holders.add(b), budget
 }
 
 // refuse answers a bucket over a cap: DENY_ALL (it is not tracked, and
@@ -552,7 +549,7 @@ func (q *rlqsService) rematch(now int64, cfg *rlsconfig.Config) {
 // assignment goes into its stream's message in out.
 func (q *rlqsService) collect(out map[*rlqsStream]*rlqspb.RateLimitQuotaResponse) func(rlqs.Holder, rlqs.Action) {
 	return func(h rlqs.Holder, act rlqs.Action) {
-		b := q.holders[h]
+		b := q.holders.get(h)
 		if b == nil {
 			return
 		}
@@ -563,6 +560,63 @@ func (q *rlqsService) collect(out map[*rlqsStream]*rlqspb.RateLimitQuotaResponse
 		}
 		m.BucketAction = append(m.BucketAction, q.actionOf(b, act))
 	}
+}
+
+// holderSlots maps the allocator's holders to their buckets. A holder's
+// number is its slot (the low 32 bits) and the slot's generation (the
+// high 32, from 1), so that a slot freed and taken again never names two
+// holders (the allocator counts a gone holder's lease until it ends),
+// and a lookup is an index rather than a hash: a round looks up every
+// grant it resends, 100,000 of them in a few tens of milliseconds.
+type holderSlots struct {
+	slots []holderSlot
+	free  []uint32
+}
+
+type holderSlot struct {
+	b   *rlqsBucket
+	gen uint32
+}
+
+// add gives b a holder number.
+func (hs *holderSlots) add(b *rlqsBucket) rlqs.Holder {
+	var i uint32
+	if n := len(hs.free); n > 0 {
+		i, hs.free = hs.free[n-1], hs.free[:n-1]
+	} else {
+		i = uint32(len(hs.slots))
+		hs.slots = append(hs.slots, holderSlot{})
+	}
+	s := &hs.slots[i]
+	s.gen++
+	if s.gen == 0 { // 2^32 holders in one slot: skip 0, which is none
+		s.gen = 1
+	}
+	s.b = b
+	return rlqs.Holder(uint64(s.gen)<<32 | uint64(i))
+}
+
+// get returns h's bucket, nil when h has been removed.
+func (hs *holderSlots) get(h rlqs.Holder) *rlqsBucket {
+	i := uint64(h) & (1<<32 - 1)
+	if i >= uint64(len(hs.slots)) {
+		return nil
+	}
+	if s := &hs.slots[i]; s.gen == uint32(h>>32) {
+		return s.b
+	}
+	return nil
+}
+
+// remove frees h's slot.
+func (hs *holderSlots) remove(h rlqs.Holder) {
+	i := uint64(h) & (1<<32 - 1)
+	if hs.get(h) == nil {
+		return
+	}
+	hs.slots[i].b = nil
+	hs.slots[i].gen++ // a late lookup of h finds nothing
+	hs.free = append(hs.free, uint32(i))
 }
 
 // push hands the round's messages to their streams' senders, dropping

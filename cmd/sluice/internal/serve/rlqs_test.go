@@ -529,7 +529,7 @@ func TestRLQSMemory(t *testing.T) {
 	}
 	m = nil
 	perBucket := (heap() - h1) / (n / 2)
-	t.Logf("a client (stream, no bucket): %d bytes; a bucket (its own budget): %d bytes (%d buckets, %d holders)", perClient, perBucket, len(st.buckets), len(s.q.holders))
+	t.Logf("a client (stream, no bucket): %d bytes; a bucket (its own budget): %d bytes (%d buckets, %d holders)", perClient, perBucket, len(st.buckets), len(s.q.holders.slots)-len(s.q.holders.free))
 	if perClient > 1024 || perBucket > 2048 {
 		t.Errorf("a client %d bytes, a bucket %d: want within 1 KiB and 2 KiB (docs/rlqs.md)", perClient, perBucket)
 	}
@@ -572,4 +572,21 @@ func FuzzRLQSReport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A holder's number names one bucket, never two: a slot freed and taken
+// again gets a new generation, and the old number finds nothing.
+func TestHolderSlots(t *testing.T) {
+	var hs holderSlots
+	a, b := &rlqsBucket{}, &rlqsBucket{}
+	ha := hs.add(a)
+	hs.remove(ha)
+	hb := hs.add(b)
+	if ha == 0 || hb == 0 || ha == hb || hs.get(ha) != nil || hs.get(hb) != b || len(hs.slots) != 1 {
+		t.Errorf("holders %x and %x of one slot: get %p and %p, %d slots", ha, hb, hs.get(ha), hs.get(hb), len(hs.slots))
+	}
+	hs.remove(ha) // late: b's stays
+	if hs.get(hb) != b || hs.get(rlqs.Holder(1<<32|7)) != nil {
+		t.Error("a stale or unknown number removed or found a bucket")
+	}
 }
