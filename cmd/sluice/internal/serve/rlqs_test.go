@@ -538,7 +538,8 @@ func TestRLQSMemory(t *testing.T) {
 }
 
 // Whatever bytes arrive, a report is answered or refused, never a panic,
-// and every action names a bucket id the report sent.
+// and every action names a bucket id the stream has sent (this report's,
+// or an earlier one's whose budget the report shared again at once).
 func FuzzRLQSReport(f *testing.F) {
 	for _, m := range []*rlqspb.RateLimitQuotaUsageReports{
 		{Domain: "sim", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 3, 1)}},
@@ -549,12 +550,12 @@ func FuzzRLQSReport(f *testing.F) {
 		f.Add(b, int64(0))
 	}
 	s, st := warm(f, mappingRules)
+	sent := map[string]bool{}
 	f.Fuzz(func(t *testing.T, wire []byte, dt int64) {
 		var m rlqspb.RateLimitQuotaUsageReports
 		if proto.Unmarshal(wire, &m) != nil {
 			return
 		}
-		sent := map[string]bool{}
 		for _, u := range m.GetBucketQuotaUsages() {
 			sent[bucketKeyOf(u.GetBucketId().GetBucket())] = true
 		}
@@ -568,7 +569,7 @@ func FuzzRLQSReport(f *testing.F) {
 		}
 		for _, a := range resp.GetBucketAction() {
 			if !sent[bucketKeyOf(a.GetBucketId().GetBucket())] {
-				t.Fatalf("an action for %v, which the report did not name", a.GetBucketId())
+				t.Fatalf("an action for %v, which the stream never named", a.GetBucketId())
 			}
 		}
 	})
