@@ -326,7 +326,7 @@ func TestOutstandingNeverOverRate(t *testing.T) {
 		traces = 400
 	}
 	for range traces {
-		cfg := Config{Reserve: rng.Float64() * 0.2, Headroom: rng.Float64(), Band: rng.Float64() * 0.2, IdleReports: 1 + rng.IntN(4)}
+		cfg := Config{Reserve: rng.Float64() * 0.2, Headroom: rng.Float64(), Band: rng.Float64() * 0.2, IdleReports: 1 + rng.IntN(4), TTL: time.Duration(3+rng.IntN(6)) * time.Second}
 		h := newHarness(t, cfg)
 		budgets := []Budget{
 			{Key: "a", Rate: 1 + rng.Int64N(2000), Fill: time.Second},
