@@ -21,14 +21,7 @@ import (
 // clients' cap is refused RESOURCE_EXHAUSTED, the health service knows
 // the RLQS service, and /metrics has the budgets' series.
 func TestRLQSOverGRPC(t *testing.T) {
-	clock := &fakeClock{t: t0}
-	lt := limits.Defaults()
-	lt.RLQSClients = 1
-	ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), Limits: lt, RLQS: &RLQSOptions{Now: clock.Now}}, clock)
-	clock.Set(t0.Add(time.Minute)) // past the warm-up
-	client := rlqspb.NewRateLimitQuotaServiceClient(ts.conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ts, client, ctx := startRLQS(t, 1)
 	stream, err := client.StreamRateLimitQuotas(metadata.AppendToOutgoingContext(ctx, WeightHeader, "3"))
 	if err != nil {
 		t.Fatal(err)
@@ -109,14 +102,7 @@ func TestRLQSShutdownEndsStreams(t *testing.T) {
 // takes shares until found silent), even at the clients' cap; another
 // client's stream is left alone.
 func TestRLQSClientReplacesStream(t *testing.T) {
-	clock := &fakeClock{t: t0}
-	lt := limits.Defaults()
-	lt.RLQSClients = 2
-	ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), Limits: lt, RLQS: &RLQSOptions{Now: clock.Now}}, clock)
-	clock.Set(t0.Add(time.Minute)) // past the warm-up
-	client := rlqspb.NewRateLimitQuotaServiceClient(ts.conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ts, client, ctx := startRLQS(t, 2)
 	open := func(name string) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {
 		t.Helper()
 		stream, err := client.StreamRateLimitQuotas(metadata.AppendToOutgoingContext(ctx, ClientHeader, name))
@@ -169,4 +155,19 @@ func TestRLQSClientNameCap(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), capRefusal(limits.EntryBytes)) || !strings.Contains(err.Error(), ClientHeader) {
 		t.Errorf("a name of %d bytes: %v, want INVALID_ARGUMENT naming the cap", c+1, err)
 	}
+}
+
+// startRLQS serves simRules with RLQS, at most clients streams, its clock
+// past the warm-up, and returns a client of it and a context that ends
+// with the test (10 s at most).
+func startRLQS(t *testing.T, clients int64) (*testServer, rlqspb.RateLimitQuotaServiceClient, context.Context) {
+	t.Helper()
+	clock := &fakeClock{t: t0}
+	lt := limits.Defaults()
+	lt.RLQSClients = clients
+	ts := start(t, Options{Config: writeConfig(t, map[string]string{"r.yaml": simRules}), Limits: lt, RLQS: &RLQSOptions{Now: clock.Now}}, clock)
+	clock.Set(t0.Add(time.Minute)) // past the warm-up
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ts, rlqspb.NewRateLimitQuotaServiceClient(ts.conn), ctx
 }
