@@ -48,6 +48,20 @@ type Config struct {
 	// a lease (TTL and slack) after it is sent, so the TTL is how fast
 	// shares follow demand. It must exceed a round and the slack.
 	TTL time.Duration
+	// SteadyTTL is the TTL of the grants of a budget whose clients'
+	// demand fits its rate with room to spare (at its last round every
+	// client's share was all it asks, with the headroom, and what was
+	// left would take any one of them doubling it): their shares hold
+	// still, so they live longer and reports renew them, not rounds, and
+	// a client that asks more is granted it from the room at once without
+	// cutting the others; default the report
+	// interval, two rounds and the slack, rounded up (8s). A budget whose
+	// demand outgrows its rate grants with TTL from its next round; its
+	// steady grants' leases end within a SteadyTTL and the slack, which
+	// is how long a rise waits for cuts then. Blanket answers of buckets
+	// no budget shares, which only reports renew, have it too. At least
+	// TTL.
+	SteadyTTL time.Duration
 	// Slack is added to the TTL when a lease's end is counted: the time
 	// an assignment may take to reach its client and start its timer
 	// (default Round). An assignment delivered later than that may be
@@ -82,14 +96,6 @@ type Config struct {
 	SliceLife time.Duration
 }
 
-// ReportTTL is the time to live of an answer that only reports renew (a
-// blanket ALLOW_ALL or DENY_ALL the server gives a bucket no budget
-// shares; rounds do not resend them): the report interval, a round and
-// the slack, rounded up to whole seconds. c's defaults must be filled.
-func (c Config) ReportTTL() time.Duration {
-	return (c.ReportInterval + c.Round + c.Slack + time.Second - 1).Truncate(time.Second)
-}
-
 // The defaults of Config's fields.
 const (
 	DefaultReportInterval = 5 * time.Second
@@ -115,6 +121,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TTL == 0 {
 		c.TTL = (2*c.Round + c.Slack + time.Second - 1).Truncate(time.Second)
 	}
+	if c.SteadyTTL == 0 {
+		c.SteadyTTL = max(c.TTL, (c.ReportInterval + 2*c.Round + c.Slack + time.Second - 1).Truncate(time.Second))
+	}
 	if c.Burst == 0 {
 		c.Burst = DefaultBurst
 	}
@@ -131,19 +140,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.IdleReports = DefaultIdleReports
 	}
 	if c.SliceLife == 0 {
-		c.SliceLife = c.TTL + c.Slack + 3*c.Round
+		c.SliceLife = c.SteadyTTL + c.Slack + 3*c.Round
 	}
 	switch {
 	case c.ReportInterval < 100*time.Millisecond || c.Round < time.Millisecond || c.Slack < 0 || c.Burst < 0:
 		return c, fmt.Errorf("rlqs: report interval %v, round %v, slack %v, burst %v: want a report interval of 100ms or more, a round of 1ms or more, no negative slack or burst", c.ReportInterval, c.Round, c.Slack, c.Burst)
-	case c.TTL%time.Second != 0 || c.TTL <= c.Round+c.Slack:
-		return c, fmt.Errorf("rlqs: TTL %v: want whole seconds, more than a round and the slack (%v)", c.TTL, c.Round+c.Slack)
+	case c.TTL%time.Second != 0 || c.TTL <= c.Round+c.Slack || c.SteadyTTL%time.Second != 0 || c.SteadyTTL < c.TTL:
+		return c, fmt.Errorf("rlqs: TTL %v, steady TTL %v: want whole seconds, a TTL of more than a round and the slack (%v), a steady TTL of at least the TTL", c.TTL, c.SteadyTTL, c.Round+c.Slack)
 	case !(c.Reserve >= 0 && c.Reserve < 1 && c.Headroom >= 0 && c.Headroom <= 10 && c.Band >= 0 && c.Band < 1):
 		return c, fmt.Errorf("rlqs: reserve %v, headroom %v, band %v: want a reserve and a band in [0, 1), a headroom in [0, 10]", c.Reserve, c.Headroom, c.Band)
 	case c.IdleReports < 1:
 		return c, fmt.Errorf("rlqs: idle reports %d: want 1 or more", c.IdleReports)
-	case c.SliceLife <= c.TTL+c.Slack:
-		return c, fmt.Errorf("rlqs: slice life %v: want more than a lease (TTL and slack, %v)", c.SliceLife, c.TTL+c.Slack)
+	case c.SliceLife <= c.SteadyTTL+c.Slack:
+		return c, fmt.Errorf("rlqs: slice life %v: want more than the longest lease (steady TTL and slack, %v)", c.SliceLife, c.SteadyTTL+c.Slack)
 	}
 	return c, nil
 }
@@ -212,8 +221,10 @@ func (a Action) DenyAll() bool { return !a.Wait && !a.Abandon && a.Tokens == 0 }
 type Allocator struct {
 	cfg Config
 	// the config in µs and parts per million
-	ttl, slack, lease, round, idle, burst, sliceLife int64
-	reservePPM, headroomPPM, bandPPM                 int64
+	ttl, steadyTTL, slack, round, idle, burst, sliceLife int64
+	// longest is the longest lease: a steady grant's TTL and the slack.
+	longest                          int64
+	reservePPM, headroomPPM, bandPPM int64
 
 	last    int64 // the latest instant seen: time never goes back
 	born    int64 // the first instant seen, +1 (0: none yet)
@@ -248,6 +259,10 @@ type bucket struct {
 	// rushed is when a report last shared it out of the rounds (µs): once
 	// a round at most, so that reports cost no more than rounds do.
 	rushed int64
+	// steady is set when its last round found its clients' demand within
+	// its rate with room for any one to double it: its grants have
+	// Config.SteadyTTL.
+	steady bool
 }
 
 type holder struct {
@@ -287,7 +302,7 @@ func New(cfg Config) (*Allocator, error) {
 	us := func(d time.Duration) int64 { return d.Microseconds() }
 	ppm := func(f float64) int64 { return int64(math.Round(f * 1e6)) }
 	return &Allocator{
-		cfg: c, ttl: us(c.TTL), slack: us(c.Slack), lease: us(c.TTL + c.Slack), round: us(c.Round),
+		cfg: c, ttl: us(c.TTL), steadyTTL: us(c.SteadyTTL), slack: us(c.Slack), longest: us(c.SteadyTTL + c.Slack), round: us(c.Round),
 		idle: us(c.ReportInterval) * int64(c.IdleReports), burst: us(c.Burst), sliceLife: us(c.SliceLife),
 		reservePPM: ppm(c.Reserve), headroomPPM: ppm(c.Headroom), bandPPM: ppm(c.Band),
 		buckets: map[string]*bucket{}, holders: map[Holder]*holder{},
@@ -315,7 +330,7 @@ func (a *Allocator) Start(now int64) { a.clock(now) }
 // instant, when it grants nothing (Action.Wait). A sliced Allocator does
 // not warm up: the slices of the replica it replaces count in the store
 // until the leases granted from them end.
-func (a *Allocator) warming(now int64) bool { return !a.cfg.Sliced && now < a.born-1+a.lease }
+func (a *Allocator) warming(now int64) bool { return !a.cfg.Sliced && now < a.born-1+a.longest }
 
 // Report takes holder h's usage of budget b at now (µs, the server's
 // clock when the report arrived): allowed and denied requests since its
@@ -378,7 +393,7 @@ func (a *Allocator) Report(now int64, b Budget, h Holder, weight int64, allowed,
 	switch {
 	case ho.hasTarget:
 		want = ho.target
-	case ho.hasCur && now < ho.curAt+a.ttl:
+	case ho.inForce(now):
 		want = ho.cur.Tokens
 	}
 	act, _ := a.decide(now, ho, want, true)
@@ -548,8 +563,9 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 	bk := ho.b
 	sum := a.outstanding(now, bk)
 	mine := ho.leases.at(now)
-	room := max(0, a.capacity(now, bk)-(sum-mine))
-	valid := ho.hasCur && !ho.cur.Abandon && now < ho.curAt+a.ttl && ho.cur.Fill == time.Duration(bk.fill)*time.Microsecond
+	ttl := a.ttlOf(bk)
+	room := max(0, a.capacity(now, bk, ttl+a.slack)-(sum-mine))
+	valid := ho.inForce(now) && ho.cur.Fill == time.Duration(bk.fill)*time.Microsecond
 	g := min(want, room)
 	if valid {
 		c := ho.cur.Tokens
@@ -566,16 +582,20 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 			return ho.cur, false
 		}
 	}
-	act := a.action(bk, g)
+	act := a.action(bk, g, ttl)
 	if ho.hasCur && act.Fill != ho.cur.Fill && act.Tokens == ho.cur.Tokens && act.Burst == ho.cur.Burst && g > 0 {
 		// Envoy compares fill intervals by their nanoseconds alone: a
 		// bucket that changed only its seconds would keep the old rate.
 		act.Burst++
 	}
 	if valid && g == ho.cur.Tokens {
-		act = ho.cur // identical parameters: the client keeps its bucket
+		// identical parameters: the client keeps its bucket (its TTL, not
+		// among them, may change)
+		fresh := act.TTL
+		act = ho.cur
+		act.TTL = fresh
 	}
-	ho.leases.add(now, g, now+a.lease)
+	ho.leases.add(now, g, now+ttl+a.slack)
 	bk.sum += ho.leases.at(now) - mine
 	bk.noteNext(ho.leases.next(now))
 	changed := !valid || act != ho.cur
@@ -583,9 +603,25 @@ func (a *Allocator) decide(now int64, ho *holder, want int64, resend bool) (Acti
 	return act, changed || resend
 }
 
-// action is the assignment of g tokens per fill interval of bk.
-func (a *Allocator) action(bk *bucket, g int64) Action {
-	act := Action{Tokens: g, Fill: time.Duration(bk.fill) * time.Microsecond, TTL: a.cfg.TTL}
+// ttlOf is the TTL of bk's grants now (µs): Config.SteadyTTL while its
+// clients' demand fits its rate, else Config.TTL.
+func (a *Allocator) ttlOf(bk *bucket) int64 {
+	if bk.steady {
+		return a.steadyTTL
+	}
+	return a.ttl
+}
+
+// inForce reports whether ho's last assignment is in force at its client
+// at now (as far as its TTL goes: an abandon or nothing is not).
+func (ho *holder) inForce(now int64) bool {
+	return ho.hasCur && !ho.cur.Abandon && now < ho.curAt+ho.cur.TTL.Microseconds()
+}
+
+// action is the assignment of g tokens per fill interval of bk, with a
+// TTL of ttl µs.
+func (a *Allocator) action(bk *bucket, g, ttl int64) Action {
+	act := Action{Tokens: g, Fill: time.Duration(bk.fill) * time.Microsecond, TTL: time.Duration(ttl) * time.Microsecond}
 	if g > 0 {
 		// max(1, ⌈g/fill · δ⌉), fill and δ in µs
 		act.Burst = max(1, int64(mulDivCeil(uint64(g), uint64(a.burst), uint64(bk.fill))))
@@ -669,11 +705,17 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action), skip
 	a.caps, a.weights = grow(a.caps, n), grow(a.weights, n)
 	a.shares, a.targets = grow(a.shares, n), grow(a.targets, n)
 	a.order = slices.Grow(a.order[:0], n)
+	var caps, largest uint64
 	for i, ho := range act {
 		a.caps[i], a.weights[i] = a.capOf(ho), ho.weight
+		caps += uint64(a.caps[i])
+		largest = max(largest, uint64(a.caps[i]))
 	}
 	share := a.shareOf(bk)
 	capacity := (share - a.reserve(bk)*share/max(bk.rate, 1)) * scale
+	// Steady: every client gets all it asks, and what is left would take
+	// any one of them doubling its demand without a cut.
+	bk.steady = caps+largest <= uint64(capacity)
 	waterfill(capacity, a.caps, a.weights, a.shares, a.order)
 	apportion(a.shares, a.targets, a.order)
 	for i, ho := range act {
@@ -702,7 +744,7 @@ func (a *Allocator) share(now int64, bk *bucket, push func(Holder, Action), skip
 // round's refresh reached the client (a round, and the slack for its
 // trip).
 func (a *Allocator) send(now int64, ho *holder, push func(Holder, Action)) {
-	refresh := ho.hasCur && now+a.round+a.slack >= ho.curAt+a.ttl
+	refresh := ho.hasCur && now+a.round+a.slack >= ho.curAt+ho.cur.TTL.Microseconds()
 	if act, ok := a.decide(now, ho, ho.target, refresh); ok {
 		push(ho.id, act)
 	}
@@ -780,7 +822,7 @@ func (a *Allocator) Each(now int64, f func(BudgetStats)) {
 	now = max(now, a.last)
 	for _, bk := range a.list {
 		st := BudgetStats{Key: bk.key, Family: bk.family, Rate: bk.rate, Fill: time.Duration(bk.fill) * time.Microsecond,
-			Outstanding: a.outstanding(now, bk), Slice: a.capacity(now, bk)}
+			Outstanding: a.outstanding(now, bk), Slice: a.capacity(now, bk, a.ttlOf(bk)+a.slack)}
 		for _, ho := range bk.holders {
 			if !a.active(now, ho) {
 				continue

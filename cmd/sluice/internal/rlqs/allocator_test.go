@@ -30,8 +30,8 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, a: a, now: 1_000_000 + a.lease, sent: map[Holder][]sentAction{}}
-	a.Round(h.now-a.lease, func(Holder, Action) {}) // warmed up at h.now
+	h := &harness{t: t, a: a, now: 1_000_000 + a.longest, sent: map[Holder][]sentAction{}}
+	a.Round(h.now-a.longest, func(Holder, Action) {}) // warmed up at h.now
 	return h
 }
 
@@ -68,9 +68,8 @@ func (h *harness) round() map[Holder]Action {
 // largest rate sent to it whose TTL and slack have not run out.
 func (h *harness) held(id Holder, t int64) int64 {
 	var r int64
-	lease := h.a.lease
 	for _, s := range h.sent[id] {
-		if !s.act.Abandon && !s.act.Wait && s.at+lease > t {
+		if !s.act.Abandon && !s.act.Wait && s.at+s.act.TTL.Microseconds()+h.a.slack > t {
 			r = max(r, s.act.Tokens)
 		}
 	}
@@ -175,21 +174,31 @@ func TestCutNowRiseLater(t *testing.T) {
 	if cutAt < 0 || riseAt < 0 {
 		t.Fatalf("no cut (%d) or no rise (%d)", cutAt, riseAt)
 	}
-	if wait := riseAt - cutAt; wait < h.a.lease-h.a.round || wait > h.a.lease+2*h.a.round {
-		t.Errorf("the rise came %dµs after the cut, want about a lease (%dµs)", wait, h.a.lease)
+	// the budget is not steady (its demand outgrows its rate): the cut's
+	// lease is the TTL's
+	lease := h.a.ttl + h.a.slack
+	if wait := riseAt - cutAt; wait < lease-h.a.round || wait > lease+2*h.a.round {
+		t.Errorf("the rise came %dµs after the cut, want about a lease (%dµs)", wait, lease)
 	}
 }
 
 // Within the band a report is answered with the grant in force, its
 // parameters identical (the client keeps its bucket, the TTL restarts).
+// A newcomer's grant has the TTL; once its demand is known to fit the
+// rate, the budget is steady and its grants have the steady TTL.
 func TestResendIdentical(t *testing.T) {
 	h := newHarness(t, Config{})
 	b := Budget{Key: "k", Rate: 1000, Fill: time.Second}
 	first := h.report(b, 1, 1, 1, 0)
+	if first.TTL != h.a.cfg.TTL {
+		t.Errorf("a newcomer's TTL %v, want %v", first.TTL, h.a.cfg.TTL)
+	}
+	want := first
+	want.TTL = h.a.cfg.SteadyTTL
 	for range 3 {
 		h.advance(5 * time.Second)
-		if got := h.report(b, 1, 1, 50, 0); got != first { // 10 a second: its grant
-			t.Errorf("resent %+v, want %+v", got, first)
+		if got := h.report(b, 1, 1, 50, 0); got != want { // 10 a second: its grant
+			t.Errorf("resent %+v, want %+v", got, want)
 		}
 	}
 }
@@ -327,6 +336,7 @@ func TestOutstandingNeverOverRate(t *testing.T) {
 	}
 	for range traces {
 		cfg := Config{Reserve: rng.Float64() * 0.2, Headroom: rng.Float64(), Band: rng.Float64() * 0.2, IdleReports: 1 + rng.IntN(4), TTL: time.Duration(3+rng.IntN(6)) * time.Second}
+		cfg.SteadyTTL = cfg.TTL + time.Duration(rng.IntN(6))*time.Second
 		h := newHarness(t, cfg)
 		budgets := []Budget{
 			{Key: "a", Rate: 1 + rng.Int64N(2000), Fill: time.Second},
@@ -429,7 +439,7 @@ func TestWarmup(t *testing.T) {
 	b := Budget{Key: "k", Rate: 100, Fill: time.Second}
 	start := int64(5_000_000)
 	pushed := 0
-	for at := start; at < start+a.lease; at += 500_000 {
+	for at := start; at < start+a.longest; at += 500_000 {
 		act, err := a.Report(at, b, 1, 1, 10, 0, nil)
 		if err != nil || act != (Action{Wait: true}) {
 			t.Fatalf("at +%dµs: %+v, %v; want Wait", at-start, act, err)
@@ -439,7 +449,7 @@ func TestWarmup(t *testing.T) {
 	if pushed != 0 {
 		t.Errorf("%d pushes while warming up", pushed)
 	}
-	if act, _ := a.Report(start+a.lease, b, 1, 1, 10, 0, nil); act.Wait || act.Tokens == 0 {
+	if act, _ := a.Report(start+a.longest, b, 1, 1, 10, 0, nil); act.Wait || act.Tokens == 0 {
 		t.Errorf("after the warm-up: %+v, want a grant", act)
 	}
 }

@@ -16,7 +16,7 @@ import (
 func (h *harness) rateHeld(id Holder, t, since int64) *big.Rat {
 	r := new(big.Rat)
 	for _, s := range h.sent[id] {
-		if s.act.Abandon || s.act.Wait || s.at < since || s.at+h.a.lease <= t {
+		if s.act.Abandon || s.act.Wait || s.at < since || s.at+s.act.TTL.Microseconds()+h.a.slack <= t {
 			continue
 		}
 		if x := big.NewRat(s.act.Tokens, s.act.Fill.Microseconds()); x.Cmp(r) > 0 {
@@ -50,7 +50,7 @@ func (h *harness) reloadBound(b Budget, since int64, held *big.Rat, what string)
 	}
 	all := h.ratesHeld(h.now, 0)
 	limit := r
-	if h.now < since+h.a.lease && held.Cmp(r) > 0 {
+	if h.now < since+h.a.longest && held.Cmp(r) > 0 {
 		limit = held
 	}
 	if all.Cmp(limit) > 0 {
@@ -122,7 +122,7 @@ func TestReloadKeepsBound(t *testing.T) {
 				}
 				h.round()
 				h.reloadBound(tc.to, since, held, "after the reload")
-				if h.now >= since+h.a.lease && h.ratesHeld(h.now, since).Sign() > 0 {
+				if h.now >= since+h.a.longest && h.ratesHeld(h.now, since).Sign() > 0 {
 					granted = true
 				}
 			}
@@ -200,7 +200,7 @@ func TestReloadSlice(t *testing.T) {
 		if _, err := a.Report(1, tc.to, 1, 1, 1, 0, nil); err != nil {
 			t.Fatal(err)
 		}
-		if got := a.capacity(1, a.buckets["k"]); got != tc.want {
+		if got := a.capacity(1, a.buckets["k"], a.ttl+a.slack); got != tc.want {
 			t.Errorf("a slice of %d per %v, the unit now %v: capacity %d, want %d", tc.slice, tc.from.Fill, tc.to.Fill, got, tc.want)
 		}
 	}

@@ -94,15 +94,15 @@ func (a *Allocator) SetSlices(sent int64, slices []Slice) {
 	}
 }
 
-// capacity is what bk grants from at now: its rate, or its slice (no
-// more than the rate: one leased before a reload lowered it may be
-// larger) when a grant made now ends before the slice does (else
-// nothing).
-func (a *Allocator) capacity(now int64, bk *bucket) int64 {
+// capacity is what bk grants from at now, for a lease of lease µs: its
+// rate, or its slice (no more than the rate: one leased before a reload
+// lowered it may be larger) when a grant made now ends before the slice
+// does (else nothing).
+func (a *Allocator) capacity(now int64, bk *bucket, lease int64) int64 {
 	if !a.cfg.Sliced {
 		return bk.rate
 	}
-	if now+a.lease > bk.sliceEnd {
+	if now+lease > bk.sliceEnd {
 		return 0
 	}
 	return min(bk.slice, bk.rate)

@@ -60,7 +60,7 @@ func slicesTrace(t *testing.T, r *rand.Rand) {
 		as[i], renewing[i] = a, true
 	}
 	life := as[0].sliceLife
-	lease := as[0].lease
+	slack := as[0].slack
 	// every grant made, by replica and holder: a holder's outstanding
 	// rate at a replica is the largest of its grants' whose lease has
 	// not ended
@@ -71,7 +71,7 @@ func slicesTrace(t *testing.T, r *rand.Rand) {
 		if !act.Wait && !act.Abandon {
 			granted += act.Tokens
 			k := [2]int{i, int(h)}
-			grants[k] = append(grants[k], grant{act.Tokens, now + lease})
+			grants[k] = append(grants[k], grant{act.Tokens, now + act.TTL.Microseconds() + slack})
 		}
 	}
 	now := int64(1_000_000)

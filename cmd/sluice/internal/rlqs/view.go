@@ -209,7 +209,7 @@ func (a *Allocator) view(now int64, bk *bucket, m int, hs *[]*holder) *BucketVie
 			Demand: float64(demandOf(ho)) / scale, DemandKnown: ho.demandKnown,
 			Granted: a.granted(now, ho), Outstanding: ho.leases.at(now)}
 		if s.Granted > 0 {
-			s.GrantEnds = time.Duration(ho.curAt+a.ttl-now) * time.Microsecond
+			s.GrantEnds = time.Duration(ho.curAt-now)*time.Microsecond + ho.cur.TTL
 		}
 		if end := ho.leases.next(now); end != 0 {
 			s.LeaseEnds = time.Duration(end-now) * time.Microsecond
@@ -221,7 +221,7 @@ func (a *Allocator) view(now int64, bk *bucket, m int, hs *[]*holder) *BucketVie
 
 // granted is the grant in force at ho's client at now, 0 when none is.
 func (a *Allocator) granted(now int64, ho *holder) int64 {
-	if ho.hasCur && !ho.cur.Abandon && now < ho.curAt+a.ttl {
+	if ho.inForce(now) {
 		return ho.cur.Tokens
 	}
 	return 0

@@ -387,7 +387,7 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 			return abandonAction(b.id)
 		}
 		q.metrics.actions.WithLabelValues(strings.ToLower(b.fixed.String())).Inc()
-		return blanketAction(b.id, b.fixed, q.alloc.Config().ReportTTL())
+		return blanketAction(b.id, b.fixed, q.alloc.Config().SteadyTTL)
 	}
 	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), q.collect(pushes))
 	if err != nil { // a budget the allocator cannot share: match refuses those
@@ -467,7 +467,7 @@ func (q *rlqsService) refuse(st *rlqsStream, id *rlqspb.BucketId, err error) *rl
 	}
 	q.metrics.refused.WithLabelValues(row).Inc()
 	q.metrics.actions.WithLabelValues("deny_all").Inc()
-	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().ReportTTL())
+	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().SteadyTTL)
 }
 
 // bucketEntries are a BucketId's entries sorted by key: the descriptor

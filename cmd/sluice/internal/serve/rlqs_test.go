@@ -323,10 +323,12 @@ func TestRLQSMapping(t *testing.T) {
 		if got := strategyOf(a); got != c.want {
 			t.Errorf("%v: %s, want %s", c.id, got, c.want)
 		}
-		// a share's TTL is rounds', a blanket answer's reports' (7s)
+		// a newcomer's share has the TTL (its budget is not known to be
+		// steady yet), a blanket answer, which reports renew, the steady
+		// TTL (8s)
 		ttl := 3 * time.Second
 		if c.want == "allow" || c.want == "deny" {
-			ttl = 7 * time.Second
+			ttl = 8 * time.Second
 		}
 		if !maps.Equal(a.GetBucketId().GetBucket(), c.id) || a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration() != ttl {
 			t.Errorf("%v: the action names %v with a TTL of %v, want the id as sent and %v", c.id, a.GetBucketId().GetBucket(), a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(), ttl)

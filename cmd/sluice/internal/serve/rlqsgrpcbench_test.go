@@ -54,7 +54,7 @@ type rlqsBench struct {
 // the clients. Its clock follows the wall clock, or with step it stands
 // still but for step at each reading (the service reads it once a
 // report, and once a stream opened).
-func startRLQSBench(b *testing.B, cfg rlqs.Config, step time.Duration) *rlqsBench {
+func startRLQSBench(b *testing.B, rules string, cfg rlqs.Config, step time.Duration) *rlqsBench {
 	b.Helper()
 	lt := limits.Defaults()
 	lt.RLQSReports = 1 << 30
@@ -64,7 +64,7 @@ func startRLQSBench(b *testing.B, cfg rlqs.Config, step time.Duration) *rlqsBenc
 	if step > 0 {
 		now = func() time.Time { return t0.Add(time.Duration(offset.Add(int64(step)))) }
 	}
-	ts := start(b, Options{Config: writeConfig(b, map[string]string{"r.yaml": simRules}), Limits: lt, RLQS: &RLQSOptions{Config: cfg, Now: now}}, nil)
+	ts := start(b, Options{Config: writeConfig(b, map[string]string{"r.yaml": rules}), Limits: lt, RLQS: &RLQSOptions{Config: cfg, Now: now}}, nil)
 	c := ts.rlqs.alloc.Config()
 	offset.Add(int64(c.TTL + c.Slack + time.Minute)) // past the warm-up, a lease
 	child := exec.Command(os.Args[0], "-test.run=^TestRLQSBenchClient$")
@@ -172,7 +172,7 @@ var rlqsNoRounds = rlqs.Config{Round: time.Hour}
 // run them, its CPU time counted here); BenchmarkRLQSReportNoRounds is
 // its counterpart without gRPC.
 func BenchmarkRLQSReportGRPC(b *testing.B) {
-	r := startRLQSBench(b, rlqsNoRounds, 5*time.Second/rlqsBenchStreams)
+	r := startRLQSBench(b, simRules, rlqsNoRounds, 5*time.Second/rlqsBenchStreams)
 	b.ResetTimer()
 	var run rlqsRun
 	r.do(b, fmt.Sprintf("report %d", b.N), &run)
@@ -212,8 +212,17 @@ func BenchmarkRLQSReportNoRounds(b *testing.B) {
 // time, in cores (1 is one core busy); client-cpu-share the clients';
 // msgs/s and actions/s what the clients received a second (answers and
 // pushes; bucket actions in them).
-func BenchmarkRLQSFleetGRPC(b *testing.B) {
-	r := startRLQSBench(b, rlqs.Config{}, 0)
+func BenchmarkRLQSFleetGRPC(b *testing.B) { fleetGRPC(b, simRules) }
+
+// The same fleet with budgets twice the clients' demand: steady budgets,
+// whose grants have the steady TTL, which reports renew (the rounds
+// resend almost nothing).
+func BenchmarkRLQSFleetSteadyGRPC(b *testing.B) {
+	fleetGRPC(b, strings.Replace(simRules, "requests_per_unit: 6000", "requests_per_unit: 12000", 1))
+}
+
+func fleetGRPC(b *testing.B, rules string) {
+	r := startRLQSBench(b, rules, rlqs.Config{}, 0)
 	b.ResetTimer()
 	start := time.Now()
 	var run rlqsRun
@@ -222,20 +231,21 @@ func BenchmarkRLQSFleetGRPC(b *testing.B) {
 }
 
 // The rounds alone: for each 5s op the clients report nothing (they
-// reported once each just before, outside the timer: a holder silent
-// for three report intervals takes no share), and the rounds every
-// second push the grants they refresh (a grant is resent once a round
-// and the slack, 2s, would take it past its 3s TTL: each holder's every
-// round or every other, as the rounds' ticks fall). Metrics as
+// reported for a 5s cycle just before, outside the timer, so that their
+// demand is known and outgrows every budget: a holder silent for three
+// report intervals takes no share), and the rounds every second push the
+// grants they refresh (a grant is resent once a round and the slack, 2s,
+// would take it past its 3s TTL: each holder's every round or every
+// other, as the rounds' ticks fall). Metrics as
 // BenchmarkRLQSFleetGRPC's.
 func BenchmarkRLQSRoundsGRPC(b *testing.B) {
-	r := startRLQSBench(b, rlqs.Config{}, 0)
+	r := startRLQSBench(b, simRules, rlqs.Config{}, 0)
 	b.ResetTimer()
 	var run rlqsRun
 	var wall time.Duration
 	for range b.N {
 		b.StopTimer()
-		r.do(b, fmt.Sprintf("report %d", rlqsBenchStreams), &rlqsRun{})
+		r.do(b, "fleet 1", &rlqsRun{})
 		b.StartTimer()
 		start := time.Now()
 		r.do(b, "quiet 1", &run)
