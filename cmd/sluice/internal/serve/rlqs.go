@@ -383,7 +383,7 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 		}
 		if now-b.lastUse >= q.idle() {
 			delete(st.buckets, key)
-			q.metrics.actions.WithLabelValues("abandon").Inc()
+			q.metrics.abandon.Inc()
 			return abandonAction(b.id)
 		}
 		q.metrics.actions.WithLabelValues(strings.ToLower(b.fixed.String())).Inc()
@@ -466,7 +466,7 @@ func (q *rlqsService) refuse(st *rlqsStream, id *rlqspb.BucketId, err error) *rl
 		}
 	}
 	q.metrics.refused.WithLabelValues(row).Inc()
-	q.metrics.actions.WithLabelValues("deny_all").Inc()
+	q.metrics.denyAll.Inc()
 	return blanketAction(id, typev3.RateLimitStrategy_DENY_ALL, q.alloc.Config().SteadyTTL)
 }
 
