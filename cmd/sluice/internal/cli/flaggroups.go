@@ -70,7 +70,7 @@ var serveFlagGroups = []flagGroup{
 		"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san",
 		"http-tls-cert", "http-tls-key", "http-tls-client-ca", "http-tls-client-san",
 		"http-token", "http-token-file", "allowed-hosts", "no-console", "shutdown-timeout"}},
-	{"Decisions and answers", []string{"rlqs", "shadow", "quota-mode", "response-headers", "limit-header", "remaining-header", "reset-header",
+	{"Decisions and answers", []string{"rlqs", "rlqs-ttl", "rlqs-steady-ttl", "shadow", "quota-mode", "response-headers", "limit-header", "remaining-header", "reset-header",
 		"response-dynamic-metadata"}},
 	{"Limits (docs/serve.md, \"Limits\")", []string{"key-form", "limit", "max-request-bytes", "max-descriptors", "max-entries", "max-entry-bytes"}},
 	{"Metrics", []string{"envoy-stats", "near-limit-ratio"}},

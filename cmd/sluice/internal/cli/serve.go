@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/internal/gctune"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/procs"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/memstore"
 	"github.com/sluice-go/sluice/redisstore"
@@ -44,7 +45,8 @@ type serveFlags struct {
 	cpuProfile, limitHeader, remainingHeader, resetHeader, procs                     string
 	storeTimeout, shutdownTimeout, connAge, connAgeGrace                             time.Duration
 	slices                                                                           time.Duration // --store-slices (or --store-leases)
-	oldSlices                                                                        bool          // --store-leases given: --store-slices's deprecated name
+	rlqsTTL, rlqsSteadyTTL                                                           time.Duration
+	oldSlices                                                                        bool // --store-leases given: --store-slices's deprecated name
 	shadow, quotaMode, dynMetadata, noWatch, noConsole, domainSlot, envoyEnv         bool
 	mergeDomains, checkOnly, keyForm, rlqs                                           bool
 	grpcCert, grpcKey, grpcCA, httpCert, httpKey, httpCA, token, tokenFile           string
@@ -154,6 +156,8 @@ func (f *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "global quota mode (envoy's QUOTA_MODE): every descriptor counts as a quota_mode rule, and a call is over the limit only when every one is")
 	fs.BoolVar(&f.dynMetadata, "response-dynamic-metadata", false, "set each response's dynamic_metadata as envoy's RESPONSE_DYNAMIC_METADATA does: domain, descriptors, hitsAddend and the passed rules' metadata")
 	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment (HOST, PORT, GRPC_HOST, GRPC_PORT, GRPC_UDS, RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE (FILE, or GRPC_XDS_SOTW with CONFIG_GRPC_XDS_*, XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG), USE_PROMETHEUS, NEAR_LIMIT_RATIO, REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_TLS, CACHE_KEY_PREFIX, LOG_LEVEL, LOG_FORMAT, LIMIT_*, SHADOW_MODE, QUOTA_MODE, RESPONSE_DYNAMIC_METADATA, GRPC_MAX_CONNECTION_AGE*, GRPC_SERVER_*TLS*), its defaults included (0.0.0.0:8080 and :8081), as the flags it stands for; a flag given on the command line wins")
+	fs.DurationVar(&f.rlqsTTL, "rlqs-ttl", 0, "--rlqs: the time to live of assignments where shares move, whole seconds (0: 3s, two rounds and the slack); a cut frees capacity this and a second after it is sent, and rounds resend grants before it runs out")
+	fs.DurationVar(&f.rlqsSteadyTTL, "rlqs-steady-ttl", 0, "--rlqs: the time to live of assignments of steady budgets (every client gets what it asks, with room for any one to double it) and of blanket answers, whole seconds, at least --rlqs-ttl (0: 8s, the report interval, two rounds and the slack): reports renew them")
 	fs.BoolVar(&f.rlqs, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener: clients report their usage per bucket, and each bucket a rule limits shares the rule's rate among them, within a stated bound (docs/rlqs.md)")
 	fs.BoolVar(&f.domainSlot, "domain-slot", false, "Redis Cluster: keep each domain's keys in one hash slot, so a call's descriptors are decided atomically there too (a domain's traffic then goes to one master)")
 	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "PEM certificate for the gRPC listener (with --grpc-tls-key: serve TLS)")
@@ -280,6 +284,14 @@ func (f *serveFlags) check() error {
 	if f.connAge < 0 || f.connAgeGrace < 0 {
 		return fmt.Errorf("--grpc-max-connection-age %s, --grpc-max-connection-age-grace %s: want 0 (never, as long as needed) or more", f.connAge, f.connAgeGrace)
 	}
+	if f.rlqsTTL != 0 || f.rlqsSteadyTTL != 0 {
+		if !f.rlqs {
+			return fmt.Errorf("--rlqs-ttl %s, --rlqs-steady-ttl %s: they set --rlqs's assignments; give --rlqs", f.rlqsTTL, f.rlqsSteadyTTL)
+		}
+		if _, err := rlqs.New(f.rlqsConfig()); err != nil {
+			return fmt.Errorf("--rlqs-ttl %s, --rlqs-steady-ttl %s: %w", f.rlqsTTL, f.rlqsSteadyTTL, err)
+		}
+	}
 	if f.gcMinHeap < 0 || f.gcMinHeap > 1<<20 {
 		return fmt.Errorf("--gc-min-heap %d: want 0 to %d MiB", f.gcMinHeap, 1<<20)
 	}
@@ -338,6 +350,12 @@ func (f *serveFlags) tune(log *slog.Logger) (undo func(), err error) {
 	return undo, nil
 }
 
+// rlqsConfig is the RLQS allocator's parameters the flags set; the rest
+// default.
+func (f *serveFlags) rlqsConfig() rlqs.Config {
+	return rlqs.Config{TTL: f.rlqsTTL, SteadyTTL: f.rlqsSteadyTTL}
+}
+
 // orNever is a duration flag as serve.Options takes it: a flag's 0
 // ("never") is negative there, where 0 is the default.
 func orNever(d time.Duration) time.Duration {
@@ -389,7 +407,7 @@ func (f *serveFlags) options(stderr io.Writer) (o serve.Options, done func(), er
 		return o, nothing, err
 	}
 	if f.rlqs {
-		o.RLQS = &serve.RLQSOptions{}
+		o.RLQS = &serve.RLQSOptions{Config: f.rlqsConfig()}
 	}
 	restore := logRedisTo(o.Logger)
 	closeStores, err := f.openStores(&o)

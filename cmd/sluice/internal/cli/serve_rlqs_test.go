@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/console"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/serve"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 )
@@ -71,4 +73,37 @@ func TestServeConsoleRLQS(t *testing.T) {
 		t.Errorf("the share: %s", body)
 	}
 	stream.CloseSend()
+}
+
+// --rlqs-ttl and --rlqs-steady-ttl set the RLQS assignments' TTLs, and
+// the service's allocator takes them; without them its defaults hold.
+func TestServeRLQSTTLFlags(t *testing.T) {
+	for _, c := range []struct {
+		args        []string
+		ttl, steady time.Duration
+	}{
+		{[]string{"--rlqs"}, 3 * time.Second, 8 * time.Second},
+		{[]string{"--rlqs", "--rlqs-ttl", "4s", "--rlqs-steady-ttl", "10s"}, 4 * time.Second, 10 * time.Second},
+		{[]string{"--rlqs", "--rlqs-ttl", "9s"}, 9 * time.Second, 9 * time.Second},
+	} {
+		var f serveFlags
+		if err := f.define().Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.check(); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		o, done, err := f.options(io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+		a, err := rlqs.New(o.RLQS.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Config(); got.TTL != c.ttl || got.SteadyTTL != c.steady {
+			t.Errorf("%v: TTL %v, steady %v; want %v and %v", c.args, got.TTL, got.SteadyTTL, c.ttl, c.steady)
+		}
+	}
 }

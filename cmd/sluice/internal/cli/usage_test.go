@@ -159,6 +159,10 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--gomaxprocs", "all"}, `--gomaxprocs "all": want auto or 1 to 65536`},
 		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age -1s"},
 		{[]string{"--reset-header", "Reset:", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"}, `"Reset:" is not a valid HTTP header name`},
+		{[]string{"--rlqs-ttl", "4s"}, "give --rlqs"},
+		{[]string{"--rlqs", "--rlqs-ttl", "2s"}, "want whole seconds, a TTL of more than a round and the slack (2s)"},
+		{[]string{"--rlqs", "--rlqs-ttl", "3500ms"}, "--rlqs-ttl 3.5s"},
+		{[]string{"--rlqs", "--rlqs-ttl", "9s", "--rlqs-steady-ttl", "5s"}, "a steady TTL of at least the TTL"},
 	} {
 		code, _, errs := runCLI(t, "", append([]string{"serve"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {
