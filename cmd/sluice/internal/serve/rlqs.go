@@ -42,8 +42,10 @@ type RLQSOptions struct {
 // ClientHeader is the gRPC metadata a client may set (Envoy: the
 // GrpcService's initial_metadata) to name itself across its streams: a
 // stream that opens under the name of one still open ends that one at
-// once (codes.Aborted), its shares let go, instead of both counting
-// until the old one is found silent. At most entry-bytes long.
+// once (codes.Aborted) and takes its buckets over, shares and leases,
+// when its first message names the same domain (else they are let go),
+// instead of both counting until the old one is found silent. At most
+// entry-bytes long.
 const ClientHeader = "x-sluice-client"
 
 // WeightHeader is the gRPC metadata a client sets (Envoy: the
@@ -104,6 +106,11 @@ type rlqsStream struct {
 	// another stream of the same client ends it.
 	client   string
 	replaced chan struct{}
+	// heir holds the buckets of the stream of the same client this one
+	// replaced, and their domain, until its first message: they become
+	// its own when it names that domain (inherit).
+	heir       map[string]*rlqsBucket
+	heirDomain string
 }
 
 // rlqsBucket is one bucket a client reports.
@@ -224,18 +231,28 @@ func (q *rlqsService) open(md metadata.MD) (*rlqsStream, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var heir map[string]*rlqsBucket
+	var heirDomain string
 	if old := q.clients[client]; client != "" && old != nil {
 		close(old.replaced)
+		heir, heirDomain, old.buckets = old.buckets, old.domain, nil
+		if old.heir != nil { // replaced before its first message: its heir's
+			heir, heirDomain, old.heir = old.heir, old.heirDomain, nil
+		}
 		q.closeLocked(old)
 	}
 	if n := int64(len(q.streams)); n >= lt.RLQSClients {
+		q.releaseAll(heir)
 		return nil, status.Error(codes.ResourceExhausted, lt.Check(limits.RLQSClients, "RLQS streams open", n+1).Error())
 	}
 	rate := lt.RLQSReports
 	st := &rlqsStream{weight: w, client: client, buckets: map[string]*rlqsBucket{}, warned: map[*limits.Row]bool{},
 		pace:     rlqs.NewTokenBucket(rate, rate*rlqsReportBurst, int64(time.Second/time.Microsecond), q.now()),
 		out:      make(chan *rlqspb.RateLimitQuotaResponse, rlqsOutBuffer),
-		replaced: make(chan struct{})}
+		replaced: make(chan struct{}), heir: heir, heirDomain: heirDomain}
+	for _, b := range heir {
+		b.st = st // the rounds push to the client's new stream
+	}
 	if client != "" {
 		q.clients[client] = st
 	}
@@ -265,9 +282,9 @@ func (q *rlqsService) closeLocked(st *rlqsStream) {
 	if st.closed {
 		return
 	}
-	for _, b := range st.buckets {
-		q.release(b)
-	}
+	q.releaseAll(st.buckets)
+	q.releaseAll(st.heir)
+	st.heir = nil
 	st.closed = true
 	delete(q.streams, st)
 	if q.clients[st.client] == st {
@@ -278,6 +295,28 @@ func (q *rlqsService) closeLocked(st *rlqsStream) {
 
 // shutdown ends every stream (the server is stopping).
 func (q *rlqsService) shutdown() { q.stopOnce.Do(func() { close(q.stopping) }) }
+
+// releaseAll lets the holders of bs go.
+func (q *rlqsService) releaseAll(bs map[string]*rlqsBucket) {
+	for _, b := range bs {
+		q.release(b)
+	}
+}
+
+// inherit gives st, whose first message named its domain, the buckets of
+// the stream it replaced when they are of that domain (the same client
+// again: its shares and leases go on, counted once), else lets them go.
+func (q *rlqsService) inherit(st *rlqsStream) {
+	if st.heir == nil {
+		return
+	}
+	if st.domain == st.heirDomain {
+		st.buckets = st.heir
+	} else {
+		q.releaseAll(st.heir)
+	}
+	st.heir = nil
+}
 
 // release lets b's holder go.
 func (q *rlqsService) release(b *rlqsBucket) {
@@ -324,6 +363,7 @@ func (q *rlqsService) answer(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuo
 			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		st.domain = d
+		q.inherit(st)
 	case d != "" && d != st.domain:
 		return nil, nil, status.Errorf(codes.InvalidArgument, "domain %.64q: the stream's domain is %q", d, st.domain)
 	}

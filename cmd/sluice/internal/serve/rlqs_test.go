@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/limits"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlqs"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsconfig"
 	"github.com/sluice-go/sluice/internal/testsupport/testenv"
 	"github.com/sluice-go/sluice/store"
 )
@@ -591,5 +592,38 @@ func TestHolderSlots(t *testing.T) {
 	hs.remove(ha) // late: b's stays
 	if hs.get(hb) != b || hs.get(rlqs.Holder(1<<32|7)) != nil {
 		t.Error("a stale or unknown number removed or found a bucket")
+	}
+}
+
+// A named client's new stream takes its old stream's buckets over only
+// when its first message names the same domain; else they are let go.
+// Replaced again before that message, the newest stream inherits them.
+func TestRLQSClientInherits(t *testing.T) {
+	s, _ := warm(t, simRules)
+	md := metadata.Pairs(ClientHeader, "edge-1")
+	report := func(st *rlqsStream, domain string) {
+		t.Helper()
+		if _, err := s.q.report(s.now, st, &rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 1, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		domain string
+		kept   bool
+	}{{"sim", true}, {"elsewhere", false}} {
+		first, _ := s.q.open(md)
+		report(first, "sim")
+		b := first.buckets[bucketKey([]rlsconfig.Entry{{Key: "name", Value: "x"}})]
+		h := b.holder
+		second, _ := s.q.open(md) // replaced before its first message
+		third, _ := s.q.open(md)
+		if !first.closed || !second.closed || third.heir == nil || b.st != third {
+			t.Fatalf("%s: the replaced streams closed %v %v, the heir %v", c.domain, first.closed, second.closed, third.heir)
+		}
+		report(third, c.domain)
+		if kept := s.q.holders.get(h) == b && third.buckets[bucketKey([]rlsconfig.Entry{{Key: "name", Value: "x"}})] == b; kept != c.kept {
+			t.Errorf("first message in %q: the old bucket kept %v, want %v", c.domain, kept, c.kept)
+		}
+		s.q.close(third)
 	}
 }

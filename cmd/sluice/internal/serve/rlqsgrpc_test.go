@@ -97,10 +97,11 @@ func TestRLQSShutdownEndsStreams(t *testing.T) {
 }
 
 // A stream that names its client (x-sluice-client) replaces the client's
-// stream still open: the old one ends ABORTED at once and its shares go
-// (a stream the client gave up on, half-open to the server, no longer
-// takes shares until found silent), even at the clients' cap; another
-// client's stream is left alone.
+// stream still open: the old one ends ABORTED at once (a stream the
+// client gave up on, half-open to the server, no longer takes shares
+// until found silent) and the new one takes its buckets over, shares and
+// leases, counted once; even at the clients' cap; another client's
+// stream is left alone.
 func TestRLQSClientReplacesStream(t *testing.T) {
 	ts, client, ctx := startRLQS(t, 2)
 	open := func(name string) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {
@@ -128,12 +129,19 @@ func TestRLQSClientReplacesStream(t *testing.T) {
 	if n != 2 || named != 2 {
 		t.Errorf("%d streams open, %d named; want 2 and 2", n, named)
 	}
+	// The new stream took the old one's bucket over, its share and its
+	// lease: two holders, and no lease left over from the old stream.
 	var holders int
+	var granted, outstanding int64
 	ts.rlqs.mu.Lock()
-	ts.rlqs.alloc.Each(ts.rlqs.now(), func(b rlqs.BudgetStats) { holders += b.Holders })
+	ts.rlqs.alloc.Each(ts.rlqs.now(), func(b rlqs.BudgetStats) {
+		holders += b.Holders
+		granted += b.Granted
+		outstanding += b.Outstanding
+	})
 	ts.rlqs.mu.Unlock()
-	if holders != 2 {
-		t.Errorf("%d clients take a share, want 2 (the replaced stream's gone)", holders)
+	if holders != 2 || outstanding != granted {
+		t.Errorf("%d clients take a share, %d granted, %d outstanding; want 2, and no lease but the grants", holders, granted, outstanding)
 	}
 	if err := other.Send(&rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usageOf(map[string]string{"name": "x"}, 1, 0)}}); err != nil {
 		t.Fatal(err)

@@ -496,7 +496,7 @@ func (c *simClient) open() bool {
 	if r == nil {
 		return false
 	}
-	st, err := r.q.open(metadata.Pairs(WeightHeader, strconv.FormatInt(c.o.weight, 10)))
+	st, err := r.q.open(metadata.Pairs(WeightHeader, strconv.FormatInt(c.o.weight, 10), ClientHeader, c.name))
 	if err != nil {
 		c.s.t.Fatalf("%s: open: %v", c.name, err)
 	}
