@@ -453,3 +453,39 @@ func TestWarmup(t *testing.T) {
 		t.Errorf("after the warm-up: %+v, want a grant", act)
 	}
 }
+
+// A report whose sample jumps shares its budget at once, pushing to the
+// other holders, but once a round at most: a second jump within the
+// round is answered alone and waits for the round.
+func TestJumpSharesOnceARound(t *testing.T) {
+	h := newHarness(t, Config{})
+	b := Budget{Key: "k", Rate: 100, Fill: time.Second}
+	for id := Holder(1); id <= 3; id++ {
+		h.report(b, id, 1, 1, 0)
+	}
+	h.advance(5 * time.Second)
+	pushed := func() int {
+		n := 0
+		for _, s := range h.sent {
+			n += len(s)
+		}
+		return n
+	}
+	// Each wants 100 a second: its first sample, taken at once.
+	before := pushed()
+	h.report(b, 1, 1, 250, 250)
+	if got := pushed() - before; got < 2 {
+		t.Fatalf("the first jump sent %d assignments, want its answer and pushes to the others", got)
+	}
+	before = pushed()
+	h.report(b, 2, 1, 250, 250)
+	if got := pushed() - before; got != 1 {
+		t.Errorf("a second jump in the same round sent %d assignments, want its answer alone", got)
+	}
+	h.advance(h.a.cfg.Round)
+	before = pushed()
+	h.report(b, 3, 1, 300, 300)
+	if got := pushed() - before; got < 2 {
+		t.Errorf("a jump a round later sent %d assignments, want its answer and pushes", got)
+	}
+}

@@ -231,19 +231,26 @@ func (q *rlqsService) open(md metadata.MD) (*rlqsStream, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var old *rlqsStream
+	if client != "" {
+		old = q.clients[client]
+	}
+	n := int64(len(q.streams))
+	if old != nil {
+		n-- // it ends: a replacement is let in at the cap
+	}
+	if n >= lt.RLQSClients {
+		return nil, status.Error(codes.ResourceExhausted, lt.Check(limits.RLQSClients, "RLQS streams open", n+1).Error())
+	}
 	var heir map[string]*rlqsBucket
 	var heirDomain string
-	if old := q.clients[client]; client != "" && old != nil {
+	if old != nil {
 		close(old.replaced)
 		heir, heirDomain, old.buckets = old.buckets, old.domain, nil
 		if old.heir != nil { // replaced before its first message: its heir's
 			heir, heirDomain, old.heir = old.heir, old.heirDomain, nil
 		}
 		q.closeLocked(old)
-	}
-	if n := int64(len(q.streams)); n >= lt.RLQSClients {
-		q.releaseAll(heir)
-		return nil, status.Error(codes.ResourceExhausted, lt.Check(limits.RLQSClients, "RLQS streams open", n+1).Error())
 	}
 	rate := lt.RLQSReports
 	st := &rlqsStream{weight: w, client: client, buckets: map[string]*rlqsBucket{}, warned: map[*limits.Row]bool{},
@@ -375,11 +382,12 @@ func (q *rlqsService) answer(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuo
 	q.metrics.reports.Add(float64(len(usages)))
 	resp = &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(usages))}
 	pushes = map[*rlqsStream]*rlqspb.RateLimitQuotaResponse{}
+	push := q.collect(pushes)
 	for _, u := range usages {
 		if len(u.GetBucketId().GetBucket()) == 0 {
 			continue // nothing to answer: clients drop actions without a bucket id
 		}
-		if act := q.usage(now, st, state.cfg, u, pushes); act != nil {
+		if act := q.usage(now, st, state.cfg, u, push); act != nil {
 			resp.BucketAction = append(resp.BucketAction, act)
 		}
 	}
@@ -396,10 +404,9 @@ func (q *rlqsService) answer(now int64, st *rlqsStream, msg *rlqspb.RateLimitQuo
 }
 
 // usage answers one bucket's report; nil is no answer (the server is
-// warming up: rlqs.Action.Wait).
-// A report that shares its budget again at once adds what it sends the
-// budget's other clients to pushes.
-func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, pushes map[*rlqsStream]*rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// warming up: rlqs.Action.Wait). A report that shares its budget again
+// at once hands what it sends the budget's other clients to push.
+func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, push func(rlqs.Holder, rlqs.Action)) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	id := u.GetBucketId()
 	entries, err := bucketEntries(id.GetBucket(), &q.s.opts.Limits)
 	if err != nil {
@@ -429,7 +436,7 @@ func (q *rlqsService) usage(now int64, st *rlqsStream, cfg *rlsconfig.Config, u 
 		q.metrics.actions.WithLabelValues(strings.ToLower(b.fixed.String())).Inc()
 		return blanketAction(b.id, b.fixed, q.alloc.Config().SteadyTTL)
 	}
-	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), q.collect(pushes))
+	act, err := q.alloc.Report(now, b.budget, b.holder, st.weight, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), push)
 	if err != nil { // a budget the allocator cannot share: match refuses those
 		return q.refuse(st, id, err)
 	}
